@@ -1,0 +1,54 @@
+#include "meshlayout/cli/layout_command.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "meshlayout/core/shape.h"
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/layout/layout_grid.h"
+#include "meshlayout/layout/shard_geometry.h"
+
+namespace meshlayout::cli {
+
+int run_layout(const LayoutOptions& options, std::ostream& out) {
+  DeviceMesh mesh = DeviceMesh::from_string(options.mesh);
+  TensorLayout layout = TensorLayout::from_string(options.layout);
+  if (!layout.device_mesh()) layout.set_device_mesh(mesh);
+  Shape shape = parse_shape(options.shape);
+  ShardGeometry geometry(layout, shape, GeometryOptions{.strict = options.strict});
+  out << fmt::format("tensor {} as {}\n", shape_to_string(shape), layout.to_string());
+  std::string blocks;
+  for (int d = 0; d < geometry.rank(); ++d) {
+    blocks += fmt::format("{}{}", d ? " x " : "", geometry.num_blocks(d));
+  }
+  out << fmt::format("blocks {}; {} replica{}; largest box {} elements\n",
+                     blocks.empty() ? "1" : blocks, geometry.num_replicas(),
+                     geometry.num_replicas() == 1 ? "" : "s", geometry.max_box_elements());
+  for (const UnevenDim& u : geometry.uneven_dims()) {
+    out << fmt::format("uneven: dimension {} (size {}) in {} blocks of {}; the last are shorter\n",
+                       u.dim, u.size, u.parts, (u.size + u.parts - 1) / u.parts);
+  }
+  if (geometry.rank() <= 2) out << render_layout_grid(geometry);
+  out << render_device_boxes(geometry);
+  return 0;
+}
+
+void add_layout_command(CLI::App& app, int* exit_code) {
+  auto options = std::make_shared<LayoutOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "layout", "Print which devices hold which block of a tensor, and every device's box.");
+  cmd->add_option("--mesh", options->mesh, "mesh, e.g. data=2,model=4 or mesh[data=2,model=4]")
+      ->required();
+  cmd->add_option("--layout", options->layout,
+                  "one entry per dimension: None, an axis, or (axis,axis); e.g. \"data,None\"")
+      ->required();
+  cmd->add_option("--shape", options->shape, "tensor shape, e.g. 8,6")->required();
+  cmd->add_flag("--strict", options->strict, "refuse uneven splits");
+  cmd->callback([options, exit_code] {
+    set_device_count(kMaxMeshDevices);  // planning only: no device is used
+    *exit_code = run_layout(*options, std::cout);
+  });
+}
+
+}  // namespace meshlayout::cli

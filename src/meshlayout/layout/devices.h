@@ -1,0 +1,44 @@
+// devices.h — the global device names meshlayout knows: `cpu:0 … cpu:N-1`.
+//
+// N is, in order of precedence: the count given to set_device_count() (the MPI runtime
+// sets it to processes × local devices), else the environment variable
+// MESHLAYOUT_CPU_DEVICES, else 8. A DeviceMesh built without devices takes list_devices().
+//
+// Example:
+//   list_devices();            // {"cpu:0", …, "cpu:7"}
+//   set_device_count(4);       // now {"cpu:0", …, "cpu:3"}
+//   parse_device_name("cpu:3") // 3
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace meshlayout {
+
+inline constexpr int64_t kDefaultCpuDeviceCount = 8;
+inline constexpr const char* kCpuDevicesEnvVar = "MESHLAYOUT_CPU_DEVICES";
+
+/// Global device names `cpu:K`, K = 0 … device_count()-1. Only "cpu" exists today;
+/// any other `device_type` is a ValueError naming the valid types.
+std::vector<std::string> list_devices(std::string_view device_type = "cpu");
+
+/// Number of global devices (see the file comment for where it comes from).
+int64_t device_count();
+
+/// Overrides the device count for this process; `n` must be >= 1.
+void set_device_count(int64_t n);
+
+/// Forgets set_device_count(): back to the environment variable or the default.
+void reset_device_count();
+
+/// `cpu:K` for global index K.
+std::string device_name(int64_t id);
+
+/// The global index of a device name `cpu:K` (K a decimal without sign or leading zeros);
+/// std::nullopt for any other text.
+std::optional<int64_t> parse_device_name(std::string_view name);
+
+}  // namespace meshlayout

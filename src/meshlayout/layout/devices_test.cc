@@ -1,0 +1,76 @@
+#include "meshlayout/layout/devices.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "meshlayout/core/errors.h"
+
+namespace meshlayout {
+namespace {
+
+class DevicesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    reset_device_count();
+    unsetenv(kCpuDevicesEnvVar);
+  }
+  void TearDown() override {
+    reset_device_count();
+    unsetenv(kCpuDevicesEnvVar);
+  }
+};
+
+TEST_F(DevicesTest, DefaultsToEightCpuDevices) {
+  auto devices = list_devices();
+  ASSERT_EQ(devices.size(), 8u);
+  EXPECT_EQ(devices.front(), "cpu:0");
+  EXPECT_EQ(devices.back(), "cpu:7");
+}
+
+TEST_F(DevicesTest, EnvironmentVariableSetsTheCount) {
+  setenv(kCpuDevicesEnvVar, "3", 1);
+  EXPECT_EQ(list_devices(), (std::vector<std::string>{"cpu:0", "cpu:1", "cpu:2"}));
+}
+
+TEST_F(DevicesTest, ApiWinsOverEnvironment) {
+  setenv(kCpuDevicesEnvVar, "3", 1);
+  set_device_count(5);
+  EXPECT_EQ(device_count(), 5);
+  reset_device_count();
+  EXPECT_EQ(device_count(), 3);
+}
+
+TEST_F(DevicesTest, BadEnvironmentValueNamesTheVariable) {
+  setenv(kCpuDevicesEnvVar, "many", 1);
+  try {
+    device_count();
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(),
+                 "environment variable MESHLAYOUT_CPU_DEVICES must be a whole number, got 'many'");
+  }
+  setenv(kCpuDevicesEnvVar, "0", 1);
+  EXPECT_THROW(device_count(), ValueError);
+}
+
+TEST_F(DevicesTest, RejectsNonPositiveCountAndUnknownType) {
+  EXPECT_THROW(set_device_count(0), ValueError);
+  try {
+    list_devices("gpu");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "unknown device type 'gpu'; meshlayout has devices of type 'cpu'");
+  }
+}
+
+TEST_F(DevicesTest, ParsesDeviceNames) {
+  EXPECT_EQ(parse_device_name("cpu:12"), 12);
+  EXPECT_EQ(parse_device_name("cpu:0"), 0);
+  EXPECT_EQ(parse_device_name("cpu:01"), std::nullopt);
+  EXPECT_EQ(parse_device_name("gpu:1"), std::nullopt);
+  EXPECT_EQ(parse_device_name("cpu:"), std::nullopt);
+  EXPECT_EQ(parse_device_name("cpu:-1"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace meshlayout

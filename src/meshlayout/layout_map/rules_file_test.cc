@@ -1,0 +1,111 @@
+#include "meshlayout/layout_map/rules_file.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/layout/devices.h"
+
+namespace meshlayout {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RulesFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override { set_device_count(8); }
+  void TearDown() override { reset_device_count(); }
+};
+
+std::string error_of(std::string_view json) {
+  try {
+    parse_rules_json(json, "r.json");
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST_F(RulesFileTest, ParsesTheDocumentedExample) {
+  RulesFile f = parse_rules_json(R"({"mesh": {"shape": [2, 4], "axis_names": ["data", "model"]},
+      "mode": "search", "rules": [["dense.*kernel", [null, "model"]],
+                                  ["emb", [["data", "model"], null]]]})");
+  ASSERT_TRUE(f.mesh.has_value());
+  EXPECT_EQ(f.mesh->to_string(), "mesh[data=2,model=4]");
+  EXPECT_EQ(f.mode, MatchMode::kSearch);
+  LayoutMap map = f.to_layout_map();
+  EXPECT_EQ(map.get("my/dense_1/kernel")->to_string(), "layout[None,model]@mesh[data=2,model=4]");
+  EXPECT_EQ(map.get("emb/embeddings")->to_string(),
+            "layout[(data,model),None]@mesh[data=2,model=4]");
+  EXPECT_EQ(layout_to_json(*map.get("emb")), R"([["data","model"],null])");
+  EXPECT_EQ(f.to_layout_map(MatchMode::kFullmatch).mode(), MatchMode::kFullmatch);
+}
+
+TEST_F(RulesFileTest, MeshAndModeAreOptional) {
+  RulesFile f = parse_rules_json(R"({"rules": [["a", ["x"]]]})");
+  EXPECT_FALSE(f.mesh.has_value());
+  EXPECT_EQ(f.mode, MatchMode::kSearch);
+  EXPECT_EQ(f.to_layout_map().get("a")->to_string(), "layout[x]");
+}
+
+TEST_F(RulesFileTest, BadJson) {
+  EXPECT_THAT(error_of("{\"rules\": [}"), HasSubstr("rules file 'r.json': not valid JSON: "));
+}
+
+TEST_F(RulesFileTest, MalformedRuleNamesItsPosition) {
+  EXPECT_EQ(error_of(R"({"rules": [["a", [null]], ["b"]]})"),
+            "rules file 'r.json': rules[1]: must be a [pattern, layout] pair, got a list "
+            "[\"b\"]");
+  EXPECT_EQ(error_of(R"({"rules": [["a", [null]], [5, [null]]]})"),
+            "rules file 'r.json': rules[1]: the pattern must be a string, got a number 5");
+  EXPECT_EQ(error_of(R"({"rules": [["a", [null, 5]]]})"),
+            "rules file 'r.json': rules[0] layout entry 1: must be null, an axis name or a list "
+            "of axis names, got a number 5");
+  EXPECT_EQ(error_of(R"({"rules": [["a", "model"]]})"),
+            "rules file 'r.json': rules[0]: the layout must be a list with one entry per tensor "
+            "dimension (null, an axis name or a list of axis names), got a string \"model\"");
+  EXPECT_EQ(error_of(R"({"rules": [["a", [[]]]]})"),
+            "rules file 'r.json': rules[0] layout entry 0: an empty list of axes; write null for "
+            "a dimension that is not split");
+  EXPECT_EQ(error_of(R"({"rules": [["a", [["x", 1]]]]})"),
+            "rules file 'r.json': rules[0] layout entry 0: a list of axes must hold axis names, "
+            "got a number 1 at position 1");
+}
+
+TEST_F(RulesFileTest, RuleRefusedByTheMapNamesItsPosition) {
+  EXPECT_EQ(error_of(R"({"rules": [["a", [null]], ["a", ["x"]]]})"),
+            "rules[1] ('a'): 'a' already exists in the LayoutMap with value layout[None]. Please "
+            "make sure to not use duplicated keys.");
+  EXPECT_THAT(error_of(R"({"rules": [["a(", [null]]]})"),
+              HasSubstr("rules[0] ('a('): LayoutMap key 'a(' is refused: regex 'a(' does not "
+                        "compile"));
+  EXPECT_THAT(
+      error_of(R"({"mesh": {"shape": [2], "axis_names": ["data"]}, "rules": [["a", ["model"]]]})"),
+      HasSubstr("rules[0] ('a'): LayoutMap key 'a': Invalid axis names for Layout."));
+}
+
+TEST_F(RulesFileTest, BadTopLevelMeshAndMode) {
+  EXPECT_EQ(error_of("[1]"),
+            "rules file 'r.json': top level: must be an object with a \"rules\" list, got a list");
+  EXPECT_EQ(error_of("{}"), "rules file 'r.json': top level: has no \"rules\" list");
+  EXPECT_EQ(error_of(R"({"rules": [], "rulez": []})"),
+            "rules file 'r.json': top level: unknown key 'rulez'; expected \"rules\" and "
+            "optionally \"mesh\" and \"mode\"");
+  EXPECT_THAT(error_of(R"({"mode": "re", "rules": []})"),
+              HasSubstr("rules file 'r.json': \"mode\": unknown match mode 're'"));
+  EXPECT_EQ(error_of(R"({"mesh": {"shape": [2, 4]}, "rules": []})"),
+            "rules file 'r.json': \"mesh\": needs both \"shape\" and \"axis_names\"");
+  EXPECT_EQ(error_of(R"({"mesh": {"shape": [2, "4"], "axis_names": ["a", "b"]}, "rules": []})"),
+            "rules file 'r.json': \"mesh\".\"shape\"[1]: must be an integer, got a string \"4\"");
+  EXPECT_THAT(error_of(R"({"mesh": {"shape": [2, 4], "axis_names": ["a"]}, "rules": []})"),
+              HasSubstr("\"mesh\": Shape and axis_names should have same size."));
+  EXPECT_THAT(error_of(R"({"mesh": {"shape": [0], "axis_names": ["a"]}, "rules": []})"),
+              HasSubstr("DeviceMesh axis 'a' has size 0"));
+}
+
+TEST_F(RulesFileTest, MissingFileIsNotFound) {
+  EXPECT_THROW(load_rules_file("/nonexistent/rules.json"), NotFoundError);
+}
+
+}  // namespace
+}  // namespace meshlayout
