@@ -7,6 +7,7 @@
 #include "meshlayout/cli/demo_command.h"
 #include "meshlayout/cli/layout_command.h"
 #include "meshlayout/cli/match_command.h"
+#include "meshlayout/cli/reshard_command.h"
 #include "meshlayout/core/errors.h"
 
 int main(int argc, char** argv) {
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_demo_command(app, &exit_code);
   meshlayout::cli::add_match_command(app, &exit_code);
   meshlayout::cli::add_layout_command(app, &exit_code);
+  meshlayout::cli::add_reshard_command(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

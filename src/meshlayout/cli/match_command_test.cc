@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -20,7 +22,10 @@ class MatchCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
     set_device_count(8);
-    path_ = ::testing::TempDir() + "match_rules.json";
+    // Unique per test and process: ctest runs the tests of this file in parallel.
+    path_ = ::testing::TempDir() + "match_rules_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+            std::to_string(getpid()) + ".json";
     std::ofstream(path_) << R"({"mesh": {"shape": [2, 4], "axis_names": ["data", "model"]},
       "mode": "search",
       "rules": [["dense.*kernel", [null, "model"]], ["emb", [["data", "model"], null]],

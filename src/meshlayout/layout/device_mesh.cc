@@ -195,6 +195,12 @@ DeviceMesh DeviceMesh::from_string(std::string_view text) {
       }
       total *= s;
     }
+    if (total > device_count()) {
+      throw ValueError(fmt::format(
+          "mesh text {} describes {} devices (cpu:0 … cpu:{}), but list_devices() has {}; set "
+          "{} or set_device_count(), or list the devices, as in mesh[data=2](cpu:0,cpu:1)",
+          quote(text), total, total - 1, device_count(), kCpuDevicesEnvVar));
+    }
     if (total > 0) {  // invalid sizes are reported by the constructor
       devices.emplace();
       for (int64_t i = 0; i < total; ++i) devices->push_back(device_name(i));

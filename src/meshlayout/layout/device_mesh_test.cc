@@ -49,8 +49,8 @@ TEST_F(DeviceMeshTest, BuildsWithDefaultDevices) {
   EXPECT_EQ(mesh.shape(), (Ints{2, 4}));
   EXPECT_EQ(mesh.axis_names(), (Names{"data", "model"}));
   EXPECT_EQ(mesh.devices(), list_devices());
-  EXPECT_EQ(mesh.devices(), (Names{"cpu:0", "cpu:1", "cpu:2", "cpu:3", "cpu:4", "cpu:5",
-                                   "cpu:6", "cpu:7"}));
+  EXPECT_EQ(mesh.devices(),
+            (Names{"cpu:0", "cpu:1", "cpu:2", "cpu:3", "cpu:4", "cpu:5", "cpu:6", "cpu:7"}));
   EXPECT_EQ(mesh.device_ids(), (Ints{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(mesh.rank(), 2);
   EXPECT_EQ(mesh.size(), 8);
@@ -77,8 +77,8 @@ TEST_F(DeviceMeshTest, CoordsAreRowMajor) {
   EXPECT_EQ(mesh.coords(5), (Ints{1, 1}));
   EXPECT_EQ(mesh.coords(7), (Ints{1, 3}));
 
-  DeviceMesh cube({2, 3, 1}, {"a", "b", "c"}, Names{"cpu:0", "cpu:1", "cpu:2", "cpu:3", "cpu:4",
-                                                    "cpu:5"});
+  DeviceMesh cube({2, 3, 1}, {"a", "b", "c"},
+                  Names{"cpu:0", "cpu:1", "cpu:2", "cpu:3", "cpu:4", "cpu:5"});
   for (int64_t p = 0; p < cube.size(); ++p) {
     Ints c = cube.coords(p);
     ASSERT_EQ(c.size(), 3u);
@@ -133,10 +133,8 @@ TEST_F(DeviceMeshTest, ToStringIsCanonical) {
   EXPECT_EQ(DeviceMesh({8}, {"batch"}).to_string(), "mesh[batch=8]");
   // A prefix cpu:0 … cpu:N-1 of the known devices needs no device list.
   EXPECT_EQ(DeviceMesh({2}, {"a"}, Names{"cpu:0", "cpu:1"}).to_string(), "mesh[a=2]");
-  EXPECT_EQ(DeviceMesh({2}, {"a"}, Names{"cpu:1", "cpu:0"}).to_string(),
-            "mesh[a=2](cpu:1,cpu:0)");
-  EXPECT_EQ(DeviceMesh({2}, {"a"}, Names{"cpu:2", "cpu:3"}).to_string(),
-            "mesh[a=2](cpu:2,cpu:3)");
+  EXPECT_EQ(DeviceMesh({2}, {"a"}, Names{"cpu:1", "cpu:0"}).to_string(), "mesh[a=2](cpu:1,cpu:0)");
+  EXPECT_EQ(DeviceMesh({2}, {"a"}, Names{"cpu:2", "cpu:3"}).to_string(), "mesh[a=2](cpu:2,cpu:3)");
   std::ostringstream os;
   os << DeviceMesh({2, 4}, {"data", "model"});
   EXPECT_EQ(os.str(), "mesh[data=2,model=4]");
@@ -193,14 +191,18 @@ TEST_F(DeviceMeshTest, RejectsEmptyAxisNames) {
 }
 
 TEST_F(DeviceMeshTest, RejectsLengthMismatch) {
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2, 4}, {"data"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2, 4}, {"data"});
+            }),
             "Shape and axis_names should have same size. Received: shape=[2, 4], "
             "axis_names=['data']");
 }
 
 TEST_F(DeviceMeshTest, RejectsDeviceCountMismatchWithDefaultedDevicesHint) {
   set_device_count(4);
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2, 4}, {"data", "model"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2, 4}, {"data", "model"});
+            }),
             "Shape does not match the number of devices. Received: shape=[2, 4] (8 devices); "
             "devices.shape=(4,) (devices defaulted to list_devices(), which has 4; pass "
             "devices explicitly or set MESHLAYOUT_CPU_DEVICES or set_device_count())");
@@ -215,7 +217,9 @@ TEST_F(DeviceMeshTest, RejectsExplicitDeviceCountMismatch) {
 }
 
 TEST_F(DeviceMeshTest, RejectsZeroAxisSize) {
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2, 0}, {"data", "model"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2, 0}, {"data", "model"});
+            }),
             "DeviceMesh axis 'model' has size 0; every axis size must be at least 1. "
             "Received: shape=[2, 0], axis_names=['data', 'model']");
 }
@@ -227,18 +231,24 @@ TEST_F(DeviceMeshTest, RejectsNegativeAxisSize) {
 }
 
 TEST_F(DeviceMeshTest, RejectsMoreThanTheMaximumNumberOfDevices) {
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({8192, 4096}, {"a", "b"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({8192, 4096}, {"a", "b"});
+            }),
             "DeviceMesh shape [8192, 4096] has more than 16777216 devices");
 }
 
 TEST_F(DeviceMeshTest, RejectsDuplicateAxisNames) {
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2, 2, 2}, {"x", "y", "x"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2, 2, 2}, {"x", "y", "x"});
+            }),
             "DeviceMesh axis names must be unique, got ['x', 'y', 'x']: 'x' is at positions "
             "0 and 2");
 }
 
 TEST_F(DeviceMeshTest, RejectsNonIdentifierAxisName) {
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2, 4}, {"data", "model-1"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2, 4}, {"data", "model-1"});
+            }),
             "DeviceMesh axis name 'model-1' is not valid: an axis name is an identifier "
             "([A-Za-z_][A-Za-z0-9_]*) other than 'None'");
 }
@@ -267,14 +277,18 @@ TEST_F(DeviceMeshTest, RejectsDuplicateDevices) {
 }
 
 TEST_F(DeviceMeshTest, RejectsUnknownDeviceType) {
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2}, {"a"}, Names{"gpu:0", "cpu:1"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2}, {"a"}, Names{"gpu:0", "cpu:1"});
+            }),
             "DeviceMesh device 'gpu:0' (position 0) is not a known device; known devices are "
             "'cpu:0' … 'cpu:7' (list_devices(); set MESHLAYOUT_CPU_DEVICES or "
             "set_device_count() for more)");
 }
 
 TEST_F(DeviceMeshTest, RejectsDeviceBeyondTheDeviceCount) {
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2}, {"a"}, Names{"cpu:0", "cpu:99"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2}, {"a"}, Names{"cpu:0", "cpu:99"});
+            }),
             "DeviceMesh device 'cpu:99' (position 1) is not a known device; known devices are "
             "'cpu:0' … 'cpu:7' (list_devices(); set MESHLAYOUT_CPU_DEVICES or "
             "set_device_count() for more)");
@@ -349,7 +363,9 @@ TEST_F(DeviceMeshTest, FromStringRejectsDuplicateAxisNames) {
 TEST_F(DeviceMeshTest, FromStringRejectsMoreDevicesThanKnown) {
   // The short form means cpu:0 … cpu:15, and only 8 devices exist.
   EXPECT_TRUE(HasSubstr(ValueErrorMessage([] { DeviceMesh::from_string("data=16"); }),
-                        "'cpu:8' (position 8) is not a known device"));
+                        "mesh text 'data=16' describes 16 devices (cpu:0 … cpu:15), but "
+                        "list_devices() has 8; set MESHLAYOUT_CPU_DEVICES or set_device_count(), "
+                        "or list the devices, as in mesh[data=2](cpu:0,cpu:1)"));
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ namespace meshlayout {
 /// The block table of a tensor of rank 0, 1 or 2; ValueError for a higher rank.
 std::string render_layout_grid(const ShardGeometry& geometry);
 
-/// One line per device: `cpu:5  pos 5  coords (1, 1)  box [4:8, 0:6]  shape (4, 6)  24 elements`.
+/// One line per device:
+/// `cpu:5  coords (1, 1)  box [4:8, 0:6]  shape (4, 6)  24 elements  replica 1`.
 std::string render_device_boxes(const ShardGeometry& geometry);
 
 }  // namespace meshlayout

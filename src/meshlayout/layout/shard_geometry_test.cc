@@ -75,8 +75,8 @@ TEST(BlockRangeTest, EmptyDimensionGivesEmptyBlocks) {
 }
 
 TEST(BlockRangeTest, FewerElementsThanBlocksLeavesTrailingBlocksEmpty) {
-  EXPECT_EQ(AllBlocks(3, 8), (std::vector<Range>{{0, 1}, {1, 2}, {2, 3}, {3, 3}, {3, 3},
-                                                 {3, 3}, {3, 3}, {3, 3}}));
+  EXPECT_EQ(AllBlocks(3, 8),
+            (std::vector<Range>{{0, 1}, {1, 2}, {2, 3}, {3, 3}, {3, 3}, {3, 3}, {3, 3}, {3, 3}}));
 }
 
 TEST(BlockRangeTest, PrimeSizeUsesCeilingBlocks) {
@@ -153,8 +153,8 @@ TEST_F(ShardGeometryTest, RowShardedMatrixReplicatesOverTheUnusedAxis) {
 TEST_F(ShardGeometryTest, MultiAxisDimensionFlattensMajorFirst) {
   // P(('data','model')) on (10,): 8 blocks of ceil(10/8) = 2.
   ShardGeometry g(TensorLayout({{"data", "model"}}, mesh_), {10});
-  EXPECT_EQ(BoxStrings(g), (Names{"[0:2]", "[2:4]", "[4:6]", "[6:8]", "[8:10]", "[10:10]",
-                                  "[10:10]", "[10:10]"}));
+  EXPECT_EQ(BoxStrings(g),
+            (Names{"[0:2]", "[2:4]", "[4:6]", "[6:8]", "[8:10]", "[10:10]", "[10:10]", "[10:10]"}));
   EXPECT_EQ(g.num_blocks(0), 8);
   EXPECT_EQ(g.num_replicas(), 1);
   EXPECT_EQ(g.max_box_elements(), 2);
@@ -212,8 +212,7 @@ TEST_F(ShardGeometryTest, ShardGroupsCollectDevicesHoldingTheSameBlock) {
   EXPECT_EQ(cols.shard_groups(), (std::vector<Ints>{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
   ShardGeometry both(TensorLayout({"model", "data"}, mesh_), {4, 8});
   // Ordered by block (row-major): (0,0) (0,1) (1,0) (1,1) …
-  EXPECT_EQ(both.shard_groups(),
-            (std::vector<Ints>{{0}, {4}, {1}, {5}, {2}, {6}, {3}, {7}}));
+  EXPECT_EQ(both.shard_groups(), (std::vector<Ints>{{0}, {4}, {1}, {5}, {2}, {6}, {3}, {7}}));
   ShardGeometry replicated(TensorLayout::replicated(2, mesh_), {3, 3});
   EXPECT_EQ(replicated.shard_groups(), (std::vector<Ints>{{0, 1, 2, 3, 4, 5, 6, 7}}));
 }
@@ -247,9 +246,9 @@ TEST_F(ShardGeometryTest, MaxBoxElementsIsTheLargestBox) {
 }
 
 TEST_F(ShardGeometryTest, BoxesUseMeshPositionsNotDeviceIds) {
-  DeviceMesh reversed({2, 4}, {"data", "model"},
-                      Names{"cpu:7", "cpu:6", "cpu:5", "cpu:4", "cpu:3", "cpu:2", "cpu:1",
-                            "cpu:0"});
+  DeviceMesh reversed(
+      {2, 4}, {"data", "model"},
+      Names{"cpu:7", "cpu:6", "cpu:5", "cpu:4", "cpu:3", "cpu:2", "cpu:1", "cpu:0"});
   ShardGeometry g(TensorLayout({"data", None}, reversed), {8, 6});
   EXPECT_EQ(g.box(0).to_string(), "[0:4, 0:6]");  // position 0 is cpu:7
   EXPECT_EQ(g.box(7).to_string(), "[4:8, 0:6]");
@@ -277,7 +276,9 @@ TEST_F(ShardGeometryTest, NonStrictModeAcceptsTheSameUnevenSplit) {
 }
 
 TEST_F(ShardGeometryTest, RejectsALayoutWithoutMesh) {
-  EXPECT_EQ(ValueErrorMessage([] { ShardGeometry(TensorLayout({"data", None}), {8, 6}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              ShardGeometry(TensorLayout({"data", None}), {8, 6});
+            }),
             "tensor has layout layout[data,None] without a device mesh; attach one "
             "(set_device_mesh) or give the LayoutMap a mesh");
 }
@@ -292,7 +293,9 @@ TEST_F(ShardGeometryTest, RejectsARankMismatchNamingTheTensor) {
 }
 
 TEST_F(ShardGeometryTest, RejectsANegativeExtent) {
-  EXPECT_EQ(ValueErrorMessage([&] { ShardGeometry(TensorLayout({"data", None}, mesh_), {-1, 6}); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              ShardGeometry(TensorLayout({"data", None}, mesh_), {-1, 6});
+            }),
             "tensor has shape (-1, 6) with a negative extent");
 }
 
@@ -362,8 +365,7 @@ RandomCase MakeRandomCase(std::mt19937_64& rng) {
   Shape shape;
   static constexpr int64_t kExtents[] = {0, 1, 2, 3, 5, 7, 11, 13};
   for (int d = 0; d < tensor_rank; ++d) {
-    const size_t take =
-        std::min(static_cast<size_t>(Uniform(rng, 0, 2)), axes.size() - next_axis);
+    const size_t take = std::min(static_cast<size_t>(Uniform(rng, 0, 2)), axes.size() - next_axis);
     Names dim_axes;
     int64_t blocks = 1;
     for (size_t j = 0; j < take; ++j) {
@@ -408,7 +410,8 @@ Ints ReferenceCoords(const DeviceMesh& mesh, int64_t position) {
     strides[a - 1] = strides[a] * mesh.shape()[a];
   }
   Ints coords;
-  for (size_t a = 0; a < strides.size(); ++a) coords.push_back(position / strides[a] % mesh.shape()[a]);
+  for (size_t a = 0; a < strides.size(); ++a)
+    coords.push_back(position / strides[a] % mesh.shape()[a]);
   return coords;
 }
 
@@ -419,7 +422,8 @@ int64_t AxisPosition(const DeviceMesh& mesh, const std::string& name) {
 
 int64_t ReferenceBlocks(const DeviceMesh& mesh, const DimSharding& dim) {
   int64_t k = 1;
-  for (const std::string& name : dim.axes()) k *= mesh.shape()[static_cast<size_t>(AxisPosition(mesh, name))];
+  for (const std::string& name : dim.axes())
+    k *= mesh.shape()[static_cast<size_t>(AxisPosition(mesh, name))];
   return k;
 }
 
@@ -527,7 +531,8 @@ void CheckRandomCase(const RandomCase& c) {
       ASSERT_EQ(boxes[static_cast<size_t>(p)].to_string(),
                 boxes[static_cast<size_t>(group.front())].to_string())
           << "positions " << group.front() << " and " << p;
-      for (int d = 0; d < g.rank(); ++d) ASSERT_EQ(g.block_index(p, d), block[static_cast<size_t>(d)]);
+      for (int d = 0; d < g.rank(); ++d)
+        ASSERT_EQ(g.block_index(p, d), block[static_cast<size_t>(d)]);
       replicas.insert(g.replica_of(p));
     }
     ASSERT_EQ(static_cast<int64_t>(replicas.size()), g.num_replicas());
@@ -539,7 +544,8 @@ void CheckRandomCase(const RandomCase& c) {
   // (d) No box exceeds max_box_elements(), and some box reaches it.
   int64_t largest = 0;
   for (int64_t p = 0; p < devices; ++p) {
-    ASSERT_LE(boxes[static_cast<size_t>(p)].num_elements(), g.max_box_elements()) << "position " << p;
+    ASSERT_LE(boxes[static_cast<size_t>(p)].num_elements(), g.max_box_elements())
+        << "position " << p;
     largest = std::max(largest, boxes[static_cast<size_t>(p)].num_elements());
   }
   ASSERT_EQ(largest, g.max_box_elements());
@@ -547,7 +553,8 @@ void CheckRandomCase(const RandomCase& c) {
   // (e) Strict mode throws exactly when some dimension is uneven.
   std::vector<int> expected_uneven;
   for (size_t d = 0; d < c.shape.size(); ++d) {
-    if (c.shape[d] % g.num_blocks(static_cast<int>(d)) != 0) expected_uneven.push_back(static_cast<int>(d));
+    if (c.shape[d] % g.num_blocks(static_cast<int>(d)) != 0)
+      expected_uneven.push_back(static_cast<int>(d));
   }
   const std::vector<UnevenDim> uneven = g.uneven_dims();
   std::vector<int> uneven_indices;
@@ -558,8 +565,8 @@ void CheckRandomCase(const RandomCase& c) {
     ASSERT_EQ(u.axes, c.layout.axes()[static_cast<size_t>(u.dim)].axes());
   }
   ASSERT_EQ(uneven_indices, expected_uneven);
-  const std::string strict_error = ValueErrorMessage(
-      [&] { ShardGeometry(c.layout, c.shape, GeometryOptions{.strict = true}); });
+  const std::string strict_error =
+      ValueErrorMessage([&] { ShardGeometry(c.layout, c.shape, GeometryOptions{.strict = true}); });
   if (uneven.empty()) {
     ASSERT_EQ(strict_error, "<nothing thrown>");
   } else {
@@ -587,18 +594,23 @@ TEST_F(ShardGeometryPropertyTest, RandomLayoutsTileTheTensorOncePerReplica) {
   std::mt19937_64 rng(seed);
   int uneven_cases = 0;
   int replicated_cases = 0;
+  int empty_box_cases = 0;
   for (int i = 0; i < kPropertyCases; ++i) {
     const RandomCase c = MakeRandomCase(rng);
     SCOPED_TRACE("case " + std::to_string(i) + ": " + c.describe());
     CheckRandomCase(c);
-    if (HasFailure()) break;  // the first failing case is the one worth reading
+    if (HasFailure()) return;  // the first failing case is the one worth reading
     ShardGeometry g(c.layout, c.shape);
     uneven_cases += g.is_uneven() ? 1 : 0;
     replicated_cases += g.num_replicas() > 1 ? 1 : 0;
+    bool some_empty = false;
+    for (int64_t p = 0; p < c.mesh.size(); ++p) some_empty = some_empty || g.box(p).empty();
+    empty_box_cases += some_empty && num_elements(c.shape) > 0 ? 1 : 0;
   }
   // The generator must actually reach the interesting regions.
   EXPECT_GT(uneven_cases, kPropertyCases / 10);
   EXPECT_GT(replicated_cases, kPropertyCases / 10);
+  EXPECT_GT(empty_box_cases, kPropertyCases / 20);
 }
 
 }  // namespace

@@ -76,9 +76,13 @@ TEST_F(TensorLayoutTest, BraceSyntaxWithNoneAndAnAxis) {
 // Whether `T(args…)` compiles for the brace forms the header documents. Checked through a
 // template so that an ambiguous call yields false instead of breaking the build.
 template <typename T>
-constexpr bool kNestedBraceSyntaxCompiles = requires { T({{"data", "model"}, None}); };
+constexpr bool kNestedBraceSyntaxCompiles = requires {
+  T({{"data", "model"}, None});
+};
 template <typename T>
-constexpr bool kFlatBraceSyntaxCompiles = requires { T({None, "model"}); };
+constexpr bool kFlatBraceSyntaxCompiles = requires {
+  T({None, "model"});
+};
 
 TEST_F(TensorLayoutTest, NestedBraceSyntaxFromTheHeaderCompiles) {
   EXPECT_TRUE(kFlatBraceSyntaxCompiles<TensorLayout>);
@@ -147,7 +151,9 @@ TEST_F(TensorLayoutTest, RejectsOverridingTheMesh) {
 }
 
 TEST_F(TensorLayoutTest, RejectsUnknownAxisAtConstruction) {
-  EXPECT_EQ(ValueErrorMessage([&] { TensorLayout({"data", "batch"}, mesh_); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              TensorLayout({"data", "batch"}, mesh_);
+            }),
             "Invalid axis names for Layout. layout[data,batch] uses axis ['batch'], which "
             "mesh[data=2,model=4] does not have; valid axis names: ['data', 'model']");
 }
@@ -161,7 +167,9 @@ TEST_F(TensorLayoutTest, RejectsUnknownAxesWhenAttachingAndKeepsNoMesh) {
 }
 
 TEST_F(TensorLayoutTest, RejectsAnAxisUsedInTwoDimensions) {
-  EXPECT_EQ(ValueErrorMessage([] { TensorLayout({"data", None, "data"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              TensorLayout({"data", None, "data"});
+            }),
             "TensorLayout layout[data,None,data] uses mesh axis 'data' twice (dimensions 0 and "
             "2); a mesh axis may split at most one dimension, once");
 }
@@ -175,13 +183,17 @@ TEST_F(TensorLayoutTest, RejectsAnAxisUsedTwiceInOneDimension) {
 }
 
 TEST_F(TensorLayoutTest, RejectsAnAxisInTwoDimensionsAcrossAGroup) {
-  EXPECT_EQ(ValueErrorMessage([] { TensorLayout({"model", {"data", "model"}}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              TensorLayout({"model", {"data", "model"}});
+            }),
             "TensorLayout layout[model,(data,model)] uses mesh axis 'model' twice (dimensions 0 "
             "and 1); a mesh axis may split at most one dimension, once");
 }
 
 TEST_F(TensorLayoutTest, RejectsAnAxisNameThatIsNotAnIdentifier) {
-  EXPECT_EQ(ValueErrorMessage([] { TensorLayout({None, "a-b"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              TensorLayout({None, "a-b"});
+            }),
             "TensorLayout dimension 1 names axis 'a-b', which is not a valid mesh axis name "
             "(an identifier other than 'None')");
 }
@@ -232,14 +244,18 @@ TEST_F(TensorLayoutTest, CheckShapeRankMismatchNamesTensorShapeAndLayout) {
 }
 
 TEST_F(TensorLayoutTest, CheckShapeRankMismatchWithOneDimensionLayout) {
-  EXPECT_EQ(ValueErrorMessage([] { TensorLayout({"data"}).check_shape({2, 3}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              TensorLayout({"data"}).check_shape({2, 3});
+            }),
             "tensor with shape (2, 3) does not fit layout[data]: the layout has 1 dimension, "
             "the tensor has 2");
 }
 
 TEST_F(TensorLayoutTest, StrictCheckRejectsUnevenSplitOverOneAxis) {
   TensorLayout layout({"data", None}, mesh_);
-  EXPECT_EQ(ValueErrorMessage([&] { layout.check_shape({7, 6}, {.strict = true}, "variable 'w'"); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              layout.check_shape({7, 6}, {.strict = true}, "variable 'w'");
+            }),
             "variable 'w' with shape (7, 6) does not fit layout[data,None]@mesh[data=2,model=4]: "
             "dimension 0 (size 7) is split over axis 'data' of total size 2, and 7 is not "
             "divisible by 2 (strict mode rejects uneven shards)");
@@ -249,7 +265,9 @@ TEST_F(TensorLayoutTest, StrictCheckRejectsUnevenSplitOverOneAxis) {
 TEST_F(TensorLayoutTest, StrictCheckRejectsUnevenSplitOverSeveralAxes) {
   TensorLayout layout({None, {"data", "model"}}, mesh_);
   EXPECT_NO_THROW(layout.check_shape({3, 16}, {.strict = true}));
-  EXPECT_EQ(ValueErrorMessage([&] { layout.check_shape({3, 10}, {.strict = true}); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              layout.check_shape({3, 10}, {.strict = true});
+            }),
             "tensor with shape (3, 10) does not fit "
             "layout[None,(data,model)]@mesh[data=2,model=4]: dimension 1 (size 10) is split "
             "over axes ['data', 'model'] of total size 8, and 10 is not divisible by 8 (strict "
@@ -290,8 +308,7 @@ TEST_F(TensorLayoutTest, TextFormRoundTrips) {
 }
 
 TEST_F(TensorLayoutTest, FromStringReadsLayoutWithMesh) {
-  TensorLayout layout =
-      TensorLayout::from_string("layout[(data,model),None]@mesh[data=2,model=4]");
+  TensorLayout layout = TensorLayout::from_string("layout[(data,model),None]@mesh[data=2,model=4]");
   ASSERT_EQ(layout.rank(), 2);
   EXPECT_EQ(layout.axes()[0].axes(), (Names{"data", "model"}));
   EXPECT_FALSE(layout.axes()[1].is_sharded());

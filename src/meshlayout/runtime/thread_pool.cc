@@ -1,0 +1,97 @@
+#include "meshlayout/runtime/thread_pool.h"
+
+#include <atomic>
+#include <algorithm>
+#include <exception>
+#include <memory>
+
+namespace meshlayout {
+
+ThreadPool::ThreadPool(size_t threads) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::worker_loop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task();
+  }
+}
+
+void ThreadPool::parallel_for(size_t n, const std::function<void(size_t)>& fn) {
+  parallel_for_after(nullptr, n, fn);
+}
+
+void ThreadPool::parallel_for_after(const std::function<void()>& first, size_t n,
+                                    const std::function<void(size_t)>& fn) {
+  if (n == 0 || workers_.empty()) {
+    if (first) first();
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  // The caller waits for all n items to complete, not for the helper tasks to run: a helper
+  // that starts late finds nothing left and never touches `fn`, so parallel_for may even be
+  // called from inside a task without deadlocking.
+  struct State {
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    std::condition_variable done_cv;
+    size_t completed = 0;
+    std::exception_ptr error;
+  };
+  auto state = std::make_shared<State>();
+  const std::function<void(size_t)>* fn_ptr = &fn;
+  auto drain = [state, n, fn_ptr] {
+    while (true) {
+      size_t i = state->next.fetch_add(1);
+      if (i >= n) break;
+      std::exception_ptr error;
+      try {
+        (*fn_ptr)(i);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (error && !state->error) state->error = error;
+      if (++state->completed == n) state->done_cv.notify_all();
+    }
+  };
+  const size_t helpers = std::min(workers_.size(), first ? n : n - 1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t h = 0; h < helpers; ++h) queue_.emplace_back(drain);
+  }
+  cv_.notify_all();
+  std::exception_ptr first_error;
+  if (first) {
+    try {
+      first();
+    } catch (...) {
+      first_error = std::current_exception();
+    }
+  }
+  drain();
+  std::unique_lock<std::mutex> lock(state->mu);
+  state->done_cv.wait(lock, [&] { return state->completed == n; });
+  if (first_error) std::rethrow_exception(first_error);
+  if (state->error) std::rethrow_exception(state->error);
+}
+
+}  // namespace meshlayout

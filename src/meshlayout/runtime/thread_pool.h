@@ -1,0 +1,50 @@
+// thread_pool.h — a fixed pool of worker threads, sized to the cores, that runs the work of
+// different devices in parallel.
+//
+// Example:
+//   ThreadPool pool;                                  // hardware_concurrency() threads
+//   pool.parallel_for(8, [&](size_t device) { fill(device); });   // blocks until all ran
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace meshlayout {
+
+class ThreadPool {
+ public:
+  /// `threads` = 0 means std::thread::hardware_concurrency() (at least 1). The calling
+  /// thread also works during parallel_for, so `threads - 1` workers are started.
+  explicit ThreadPool(size_t threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  size_t size() const { return workers_.size() + 1; }
+
+  /// Runs fn(0) … fn(n-1), in parallel, and returns when all have finished. If any call
+  /// throws, the first exception is rethrown here after the others finish.
+  void parallel_for(size_t n, const std::function<void(size_t)>& fn);
+
+  /// Like parallel_for, but the calling thread first runs `first` (for work that must stay on
+  /// the caller, such as an MPI call) while the workers start on the items; then it helps with
+  /// the items. An exception from `first` or an item is rethrown after all have finished.
+  void parallel_for_after(const std::function<void()>& first, size_t n,
+                          const std::function<void(size_t)>& fn);
+
+ private:
+  void worker_loop();
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+};
+
+}  // namespace meshlayout
