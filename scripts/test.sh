@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The README's test command (and CI's): install what is missing, then build and run every
-# test twice — an optimised build, and an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# The README's test command (and CI's): install what is missing, then build and run
+#   1. every test (unit, property, examples, CLI, mpirun -np 2/4) in an optimised build;
+#   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   3. the threaded code (thread pool, in-process communicator, arrays as thread ranks,
+#      concurrent lookups) under ThreadSanitizer (MPI left out: Open MPI is not instrumented);
+#   4. each fuzz target for a short smoke run (fuzz/run.sh; 5-minute runs are for developers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --fuzz
 jobs=2
+passed=0  # tests passed over every stage, for the closing line
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 run_suite() {  # run_suite <build dir> <cmake args...>
   local dir=$1; shift
@@ -12,9 +18,30 @@ run_suite() {  # run_suite <build dir> <cmake args...>
   cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
   ninja -C "$dir" -j"$jobs"
   echo "=== test $dir"
-  (cd "$dir" && ctest -j"$jobs" --output-on-failure --timeout 600)
+  local log="$dir/ctest.log"
+  (cd "$dir" && ctest -j"$jobs" --output-on-failure --timeout 600) | tee "$log"
+  passed=$((passed + $(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log")))
 }
 
 run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DMESHLAYOUT_SANITIZE=address,undefined \
   -DMESHLAYOUT_BUILD_BENCHMARKS=OFF
+
+echo "=== build build-tsan (ThreadSanitizer)"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHLAYOUT_SANITIZE=thread \
+  -DMESHLAYOUT_WITH_MPI=OFF -DMESHLAYOUT_BUILD_BENCHMARKS=OFF >/dev/null
+tsan_tests=(runtime/runtime_test array/array_test layout_map/layout_map_test)
+ninja -C build-tsan -j"$jobs" "${tsan_tests[@]##*/}"
+echo "=== test build-tsan"
+for t in "${tsan_tests[@]}"; do
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" "build-tsan/src/meshlayout/$t" \
+    --gtest_brief=1 | tee build-tsan/last.log
+  passed=$((passed + $(sed -n 's/.*PASSED.* \([0-9]*\) tests\..*/\1/p' build-tsan/last.log)))
+done
+
+echo "=== fuzz smoke (20 s per target)"
+bash fuzz/run.sh 20
+passed=$((passed + 2))
+
+echo "=== every stage passed (ctest optimised + ASan/UBSan, TSan, fuzz smoke)"
+echo "tests: $passed passed, 0 failed"

@@ -1,6 +1,9 @@
 // meshlayout — the command-line tool. Each subcommand lives in <verb>_command.{h,cc}; this
 // file only registers them and turns errors into exit codes (1 for a meshlayout error, with
-// the message on stderr; CLI11's codes for usage errors).
+// the message on stderr; CLI11's codes for usage errors). Started by mpirun, it first joins
+// the processes into one runtime (initialize()), so `reshard` runs across them unchanged.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -9,6 +12,10 @@
 #include "meshlayout/cli/match_command.h"
 #include "meshlayout/cli/reshard_command.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/runtime/runtime.h"
+#ifdef MESHLAYOUT_WITH_MPI
+#include "meshlayout/runtime/mpi/initialize.h"
+#endif
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -20,12 +27,19 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_match_command(app, &exit_code);
   meshlayout::cli::add_layout_command(app, &exit_code);
   meshlayout::cli::add_reshard_command(app, &exit_code);
+  std::string where;  // "process 2: " when several processes run the command
   try {
+#ifdef MESHLAYOUT_WITH_MPI
+    if (meshlayout::launched_by_mpirun()) {
+      auto runtime = meshlayout::initialize(&argc, &argv);
+      if (runtime->num_processes() > 1) where = fmt::format("process {}: ", runtime->process_id());
+    }
+#endif
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const meshlayout::Error& e) {
-    std::cerr << "meshlayout: error: " << e.what() << "\n";
+    std::cerr << "meshlayout: " << where << "error: " << e.what() << "\n";
     return 1;
   }
   return exit_code;

@@ -33,10 +33,56 @@ MatchMode parse_match_mode(std::string_view name) {
       quote(name)));
 }
 
-// NOTE [One pass per lookup]: every rule is compiled into one RE2::Set whose anchoring
-// follows the mode, so a lookup runs one DFA pass over the path whatever the number of
-// rules. Should the DFA exceed its memory budget (very large rule sets), Match reports
-// kOutOfMemory and the lookup falls back to testing each rule's own RE2, still linear.
+// NOTE [One pass per lookup]: every rule is compiled into one unanchored RE2::Set, so a
+// lookup runs one DFA pass over the path whatever the number of rules. The mode's anchoring is
+// written into each pattern rather than given to the set, because RE2 compiles a leading `.*`
+// of every rule into a loop of its own, and with thousands of `.*X` rules each DFA state then
+// carries thousands of entries (a cold lookup at 10,000 fullmatch rules took ~2 ms):
+//   fullmatch: `.*X` → `(?:X)\z`, else `\A(?:P)\z`      first: `.*X` → `(?:X)`, else `\A(?:P)`
+// (`.*` is stripped only when X has no top-level `|`). Stripping `.*` is exact for paths
+// without a newline; paths with one, and a set whose DFA runs out of memory (RE2 reports
+// kOutOfMemory), are answered by each rule's own RE2, anchored by the mode — still linear.
+namespace {
+
+// True if `p` has a `|` outside every group and character class.
+bool has_top_level_alternation(std::string_view p) {
+  int depth = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const char c = p[i];
+    if (c == '\\') {
+      ++i;
+    } else if (c == '[') {
+      ++i;
+      if (i < p.size() && p[i] == '^') ++i;
+      if (i < p.size() && p[i] == ']') ++i;
+      while (i < p.size() && p[i] != ']') i += p[i] == '\\' ? 2 : 1;
+    } else if (c == '(') {
+      ++depth;
+    } else if (c == ')') {
+      --depth;
+    } else if (c == '|' && depth == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string anchored_for_set(const std::string& p, MatchMode mode) {
+  if (mode == MatchMode::kSearch) return p;
+  std::string_view rest;
+  bool strip = false;
+  if (p.rfind(".*", 0) == 0) {
+    rest = std::string_view(p).substr(p.size() > 2 && p[2] == '?' ? 3 : 2);
+    strip = !has_top_level_alternation(rest) &&
+            (rest.empty() || std::string_view("*+?{").find(rest[0]) == std::string_view::npos);
+  }
+  const std::string end = mode == MatchMode::kFullmatch ? "\\z" : "";
+  if (strip) return "(?:" + std::string(rest) + ")" + end;
+  return "\\A(?:" + p + ")" + end;
+}
+
+}  // namespace
+
 struct LayoutMap::Matcher {
   MatchMode mode;
   std::unique_ptr<RE2::Set> set;
@@ -53,13 +99,10 @@ struct LayoutMap::Matcher {
 
   Matcher(MatchMode m, const std::vector<std::string>& re2_patterns)
       : mode(m), patterns(re2_patterns) {
-    RE2::Anchor anchor = m == MatchMode::kSearch      ? RE2::UNANCHORED
-                         : m == MatchMode::kFullmatch ? RE2::ANCHOR_BOTH
-                                                      : RE2::ANCHOR_START;
-    set = std::make_unique<RE2::Set>(options(), anchor);
+    set = std::make_unique<RE2::Set>(options(), RE2::UNANCHORED);
     for (const std::string& p : patterns) {
       std::string error;
-      if (set->Add(p, &error) < 0) {
+      if (set->Add(anchored_for_set(p, m), &error) < 0) {
         throw InternalError(fmt::format("RE2::Set refused checked pattern {}: {}", quote(p),
                                         error));
       }
@@ -72,7 +115,8 @@ struct LayoutMap::Matcher {
   // Indices of every rule whose regex matches `path`, ascending.
   void hits(std::string_view path, std::vector<int>* out) const {
     out->clear();
-    if (set) {
+    const bool exact_in_set = mode == MatchMode::kSearch || path.find('\n') == std::string_view::npos;
+    if (set && exact_in_set) {
       RE2::Set::ErrorInfo info;
       bool matched = set->Match(re2::StringPiece(path.data(), path.size()), out, &info);
       if (matched || info.kind == RE2::Set::kNoError) {

@@ -224,6 +224,19 @@ TEST_F(LayoutMapTest, UnusedRulesFindsRulesThatMatchNoPath) {
   EXPECT_THAT(map.unused_rules(paths), ElementsAre(1u));
 }
 
+TEST_F(LayoutMapTest, PathsWithANewlineKeepPythonSemanticsInEveryMode) {
+  // '.' does not match '\n' in Python: re.fullmatch('.*kernel', 'a\nkernel') is None.
+  for (MatchMode mode : {MatchMode::kFullmatch, MatchMode::kFirst}) {
+    LayoutMap map(mesh_, mode);
+    map[".*kernel"] = {None, "model"};
+    EXPECT_EQ(map.match_index("a\nkernel"), std::nullopt) << match_mode_name(mode);
+    EXPECT_EQ(map.match_index("a/kernel"), 0u) << match_mode_name(mode);
+  }
+  LayoutMap search(mesh_, MatchMode::kSearch);
+  search[".*kernel"] = {None, "model"};
+  EXPECT_EQ(search.match_index("a\nkernel"), 0u);  // re.search finds 'kernel' after the '\n'
+}
+
 TEST_F(LayoutMapTest, ManyRulesStillOnePassAndCorrect) {
   LayoutMap map(mesh_, MatchMode::kFullmatch);
   for (int i = 0; i < 2000; ++i) {

@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <climits>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/layout/devices.h"
 
 namespace meshlayout {
 namespace {
@@ -50,9 +53,11 @@ DeviceMesh parse_mesh(const json& j, std::string_view source) {
   const json& s = j["shape"];
   if (!s.is_array()) fail(source, "\"mesh\".\"shape\"", "must be a list of integers, got " + type_name(s));
   for (size_t i = 0; i < s.size(); ++i) {
-    if (!s[i].is_number_integer()) {
+    if (!s[i].is_number_integer() ||
+        (s[i].is_number_unsigned() && s[i].get<uint64_t>() > uint64_t{INT64_MAX})) {
       fail(source, fmt::format("\"mesh\".\"shape\"[{}]", i),
-           fmt::format("must be an integer, got {} {}", type_name(s[i]), excerpt(s[i])));
+           fmt::format("must be an integer of at most 64 bits, got {} {}", type_name(s[i]),
+                       excerpt(s[i])));
     }
     shape.push_back(s[i].get<int64_t>());
   }
@@ -83,6 +88,12 @@ DeviceMesh parse_mesh(const json& j, std::string_view source) {
         break;
       }
       total *= extent;
+    }
+    if (total > device_count()) {
+      fail(source, "\"mesh\"",
+           fmt::format("shape {} describes {} devices, but list_devices() has {}; set {} or "
+                       "set_device_count(), or list \"devices\"",
+                       repr_ints(shape), total, device_count(), kCpuDevicesEnvVar));
     }
     if (total > 0) {
       devices.emplace();
@@ -141,7 +152,7 @@ RulesFile parse_rules_json(std::string_view json_text, std::string_view source) 
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse errors, and numbers out of range (1e400)
     fail(source, "not valid JSON", e.what());
   }
   if (!root.is_object()) {

@@ -96,11 +96,29 @@ TEST_F(RulesFileTest, BadTopLevelMeshAndMode) {
   EXPECT_EQ(error_of(R"({"mesh": {"shape": [2, 4]}, "rules": []})"),
             "rules file 'r.json': \"mesh\": needs both \"shape\" and \"axis_names\"");
   EXPECT_EQ(error_of(R"({"mesh": {"shape": [2, "4"], "axis_names": ["a", "b"]}, "rules": []})"),
-            "rules file 'r.json': \"mesh\".\"shape\"[1]: must be an integer, got a string \"4\"");
+            "rules file 'r.json': \"mesh\".\"shape\"[1]: must be an integer of at most 64 bits, "
+            "got a string \"4\"");
   EXPECT_THAT(error_of(R"({"mesh": {"shape": [2, 4], "axis_names": ["a"]}, "rules": []})"),
               HasSubstr("\"mesh\": Shape and axis_names should have same size."));
   EXPECT_THAT(error_of(R"({"mesh": {"shape": [0], "axis_names": ["a"]}, "rules": []})"),
               HasSubstr("DeviceMesh axis 'a' has size 0"));
+}
+
+TEST_F(RulesFileTest, NumbersOutOfRangeAreErrorsNotCrashes) {
+  // Found by the rules_file fuzz target: nlohmann throws out_of_range, not parse_error.
+  EXPECT_THAT(error_of("1e400"), HasSubstr("rules file 'r.json': not valid JSON: "));
+  EXPECT_THAT(error_of(R"({"rules": [], "mode": 1e400})"), HasSubstr("not valid JSON"));
+  EXPECT_EQ(
+      error_of(R"({"mesh": {"shape": [18446744073709551615], "axis_names": ["a"]}, "rules": []})"),
+      "rules file 'r.json': \"mesh\".\"shape\"[0]: must be an integer of at most 64 bits, got "
+      "a number 18446744073709551615");
+}
+
+TEST_F(RulesFileTest, HugeMeshIsRefusedBeforeNamingItsDevices) {
+  EXPECT_EQ(error_of(R"({"mesh": {"shape": [16777216], "axis_names": ["a"]}, "rules": []})"),
+            "rules file 'r.json': \"mesh\": shape [16777216] describes 16777216 devices, but "
+            "list_devices() has 8; set MESHLAYOUT_CPU_DEVICES or set_device_count(), or list "
+            "\"devices\"");
 }
 
 TEST_F(RulesFileTest, MissingFileIsNotFound) {
