@@ -146,7 +146,25 @@ inline void check_random_reshards(const std::shared_ptr<Runtime>& rt, uint64_t s
     if (!(a.gather() == x)) throw InternalError("gather(distribute(x)) != x; " + where);
     ReshardPlan plan;
     rt->staging().reset_peak();
+    std::vector<int64_t> live_before;
+    for (VirtualDevice* d : rt->local_devices()) {
+      live_before.push_back(d->memory().stats().bytes_live);
+      d->memory().reset_peak();
+    }
     Array b = distribute_tensor(a, c.b, {.plan_out = &plan});
+    // NOTE [Reshard memory]: a device holds its source shard and target shard, nothing else.
+    for (size_t i = 0; i < live_before.size(); ++i) {
+      VirtualDevice* d = rt->local_devices()[i];
+      int64_t target = 0;
+      for (const Array::Shard& s : b.local_shards()) {
+        if (s.device_id == d->id()) target += static_cast<int64_t>(s.buffer.size());
+      }
+      if (d->memory().stats().peak_bytes > live_before[i] + target) {
+        throw InternalError(fmt::format("{} peaked at {} bytes, above source + target {}; {}",
+                                        d->name(), d->memory().stats().peak_bytes,
+                                        live_before[i] + target, where));
+      }
+    }
     if (plan.bytes_moved != plan.minimum_bytes) throw InternalError("moved != minimum; " + where);
     if (rt->staging().stats().peak_bytes != 0) throw InternalError("bytes were staged; " + where);
     expect_shards_match(b, x);

@@ -11,31 +11,16 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
 
+using testing::ValueErrorMessage;
+using testing::HasSubstr;
+
 using Names = std::vector<std::string>;
 using Ints = std::vector<int64_t>;
-
-// Runs `f` and returns the message of the ValueError it throws. Anything else yields a
-// text that no expectation matches, so the calling EXPECT_* fails at the caller's line.
-template <typename F>
-std::string ValueErrorMessage(F&& f) {
-  try {
-    f();
-  } catch (const ValueError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a ValueError: ") + e.what() + ">";
-  }
-  return "<nothing thrown>";
-}
-
-::testing::AssertionResult HasSubstr(const std::string& text, std::string_view part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
 
 // Every test sees exactly 8 devices, whatever MESHLAYOUT_CPU_DEVICES says.
 class DeviceMeshTest : public ::testing::Test {

@@ -10,25 +10,14 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/device_mesh.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
 
-using Names = std::vector<std::string>;
+using testing::ValueErrorMessage;
 
-// Runs `f` and returns the message of the ValueError it throws. Anything else yields a
-// text that no expectation matches, so the calling EXPECT_* fails at the caller's line.
-template <typename F>
-std::string ValueErrorMessage(F&& f) {
-  try {
-    f();
-  } catch (const ValueError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("<not a ValueError: ") + e.what() + ">";
-  }
-  return "<nothing thrown>";
-}
+using Names = std::vector<std::string>;
 
 class TensorLayoutTest : public ::testing::Test {
  protected:
