@@ -137,6 +137,10 @@ class LayoutMap {
   /// Same mesh, mode and rules in the same order.
   friend bool operator==(const LayoutMap& a, const LayoutMap& b);
 
+  /// Makes this map current on this thread while the returned scope lives: variables created
+  /// meanwhile are lazy and get their layouts from this map (layout_map_scope.h).
+  class LayoutMapScope scope() const;
+
  private:
   struct Matcher;       // the RE2::Set over every rule, built on first lookup after a change
   struct MatcherCache;  // owns the Matcher and the lock that guards building it
