@@ -30,7 +30,7 @@ run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DMESHLAYOUT_SANITIZE=address,unde
 echo "=== build build-tsan (ThreadSanitizer)"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHLAYOUT_SANITIZE=thread \
   -DMESHLAYOUT_WITH_MPI=OFF -DMESHLAYOUT_BUILD_BENCHMARKS=OFF >/dev/null
-tsan_tests=(runtime/runtime_test array/array_test layout_map/layout_map_test)
+tsan_tests=(runtime/runtime_test array/array_test layout_map/layout_map_test ops/ops_test nn/nn_test)
 ninja -C build-tsan -j"$jobs" "${tsan_tests[@]##*/}"
 echo "=== test build-tsan"
 for t in "${tsan_tests[@]}"; do

@@ -42,6 +42,12 @@ class Array {
                         std::shared_ptr<Runtime> runtime = nullptr,
                         const GeometryOptions& options = {});
 
+  /// Move-only: shards own device memory. Copy with distribute_tensor(a, a.layout()).
+  Array(Array&&) = default;
+  Array& operator=(Array&&) = default;
+  Array(const Array&) = delete;
+  Array& operator=(const Array&) = delete;
+
   const Shape& shape() const { return geometry_.shape(); }
   DType dtype() const { return dtype_; }
   const TensorLayout& layout() const { return geometry_.layout(); }

@@ -1,0 +1,206 @@
+#include "meshlayout/nn/layer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/ops/matmul.h"
+
+namespace meshlayout {
+
+Tensor::Tensor(Array value)
+    : shape_(value.shape()), value_(std::make_shared<const Array>(std::move(value))) {}
+
+Tensor Tensor::symbolic(Shape shape, std::shared_ptr<Layer> layer,
+                        std::shared_ptr<const Tensor> input) {
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.producer_ = std::move(layer);
+  t.input_ = std::move(input);
+  return t;
+}
+
+const Array& Tensor::value() const {
+  if (!value_) {
+    throw FailedPreconditionError(fmt::format(
+        "a symbolic tensor of shape {} has no value; call the model on an Array",
+        shape_to_string(shape_)));
+  }
+  return *value_;
+}
+
+Tensor Input(const Shape& shape, int64_t batch_size) {
+  Shape full{batch_size};
+  full.insert(full.end(), shape.begin(), shape.end());
+  return Tensor::symbolic(std::move(full));
+}
+
+namespace {
+
+std::mutex g_names_mu;
+std::map<std::string, int, std::less<>> g_name_counts;
+
+std::string auto_name(std::string_view class_name) {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  int& n = g_name_counts[std::string(class_name)];
+  std::string name = n == 0 ? std::string(class_name) : fmt::format("{}_{}", class_name, n);
+  ++n;
+  return name;
+}
+
+}  // namespace
+
+void clear_session() {
+  std::lock_guard<std::mutex> lock(g_names_mu);
+  g_name_counts.clear();
+}
+
+Layer::Layer(std::string_view class_name, std::string name)
+    : name_(name.empty() ? auto_name(class_name) : std::move(name)) {
+  if (name_.find('/') != std::string::npos) {
+    throw ValueError(fmt::format("layer name {} contains '/', which separates the parts of a "
+                                 "variable path",
+                                 quote(name_)));
+  }
+}
+
+Tensor Layer::operator()(const Tensor& x) {
+  if (!built_) {
+    build(x.shape());
+    built_ = true;
+  }
+  if (x.is_symbolic()) {
+    return Tensor::symbolic(compute_output_shape(x.shape()), shared_from_this(),
+                            std::make_shared<const Tensor>(x));
+  }
+  return Tensor(call(x.value()));
+}
+
+VariablePtr Layer::add_weight(VariableSpec spec) {
+  std::string attr = spec.name;
+  auto v = std::make_shared<Variable>(std::move(spec));
+  // Until a model gives it a longer one, the path is the layer's own.
+  v->set_paths(name_ + "." + attr, name_ + "/" + attr);
+  if (current_layout_map() == nullptr) {
+    DeviceMesh one({1}, {"replica"}, std::vector<std::string>{"cpu:0"});
+    v->materialize(TensorLayout::replicated(static_cast<int>(v->shape().size()), one));
+  }
+  weights_.emplace_back(std::move(attr), v);
+  return v;
+}
+
+Activation parse_activation(std::string_view name) {
+  if (name == "linear" || name.empty()) return Activation::kLinear;
+  if (name == "relu") return Activation::kRelu;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "tanh") return Activation::kTanh;
+  if (name == "softmax") return Activation::kSoftmax;
+  throw ValueError(fmt::format("unknown activation {}; expected one of 'linear', 'relu', "
+                               "'gelu', 'tanh', 'softmax'",
+                               quote(name)));
+}
+
+Array apply_activation(Activation activation, const Array& x) {
+  if (activation == Activation::kLinear) return distribute_tensor(x, x.layout());
+  if (x.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("activations run on F32 tensors, got {}", dtype_name(x.dtype())));
+  }
+  // Softmax needs whole rows: gather the last dimension first if it is split.
+  TensorLayout layout = x.layout();
+  if (activation == Activation::kSoftmax && layout.rank() > 0 && layout.axes().back().is_sharded()) {
+    std::vector<DimSharding> axes = layout.axes();
+    axes.back() = DimSharding();
+    layout = TensorLayout(axes, x.mesh());
+  }
+  Array y = distribute_tensor(x, layout);
+  const int64_t row = y.shape().empty() ? 1 : y.shape().back();
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    Array::Shard& s = y.local_shards()[i];
+    float* p = reinterpret_cast<float*>(s.buffer.data());
+    const int64_t n = s.box.num_elements();
+    switch (activation) {
+      case Activation::kRelu:
+        for (int64_t k = 0; k < n; ++k) p[k] = p[k] > 0 ? p[k] : 0.0f;
+        break;
+      case Activation::kTanh:
+        for (int64_t k = 0; k < n; ++k) p[k] = std::tanh(p[k]);
+        break;
+      case Activation::kGelu:  // exact GELU, as keras.activations.gelu(approximate=False)
+        for (int64_t k = 0; k < n; ++k) {
+          p[k] = static_cast<float>(0.5 * p[k] * (1.0 + std::erf(p[k] / std::sqrt(2.0))));
+        }
+        break;
+      case Activation::kSoftmax:
+        for (int64_t r = 0; row > 0 && r < n / row; ++r) {
+          float* v = p + r * row;
+          float m = v[0];
+          for (int64_t k = 1; k < row; ++k) m = std::max(m, v[k]);
+          double sum = 0;
+          for (int64_t k = 0; k < row; ++k) sum += (v[k] = std::exp(v[k] - m));
+          for (int64_t k = 0; k < row; ++k) v[k] = static_cast<float>(v[k] / sum);
+        }
+        break;
+      case Activation::kLinear:
+        break;
+    }
+  });
+  return y;
+}
+
+Dense::Dense(int64_t units, DenseOptions options)
+    : Layer("dense", options.name), units_(units), options_(std::move(options)) {
+  if (units < 1) throw ValueError(fmt::format("Dense units must be at least 1, got {}", units));
+}
+
+Shape Dense::compute_output_shape(const Shape& input_shape) const {
+  Shape out = input_shape;
+  out.back() = units_;
+  return out;
+}
+
+void Dense::build(const Shape& input_shape) {
+  if (input_shape.empty()) {
+    throw ValueError(fmt::format("Dense layer {} needs inputs of rank >= 1, got shape {}",
+                                 quote(name()), shape_to_string(input_shape)));
+  }
+  kernel_ = add_weight({.name = "kernel",
+                        .shape = {input_shape.back(), units_},
+                        .initializer = options_.kernel_initializer});
+  if (options_.use_bias) {
+    bias_ = add_weight({.name = "bias", .shape = {units_}, .initializer = options_.bias_initializer});
+  }
+}
+
+Array Dense::call(const Array& x) {
+  const Array& kernel = kernel_->value();
+  Array y = x.mesh() == kernel.mesh()
+                ? matmul(x, kernel)
+                // An input on another mesh of the same devices follows the kernel's mesh.
+                : matmul(distribute_tensor(x, TensorLayout::replicated(
+                                                  static_cast<int>(x.shape().size()), kernel.mesh())),
+                         kernel);
+  if (bias_) {
+    // Bias laid out like y's last dimension, so each device holds the columns it adds to.
+    Array b = distribute_tensor(bias_->value(), TensorLayout({y.layout().axes().back()}, y.mesh()));
+    y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+      Array::Shard& s = y.local_shards()[i];
+      const Array::Shard* bs = b.shard_at(s.position);
+      const int64_t cols = s.box.shape.back();
+      if (cols == 0) return;
+      float* p = reinterpret_cast<float*>(s.buffer.data());
+      const float* bias = reinterpret_cast<const float*>(bs->buffer.data());
+      for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
+        for (int64_t c = 0; c < cols; ++c) p[r * cols + c] += bias[c];
+      }
+    });
+  }
+  if (options_.activation == Activation::kLinear) return y;
+  return apply_activation(options_.activation, y);
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,81 @@
+// variable.h — Variable: a named, typed, shaped model weight whose storage is an Array laid
+// out over a mesh. It carries both Keras names (DESIGN §2 "Variable paths"):
+//   object_path()  Keras 2 key used by LayoutMap::scope()   e.g. "d1.kernel", "blocks.0.kernel"
+//   path()         Keras 3 scope path used by ModelParallel  e.g. "my_model/d1/kernel"
+// A variable created under LayoutMap::scope() is lazy: shape, dtype and initializer, no
+// storage, until materialize() gives it a layout — then each device allocates and fills only
+// its own box (counter-based initializers: the values do not depend on the layout).
+//
+// Example:
+//   auto v = std::make_shared<Variable>(VariableSpec{.name = "kernel", .shape = {10, 20}});
+//   v->set_paths("d1.kernel", "d1/kernel");
+//   v->materialize(TensorLayout({None, "model"}, mesh));   // each device fills its box
+//   HostTensor whole = v->value().gather();
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "meshlayout/array/array.h"
+#include "meshlayout/init/initializers.h"
+
+namespace meshlayout {
+
+struct VariableSpec {
+  std::string name;  // the attribute name inside its layer, e.g. "kernel"
+  Shape shape;
+  DType dtype = DType::kF32;
+  Initializer initializer = Initializer::zeros();
+  bool trainable = true;
+};
+
+class Variable {
+ public:
+  explicit Variable(VariableSpec spec);
+
+  const std::string& name() const { return spec_.name; }
+  const Shape& shape() const { return spec_.shape; }
+  DType dtype() const { return spec_.dtype; }
+  bool trainable() const { return spec_.trainable; }
+  const Initializer& initializer() const { return spec_.initializer; }
+
+  /// Keras 2 object path (the LayoutMap::scope() key); empty until the path is final.
+  const std::string& object_path() const { return object_path_; }
+  /// Keras 3 scope path (the ModelParallel key); empty until the layer is built in a model.
+  const std::string& path() const { return path_; }
+  void set_paths(std::string object_path, std::string path);
+
+  /// True while the variable has no storage (created under a scope, not yet materialised).
+  bool is_lazy() const { return !value_.has_value(); }
+  /// The layout given at materialisation; std::nullopt while lazy.
+  std::optional<TensorLayout> layout() const;
+
+  /// The distributed value; FailedPreconditionError naming the variable while it is lazy.
+  const Array& value() const;
+
+  /// Creates the storage under `layout` (its mesh must be set): each local device allocates
+  /// and fills only its box. ValueError naming the variable path, its shape and the layout if
+  /// the layout does not fit (checked before any memory is allocated); FailedPreconditionError
+  /// if the variable is materialised already.
+  void materialize(const TensorLayout& layout, std::shared_ptr<Runtime> runtime = nullptr,
+                   bool strict = false);
+
+  /// Replaces the value, keeping the layout (a host tensor is distributed into it, an Array is
+  /// resharded into it). ValueError on a shape or dtype mismatch.
+  void assign(const HostTensor& value);
+  void assign(const Array& value);
+
+  /// "variable 'd1.kernel'" (or the Keras 3 path, or the name) for messages.
+  std::string describe() const;
+
+ private:
+  VariableSpec spec_;
+  std::string object_path_;
+  std::string path_;
+  std::optional<Array> value_;
+};
+
+using VariablePtr = std::shared_ptr<Variable>;
+
+}  // namespace meshlayout

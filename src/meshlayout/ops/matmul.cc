@@ -1,0 +1,180 @@
+#include "meshlayout/ops/matmul.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/ops/blas.h"
+#include "meshlayout/ops/partial_sum.h"
+
+namespace meshlayout {
+namespace {
+
+// A device's product is cut into row chunks when there are fewer products than pool threads;
+// chunks keep at least this many rows so the BLAS still runs at full speed.
+constexpr int64_t kMinChunkRows = 64;
+
+/// Allocates on every process and agrees on a local failure (out of memory) before going on,
+/// so no process is left waiting in a later collective (DESIGN §4).
+Array allocate_agreed(const TensorLayout& layout, const Shape& shape, DType dtype,
+                      const std::shared_ptr<Runtime>& rt) {
+  std::exception_ptr failure;
+  std::optional<Array> a;
+  try {
+    a.emplace(Array::allocate(layout, shape, dtype, rt));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_on_failure(rt->comm(), failure);
+  return std::move(*a);
+}
+
+/// One local product: x_shard @ w_shard into `out` (a row-major block of shape (batch..., n)),
+/// then copied into `replicas` (devices of this process holding the same block).
+struct Product {
+  const Array::Shard* x;
+  const Array::Shard* w;
+  std::byte* out;
+  std::vector<std::byte*> replicas;
+};
+
+template <typename T>
+void run_products(ThreadPool& pool, const std::vector<Product>& products) {
+  struct Chunk {
+    const Product* p;
+    int64_t m, k, n, row, rows;
+  };
+  std::vector<Chunk> chunks;
+  const size_t pieces =
+      products.empty() ? 1 : std::max<size_t>(1, (pool.size() + products.size() - 1) / products.size());
+  for (const Product& p : products) {
+    const Box& xb = p.x->box;
+    const Box& wb = p.w->box;
+    if (xb.offset.back() != wb.offset[0] || xb.shape.back() != wb.shape[0]) {
+      throw InternalError(fmt::format(
+          "matmul: the x shard {} and the w shard {} of mesh position {} hold different K ranges",
+          xb.to_string(), wb.to_string(), p.x->position));
+    }
+    const int64_t k = xb.shape.back(), n = wb.shape[1];
+    const int64_t m = num_elements(Shape(xb.shape.begin(), xb.shape.end() - 1));
+    if (m == 0 || n == 0) continue;
+    const int64_t parts = std::clamp<int64_t>(static_cast<int64_t>(pieces), 1,
+                                              std::max<int64_t>(1, m / kMinChunkRows));
+    const int64_t rows = (m + parts - 1) / parts;
+    for (int64_t row = 0; row < m; row += rows) {
+      chunks.push_back(Chunk{&p, m, k, n, row, std::min(rows, m - row)});
+    }
+  }
+  pool.parallel_for(chunks.size(), [&](size_t i) {
+    const Chunk& c = chunks[i];
+    const T* a = reinterpret_cast<const T*>(c.p->x->buffer.data()) + c.row * c.k;
+    const T* b = reinterpret_cast<const T*>(c.p->w->buffer.data());
+    T* out = reinterpret_cast<T*>(c.p->out) + c.row * c.n;
+    internal_ops::gemm<T>(c.rows, c.n, c.k, a, std::max<int64_t>(1, c.k), b, c.n, out, c.n);
+    for (std::byte* r : c.p->replicas) {  // while the rows are still in cache
+      std::memcpy(reinterpret_cast<T*>(r) + c.row * c.n, out,
+                  static_cast<size_t>(c.rows * c.n) * sizeof(T));
+    }
+  });
+}
+
+void run_products(ThreadPool& pool, DType dtype, const std::vector<Product>& products) {
+  if (dtype == DType::kF32) {
+    run_products<float>(pool, products);
+  } else {
+    run_products<double>(pool, products);
+  }
+}
+
+std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
+  std::vector<int64_t> block(static_cast<size_t>(g.rank()));
+  for (int d = 0; d < g.rank(); ++d) block[static_cast<size_t>(d)] = g.block_index(position, d);
+  return block;
+}
+
+/// K not split: each block of the product layout is computed once per process, straight into
+/// the output shard of its first local device, and copied to the others.
+Array products_without_partials(const Array& x, const Array& w, const MatmulPlan& plan) {
+  Array out = allocate_agreed(plan.product_layout, plan.output_shape, plan.dtype, x.runtime_ptr());
+  std::map<std::vector<int64_t>, size_t> first;  // product block → index in products
+  std::vector<Product> products;
+  for (Array::Shard& s : out.local_shards()) {
+    auto [it, added] = first.emplace(block_of(out.geometry(), s.position), products.size());
+    if (added) {
+      products.push_back(Product{x.shard_at(s.position), w.shard_at(s.position), s.buffer.data(), {}});
+    } else {
+      products[it->second].replicas.push_back(s.buffer.data());
+    }
+  }
+  run_products(x.runtime().pool(), plan.dtype, products);
+  return out;
+}
+
+/// K split: each device's product is a partial sum, completed by reduce_partials (NOTE
+/// [Partial sums]).
+Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& plan) {
+  Runtime& rt = x.runtime();
+  const DeviceMesh& mesh = x.mesh();
+  std::vector<int> k_axes;
+  for (const std::string& a : plan.contracted_axes) k_axes.push_back(*mesh.axis_index(a));
+  internal_ops::PartialLayout layout{ShardGeometry(plan.product_layout, plan.output_shape), k_axes,
+                                     plan.x_shape.back()};
+  const size_t elem = dtype_size(plan.dtype);
+  internal_ops::LocalPartials partials;
+  std::exception_ptr failure;
+  try {
+    for (const Array::Shard& s : x.local_shards()) {
+      std::vector<int64_t> block = layout.product_block_of(s.position);
+      const int64_t kb = layout.k_block_of(s.position);
+      if (layout.k_block_empty(kb)) continue;
+      const bool known = std::any_of(partials.begin(), partials.end(), [&](const auto& p) {
+        return p.k_block == kb && p.block == block;
+      });
+      if (known) continue;
+      Box box = layout.product.box(s.position);
+      const size_t bytes = static_cast<size_t>(box.num_elements()) * elem;
+      partials.push_back(internal_ops::LocalPartial{std::move(block), kb, s.position, std::move(box),
+                                                    DeviceBuffer(rt.device(s.device_id).memory(), bytes)});
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_on_failure(rt.comm(), failure);
+  std::vector<Product> products;
+  for (internal_ops::LocalPartial& p : partials) {
+    products.push_back(Product{x.shard_at(p.position), w.shard_at(p.position), p.buffer.data(), {}});
+  }
+  run_products(rt.pool(), plan.dtype, products);
+
+  const TensorLayout& target = plan.all_reduce_in_two_steps ? plan.scatter_layout : plan.output_layout;
+  Array out = allocate_agreed(target, plan.output_shape, plan.dtype, x.runtime_ptr());
+  internal_ops::ReductionPlan reduction =
+      internal_ops::plan_reduction(layout, out.geometry(), elem, rt.local_device_count());
+  internal_ops::reduce_partials(partials, reduction, out);
+  partials.clear();
+  if (plan.all_reduce_in_two_steps) return distribute_tensor(out, plan.output_layout);
+  return out;
+}
+
+}  // namespace
+
+Array matmul(const Array& x, const Array& w, const MatmulOptions& options) {
+  MatmulPlan plan = plan_matmul(x, w, options);
+  internal_ops::use_single_threaded_blas();
+  std::optional<Array> xr, wr;
+  if (plan.reshard_x) xr.emplace(distribute_tensor(x, plan.x_layout));
+  if (plan.reshard_w) wr.emplace(distribute_tensor(w, plan.w_layout));
+  const Array& xa = xr ? *xr : x;
+  const Array& wa = wr ? *wr : w;
+  Array out = plan.contracted_axes.empty() ? products_without_partials(xa, wa, plan)
+                                           : products_with_partials(xa, wa, plan);
+  if (plan.reshard_output) out = distribute_tensor(out, plan.output_layout);
+  if (options.plan_out) *options.plan_out = std::move(plan);
+  return out;
+}
+
+}  // namespace meshlayout

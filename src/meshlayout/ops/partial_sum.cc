@@ -1,0 +1,397 @@
+#include "meshlayout/ops/partial_sum.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/layout/box_ops.h"
+
+namespace meshlayout::internal_ops {
+namespace {
+
+// Pieces are cut so one message stays below 1 GiB (MPI counts are ints); both sides cut alike.
+constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
+// Outputs of at least this many bytes per process are written with non-temporal stores.
+constexpr int64_t kStreamBytes = int64_t{16} << 20;
+// Work items of the sums: small enough to spread over the pool, large enough to amortise.
+constexpr int64_t kChunkElements = int64_t{1} << 16;
+// The sums run tile by tile so the accumulator stays in L1 while the summands stream through.
+constexpr int64_t kTileElements = 2048;
+
+int process_of(const DeviceMesh& mesh, int64_t position, int64_t local_device_count) {
+  return static_cast<int>(mesh.device_ids()[static_cast<size_t>(position)] / local_device_count);
+}
+
+}  // namespace
+
+int64_t PartialLayout::k_blocks() const {
+  int64_t n = 1;
+  for (int a : k_axes) n *= product.mesh().shape()[static_cast<size_t>(a)];
+  return n;
+}
+
+int64_t PartialLayout::k_block_of(int64_t position) const {
+  const std::vector<int64_t> c = product.mesh().coords(position);
+  int64_t kb = 0;
+  for (int a : k_axes) {
+    kb = kb * product.mesh().shape()[static_cast<size_t>(a)] + c[static_cast<size_t>(a)];
+  }
+  return kb;
+}
+
+bool PartialLayout::k_block_empty(int64_t kb) const {
+  auto [start, end] = block_range(k_extent, k_blocks(), kb);
+  return start == end;
+}
+
+std::vector<int64_t> PartialLayout::product_block_of(int64_t position) const {
+  std::vector<int64_t> block(static_cast<size_t>(product.rank()));
+  for (int d = 0; d < product.rank(); ++d) {
+    block[static_cast<size_t>(d)] = product.block_index(position, d);
+  }
+  return block;
+}
+
+ReductionPlan plan_reduction(const PartialLayout& partials, const ShardGeometry& target,
+                             size_t element_size, int64_t local_device_count) {
+  const DeviceMesh& mesh = target.mesh();
+  const ShardGeometry& product = partials.product;
+  if (!(product.mesh() == mesh) || product.shape() != target.shape()) {
+    throw InternalError(fmt::format(
+        "plan_reduction: products of shape {} on {} cannot be summed into shape {} on {}",
+        shape_to_string(product.shape()), product.mesh().to_string(),
+        shape_to_string(target.shape()), mesh.to_string()));
+  }
+  // Compute-replica axes: used neither by the products nor by the split of K.
+  std::vector<bool> used(static_cast<size_t>(mesh.rank()), false);
+  for (const DimSharding& d : product.layout().axes()) {
+    for (const std::string& a : d.axes()) used[static_cast<size_t>(*mesh.axis_index(a))] = true;
+  }
+  for (int a : partials.k_axes) used[static_cast<size_t>(a)] = true;
+  auto replica_coords = [&](int64_t position) {
+    std::vector<int64_t> c = mesh.coords(position), out;
+    for (size_t a = 0; a < c.size(); ++a) {
+      if (!used[a]) out.push_back(c[a]);
+    }
+    return out;
+  };
+  // (product block, K block, replica coordinates) → the one device holding that partial.
+  std::map<std::vector<int64_t>, int64_t> holder;
+  for (int64_t p = 0; p < mesh.size(); ++p) {
+    std::vector<int64_t> key = partials.product_block_of(p);
+    key.push_back(partials.k_block_of(p));
+    for (int64_t c : replica_coords(p)) key.push_back(c);
+    holder.emplace(std::move(key), p);
+  }
+  const int64_t max_elements =
+      std::max<int64_t>(1, kMaxMessageBytes / static_cast<int64_t>(element_size));
+  const int64_t k_blocks = partials.k_blocks();
+  const int rank = target.rank();
+
+  ReductionPlan plan;
+  std::map<std::pair<int, std::vector<int64_t>>, int64_t> primary;  // (process, block) → q
+  for (int64_t q = 0; q < mesh.size(); ++q) {
+    const int process = process_of(mesh, q, local_device_count);
+    std::vector<int64_t> target_block(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) target_block[static_cast<size_t>(d)] = target.block_index(q, d);
+    auto [it, first] = primary.emplace(std::make_pair(process, target_block), q);
+    if (!first) {
+      plan.replicas.emplace_back(q, it->second);
+      continue;
+    }
+    const Box box = target.box(q);
+    if (box.empty()) continue;
+    const std::vector<int64_t> rc = replica_coords(q);
+    // The product blocks meeting `box`: a range of block indices per dimension.
+    std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank));
+    for (int d = 0; d < rank; ++d) {
+      const auto i = static_cast<size_t>(d);
+      const int64_t n = product.shape()[i], k = product.num_blocks(d), c = (n + k - 1) / k;
+      lo[i] = box.offset[i] / c;
+      hi[i] = (box.offset[i] + box.shape[i] - 1) / c;
+    }
+    std::set<int> processes;
+    std::vector<int64_t> nb = lo;
+    while (true) {
+      if (std::optional<Box> piece = intersect(box, product.block_box(nb))) {
+        std::map<int, std::vector<int64_t>> by_process;
+        for (int64_t kb = 0; kb < k_blocks; ++kb) {
+          if (partials.k_block_empty(kb)) continue;
+          std::vector<int64_t> key = nb;
+          key.push_back(kb);
+          key.insert(key.end(), rc.begin(), rc.end());
+          const int64_t h = holder.at(key);
+          by_process[process_of(mesh, h, local_device_count)].push_back(kb);
+        }
+        std::vector<Term> terms;
+        for (auto& [s, kbs] : by_process) {
+          processes.insert(s);
+          terms.push_back(Term{s, std::move(kbs)});
+        }
+        for (Box& sub : split_box(*piece, max_elements)) {
+          plan.pieces.push_back(Piece{q, process, nb, std::move(sub), terms});
+        }
+      }
+      int d = rank - 1;  // next product block, row-major
+      while (d >= 0 && nb[static_cast<size_t>(d)] == hi[static_cast<size_t>(d)]) {
+        nb[static_cast<size_t>(d)] = lo[static_cast<size_t>(d)];
+        --d;
+      }
+      if (d < 0) break;
+      ++nb[static_cast<size_t>(d)];
+    }
+    plan.max_processes = std::max(plan.max_processes, static_cast<int>(processes.size()));
+  }
+  return plan;
+}
+
+namespace {
+
+struct Source {
+  const std::byte* data;
+  const Box* box;  // the box the buffer holds
+};
+
+// Sums `terms` over `region` into `dst` (holding `dst_box`), and copies the result into the
+// buffers of `also` (replicas holding the same box). Each term is the in-order sum of its
+// sources; the terms are added in order. No terms: zeros.
+struct Job {
+  std::byte* dst;
+  const Box* dst_box;
+  Box region;
+  std::vector<std::vector<Source>> terms;
+  std::vector<std::byte*> also;
+  bool stream = false;  // non-temporal stores (see store())
+};
+
+// Stores `n` values: with non-temporal stores when `stream` (large outputs: no read for
+// ownership of lines about to be overwritten whole, no eviction of the summands), else memcpy.
+template <typename T>
+void store(T* to, const T* from, int64_t n, bool stream) {
+#if defined(__SSE2__)
+  if (stream) {
+    int64_t i = 0;
+    for (; i < n && (reinterpret_cast<uintptr_t>(to + i) & 15) != 0; ++i) to[i] = from[i];
+    if constexpr (std::is_same_v<T, float>) {
+      for (; i + 4 <= n; i += 4) _mm_stream_ps(to + i, _mm_loadu_ps(from + i));
+    } else {
+      for (; i + 2 <= n; i += 2) _mm_stream_pd(to + i, _mm_loadu_pd(from + i));
+    }
+    for (; i < n; ++i) to[i] = from[i];
+    return;
+  }
+#endif
+  std::memcpy(to, from, static_cast<size_t>(n) * sizeof(T));
+}
+
+// One run of `length` elements, tile by tile: the tile's sum is built in `acc` (L1) and stored
+// to `dst` and every replica in `also`. `tmp` holds the sum of a multi-source term.
+template <typename T>
+void sum_run(T* dst, const std::vector<std::vector<const T*>>& terms, const std::vector<T*>& also,
+             int64_t length, T* acc, T* tmp, bool stream) {
+  for (int64_t at = 0; at < length; at += kTileElements) {
+    const int64_t n = std::min(kTileElements, length - at);
+    if (terms.empty()) std::fill(acc, acc + n, T{0});
+    for (size_t t = 0; t < terms.size(); ++t) {
+      const std::vector<const T*>& s = terms[t];
+      T* sum = t == 0 ? acc : tmp;
+      const T* a = s[0] + at;
+      if (s.size() == 1) {
+        if (t == 0) {
+          std::memcpy(acc, a, static_cast<size_t>(n) * sizeof(T));
+        } else {
+          for (int64_t i = 0; i < n; ++i) acc[i] += a[i];
+        }
+        continue;
+      }
+      const T* b = s[1] + at;
+      for (int64_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
+      for (size_t j = 2; j < s.size(); ++j) {
+        const T* c = s[j] + at;
+        for (int64_t i = 0; i < n; ++i) sum[i] += c[i];
+      }
+      if (t > 0) {
+        for (int64_t i = 0; i < n; ++i) acc[i] += tmp[i];
+      }
+    }
+    store(dst + at, acc, n, stream);
+    for (T* r : also) store(r + at, acc, n, stream);
+  }
+}
+
+// Element offset of `coords` in a row-major buffer holding `box`.
+int64_t offset_in(const Box& box, const std::vector<int64_t>& coords) {
+  int64_t off = 0;
+  for (size_t d = 0; d < coords.size(); ++d) off = off * box.shape[d] + (coords[d] - box.offset[d]);
+  return off;
+}
+
+template <typename T>
+void run_job(const Job& job) {
+  const Box& region = job.region;
+  const size_t rank = region.shape.size();
+  if (region.num_elements() == 0) return;
+  // Dimensions after `j` span every buffer whole, so dims j… form one contiguous run.
+  auto whole_everywhere = [&](size_t d) {
+    if (job.dst_box->shape[d] != region.shape[d]) return false;
+    for (const auto& term : job.terms) {
+      for (const Source& s : term) {
+        if (s.box->shape[d] != region.shape[d]) return false;
+      }
+    }
+    return true;
+  };
+  size_t j = rank - 1;  // rank >= 1: outputs of matmul have rank >= 2
+  while (j > 0 && whole_everywhere(j)) --j;
+  int64_t length = 1, outer = 1;
+  for (size_t d = 0; d < rank; ++d) (d >= j ? length : outer) *= region.shape[d];
+
+  std::vector<std::vector<const T*>> terms(job.terms.size());
+  for (size_t t = 0; t < job.terms.size(); ++t) terms[t].resize(job.terms[t].size());
+  std::vector<T*> also(job.also.size());
+  std::vector<T> acc(static_cast<size_t>(kTileElements)), tmp(static_cast<size_t>(kTileElements));
+  std::vector<int64_t> coords = region.offset;
+  for (int64_t row = 0; row < outer; ++row) {
+    int64_t rest = row;  // coordinates of dims < j, row-major
+    for (size_t d = j; d-- > 0;) {
+      coords[d] = region.offset[d] + rest % region.shape[d];
+      rest /= region.shape[d];
+    }
+    const int64_t dst_off = offset_in(*job.dst_box, coords);
+    T* dst = reinterpret_cast<T*>(job.dst) + dst_off;
+    for (size_t t = 0; t < job.terms.size(); ++t) {
+      for (size_t s = 0; s < job.terms[t].size(); ++s) {
+        const Source& src = job.terms[t][s];
+        terms[t][s] = reinterpret_cast<const T*>(src.data) + offset_in(*src.box, coords);
+      }
+    }
+    for (size_t r = 0; r < also.size(); ++r) also[r] = reinterpret_cast<T*>(job.also[r]) + dst_off;
+    sum_run<T>(dst, terms, also, length, acc.data(), tmp.data(), job.stream);
+  }
+#if defined(__SSE2__)
+  if (job.stream) _mm_sfence();  // order the non-temporal stores before the pool's hand-off
+#endif
+}
+
+void run_jobs(ThreadPool& pool, DType dtype, const std::vector<Job>& jobs,
+              const std::function<void()>& first = nullptr) {
+  // Cut the jobs into chunks so the pool's threads share big blocks.
+  std::vector<Job> chunks;
+  for (const Job& job : jobs) {
+    if (job.region.num_elements() <= kChunkElements) {
+      chunks.push_back(job);
+      continue;
+    }
+    for (Box& sub : split_box(job.region, kChunkElements)) {
+      Job c = job;
+      c.region = std::move(sub);
+      chunks.push_back(std::move(c));
+    }
+  }
+  auto run = [&](size_t i) {
+    if (dtype == DType::kF32) {
+      run_job<float>(chunks[i]);
+    } else {
+      run_job<double>(chunks[i]);
+    }
+  };
+  if (first) {
+    pool.parallel_for_after(first, chunks.size(), run);
+  } else {
+    pool.parallel_for(chunks.size(), run);
+  }
+}
+
+}  // namespace
+
+void reduce_partials(const LocalPartials& partials, const ReductionPlan& plan, Array& out) {
+  Runtime& rt = out.runtime();
+  const int me = rt.process_id();
+  const DType dtype = out.dtype();
+  if (dtype != DType::kF32 && dtype != DType::kF64) {
+    throw InternalError(fmt::format("reduce_partials: dtype {} is not summed", dtype_name(dtype)));
+  }
+  const size_t elem = dtype_size(dtype);
+  const bool stream = out.local_bytes() >= kStreamBytes;
+  auto find = [&](const std::vector<int64_t>& block, int64_t kb) -> const LocalPartial& {
+    for (const LocalPartial& p : partials) {
+      if (p.k_block == kb && p.block == block) return p;
+    }
+    throw InternalError(fmt::format("reduce_partials: process {} has no partial for K block {}",
+                                    me, kb));
+  };
+  // Replicas of each local primary: they receive every tile of their primary's sum.
+  std::map<int64_t, std::vector<std::byte*>> replicas;
+  for (const auto& [q, primary] : plan.replicas) {
+    if (Array::Shard* s = out.shard_at(q)) replicas[primary].push_back(s->buffer.data());
+  }
+  std::vector<DeviceBuffer> staging;
+  std::vector<BoxRegion> sends, recvs;
+  std::vector<Job> presums, local_jobs, remote_jobs;
+  auto sources = [&](const Piece& piece, const Term& term) {
+    std::vector<Source> out_sources;
+    for (int64_t kb : term.k_blocks) {
+      const LocalPartial& p = find(piece.block, kb);
+      out_sources.push_back(Source{p.buffer.data(), &p.box});
+    }
+    return out_sources;
+  };
+  auto stage = [&](const Box& box) {
+    staging.emplace_back(rt.staging(), static_cast<size_t>(box.num_elements()) * elem);
+    return staging.back().data();
+  };
+  for (const Piece& piece : plan.pieces) {
+    if (piece.process == me) {
+      Array::Shard* shard = out.shard_at(piece.target);
+      Job job{shard->buffer.data(), &shard->box, piece.box, {}, {}, stream};
+      if (auto r = replicas.find(piece.target); r != replicas.end()) job.also = r->second;
+      bool remote = false;
+      for (const Term& term : piece.terms) {
+        if (term.process == me) {
+          job.terms.push_back(sources(piece, term));
+        } else {
+          std::byte* buf = stage(piece.box);
+          recvs.push_back(BoxRegion{term.process, buf, piece.box, piece.box});
+          job.terms.push_back({Source{buf, &piece.box}});
+          remote = true;
+        }
+      }
+      (remote ? remote_jobs : local_jobs).push_back(std::move(job));
+      continue;
+    }
+    for (const Term& term : piece.terms) {
+      if (term.process != me) continue;
+      if (term.k_blocks.size() == 1) {
+        const LocalPartial& p = find(piece.block, term.k_blocks[0]);
+        sends.push_back(BoxRegion{piece.process, const_cast<std::byte*>(p.buffer.data()), p.box,
+                                  piece.box});
+      } else {
+        std::byte* buf = stage(piece.box);
+        presums.push_back(Job{buf, &piece.box, piece.box, {sources(piece, term)}, {}});
+        sends.push_back(BoxRegion{piece.process, buf, piece.box, piece.box});
+      }
+    }
+  }
+  ThreadPool& pool = rt.pool();
+  run_jobs(pool, dtype, presums);
+  if (rt.num_processes() > 1) {
+    // The exchange runs on this thread while the pool's workers do the in-process sums.
+    run_jobs(pool, dtype, local_jobs, [&] { rt.comm().exchange_boxes(sends, recvs, elem); });
+  } else {
+    run_jobs(pool, dtype, local_jobs);
+  }
+  run_jobs(pool, dtype, remote_jobs);
+}
+
+}  // namespace meshlayout::internal_ops
