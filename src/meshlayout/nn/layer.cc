@@ -9,6 +9,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/distribution.h"
 #include "meshlayout/ops/matmul.h"
 
 namespace meshlayout {
@@ -78,7 +79,14 @@ Tensor Layer::operator()(const Tensor& x) {
     return Tensor::symbolic(compute_output_shape(x.shape()), shared_from_this(),
                             std::make_shared<const Tensor>(x));
   }
-  return Tensor(call(x.value()));
+  Array y = call(x.value());
+  // Keras 3: a "<layer path>/output" key of the current distribution relayouts the output.
+  if (auto d = distribution()) {
+    if (std::optional<TensorLayout> layout = d->get_tensor_layout(path() + "/output")) {
+      return Tensor(distribute_tensor(y, *layout));
+    }
+  }
+  return Tensor(std::move(y));
 }
 
 VariablePtr Layer::add_weight(VariableSpec spec) {
@@ -86,7 +94,7 @@ VariablePtr Layer::add_weight(VariableSpec spec) {
   auto v = std::make_shared<Variable>(std::move(spec));
   // Until a model gives it a longer one, the path is the layer's own.
   v->set_paths(name_ + "." + attr, name_ + "/" + attr);
-  if (current_layout_map() == nullptr) {
+  if (current_layout_map() == nullptr && distribution() == nullptr) {
     DeviceMesh one({1}, {"replica"}, std::vector<std::string>{"cpu:0"});
     v->materialize(TensorLayout::replicated(static_cast<int>(v->shape().size()), one));
   }

@@ -58,6 +58,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Layer& operator=(const Layer&) = delete;
 
   const std::string& name() const { return name_; }
+  /// Keras 3 layer path ("sequential/d1", "my_model/dense"); the name until a model sets it.
+  const std::string& path() const { return path_.empty() ? name_ : path_; }
+  void set_path(std::string path) { path_ = std::move(path); }
   bool built() const { return built_; }
 
   /// Builds on the first call (from the input's shape), then runs the layer: a symbolic input
@@ -76,13 +79,14 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Layer(std::string_view class_name, std::string name);
   virtual void build(const Shape& input_shape) = 0;
   virtual Array call(const Array& x) = 0;
-  /// Creates a weight: lazy while a LayoutMap scope is current on this thread, else
-  /// materialised at once, replicated on a one-device mesh (cpu:0).
+  /// Creates a weight: lazy while a LayoutMap scope or a distribution is current on this
+  /// thread, else materialised at once, replicated on a one-device mesh (cpu:0).
   VariablePtr add_weight(VariableSpec spec);
   void set_built() { built_ = true; }
 
  private:
   std::string name_;
+  std::string path_;
   bool built_ = false;
   std::vector<std::pair<std::string, VariablePtr>> weights_;
 };

@@ -30,8 +30,9 @@ struct PathedVariable {
 
 // Object paths of every variable under `layer`, reached through attribute path `attr` (empty
 // for the layer itself), and scope paths under `scope`.
-void collect(const Layer& layer, const std::string& attr, const std::string& scope,
+void collect(Layer& layer, const std::string& attr, const std::string& scope,
              std::vector<PathedVariable>& out) {
+  layer.set_path(scope);
   for (const auto& [name, v] : layer.own_weights()) {
     out.push_back({attr.empty() ? name : attr + "." + name, scope + "/" + name, v});
   }
@@ -45,7 +46,11 @@ void collect(const Layer& layer, const std::string& attr, const std::string& sco
 
 Model::Model(std::string name, std::string_view class_name)
     : Layer(class_name, std::move(name)) {
-  if (const LayoutMap* map = current_layout_map()) layout_map_ = *map;
+  if (const LayoutMap* map = current_layout_map()) {
+    layout_map_ = *map;
+  } else {
+    distribution_ = meshlayout::distribution();
+  }
 }
 
 std::vector<std::pair<std::string, std::shared_ptr<Layer>>> Model::sublayers() const {
@@ -57,7 +62,7 @@ std::vector<std::pair<std::string, std::shared_ptr<Layer>>> Model::sublayers() c
 
 std::vector<VariablePtr> Model::variables() const {
   std::vector<PathedVariable> all;
-  collect(*this, "", name(), all);
+  for (const auto& [attr, layer] : sublayers()) collect(*layer, attr, layer->path(), all);
   std::vector<VariablePtr> out;
   for (auto& p : all) {
     if (std::find(out.begin(), out.end(), p.variable) == out.end()) out.push_back(p.variable);
@@ -91,6 +96,19 @@ void Model::materialize_variables() {
     }
     p.variable->set_paths(p.object_path, p.path);
     const std::string what = p.variable->describe();
+    if (!layout_map_ && distribution_) {  // Keras 3: keyed by the scope path
+      TensorLayout layout = TensorLayout::replicated(0);
+      const std::string what3 = fmt::format("variable {} with shape {}", quote(p.path),
+                                            shape_to_string(p.variable->shape()));
+      try {
+        layout = distribution_->get_variable_layout(*p.variable);
+      } catch (const ValueError& e) {
+        throw ValueError(fmt::format("{}: {}", what3, e.what()));
+      }
+      ShardGeometry check(layout, p.variable->shape(), {}, fmt::format("variable {}", quote(p.path)));
+      plan.emplace_back(&p, std::move(layout));
+      continue;
+    }
     if (!layout_map_ || !layout_map_->device_mesh()) {
       std::optional<size_t> rule;
       if (layout_map_) rule = layout_map_->match_index(p.object_path);
@@ -133,7 +151,9 @@ void Model::materialize_variables() {
 void Model::build_and_materialize(const Shape& input_shape) {
   {
     std::optional<LayoutMapScope> scope;
+    std::optional<DistributionScope> dscope;
     if (layout_map_) scope.emplace(*layout_map_);
+    if (distribution_) dscope.emplace(distribution_);
     Tensor out = call(Tensor::symbolic(input_shape));
     output_shape_ = out.shape();
   }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "meshlayout/layout_map/layout_map.h"
+#include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/layer.h"
 
 namespace meshlayout {
@@ -46,6 +47,9 @@ class Model : public Layer {
   std::vector<VariablePtr> variables() const;
   /// The LayoutMap current when the model was constructed, if any.
   const std::optional<LayoutMap>& layout_map() const { return layout_map_; }
+  /// The Keras 3 distribution current when the model was constructed (used when no LayoutMap
+  /// scope was), if any.
+  const std::shared_ptr<const Distribution>& distribution() const { return distribution_; }
 
   Tensor operator()(const Tensor& x) override;
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -76,6 +80,7 @@ class Model : public Layer {
   std::vector<std::shared_ptr<Layer>> layers_;
   std::vector<std::pair<std::string, std::shared_ptr<Layer>>> tracked_;
   std::optional<LayoutMap> layout_map_;
+  std::shared_ptr<const Distribution> distribution_;
   std::optional<Shape> output_shape_;
 
   /// Traces the model on a symbolic input of `input_shape` (creating lazy weights under the
