@@ -1,0 +1,115 @@
+#include "meshlayout/nn/dropout.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/init/philox.h"
+
+namespace meshlayout {
+
+SeedGenerator::SeedGenerator(int64_t seed, std::string name)
+    : Layer("seed_generator", std::move(name)), seed_(seed) {
+  state_ = add_weight({.name = "seed_generator_state",
+                       .shape = {2},
+                       .dtype = DType::kI64,
+                       .initializer = Initializer::zeros(),
+                       .trainable = false});
+  if (!state_->is_lazy()) {
+    HostTensor initial(DType::kI64, {2});
+    initial.data_as<int64_t>()[0] = seed_;
+    state_->assign(initial);
+    seeded_ = true;
+  }
+}
+
+std::pair<int64_t, int64_t> SeedGenerator::next() {
+  HostTensor st = state_->value().gather();
+  int64_t* v = st.data_as<int64_t>();
+  if (!seeded_) {
+    // Materialised by a model with zeros: the first use writes [seed, 0], unless the state was
+    // assigned meanwhile (a restored checkpoint).
+    if (v[0] == 0 && v[1] == 0) v[0] = seed_;
+    seeded_ = true;
+  }
+  std::pair<int64_t, int64_t> current{v[0], v[1]};
+  v[1] += 1;
+  state_->assign(st);
+  return current;
+}
+
+Array SeedGenerator::call(const Array&) {
+  throw FailedPreconditionError(
+      fmt::format("seed generator {} is not a layer that can be called", quote(name())));
+}
+
+Dropout::Dropout(double rate, DropoutOptions options)
+    : Layer("dropout", options.name), rate_(rate), options_(std::move(options)) {
+  if (!(rate >= 0 && rate < 1)) {
+    throw ValueError(fmt::format("Invalid value received for argument `rate` of Dropout: expected "
+                                 "a float in [0, 1), received rate={}",
+                                 rate));
+  }
+  if (rate_ > 0) {
+    const uint64_t seed = options_.seed ? *options_.seed : global_seed();
+    seed_generator_ = std::make_shared<SeedGenerator>(static_cast<int64_t>(seed));
+  }
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<Layer>>> Dropout::sublayers() const {
+  if (!seed_generator_) return {};
+  return {{"seed_generator", seed_generator_}};
+}
+
+Array Dropout::call(const Array& x) {
+  if (x.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("Dropout layer {} runs on F32 tensors, got {}", quote(name()),
+                                 dtype_name(x.dtype())));
+  }
+  Array y = distribute_tensor(x, x.layout());
+  if (!training_ || !seed_generator_) return y;
+  const auto [seed, step] = seed_generator_->next();
+  const uint64_t key = static_cast<uint64_t>(seed);
+  const uint64_t high = static_cast<uint64_t>(step);
+  // keep iff word < keep_prob * 2^32 (exact in double).
+  const double threshold = (1.0 - rate_) * 4294967296.0;
+  const float keep_prob = static_cast<float>(1.0 - rate_);
+  const Shape& shape = y.shape();
+  const int rank = static_cast<int>(shape.size());
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    Array::Shard& s = y.local_shards()[i];
+    const int64_t n_elems = s.box.num_elements();
+    if (n_elems == 0) return;
+    float* p = reinterpret_cast<float*>(s.buffer.data());
+    const int64_t row = rank == 0 ? 1 : s.box.shape.back();
+    const int64_t rows = n_elems / row;
+    Shape coords = s.box.offset;  // the start of the current row, global coordinates
+    std::vector<uint32_t> w[4];
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t g0 = 0;
+      for (int d = 0; d < rank; ++d) g0 = g0 * shape[static_cast<size_t>(d)] + coords[static_cast<size_t>(d)];
+      const uint64_t first = static_cast<uint64_t>(g0) / 4;
+      const size_t blocks = static_cast<size_t>((static_cast<uint64_t>(g0 + row - 1) / 4) - first + 1);
+      for (auto& words : w) words.resize(blocks);
+      philox4x32_10_blocks(key, first, high, blocks, {w[0].data(), w[1].data(), w[2].data(), w[3].data()});
+      float* v = p + r * row;
+      for (int64_t k = 0; k < row; ++k) {
+        const uint64_t g = static_cast<uint64_t>(g0 + k);
+        const uint32_t word = w[g % 4][g / 4 - first];
+        v[k] = static_cast<double>(word) < threshold ? v[k] / keep_prob : 0.0f;
+      }
+      // Next row: advance the leading coordinates inside the box (odometer).
+      for (int d = rank - 2; d >= 0; --d) {
+        const auto di = static_cast<size_t>(d);
+        if (++coords[di] < s.box.offset[di] + s.box.shape[di]) break;
+        coords[di] = s.box.offset[di];
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,92 @@
+// dropout.h — keras.layers.Dropout on distributed arrays, with a Keras 3 SeedGenerator.
+//
+// In training mode (set_training(true); the default is inference, the identity) each element is
+// zeroed with probability `rate` and the kept ones are divided by (1 - rate). The mask of
+// element g (row-major global index) is a pure function of (seed, step counter, g):
+//   keep(g) = word[g % 4] of Philox4x32-10 block (counter = (g / 4, step), key = seed)
+//             < (1 - rate) × 2^32
+// so the same input gives bit for bit the same output on every mesh and layout, and each device
+// draws only the words of its own box (no communication; replicas draw the same words).
+//
+// RNG state (Keras 3 SeedGenerator): a non-trainable I64 variable `seed_generator_state` of
+// shape (2,) holding [seed, counter], owned by a SeedGenerator sub-layer (auto name
+// "seed_generator", "seed_generator_1", …) created in the constructor, as Keras creates it in
+// Dropout.__init__ when rate > 0. It is created with add_weight, so a model lays it out like any
+// variable (no rule: replicated on the map's mesh). Paths inside a subclassed model that tracks
+// the Dropout as "drop": object path "drop.seed_generator.seed_generator_state", scope path
+// "my_model/dropout/seed_generator/seed_generator_state" (Keras 3 itself gives
+// "seed_generator/seed_generator_state": its SeedGenerator is created outside any name scope).
+// Each training call reads the state (one gather of 16 bytes), uses its counter and assigns
+// [seed, counter + 1]. Initial value: [seed, 0]. A variable materialised at creation (no scope)
+// holds it at once; a lazy one is materialised by its model with zeros (initializers fill
+// every element alike) and gets [seed, 0] at the first use, unless something else was assigned.
+// Not supported: noise_shape.
+//
+// Example:
+//   auto drop = std::make_shared<Dropout>(0.1, DropoutOptions{.seed = 42});
+//   drop->set_training(true);
+//   Tensor y = (*drop)(x);   // state [42, 0] → [42, 1]
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "meshlayout/nn/layer.h"
+
+namespace meshlayout {
+
+/// keras.random.SeedGenerator as a layer holding one variable, `seed_generator_state`.
+class SeedGenerator : public Layer {
+ public:
+  explicit SeedGenerator(int64_t seed, std::string name = "");
+  int64_t seed() const { return seed_; }
+  const VariablePtr& state() const { return state_; }
+  /// [seed, counter] of the current state, then the state becomes [seed, counter + 1].
+  /// A collective (gathers and assigns the state). FailedPreconditionError while it is lazy.
+  std::pair<int64_t, int64_t> next();
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+
+ protected:
+  void build(const Shape&) override {}
+  /// Not a computation: FailedPreconditionError.
+  Array call(const Array& x) override;
+
+ private:
+  int64_t seed_;
+  bool seeded_ = false;
+  VariablePtr state_;
+};
+
+struct DropoutOptions {
+  std::string name;             // automatic ("dropout", "dropout_1", …) when empty
+  std::optional<uint64_t> seed;  // absent: the global seed (set_global_seed()), as initializers
+};
+
+class Dropout : public Layer {
+ public:
+  /// ValueError unless 0 <= rate < 1.
+  explicit Dropout(double rate, DropoutOptions options = {});
+  double rate() const { return rate_; }
+  /// Training mode drops; inference (the default) is the identity.
+  void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+  /// Null when rate is 0 (Keras creates no generator then).
+  const std::shared_ptr<SeedGenerator>& seed_generator() const { return seed_generator_; }
+  std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const override;
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+
+ protected:
+  void build(const Shape&) override {}
+  /// ValueError if x is not F32.
+  Array call(const Array& x) override;
+
+ private:
+  double rate_;
+  DropoutOptions options_;
+  bool training_ = false;
+  std::shared_ptr<SeedGenerator> seed_generator_;
+};
+
+}  // namespace meshlayout

@@ -1,0 +1,254 @@
+#include "meshlayout/nn/embedding.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/ops/partial_sum.h"
+
+namespace meshlayout {
+namespace {
+
+int64_t id_at(const Array::Shard& s, DType dtype, int64_t k) {
+  return dtype == DType::kI32 ? reinterpret_cast<const int32_t*>(s.buffer.data())[k]
+                              : reinterpret_cast<const int64_t*>(s.buffer.data())[k];
+}
+
+/// Global row-major index of local element `k` of `box` in a tensor of `shape`.
+int64_t global_index(const Box& box, const Shape& shape, int64_t k) {
+  const int rank = static_cast<int>(shape.size());
+  Shape coords(static_cast<size_t>(rank));
+  for (int d = rank - 1; d >= 0; --d) {
+    const auto i = static_cast<size_t>(d);
+    coords[i] = box.offset[i] + (box.shape[i] == 0 ? 0 : k % box.shape[i]);
+    if (box.shape[i] != 0) k /= box.shape[i];
+  }
+  int64_t g = 0;
+  for (int d = 0; d < rank; ++d) g = g * shape[static_cast<size_t>(d)] + coords[static_cast<size_t>(d)];
+  return g;
+}
+
+std::string position_text(int64_t g, const Shape& shape) {
+  Shape coords(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    coords[d] = g % shape[d];
+    g /= shape[d];
+  }
+  return shape_to_string(coords);
+}
+
+/// Every process checks its own shards; the first bad id in row-major order is agreed with one
+/// all-gather, so all processes throw the same error (or none does).
+void check_ids(const Array& x, int64_t input_dim, const std::string& layer_name) {
+  struct Bad {
+    int64_t index = std::numeric_limits<int64_t>::max();
+    int64_t id = 0;
+  };
+  const auto& shards = x.local_shards();
+  std::vector<Bad> found(shards.size());
+  x.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
+    const Array::Shard& s = shards[i];
+    for (size_t j = 0; j < i; ++j) {
+      if (shards[j].box == s.box) return;  // a replica: checked once
+    }
+    const int64_t n = s.box.num_elements();
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t id = id_at(s, x.dtype(), k);
+      if (id < 0 || id >= input_dim) {
+        found[i] = {global_index(s.box, x.shape(), k), id};
+        return;  // row-major: the first in the box is its smallest global index
+      }
+    }
+  });
+  Bad mine;
+  for (const Bad& b : found) {
+    if (b.index < mine.index) mine = b;
+  }
+  Communicator& comm = x.runtime().comm();
+  std::vector<Bad> all(static_cast<size_t>(comm.size()));
+  comm.all_gather(&mine, sizeof mine, all.data());
+  for (const Bad& b : all) {
+    if (b.index < mine.index) mine = b;
+  }
+  if (mine.index == std::numeric_limits<int64_t>::max()) return;
+  throw ValueError(fmt::format(
+      "Embedding layer {}: token id {} at position {} of the input of shape {} is out of range: "
+      "input_dim is {}, so ids must be in [0, {})",
+      quote(layer_name), mine.id, position_text(mine.index, x.shape()), shape_to_string(x.shape()),
+      input_dim, input_dim));
+}
+
+/// Allocates on every process and agrees on a local failure (out of memory) before going on.
+Array allocate_agreed(const TensorLayout& layout, const Shape& shape, DType dtype,
+                      const std::shared_ptr<Runtime>& rt) {
+  std::exception_ptr failure;
+  std::optional<Array> a;
+  try {
+    a.emplace(Array::allocate(layout, shape, dtype, rt));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_on_failure(rt->comm(), failure);
+  return std::move(*a);
+}
+
+/// One lookup: the tokens of `tokens` against the table shard `table` (rows [r0, r1), all of
+/// its columns) into `out` (tokens × columns, row-major); ids outside the rows give zeros.
+struct Lookup {
+  const Array::Shard* tokens;
+  const Array::Shard* table;
+  std::byte* out;
+  std::vector<std::byte*> replicas;
+};
+
+void run_lookups(ThreadPool& pool, DType id_dtype, const std::vector<Lookup>& lookups) {
+  pool.parallel_for(lookups.size(), [&](size_t i) {
+    const Lookup& l = lookups[i];
+    const int64_t r0 = l.table->box.offset[0], r1 = r0 + l.table->box.shape[0];
+    const int64_t cols = l.table->box.shape[1];
+    const int64_t n = l.tokens->box.num_elements();
+    const size_t row_bytes = static_cast<size_t>(cols) * sizeof(float);
+    const std::byte* table = l.table->buffer.data();
+    for (int64_t t = 0; cols > 0 && t < n; ++t) {
+      const int64_t id = id_at(*l.tokens, id_dtype, t);
+      std::byte* dst = l.out + static_cast<size_t>(t) * row_bytes;
+      if (id >= r0 && id < r1) {
+        std::memcpy(dst, table + static_cast<size_t>(id - r0) * row_bytes, row_bytes);
+      } else {
+        std::memset(dst, 0, row_bytes);
+      }
+    }
+    const size_t bytes = static_cast<size_t>(n) * row_bytes;
+    for (std::byte* r : l.replicas) {
+      if (bytes > 0) std::memcpy(r, l.out, bytes);
+    }
+  });
+}
+
+std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
+  std::vector<int64_t> block(static_cast<size_t>(g.rank()));
+  for (int d = 0; d < g.rank(); ++d) block[static_cast<size_t>(d)] = g.block_index(position, d);
+  return block;
+}
+
+}  // namespace
+
+Embedding::Embedding(int64_t input_dim, int64_t output_dim, EmbeddingOptions options)
+    : Layer("embedding", options.name),
+      input_dim_(input_dim),
+      output_dim_(output_dim),
+      options_(std::move(options)) {
+  if (input_dim < 1 || output_dim < 1) {
+    throw ValueError(fmt::format("Embedding input_dim and output_dim must be at least 1, got "
+                                 "input_dim={} and output_dim={}",
+                                 input_dim, output_dim));
+  }
+}
+
+Shape Embedding::compute_output_shape(const Shape& input_shape) const {
+  Shape out = input_shape;
+  out.push_back(output_dim_);
+  return out;
+}
+
+void Embedding::build(const Shape&) {
+  embeddings_ = add_weight({.name = "embeddings",
+                            .shape = {input_dim_, output_dim_},
+                            .initializer = options_.embeddings_initializer});
+}
+
+Array Embedding::call(const Array& x) {
+  if (x.dtype() != DType::kI32 && x.dtype() != DType::kI64) {
+    throw ValueError(fmt::format("Embedding layer {} takes integer token ids (I32 or I64), got {}",
+                                 quote(name()), dtype_name(x.dtype())));
+  }
+  check_ids(x, input_dim_, name());
+  const Array& table = embeddings_->value();
+  const DeviceMesh& mesh = table.mesh();
+  const int rank = static_cast<int>(x.shape().size());
+
+  // Tokens on the table's mesh, with no dimension split over an axis the table uses.
+  std::set<std::string> table_axes;
+  for (const DimSharding& d : table.layout().axes()) table_axes.insert(d.axes().begin(), d.axes().end());
+  std::vector<DimSharding> token_axes =
+      x.mesh() == mesh ? x.layout().axes() : std::vector<DimSharding>(static_cast<size_t>(rank));
+  for (DimSharding& d : token_axes) {
+    if (std::any_of(d.axes().begin(), d.axes().end(), [&](const std::string& a) { return table_axes.count(a) > 0; })) {
+      d = DimSharding();
+    }
+  }
+  const TensorLayout token_layout(token_axes, mesh);
+  std::optional<Array> moved;
+  if (!(x.mesh() == mesh) || !(x.layout() == token_layout)) moved.emplace(distribute_tensor(x, token_layout));
+  const Array& tokens = moved ? *moved : x;
+
+  std::vector<DimSharding> out_axes = token_axes;
+  out_axes.push_back(table.layout().axes()[1]);
+  const TensorLayout product_layout(out_axes, mesh);
+  const Shape out_shape = compute_output_shape(x.shape());
+  Runtime& rt = table.runtime();
+
+  const DimSharding& vocab = table.layout().axes()[0];
+  if (!vocab.is_sharded()) {
+    // Column-parallel or replicated: every device looks up its rows directly, each distinct
+    // block once per process, copied to local replicas.
+    Array out = allocate_agreed(product_layout, out_shape, DType::kF32, table.runtime_ptr());
+    std::map<std::vector<int64_t>, size_t> first;
+    std::vector<Lookup> lookups;
+    for (Array::Shard& s : out.local_shards()) {
+      auto [it, added] = first.emplace(block_of(out.geometry(), s.position), lookups.size());
+      if (added) {
+        lookups.push_back(Lookup{tokens.shard_at(s.position), table.shard_at(s.position), s.buffer.data(), {}});
+      } else {
+        lookups[it->second].replicas.push_back(s.buffer.data());
+      }
+    }
+    run_lookups(rt.pool(), tokens.dtype(), lookups);
+    return out;
+  }
+
+  // Vocab-parallel: partial lookups (zeros outside a device's rows), summed over the vocab axes.
+  std::vector<int> k_axes;
+  for (const std::string& a : vocab.axes()) k_axes.push_back(*mesh.axis_index(a));
+  internal_ops::PartialLayout layout{ShardGeometry(product_layout, out_shape), k_axes, input_dim_};
+  internal_ops::LocalPartials partials;
+  std::exception_ptr failure;
+  try {
+    for (const Array::Shard& s : table.local_shards()) {
+      std::vector<int64_t> block = layout.product_block_of(s.position);
+      const int64_t kb = layout.k_block_of(s.position);
+      if (layout.k_block_empty(kb)) continue;
+      const bool known = std::any_of(partials.begin(), partials.end(), [&](const auto& p) {
+        return p.k_block == kb && p.block == block;
+      });
+      if (known) continue;
+      Box box = layout.product.box(s.position);
+      const size_t bytes = static_cast<size_t>(box.num_elements()) * sizeof(float);
+      partials.push_back(internal_ops::LocalPartial{std::move(block), kb, s.position, std::move(box),
+                                                    DeviceBuffer(rt.device(s.device_id).memory(), bytes)});
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_on_failure(rt.comm(), failure);
+  std::vector<Lookup> lookups;
+  for (internal_ops::LocalPartial& p : partials) {
+    lookups.push_back(Lookup{tokens.shard_at(p.position), table.shard_at(p.position), p.buffer.data(), {}});
+  }
+  run_lookups(rt.pool(), tokens.dtype(), lookups);
+  Array out = allocate_agreed(product_layout, out_shape, DType::kF32, table.runtime_ptr());
+  internal_ops::ReductionPlan reduction =
+      internal_ops::plan_reduction(layout, out.geometry(), sizeof(float), rt.local_device_count());
+  internal_ops::reduce_partials(partials, reduction, out);
+  return out;
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,56 @@
+// layer_normalization.h — keras.layers.LayerNormalization over the last axis, on distributed
+// arrays: y = (x - mean) / sqrt(var + epsilon) * gamma + beta, per row of the last dimension
+// (biased variance, as Keras' ops.moments). Weights gamma (ones) and beta (zeros), shape
+// (features,), created in build: paths "layer_normalization/gamma", "/beta".
+//
+// Layout: each device normalises the rows it holds. A row must be whole, so an input whose
+// last dimension is split is first resharded to the same layout with the last dimension None
+// (an all-gather over those axes, as apply_activation's softmax); the output keeps that layout.
+// gamma and beta, sharded or replicated, are brought to the layout of the data's last dimension
+// (replicated, after the gather), as Dense does with its bias. An input on another mesh of the
+// same devices is replicated onto the weights' mesh, as Dense does. Statistics are computed in
+// float64 per row, the result rounded to float32.
+//
+// Example:
+//   auto ln = std::make_shared<LayerNormalization>(LayerNormalizationOptions{.epsilon = 1e-6});
+//   Tensor y = (*ln)(x);   // x F32 (batch, seq, d) → y, same shape
+#pragma once
+
+#include <string>
+
+#include "meshlayout/nn/layer.h"
+
+namespace meshlayout {
+
+struct LayerNormalizationOptions {
+  std::string name;       // automatic ("layer_normalization", …) when empty
+  double epsilon = 1e-3;  // Keras default
+  bool center = true;     // add beta
+  bool scale = true;      // multiply by gamma
+  Initializer beta_initializer = Initializer::zeros();
+  Initializer gamma_initializer = Initializer::ones();
+};
+
+class LayerNormalization : public Layer {
+ public:
+  /// ValueError unless epsilon is finite and >= 0.
+  explicit LayerNormalization(LayerNormalizationOptions options = {});
+  const LayerNormalizationOptions& options() const { return options_; }
+  /// Null when scale (gamma) or center (beta) is false.
+  const VariablePtr& gamma() const { return gamma_; }
+  const VariablePtr& beta() const { return beta_; }
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+
+ protected:
+  /// ValueError for a rank-0 input.
+  void build(const Shape& input_shape) override;
+  /// ValueError if x is not F32 or its last dimension differs from the built one.
+  Array call(const Array& x) override;
+
+ private:
+  LayerNormalizationOptions options_;
+  int64_t features_ = 0;
+  VariablePtr gamma_, beta_;
+};
+
+}  // namespace meshlayout
