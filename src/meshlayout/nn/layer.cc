@@ -95,11 +95,26 @@ VariablePtr Layer::add_weight(VariableSpec spec) {
   // Until a model gives it a longer one, the path is the layer's own.
   v->set_paths(name_ + "." + attr, name_ + "/" + attr);
   if (current_layout_map() == nullptr && distribution() == nullptr) {
-    DeviceMesh one({1}, {"replica"}, std::vector<std::string>{"cpu:0"});
-    v->materialize(TensorLayout::replicated(static_cast<int>(v->shape().size()), one));
+    if (v->explicit_layout() && v->explicit_layout()->device_mesh()) {
+      v->materialize(*v->explicit_layout());
+    } else {
+      DeviceMesh one({1}, {"replica"}, std::vector<std::string>{"cpu:0"});
+      v->materialize(TensorLayout::replicated(static_cast<int>(v->shape().size()), one));
+    }
   }
   weights_.emplace_back(std::move(attr), v);
   return v;
+}
+
+std::vector<double> Layer::losses() const {
+  std::vector<double> out;
+  for (const auto& [attr, v] : weights_) {
+    if (v->regularizer()) out.push_back(v->regularization_loss());
+  }
+  for (const auto& [attr, child] : sublayers()) {
+    for (double loss : child->losses()) out.push_back(loss);
+  }
+  return out;
 }
 
 Activation parse_activation(std::string_view name) {
@@ -178,9 +193,13 @@ void Dense::build(const Shape& input_shape) {
   }
   kernel_ = add_weight({.name = "kernel",
                         .shape = {input_shape.back(), units_},
-                        .initializer = options_.kernel_initializer});
+                        .initializer = options_.kernel_initializer,
+                        .regularizer = options_.kernel_regularizer});
   if (options_.use_bias) {
-    bias_ = add_weight({.name = "bias", .shape = {units_}, .initializer = options_.bias_initializer});
+    bias_ = add_weight({.name = "bias",
+                        .shape = {units_},
+                        .initializer = options_.bias_initializer,
+                        .regularizer = options_.bias_regularizer});
   }
 }
 

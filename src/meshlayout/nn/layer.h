@@ -69,6 +69,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   /// (attribute name, variable) of the weights this layer created itself, in creation order.
   const std::vector<std::pair<std::string, VariablePtr>>& own_weights() const { return weights_; }
+  /// The regularisation losses of every weight of this layer and its sub-layers that has a
+  /// regulariser (keras Layer.losses). Collective under several processes.
+  std::vector<double> losses() const;
   /// Sub-layers under their attribute paths ("d1", "blocks.0"); empty for plain layers.
   virtual std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const { return {}; }
 
@@ -105,6 +108,8 @@ struct DenseOptions {
   bool use_bias = true;
   Initializer kernel_initializer = Initializer::glorot_uniform();
   Initializer bias_initializer = Initializer::zeros();
+  std::optional<Regularizer> kernel_regularizer;
+  std::optional<Regularizer> bias_regularizer;
 };
 
 /// keras.layers.Dense: y = activation(x @ kernel + bias); kernel (in, units), bias (units,).

@@ -96,6 +96,25 @@ void Model::materialize_variables() {
     }
     p.variable->set_paths(p.object_path, p.path);
     const std::string what = p.variable->describe();
+    if (const std::optional<TensorLayout>& given = p.variable->explicit_layout()) {
+      // An explicit layout wins over rules (Keras >= 3.10); a mesh-less one takes the
+      // map's or the distribution's mesh.
+      TensorLayout layout = *given;
+      if (!layout.device_mesh()) {
+        if (layout_map_ && layout_map_->device_mesh()) {
+          layout.set_device_mesh(*layout_map_->device_mesh());
+        } else if (distribution_) {
+          layout.set_device_mesh(distribution_->device_mesh());
+        } else {
+          throw ValueError(fmt::format("{} has the explicit layout {} without a mesh, and the "
+                                       "model has no LayoutMap mesh or distribution to give it one",
+                                       what, layout.to_string()));
+        }
+      }
+      ShardGeometry check(layout, p.variable->shape(), {}, what);
+      plan.emplace_back(&p, std::move(layout));
+      continue;
+    }
     if (!layout_map_ && distribution_) {  // Keras 3: keyed by the scope path
       TensorLayout layout = TensorLayout::replicated(0);
       const std::string what3 = fmt::format("variable {} with shape {}", quote(p.path),

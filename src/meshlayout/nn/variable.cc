@@ -96,3 +96,12 @@ void Variable::assign(const Array& value) {
 }
 
 }  // namespace meshlayout
+
+namespace meshlayout {
+
+double Variable::regularization_loss() const {
+  if (!spec_.regularizer) return 0.0;
+  return (*spec_.regularizer)(value());
+}
+
+}  // namespace meshlayout

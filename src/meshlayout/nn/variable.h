@@ -19,6 +19,7 @@
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/init/initializers.h"
+#include "meshlayout/nn/regularizer.h"
 
 namespace meshlayout {
 
@@ -28,6 +29,10 @@ struct VariableSpec {
   DType dtype = DType::kF32;
   Initializer initializer = Initializer::zeros();
   bool trainable = true;
+  /// Added to the layer's losses once the variable has a value.
+  std::optional<Regularizer> regularizer;
+  /// An explicit layout: wins over LayoutMap rules and distributions (Keras >= 3.10).
+  std::optional<TensorLayout> layout;
 };
 
 class Variable {
@@ -39,6 +44,11 @@ class Variable {
   DType dtype() const { return spec_.dtype; }
   bool trainable() const { return spec_.trainable; }
   const Initializer& initializer() const { return spec_.initializer; }
+  const std::optional<Regularizer>& regularizer() const { return spec_.regularizer; }
+  /// The explicit layout given at creation, if any.
+  const std::optional<TensorLayout>& explicit_layout() const { return spec_.layout; }
+  /// The regulariser's value on the current value (0 without one). Needs a value.
+  double regularization_loss() const;
 
   /// Keras 2 object path (the LayoutMap::scope() key); empty until the path is final.
   const std::string& object_path() const { return object_path_; }
