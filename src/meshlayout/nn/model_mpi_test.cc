@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/embedding.h"
+#include "meshlayout/nn/layer_normalization.h"
 #include "meshlayout/nn/model.h"
 
 namespace meshlayout {
@@ -45,6 +47,45 @@ TEST(ModelMpiTest, MegatronBlockMatchesTheOneDeviceResult) {
     reference = std::make_shared<MlpBlock>();
   }
   HostTensor want = (*reference)(distribute_tensor(x, TensorLayout({None, None}, mesh))).value().gather();
+  ASSERT_EQ(y.shape(), want.shape());
+  for (int64_t i = 0; i < y.num_elements(); ++i) {
+    EXPECT_NEAR(y.data_as<float>()[i], want.data_as<float>()[i],
+                1e-5 * std::max(1.0f, std::abs(want.data_as<float>()[i])));
+  }
+}
+
+class TokenModel : public Model {
+ public:
+  TokenModel() : Model("tokens") {
+    emb = track("emb", std::make_shared<Embedding>(37, 16));
+    norm = track("norm", std::make_shared<LayerNormalization>());
+    head = track("head", std::make_shared<Dense>(5));
+  }
+  Tensor call(const Tensor& x) override { return (*head)((*norm)((*emb)(x))); }
+  std::shared_ptr<Embedding> emb;
+  std::shared_ptr<LayerNormalization> norm;
+  std::shared_ptr<Dense> head;
+};
+
+TEST(ModelMpiTest, VocabParallelEmbeddingLayerNormDenseMatchOneDevice) {
+  auto rt = default_runtime();
+  DeviceMesh mesh({2, rt->global_device_count() / 2}, {"data", "model"});
+  HostTensor ids(DType::kI32, {4, 6});
+  for (int64_t i = 0; i < ids.num_elements(); ++i) ids.data_as<int32_t>()[i] = static_cast<int32_t>((i * 7) % 37);
+  auto run = [&](const LayoutMap& rules) {
+    clear_session();
+    std::shared_ptr<TokenModel> m;
+    {
+      LayoutMapScope scope = rules.scope();
+      m = std::make_shared<TokenModel>();
+    }
+    return (*m)(distribute_tensor(ids, TensorLayout({"data", None}, mesh))).value().gather();
+  };
+  LayoutMap sharded(mesh);
+  sharded["emb.embeddings"] = {"model", None};  // vocab-parallel: partial sums across processes
+  sharded["head.kernel"] = {None, "model"};
+  HostTensor y = run(sharded);
+  HostTensor want = run(LayoutMap(mesh));
   ASSERT_EQ(y.shape(), want.shape());
   for (int64_t i = 0; i < y.num_elements(); ++i) {
     EXPECT_NEAR(y.data_as<float>()[i], want.data_as<float>()[i],
