@@ -138,17 +138,23 @@ Array distribute_tensor(const Array& array, const TensorLayout& layout,
   ShardGeometry check(target, array.shape(), GeometryOptions{.strict = options.strict});
   (void)plan_reshard(array.geometry(), check, dtype_size(array.dtype()),
                      array.runtime().local_device_count());
+  Array dst = allocate_agreed(target, array.shape(), array.dtype(), array.runtime_ptr(),
+                             GeometryOptions{.strict = options.strict});
+  reshard_into(array, dst, options);
+  return dst;
+}
+
+Array allocate_agreed(const TensorLayout& layout, const Shape& shape, DType dtype,
+                      const std::shared_ptr<Runtime>& runtime, const GeometryOptions& options) {
   std::exception_ptr failure;
-  std::optional<Array> dst;
+  std::optional<Array> a;
   try {
-    dst.emplace(Array::allocate(target, array.shape(), array.dtype(), array.runtime_ptr(),
-                                GeometryOptions{.strict = options.strict}));
+    a.emplace(Array::allocate(layout, shape, dtype, runtime, options));
   } catch (...) {
     failure = std::current_exception();  // e.g. out of memory on this process only
   }
-  agree_on_failure(array.runtime().comm(), failure);
-  reshard_into(array, *dst, options);
-  return std::move(*dst);
+  agree_on_failure(runtime->comm(), failure);
+  return std::move(*a);
 }
 
 }  // namespace meshlayout

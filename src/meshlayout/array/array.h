@@ -107,6 +107,12 @@ Array distribute_tensor(const Array& array, const TensorLayout& layout,
 /// both otherwise).
 void reshard_into(const Array& src, Array& dst, const ReshardOptions& options = {});
 
+/// Array::allocate on every process of `runtime`, agreeing on a local failure (out of memory)
+/// before going on, so no process is left waiting in a later collective (DESIGN §4): every
+/// process throws the same error, or none does. Collective.
+Array allocate_agreed(const TensorLayout& layout, const Shape& shape, DType dtype,
+                      const std::shared_ptr<Runtime>& runtime, const GeometryOptions& options = {});
+
 /// The plan distribute_tensor(array, layout) would execute, without moving anything.
 ReshardPlan plan_distribute(const Array& array, const TensorLayout& layout, bool strict = false);
 

@@ -86,20 +86,6 @@ void check_ids(const Array& x, int64_t input_dim, const std::string& layer_name)
       input_dim, input_dim));
 }
 
-/// Allocates on every process and agrees on a local failure (out of memory) before going on.
-Array allocate_agreed(const TensorLayout& layout, const Shape& shape, DType dtype,
-                      const std::shared_ptr<Runtime>& rt) {
-  std::exception_ptr failure;
-  std::optional<Array> a;
-  try {
-    a.emplace(Array::allocate(layout, shape, dtype, rt));
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  agree_on_failure(rt->comm(), failure);
-  return std::move(*a);
-}
-
 /// One lookup: the tokens of `tokens` against the table shard `table` (rows [r0, r1), all of
 /// its columns) into `out` (tokens × columns, row-major); ids outside the rows give zeros.
 struct Lookup {

@@ -18,21 +18,6 @@ namespace {
 // chunks keep at least this many rows so the BLAS still runs at full speed.
 constexpr int64_t kMinChunkRows = 64;
 
-/// Allocates on every process and agrees on a local failure (out of memory) before going on,
-/// so no process is left waiting in a later collective (DESIGN §4).
-Array allocate_agreed(const TensorLayout& layout, const Shape& shape, DType dtype,
-                      const std::shared_ptr<Runtime>& rt) {
-  std::exception_ptr failure;
-  std::optional<Array> a;
-  try {
-    a.emplace(Array::allocate(layout, shape, dtype, rt));
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  agree_on_failure(rt->comm(), failure);
-  return std::move(*a);
-}
-
 /// One local product: x_shard @ w_shard into `out` (a row-major block of shape (batch..., n)),
 /// then copied into `replicas` (devices of this process holding the same block).
 struct Product {
