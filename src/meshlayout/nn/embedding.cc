@@ -205,26 +205,8 @@ Array Embedding::call(const Array& x) {
   std::vector<int> k_axes;
   for (const std::string& a : vocab.axes()) k_axes.push_back(*mesh.axis_index(a));
   internal_ops::PartialLayout layout{ShardGeometry(product_layout, out_shape), k_axes, input_dim_};
-  internal_ops::LocalPartials partials;
-  std::exception_ptr failure;
-  try {
-    for (const Array::Shard& s : table.local_shards()) {
-      std::vector<int64_t> block = layout.product_block_of(s.position);
-      const int64_t kb = layout.k_block_of(s.position);
-      if (layout.k_block_empty(kb)) continue;
-      const bool known = std::any_of(partials.begin(), partials.end(), [&](const auto& p) {
-        return p.k_block == kb && p.block == block;
-      });
-      if (known) continue;
-      Box box = layout.product.box(s.position);
-      const size_t bytes = static_cast<size_t>(box.num_elements()) * sizeof(float);
-      partials.push_back(internal_ops::LocalPartial{std::move(block), kb, s.position, std::move(box),
-                                                    DeviceBuffer(rt.device(s.device_id).memory(), bytes)});
-    }
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  agree_on_failure(rt.comm(), failure);
+  internal_ops::LocalPartials partials =
+      internal_ops::allocate_local_partials(layout, table, sizeof(float));
   std::vector<Lookup> lookups;
   for (internal_ops::LocalPartial& p : partials) {
     lookups.push_back(Lookup{tokens.shard_at(p.position), table.shard_at(p.position), p.buffer.data(), {}});

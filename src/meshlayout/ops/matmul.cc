@@ -109,26 +109,8 @@ Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& p
   internal_ops::PartialLayout layout{ShardGeometry(plan.product_layout, plan.output_shape), k_axes,
                                      plan.x_shape.back()};
   const size_t elem = dtype_size(plan.dtype);
-  internal_ops::LocalPartials partials;
-  std::exception_ptr failure;
-  try {
-    for (const Array::Shard& s : x.local_shards()) {
-      std::vector<int64_t> block = layout.product_block_of(s.position);
-      const int64_t kb = layout.k_block_of(s.position);
-      if (layout.k_block_empty(kb)) continue;
-      const bool known = std::any_of(partials.begin(), partials.end(), [&](const auto& p) {
-        return p.k_block == kb && p.block == block;
-      });
-      if (known) continue;
-      Box box = layout.product.box(s.position);
-      const size_t bytes = static_cast<size_t>(box.num_elements()) * elem;
-      partials.push_back(internal_ops::LocalPartial{std::move(block), kb, s.position, std::move(box),
-                                                    DeviceBuffer(rt.device(s.device_id).memory(), bytes)});
-    }
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  agree_on_failure(rt.comm(), failure);
+  internal_ops::LocalPartials partials =
+      internal_ops::allocate_local_partials(layout, x, elem);
   std::vector<Product> products;
   for (internal_ops::LocalPartial& p : partials) {
     products.push_back(Product{x.shard_at(p.position), w.shard_at(p.position), p.buffer.data(), {}});

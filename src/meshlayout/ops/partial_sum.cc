@@ -394,4 +394,30 @@ void reduce_partials(const LocalPartials& partials, const ReductionPlan& plan, A
   run_jobs(pool, dtype, remote_jobs);
 }
 
+LocalPartials allocate_local_partials(const PartialLayout& layout, const Array& operand,
+                                      size_t element_size) {
+  Runtime& rt = operand.runtime();
+  LocalPartials partials;
+  std::exception_ptr failure;
+  try {
+    for (const Array::Shard& s : operand.local_shards()) {
+      std::vector<int64_t> block = layout.product_block_of(s.position);
+      const int64_t kb = layout.k_block_of(s.position);
+      if (layout.k_block_empty(kb)) continue;
+      const bool known = std::any_of(partials.begin(), partials.end(), [&](const auto& p) {
+        return p.k_block == kb && p.block == block;
+      });
+      if (known) continue;
+      Box box = layout.product.box(s.position);
+      const size_t bytes = static_cast<size_t>(box.num_elements()) * element_size;
+      partials.push_back(LocalPartial{std::move(block), kb, s.position, std::move(box),
+                                      DeviceBuffer(rt.device(s.device_id).memory(), bytes)});
+    }
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_on_failure(rt.comm(), failure);
+  return partials;
+}
+
 }  // namespace meshlayout::internal_ops

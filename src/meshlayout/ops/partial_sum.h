@@ -101,6 +101,12 @@ struct LocalPartial {
 };
 using LocalPartials = std::vector<LocalPartial>;
 
+/// One uninitialised buffer per distinct (product block, contracted block) that a local device
+/// of `operand` computes, charged to that device (replicas of a block share one). Allocation
+/// failures are agreed across processes (agree_on_failure) before returning. Collective.
+LocalPartials allocate_local_partials(const PartialLayout& layout, const Array& operand,
+                                      size_t element_size);
+
 /// Runs `plan`: sums the partials into `out` (allocated under the plan's target layout).
 /// Collective over out's runtime. See NOTE [Partial sums].
 void reduce_partials(const LocalPartials& partials, const ReductionPlan& plan, Array& out);
