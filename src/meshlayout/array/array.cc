@@ -97,6 +97,10 @@ ReshardPlan plan_distribute(const Array& array, const TensorLayout& layout, bool
                       array.runtime().local_device_count());
 }
 
+namespace {
+void run_reshard(ReshardPlan plan, const Array& src, Array& dst, const ReshardOptions& options);
+}  // namespace
+
 void reshard_into(const Array& src, Array& dst, const ReshardOptions& options) {
   if (src.dtype() != dst.dtype()) {
     throw ValueError(fmt::format(
@@ -111,8 +115,15 @@ void reshard_into(const Array& src, Array& dst, const ReshardOptions& options) {
   if (&src.runtime() != &dst.runtime()) {
     throw ValueError("cannot reshard between arrays of different runtimes");
   }
-  ReshardPlan plan = plan_reshard(src.geometry(), dst.geometry(), dtype_size(src.dtype()),
-                                  src.runtime().local_device_count());
+  run_reshard(plan_reshard(src.geometry(), dst.geometry(), dtype_size(src.dtype()),
+                           src.runtime().local_device_count()),
+              src, dst, options);
+}
+
+namespace {
+
+// Moves the data of a checked plan from `src` into `dst`; every process calls it.
+void run_reshard(ReshardPlan plan, const Array& src, Array& dst, const ReshardOptions& options) {
   Runtime& rt = src.runtime();
   std::exception_ptr failure;
   if (options.inject_failure_on_process && *options.inject_failure_on_process == rt.process_id()) {
@@ -130,17 +141,19 @@ void reshard_into(const Array& src, Array& dst, const ReshardOptions& options) {
   if (options.plan_out) *options.plan_out = std::move(plan);
 }
 
+}  // namespace
+
 Array distribute_tensor(const Array& array, const TensorLayout& layout,
                         const ReshardOptions& options) {
   TensorLayout target = layout;
   if (!target.device_mesh()) target.set_device_mesh(array.mesh());
   // Check everything that replicated metadata decides before any memory is allocated.
   ShardGeometry check(target, array.shape(), GeometryOptions{.strict = options.strict});
-  (void)plan_reshard(array.geometry(), check, dtype_size(array.dtype()),
-                     array.runtime().local_device_count());
+  ReshardPlan plan = plan_reshard(array.geometry(), check, dtype_size(array.dtype()),
+                                  array.runtime().local_device_count());
   Array dst = allocate_agreed(target, array.shape(), array.dtype(), array.runtime_ptr(),
                              GeometryOptions{.strict = options.strict});
-  reshard_into(array, dst, options);
+  run_reshard(std::move(plan), array, dst, options);  // dst's geometry is `check`'s
   return dst;
 }
 
