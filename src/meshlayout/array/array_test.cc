@@ -158,33 +158,12 @@ TEST_F(ArrayTest, PropertyDistributeGatherAndReshardRoundTripsInOneProcess) {
   }
 }
 
-// Runs `body(rank runtime)` on `procs` threads, each a process of one in-process group.
-void run_as_processes(int procs, int64_t local_devices,
-                      const std::function<void(std::shared_ptr<Runtime>)>& body) {
-  std::vector<std::unique_ptr<Communicator>> comms = make_in_process_group(procs);
-  std::vector<std::thread> threads;
-  std::vector<std::string> failures(static_cast<size_t>(procs));
-  for (int p = 0; p < procs; ++p) {
-    auto rt = std::make_shared<Runtime>(std::shared_ptr<Communicator>(std::move(comms[static_cast<size_t>(p)])),
-                                        local_devices, std::make_shared<ThreadPool>(1));
-    threads.emplace_back([rt, &body, &failures, p] {
-      try {
-        body(rt);
-      } catch (const std::exception& e) {
-        failures[static_cast<size_t>(p)] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (int p = 0; p < procs; ++p) EXPECT_EQ(failures[static_cast<size_t>(p)], "") << "process " << p;
-}
-
 TEST_F(ArrayTest, PropertyRoundTripsAsSeveralProcesses) {
   const uint64_t seed = testing::test_seed(20261123);
   RecordProperty("seed", std::to_string(seed));
   for (int procs : {2, 4}) {
     SCOPED_TRACE(fmt::format("{} processes, MESHLAYOUT_TEST_SEED={}", procs, seed));
-    run_as_processes(procs, 8 / procs, [&](std::shared_ptr<Runtime> rt) {
+    testing::run_as_processes(procs, 8 / procs, [&](std::shared_ptr<Runtime> rt) {
       testing::check_random_reshards(rt, seed, 40);
     });
   }
@@ -192,7 +171,7 @@ TEST_F(ArrayTest, PropertyRoundTripsAsSeveralProcesses) {
 
 TEST_F(ArrayTest, InjectedFailureOnOneProcessFailsEveryProcessWithTheSameMessage) {
   std::vector<std::string> messages(4);
-  run_as_processes(4, 2, [&](std::shared_ptr<Runtime> rt) {
+  testing::run_as_processes(4, 2, [&](std::shared_ptr<Runtime> rt) {
     DeviceMesh mesh({8}, {"x"});
     HostTensor x = HostTensor::random(DType::kF32, {16}, 9);
     Array a = distribute_tensor(x, TensorLayout({"x"}, mesh), {.runtime = rt});

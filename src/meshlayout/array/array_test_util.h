@@ -1,5 +1,6 @@
-// array_test_util.h — random meshes, shapes, layouts and dtypes for the array property tests
-// (test-only). The seed comes from MESHLAYOUT_TEST_SEED when set, and is printed.
+// array_test_util.h — random meshes, shapes, layouts and dtypes for the array property tests,
+// and run_as_processes (threads as the processes of one group). Test-only. The seed comes from
+// MESHLAYOUT_TEST_SEED when set, and is printed.
 #pragma once
 
 #include <cstdint>
@@ -8,9 +9,12 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
+#include <thread>
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/layout/box_ops.h"
@@ -172,4 +176,27 @@ inline void check_random_reshards(const std::shared_ptr<Runtime>& rt, uint64_t s
     if (!(back.gather() == x)) throw InternalError("A->B->A is not the identity; " + where);
   }
 }
+// Runs `body(rank runtime)` on `procs` threads, each a process of one in-process group.
+inline void run_as_processes(int procs, int64_t local_devices,
+                      const std::function<void(std::shared_ptr<Runtime>)>& body) {
+  std::vector<std::unique_ptr<Communicator>> comms = make_in_process_group(procs);
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(static_cast<size_t>(procs));
+  for (int p = 0; p < procs; ++p) {
+    auto rt = std::make_shared<Runtime>(std::shared_ptr<Communicator>(std::move(comms[static_cast<size_t>(p)])),
+                                        local_devices, std::make_shared<ThreadPool>(1));
+    threads.emplace_back([rt, &body, &failures, p] {
+      try {
+        body(rt);
+      } catch (const std::exception& e) {
+        failures[static_cast<size_t>(p)] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int p = 0; p < procs; ++p) {
+    EXPECT_EQ(failures[static_cast<size_t>(p)], "") << "process " << p;
+  }
+}
+
 }  // namespace meshlayout::testing

@@ -31,53 +31,10 @@ bool contains(const Box& outer, const Box& inner) {
 
 void copy_box(const std::byte* src, const Box& src_box, std::byte* dst, const Box& dst_box,
               const Box& piece, size_t element_size) {
-  const size_t rank = piece.shape.size();
-  if (piece.num_elements() == 0) return;
-  if (rank == 0) {
-    std::memcpy(dst, src, element_size);
-    return;
-  }
-  // Merge the innermost dimensions over which the piece is contiguous in both buffers.
-  size_t inner = rank - 1;  // dims [inner, rank) form one contiguous run
-  int64_t run = piece.shape[rank - 1];
-  while (inner > 0 && piece.shape[inner] == src_box.shape[inner] &&
-         piece.shape[inner] == dst_box.shape[inner]) {
-    --inner;
-    run *= piece.shape[inner];
-  }
-  // Row-major strides (elements) of both buffers.
-  std::vector<int64_t> src_stride(rank, 1), dst_stride(rank, 1);
-  for (size_t d = rank - 1; d > 0; --d) {
-    src_stride[d - 1] = src_stride[d] * src_box.shape[d];
-    dst_stride[d - 1] = dst_stride[d] * dst_box.shape[d];
-  }
-  int64_t src_base = 0, dst_base = 0;
-  for (size_t d = 0; d < rank; ++d) {
-    src_base += (piece.offset[d] - src_box.offset[d]) * src_stride[d];
-    dst_base += (piece.offset[d] - dst_box.offset[d]) * dst_stride[d];
-  }
-  const size_t run_bytes = static_cast<size_t>(run) * element_size;
-  // Odometer over the outer dims [0, inner).
-  std::vector<int64_t> index(inner, 0);
-  int64_t src_off = src_base, dst_off = dst_base;
-  while (true) {
-    std::memcpy(dst + static_cast<size_t>(dst_off) * element_size,
-                src + static_cast<size_t>(src_off) * element_size, run_bytes);
-    size_t d = inner;
-    while (d > 0) {
-      --d;
-      if (++index[d] < piece.shape[d]) {
-        src_off += src_stride[d];
-        dst_off += dst_stride[d];
-        break;
-      }
-      src_off -= (piece.shape[d] - 1) * src_stride[d];
-      dst_off -= (piece.shape[d] - 1) * dst_stride[d];
-      index[d] = 0;
-      if (d == 0) return;
-    }
-    if (inner == 0) return;
-  }
+  for_each_contiguous_run(src_box, dst_box, piece, element_size,
+                          [&](size_t src_off, size_t dst_off, size_t bytes) {
+                            std::memcpy(dst + dst_off, src + src_off, bytes);
+                          });
 }
 
 std::vector<Box> split_box(const Box& box, int64_t max_elements) {

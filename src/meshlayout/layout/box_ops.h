@@ -26,8 +26,72 @@ bool contains(const Box& outer, const Box& inner);
 void copy_box(const std::byte* src, const Box& src_box, std::byte* dst, const Box& dst_box,
               const Box& piece, size_t element_size);
 
+/// Calls fn(src_byte_offset, dst_byte_offset, bytes) for each maximal contiguous run of region
+/// `piece` between a row-major buffer holding `src_box` and one holding `dst_box` (innermost
+/// dimensions over which the piece spans both boxes whole are merged into one run), in
+/// row-major order. Nothing for an empty piece; one element-sized run for rank 0. copy_box
+/// moves memory with it; checkpoint I/O maps a box onto the byte ranges of a file with it (the
+/// file holds the whole tensor: dst_box = {zeros, shape}).
+template <typename Fn>
+void for_each_contiguous_run(const Box& src_box, const Box& dst_box, const Box& piece,
+                             size_t element_size, Fn&& fn);
+
 /// Splits `box` along its outer dimensions into pieces of at most `max_elements` elements
 /// (at least one element each), in row-major order. An empty box gives no piece.
 std::vector<Box> split_box(const Box& box, int64_t max_elements);
 
+}  // namespace meshlayout
+
+// Implementation of for_each_contiguous_run (a template, so copy_box's memcpy loop inlines).
+namespace meshlayout {
+template <typename Fn>
+void for_each_contiguous_run(const Box& src_box, const Box& dst_box, const Box& piece,
+                             size_t element_size, Fn&& fn) {
+  const size_t rank = piece.shape.size();
+  if (piece.num_elements() == 0) return;
+  if (rank == 0) {
+    fn(size_t{0}, size_t{0}, element_size);
+    return;
+  }
+  // Merge the innermost dimensions over which the piece is contiguous in both buffers.
+  size_t inner = rank - 1;  // dims [inner, rank) form one contiguous run
+  int64_t run = piece.shape[rank - 1];
+  while (inner > 0 && piece.shape[inner] == src_box.shape[inner] &&
+         piece.shape[inner] == dst_box.shape[inner]) {
+    --inner;
+    run *= piece.shape[inner];
+  }
+  // Row-major strides (elements) of both buffers.
+  std::vector<int64_t> src_stride(rank, 1), dst_stride(rank, 1);
+  for (size_t d = rank - 1; d > 0; --d) {
+    src_stride[d - 1] = src_stride[d] * src_box.shape[d];
+    dst_stride[d - 1] = dst_stride[d] * dst_box.shape[d];
+  }
+  int64_t src_off = 0, dst_off = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    src_off += (piece.offset[d] - src_box.offset[d]) * src_stride[d];
+    dst_off += (piece.offset[d] - dst_box.offset[d]) * dst_stride[d];
+  }
+  const size_t run_bytes = static_cast<size_t>(run) * element_size;
+  // Odometer over the outer dims [0, inner).
+  std::vector<int64_t> index(inner, 0);
+  while (true) {
+    fn(static_cast<size_t>(src_off) * element_size, static_cast<size_t>(dst_off) * element_size,
+       run_bytes);
+    size_t d = inner;
+    while (d > 0) {
+      --d;
+      if (++index[d] < piece.shape[d]) {
+        src_off += src_stride[d];
+        dst_off += dst_stride[d];
+        break;
+      }
+      src_off -= (piece.shape[d] - 1) * src_stride[d];
+      dst_off -= (piece.shape[d] - 1) * dst_stride[d];
+      index[d] = 0;
+      if (d == 0) return;
+    }
+    if (inner == 0) return;
+  }
+}
 }  // namespace meshlayout
