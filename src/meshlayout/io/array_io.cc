@@ -1,0 +1,362 @@
+#include "meshlayout/io/array_io.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/init/float_convert.h"
+#include "meshlayout/io/vectored_io.h"
+#include "meshlayout/layout/box_ops.h"
+
+namespace meshlayout {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Forwards byte counts from worker threads to a ProgressFn, one call at a time.
+class ProgressCounter {
+ public:
+  ProgressCounter(const ProgressFn& fn, uint64_t total) : fn_(fn), total_(total) {}
+  void add(uint64_t bytes) {
+    if (!fn_) return;
+    std::lock_guard lock(mu_);
+    done_ += bytes;
+    fn_(done_, total_);
+  }
+  std::function<void(uint64_t)> callback() {
+    if (!fn_) return {};
+    return [this](uint64_t bytes) { add(bytes); };
+  }
+
+ private:
+  const ProgressFn& fn_;
+  uint64_t total_;
+  std::mutex mu_;
+  uint64_t done_ = 0;
+};
+
+const std::shared_ptr<Runtime>& common_runtime(const std::vector<const Array*>& arrays) {
+  static const std::shared_ptr<Runtime> kNone;
+  if (arrays.empty()) return kNone;
+  for (const Array* a : arrays) {
+    if (a->runtime_ptr() != arrays.front()->runtime_ptr()) {
+      throw ValueError("the arrays to save or load live on different runtimes; one call handles "
+                       "the arrays of one runtime");
+    }
+  }
+  return arrays.front()->runtime_ptr();
+}
+
+// Runs `step` in this process, then agrees with the others (DESIGN §4): every process throws
+// the first failure, after `cleanup` ran, or none does.
+template <typename Step, typename Cleanup>
+void agreed_step(Communicator& comm, Step&& step, Cleanup&& cleanup) {
+  std::exception_ptr error;
+  try {
+    step();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  try {
+    agree_on_failure(comm, error);
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+}
+
+[[noreturn]] void throw_errno(std::string_view what, const std::string& path) {
+  throw Error(fmt::format("{} '{}' failed: {}", what, path, std::strerror(errno)));
+}
+
+// For each block of a tensor, the mesh position whose device writes it: of the devices holding
+// the block, the one whose process has been given the fewest bytes so far (ties: the first).
+// A pure function of replicated metadata, so every process computes the same choice.
+std::vector<int64_t> choose_writers(const ShardGeometry& g, const Runtime& runtime,
+                                    size_t element_size, std::vector<uint64_t>& process_load) {
+  std::vector<int64_t> writers;
+  const std::vector<int64_t>& ids = g.mesh().device_ids();
+  for (const std::vector<int64_t>& group : g.shard_groups()) {
+    int64_t best = group.front();
+    int best_process = runtime.process_of(ids[static_cast<size_t>(best)]);
+    for (int64_t p : group) {
+      const int proc = runtime.process_of(ids[static_cast<size_t>(p)]);
+      if (process_load[static_cast<size_t>(proc)] <
+          process_load[static_cast<size_t>(best_process)]) {
+        best = p;
+        best_process = proc;
+      }
+    }
+    process_load[static_cast<size_t>(best_process)] +=
+        static_cast<uint64_t>(g.box(best).num_elements()) * element_size;
+    writers.push_back(best);
+  }
+  return writers;
+}
+
+template <typename From, typename To, typename Load, typename Store>
+void convert_loop(const std::byte* src, std::byte* dst, size_t count, Load load, Store store) {
+  const From* in = reinterpret_cast<const From*>(src);
+  To* out = reinterpret_cast<To*>(dst);
+  for (size_t i = 0; i < count; ++i) out[i] = store(load(in[i]));
+}
+
+}  // namespace
+
+void convert_floats(const std::byte* src, DType from, std::byte* dst, DType to, size_t count) {
+  if (from == to) {
+    std::memcpy(dst, src, count * dtype_size(from));
+    return;
+  }
+  if (!is_floating(from) || !is_floating(to)) {
+    throw ValueError(fmt::format("cannot convert {} to {}: conversions are between F32, F64, "
+                                 "BF16 and F16", dtype_name(from), dtype_name(to)));
+  }
+  if (from == DType::kF64 && to == DType::kF32) {
+    convert_loop<double, float>(src, dst, count, [](double v) { return v; },
+                                [](double v) { return static_cast<float>(v); });
+    return;
+  }
+  if (to == DType::kF64) {  // every other dtype widens to double exactly through float
+    auto store = [](float v) { return static_cast<double>(v); };
+    switch (from) {
+      case DType::kF32: convert_loop<float, double>(src, dst, count, [](float v) { return v; }, store); return;
+      case DType::kBF16: convert_loop<uint16_t, double>(src, dst, count, float_from_bf16, store); return;
+      default: convert_loop<uint16_t, double>(src, dst, count, float_from_f16, store); return;
+    }
+  }
+  // To F32, BF16 or F16 through float (F64 sources round to float first).
+  auto convert_to = [&](auto load, auto* from_type) {
+    using From = std::remove_pointer_t<decltype(from_type)>;
+    switch (to) {
+      case DType::kF32: convert_loop<From, float>(src, dst, count, load, [](float v) { return v; }); return;
+      case DType::kBF16: convert_loop<From, uint16_t>(src, dst, count, load, bf16_from_float); return;
+      default: convert_loop<From, uint16_t>(src, dst, count, load, f16_from_float); return;
+    }
+  };
+  switch (from) {
+    case DType::kF64: convert_to([](double v) { return static_cast<float>(v); }, static_cast<double*>(nullptr)); return;
+    case DType::kF32: convert_to([](float v) { return v; }, static_cast<float*>(nullptr)); return;
+    case DType::kBF16: convert_to(float_from_bf16, static_cast<uint16_t*>(nullptr)); return;
+    default: convert_to(float_from_f16, static_cast<uint16_t*>(nullptr)); return;
+  }
+}
+
+SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arrays,
+                       const SaveOptions& options) {
+  std::vector<const Array*> list;
+  std::vector<TensorSpec> specs;
+  for (const NamedArray& a : arrays) {
+    list.push_back(a.array);
+    specs.push_back(TensorSpec{a.name, a.array->dtype(), a.array->shape()});
+  }
+  std::shared_ptr<Runtime> runtime = common_runtime(list);
+  if (!runtime) runtime = default_runtime();
+  // Identical in every process: the same verdict on bad names, before any collective.
+  const SafetensorsHeader header = make_safetensors_header(specs, options.metadata);
+  std::string header_bytes = safetensors_header_bytes(header);
+  Communicator& comm = runtime->comm();
+  const bool leader = comm.rank() == 0;
+
+  // The temporary file, next to the target so that rename() is atomic.
+  char token[32] = {};
+  if (leader) {
+    std::random_device rd;
+    fmt::format_to_n(token, sizeof token - 1, "{}-{:08x}", ::getpid(), rd());
+  }
+  comm.broadcast(token, sizeof token, 0);
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string tmp =
+      (dir / fmt::format(".{}.tmp-{}", target.filename().string(), token)).string();
+
+  int fd = -1;
+  bool created = false;
+  auto cleanup = [&] {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+    if (leader && created) ::unlink(tmp.c_str());
+  };
+  agreed_step(comm, [&] {
+    if (target.filename().empty()) throw ValueError(fmt::format("'{}' names no file", path));
+    if (!leader) return;
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw_errno("creating the checkpoint's temporary file", tmp);
+    created = true;
+    if (::ftruncate(fd, static_cast<off_t>(header.file_bytes())) != 0) {
+      throw_errno("sizing", tmp);
+    }
+    std::vector<IoPiece> head{IoPiece{fd, 0, reinterpret_cast<std::byte*>(header_bytes.data()),
+                                      header_bytes.size(), "the header", tmp}};
+    run_vectored_io(head, IoDirection::kWrite, {});
+  }, cleanup);
+  agreed_step(comm, [&] {
+    if (leader) return;
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw_errno("opening the checkpoint's temporary file", tmp);
+  }, cleanup);
+
+  // This process's pieces: the boxes of the blocks its devices were chosen to write.
+  SaveReport report{.file_bytes = header.file_bytes()};
+  std::vector<IoPiece> pieces;
+  std::vector<uint64_t> process_load(static_cast<size_t>(comm.size()), 0);
+  for (const NamedArray& a : arrays) {
+    const TensorInfo& info = *header.find(a.name);
+    const ShardGeometry& g = a.array->geometry();
+    const Box whole{Shape(info.shape.size(), 0), info.shape};
+    const uint64_t base = header.data_start() + info.begin;
+    for (int64_t position : choose_writers(g, *runtime, info.element_size, process_load)) {
+      const Array::Shard* shard = a.array->shard_at(position);
+      if (shard == nullptr) continue;  // another process writes it
+      std::byte* data = const_cast<std::byte*>(shard->buffer.data());
+      for_each_contiguous_run(shard->box, whole, shard->box, info.element_size,
+                              [&](size_t mem_off, size_t file_off, size_t bytes) {
+                                pieces.push_back(IoPiece{fd, base + file_off, data + mem_off,
+                                                         bytes, info.name, tmp});
+                                report.bytes_written += bytes;
+                              });
+    }
+  }
+  ProgressCounter progress(options.progress, report.bytes_written);
+  agreed_step(comm, [&] {
+    run_vectored_io(pieces, IoDirection::kWrite,
+                    {.pool = &runtime->pool(), .on_bytes = progress.callback()});
+    if (::fdatasync(fd) != 0) throw_errno("flushing", tmp);
+    const int closing = fd;
+    fd = -1;
+    if (::close(closing) != 0) throw_errno("closing", tmp);
+  }, cleanup);
+  // Every process has written and flushed its part: publish the file.
+  agreed_step(comm, [&] {
+    if (!leader) return;
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("renaming the new checkpoint to", path);
+    created = false;
+    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0) {  // make the rename durable; best effort where directories cannot sync
+      ::fsync(dir_fd);
+      ::close(dir_fd);
+    }
+  }, cleanup);
+  return report;
+}
+
+LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget> targets,
+                       const LoadOptions& options) {
+  std::vector<const Array*> list;
+  for (const LoadTarget& t : targets) list.push_back(t.array);
+  const std::shared_ptr<Runtime>& runtime = common_runtime(list);
+  if (!runtime) return {};
+
+  // Checks on replicated metadata: every process reaches the same verdict.
+  std::vector<std::string> missing;
+  for (const LoadTarget& t : targets) {
+    if (checkpoint.find(t.name).second == nullptr) missing.push_back("'" + t.name + "'");
+  }
+  if (!missing.empty()) {
+    throw NotFoundError(fmt::format("checkpoint '{}' has no tensor {} (it holds {} tensors)",
+                                    checkpoint.path(), fmt::join(missing, ", "),
+                                    checkpoint.tensors().size()));
+  }
+  for (const LoadTarget& t : targets) {
+    const TensorInfo& info = *checkpoint.find(t.name).second;
+    if (!info.dtype) {
+      throw ValueError(fmt::format("tensor '{}' in '{}' has dtype {}, which meshlayout cannot "
+                                   "load (loadable: F32, F64, BF16, F16, I8, I16, I32, I64, U8, "
+                                   "BOOL)", t.name, checkpoint.path(), info.dtype_name));
+    }
+    if (info.shape != t.array->shape()) {
+      throw ValueError(fmt::format("tensor '{}' in '{}' has shape {}, the target has shape {}",
+                                   t.name, checkpoint.path(), shape_to_string(info.shape),
+                                   shape_to_string(t.array->shape())));
+    }
+    if (*info.dtype != t.array->dtype() &&
+        !(options.convert_dtypes && is_floating(*info.dtype) && is_floating(t.array->dtype()))) {
+      throw ValueError(fmt::format(
+          "tensor '{}' in '{}' is {}, the target is {}{}", t.name, checkpoint.path(),
+          info.dtype_name, dtype_name(t.array->dtype()),
+          is_floating(*info.dtype) && is_floating(t.array->dtype())
+              ? "; pass convert_dtypes to convert on load"
+              : " (only floating dtypes convert)"));
+    }
+  }
+
+  // Each distinct local box is read once, by the first local shard holding it.
+  struct Job {
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+    Array* array;
+    Array::Shard* reader;
+    std::vector<Array::Shard*> copies;  // local replicas of the same box
+  };
+  std::vector<Job> jobs;
+  LoadReport report;
+  for (const LoadTarget& t : targets) {
+    const auto [file, info] = checkpoint.find(t.name);
+    const size_t first_job = jobs.size();  // this target's jobs start here
+    for (Array::Shard& shard : t.array->local_shards()) {
+      if (shard.box.empty()) continue;
+      auto same = std::find_if(jobs.begin() + static_cast<ptrdiff_t>(first_job), jobs.end(),
+                               [&](const Job& j) { return j.reader->box == shard.box; });
+      if (same != jobs.end()) {
+        same->copies.push_back(&shard);
+        continue;
+      }
+      jobs.push_back(Job{file, info, t.array, &shard, {}});
+      report.shard_bytes += static_cast<uint64_t>(shard.box.num_elements()) * info->element_size;
+    }
+  }
+
+  ProgressCounter progress(options.progress, report.shard_bytes);
+  agreed_step(runtime->comm(), [&] {
+    ThreadPool& pool = runtime->pool();
+    ReadBatch batch;
+    std::vector<DeviceBuffer> staging;
+    std::vector<size_t> staged_jobs;  // jobs read into staging[i], converted after the read
+    size_t batch_begin = 0;
+    uint64_t staged_bytes = 0;
+    auto flush = [&](size_t batch_end) {
+      report.bytes_read += batch.bytes();
+      batch.run({.pool = &pool, .on_bytes = progress.callback()});
+      pool.parallel_for(staged_jobs.size(), [&](size_t i) {
+        const Job& j = jobs[staged_jobs[i]];
+        convert_floats(staging[i].data(), *j.info->dtype, j.reader->buffer.data(),
+                       j.array->dtype(), static_cast<size_t>(j.reader->box.num_elements()));
+      });
+      pool.parallel_for(batch_end - batch_begin, [&](size_t i) {
+        const Job& j = jobs[batch_begin + i];
+        for (Array::Shard* copy : j.copies) {
+          std::memcpy(copy->buffer.data(), j.reader->buffer.data(), j.reader->buffer.size());
+        }
+      });
+      staging.clear();
+      staged_jobs.clear();
+      staged_bytes = 0;
+      batch_begin = batch_end;
+    };
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      const Job& j = jobs[k];
+      if (*j.info->dtype == j.array->dtype()) {
+        batch.add(*j.file, *j.info, j.reader->box, j.reader->buffer.data());
+      } else {
+        const size_t bytes =
+            static_cast<size_t>(j.reader->box.num_elements()) * j.info->element_size;
+        staging.emplace_back(runtime->staging(), bytes);
+        staged_jobs.push_back(k);
+        batch.add(*j.file, *j.info, j.reader->box, staging.back().data());
+        staged_bytes += bytes;
+        if (staged_bytes >= options.max_staging_bytes) flush(k + 1);
+      }
+    }
+    flush(jobs.size());
+  }, [] {});
+  return report;
+}
+
+}  // namespace meshlayout
