@@ -63,6 +63,9 @@ class Variable {
 
   /// The distributed value; FailedPreconditionError naming the variable while it is lazy.
   const Array& value() const;
+  /// The value for in-place writes into its shards (checkpoint loads: load_model). Same
+  /// error while lazy.
+  Array& mutable_value() { return const_cast<Array&>(value()); }
 
   /// Creates the storage under `layout` (its mesh must be set): each local device allocates
   /// and fills only its box. ValueError naming the variable path, its shape and the layout if
