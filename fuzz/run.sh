@@ -15,7 +15,7 @@ seconds="${1:-300}"
 extra_flags=("${@:2}")
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/fuzz-build"
-targets=(rules_file layout_text)
+targets=(rules_file layout_text safetensors_header)
 
 cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_CXX_COMPILER=clang++ \
@@ -38,6 +38,7 @@ for target in "${targets[@]}"; do
   work="$root/fuzz/corpus-work-$target-$stamp"
   mkdir -p "$work/corpus" "$work/artifacts"
   cp -R "$root/fuzz/corpus/$target/." "$work/corpus/"
+  rm -f "$work/corpus/README"  # how the seeds were made, not a seed
   log="$work/fuzz.log"
   echo "== $target: fuzzing for ${seconds}s (log: $log)"
   "$build/fuzz/${target}_fuzz" \
@@ -59,7 +60,7 @@ for target in "${targets[@]}"; do
   else
     verdict="ok"
   fi
-  summaries+=("$(printf '%-12s %ss  execs=%s  cov=%s  ft=%s  corpus=%s  %s' \
+  summaries+=("$(printf '%-18s %ss  execs=%s  cov=%s  ft=%s  corpus=%s  %s' \
     "$target" "$seconds" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}" "$verdict")")
 done
 

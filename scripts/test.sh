@@ -41,7 +41,7 @@ done
 
 echo "=== fuzz smoke (20 s per target)"
 bash fuzz/run.sh 20
-passed=$((passed + 2))
+passed=$((passed + 3))  # one per fuzz target
 
 echo "=== every stage passed (ctest optimised + ASan/UBSan, TSan, fuzz smoke)"
 echo "tests: $passed passed, 0 failed"

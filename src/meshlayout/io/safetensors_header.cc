@@ -9,45 +9,11 @@
 #include <unordered_set>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/io/safetensors_header_internal.h"
 
 namespace meshlayout {
-namespace {
 
-using nlohmann::json;
-
-struct DTypeRow {
-  std::string_view name;
-  size_t size;
-  std::optional<DType> dtype;
-};
-
-// In the reference implementation's enum order: its writer lays tensors out by this order,
-// descending, then by name.
-constexpr std::array<DTypeRow, 17> kSafetensorsDTypes{{
-    {"BOOL", 1, DType::kBool},  {"U8", 1, DType::kU8},     {"I8", 1, DType::kI8},
-    {"F8_E5M2", 1, {}},         {"F8_E4M3", 1, {}},        {"F8_E8M0", 1, {}},
-    {"I16", 2, DType::kI16},    {"U16", 2, {}},            {"F16", 2, DType::kF16},
-    {"BF16", 2, DType::kBF16},  {"I32", 4, DType::kI32},   {"U32", 4, {}},
-    {"F32", 4, DType::kF32},    {"F64", 8, DType::kF64},   {"I64", 8, DType::kI64},
-    {"U64", 8, {}},             {"C64", 8, {}},
-}};
-
-const DTypeRow* find_dtype(std::string_view name) {
-  for (const DTypeRow& row : kSafetensorsDTypes) {
-    if (row.name == name) return &row;
-  }
-  return nullptr;
-}
-
-size_t dtype_order(std::string_view name) {
-  for (size_t i = 0; i < kSafetensorsDTypes.size(); ++i) {
-    if (kSafetensorsDTypes[i].name == name) return i;
-  }
-  return 0;
-}
-
-// A name as it can be printed in a message: quoted, control bytes escaped, long names cut.
-std::string quote_name(std::string_view name) {
+std::string safetensors_detail::quote_name(std::string_view name) {
   std::string out = "'";
   for (size_t i = 0; i < name.size() && i < 200; ++i) {
     const unsigned char c = static_cast<unsigned char>(name[i]);
@@ -61,20 +27,10 @@ std::string quote_name(std::string_view name) {
   return out + "'";
 }
 
-// The bytes of a tensor of `shape` (extents >= 0) and `element_size`, or std::nullopt if the
-// element count overflows int64 at any step of num_elements()'s left-to-right product (so
-// TensorInfo::num_elements() is always defined) or the byte count overflows 64 bits.
-std::optional<uint64_t> checked_num_bytes(const Shape& shape, size_t element_size) {
-  int64_t elements = 1;
-  for (int64_t d : shape) {
-    if (__builtin_mul_overflow(elements, d, &elements)) return std::nullopt;
-  }
-  uint64_t bytes = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(elements), element_size, &bytes)) {
-    return std::nullopt;
-  }
-  return bytes;
-}
+namespace {
+
+using nlohmann::json;
+using namespace safetensors_detail;
 
 // Fills TensorInfo/metadata from nlohmann's SAX events, checking types and duplicates as it
 // goes. Iterative (no recursion): a deeply nested header cannot exhaust the stack.
@@ -88,7 +44,7 @@ class HeaderSax {
     if (skip_ > 0 || state_ == State::kSkipValue) return scalar("");
     if (state_ == State::kShape || state_ == State::kOffsets) {
       fail(fmt::format("{} of tensor {} holds the negative number {}; expected a non-negative "
-                       "integer", field_name(), quote_name(key_), v));
+                       "integer", field_name(), quote_name(key_), v == 0 ? std::string("-0") : std::to_string(v)));
     }
     return scalar("a number");
   }
@@ -396,15 +352,26 @@ void check_ranges(SafetensorsHeader& h, std::string_view source) {
   }
 }
 
-std::string json_string(std::string_view s, std::string_view what) {
-  try {
-    return json(std::string(s)).dump();
-  } catch (const json::exception&) {
-    throw ValueError(fmt::format("{} {} is not valid UTF-8", what, quote_name(s)));
-  }
+}  // namespace
+
+SafetensorsHeader::SafetensorsHeader(const SafetensorsHeader& other)
+    : tensors(other.tensors),
+      metadata(other.metadata),
+      header_bytes(other.header_bytes),
+      data_bytes(other.data_bytes) {
+  index();
 }
 
-}  // namespace
+SafetensorsHeader& SafetensorsHeader::operator=(const SafetensorsHeader& other) {
+  if (this != &other) {
+    tensors = other.tensors;
+    metadata = other.metadata;
+    header_bytes = other.header_bytes;
+    data_bytes = other.data_bytes;
+    index();
+  }
+  return *this;
+}
 
 const TensorInfo* SafetensorsHeader::find(std::string_view name) const {
   auto it = by_name_.find(name);
@@ -463,6 +430,12 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t file_
                                     "starts with {}); not a safetensors file?", source,
                                     text.empty() ? std::string("nothing") : quote_name(text.substr(0, 1))));
   }
+  // nlohmann's lexer takes a NUL byte for the end of the input, so "{}\0<anything>" would pass
+  // unchecked. A raw NUL is never valid JSON (not whitespace; escaped as \u0000 in strings).
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+    throw DataLossError(fmt::format("'{}': the header is not valid JSON (near file byte {}): a "
+                                    "raw NUL byte", source, 8 + nul));
+  }
   HeaderSax sax(h, source);
   json::sax_parse(text.begin(), text.end(), &sax);
   if (!sax.done()) {
@@ -479,90 +452,6 @@ SafetensorsHeader parse_safetensors_file_bytes(std::span<const std::byte> file,
                                                      file.size(), source);
   std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, n);
   return parse_safetensors_header(text, file.size(), source);
-}
-
-SafetensorsHeader make_safetensors_header(std::span<const TensorSpec> tensors,
-                                          std::map<std::string, std::string> metadata) {
-  SafetensorsHeader h;
-  h.metadata = std::move(metadata);
-  std::unordered_set<std::string_view> names;
-  for (const TensorSpec& t : tensors) {
-    if (t.name.empty()) throw ValueError("a tensor to save has an empty name");
-    if (t.name.find('\0') != std::string::npos) {
-      throw ValueError(fmt::format("tensor name {} contains a NUL byte", quote_name(t.name)));
-    }
-    if (t.name == "__metadata__") {
-      throw ValueError("'__metadata__' is reserved by the safetensors format; rename the tensor");
-    }
-    if (!names.insert(t.name).second) {
-      throw ValueError(fmt::format("two tensors to save are named {}", quote_name(t.name)));
-    }
-    for (int64_t d : t.shape) {
-      if (d < 0) {
-        throw ValueError(fmt::format("tensor {} has the negative shape {}", quote_name(t.name),
-                                     shape_to_string(t.shape)));
-      }
-    }
-    if (!checked_num_bytes(t.shape, dtype_size(t.dtype))) {
-      throw ValueError(fmt::format("tensor {} has the shape {}, whose size overflows 64 bits",
-                                   quote_name(t.name), shape_to_string(t.shape)));
-    }
-    h.tensors.push_back(TensorInfo{.name = t.name,
-                                   .dtype_name = std::string(dtype_name(t.dtype)),
-                                   .dtype = t.dtype,
-                                   .element_size = dtype_size(t.dtype),
-                                   .shape = t.shape});
-  }
-  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    const size_t oa = dtype_order(a.dtype_name), ob = dtype_order(b.dtype_name);
-    return oa != ob ? oa > ob : a.name < b.name;
-  });
-  uint64_t at = 0;
-  for (TensorInfo& t : h.tensors) {
-    t.begin = at;
-    if (__builtin_add_overflow(at, *checked_num_bytes(t.shape, t.element_size), &at)) {
-      throw ValueError(fmt::format("the tensors to save hold more than 2^64 bytes together "
-                                   "(at tensor {})", quote_name(t.name)));
-    }
-    t.end = at;
-  }
-  h.data_bytes = at;
-  h.header_bytes = serialize_safetensors_header(h).size();
-  h.index();
-  return h;
-}
-
-std::string serialize_safetensors_header(const SafetensorsHeader& h) {
-  std::string out = "{";
-  if (!h.metadata.empty()) {
-    out += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : h.metadata) {
-      if (!first) out += ',';
-      first = false;
-      out += json_string(k, "metadata key");
-      out += ':';
-      out += json_string(v, "metadata value");
-    }
-    out += '}';
-  }
-  for (const TensorInfo& t : h.tensors) {
-    if (out.size() > 1) out += ',';
-    out += json_string(t.name, "tensor name");
-    out += fmt::format(":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                       t.dtype_name, fmt::join(t.shape, ","), t.begin, t.end);
-  }
-  out += '}';
-  out.append((8 - out.size() % 8) % 8, ' ');
-  return out;
-}
-
-std::string safetensors_header_bytes(const SafetensorsHeader& h) {
-  const std::string json_text = serialize_safetensors_header(h);
-  std::string out(8, '\0');
-  uint64_t n = json_text.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
-  return out + json_text;
 }
 
 }  // namespace meshlayout

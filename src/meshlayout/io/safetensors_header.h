@@ -52,6 +52,13 @@ struct TensorInfo {
 };
 
 struct SafetensorsHeader {
+  SafetensorsHeader() = default;
+  /// A copy gets its own name index (find() must not point into the original's names).
+  SafetensorsHeader(const SafetensorsHeader& other);
+  SafetensorsHeader& operator=(const SafetensorsHeader& other);
+  SafetensorsHeader(SafetensorsHeader&&) = default;
+  SafetensorsHeader& operator=(SafetensorsHeader&&) = default;
+
   /// In the order of their data (by `begin`, then name).
   std::vector<TensorInfo> tensors;
   std::map<std::string, std::string> metadata;
