@@ -207,22 +207,29 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
   SaveReport report{.file_bytes = header.file_bytes()};
   std::vector<IoPiece> pieces;
   std::vector<uint64_t> process_load(static_cast<size_t>(comm.size()), 0);
+  std::vector<std::pair<const TensorInfo*, const Array::Shard*>> writes;
+  size_t runs = 0;
   for (const NamedArray& a : arrays) {
     const TensorInfo& info = *header.find(a.name);
-    const ShardGeometry& g = a.array->geometry();
     const Box whole{Shape(info.shape.size(), 0), info.shape};
-    const uint64_t base = header.data_start() + info.begin;
-    for (int64_t position : choose_writers(g, *runtime, info.element_size, process_load)) {
+    for (int64_t position : choose_writers(a.array->geometry(), *runtime, info.element_size, process_load)) {
       const Array::Shard* shard = a.array->shard_at(position);
       if (shard == nullptr) continue;  // another process writes it
-      std::byte* data = const_cast<std::byte*>(shard->buffer.data());
-      for_each_contiguous_run(shard->box, whole, shard->box, info.element_size,
-                              [&](size_t mem_off, size_t file_off, size_t bytes) {
-                                pieces.push_back(IoPiece{fd, base + file_off, data + mem_off,
-                                                         bytes, info.name, tmp});
-                                report.bytes_written += bytes;
-                              });
+      writes.emplace_back(&info, shard);
+      runs += static_cast<size_t>(count_contiguous_runs(shard->box, whole, shard->box));
     }
+  }
+  pieces.reserve(runs);
+  for (const auto& [info, shard] : writes) {
+    const Box whole{Shape(info->shape.size(), 0), info->shape};
+    const uint64_t base = header.data_start() + info->begin;
+    std::byte* data = const_cast<std::byte*>(shard->buffer.data());
+    for_each_contiguous_run(shard->box, whole, shard->box, info->element_size,
+                            [&](size_t mem_off, size_t file_off, size_t bytes) {
+                              pieces.push_back(IoPiece{fd, base + file_off, data + mem_off, bytes,
+                                                       info->name, tmp});
+                              report.bytes_written += bytes;
+                            });
   }
   ProgressCounter progress(options.progress, report.bytes_written);
   agreed_step(comm, [&] {
@@ -317,6 +324,12 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
   agreed_step(runtime->comm(), [&] {
     ThreadPool& pool = runtime->pool();
     ReadBatch batch;
+    size_t runs = 0;
+    for (const Job& j : jobs) {
+      const Box whole{Shape(j.info->shape.size(), 0), j.info->shape};
+      runs += static_cast<size_t>(count_contiguous_runs(j.reader->box, whole, j.reader->box));
+    }
+    batch.reserve(runs);
     std::vector<DeviceBuffer> staging;
     std::vector<size_t> staged_jobs;  // jobs read into staging[i], converted after the read
     size_t batch_begin = 0;

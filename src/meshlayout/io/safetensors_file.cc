@@ -116,13 +116,15 @@ void ReadBatch::add(const SafetensorsFile& file, const TensorInfo& tensor, const
 }
 
 void ReadBatch::run(const VectoredIoOptions& options) {
-  std::vector<IoPiece> pieces = std::move(pieces_);
-  std::map<const SafetensorsFile*, uint64_t> counts = std::move(file_bytes_);
-  pieces_.clear();
+  for (const auto& [file, bytes] : file_bytes_) file->count_read(bytes);
   file_bytes_.clear();
   bytes_ = 0;
-  for (const auto& [file, bytes] : counts) file->count_read(bytes);
-  run_vectored_io(pieces, IoDirection::kRead, options);
+  // The list keeps its capacity for the next batch; cleared even if the read throws.
+  struct Clear {
+    std::vector<IoPiece>& pieces;
+    ~Clear() { pieces.clear(); }
+  } clear{pieces_};
+  run_vectored_io(pieces_, IoDirection::kRead, options);
 }
 
 Checkpoint Checkpoint::open(const std::string& path) {

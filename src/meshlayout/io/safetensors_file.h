@@ -78,6 +78,9 @@ class ReadBatch {
   /// `box`). ValueError if the box is not inside the tensor.
   void add(const SafetensorsFile& file, const TensorInfo& tensor, const Box& box,
            std::byte* dst);
+  /// Makes room for `pieces` more contiguous runs (count_contiguous_runs in box_ops.h): a
+  /// column-sharded load adds 100,000s, and growing the list costs more than reading them.
+  void reserve(size_t pieces) { pieces_.reserve(pieces_.size() + pieces); }
   /// Bytes the batch will read.
   uint64_t bytes() const { return bytes_; }
   bool empty() const { return pieces_.empty(); }

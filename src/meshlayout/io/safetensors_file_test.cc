@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -142,8 +143,8 @@ TEST_F(SafetensorsFileTest, BatchMergesFileAdjacentPiecesOfSeveralBoxes) {
     batch.add(*file, info, Box{{0, 4 * d}, {64, 4}}, shards[static_cast<size_t>(d)].data());
   }
   EXPECT_EQ(batch.bytes(), 64u * 32 * 4);
-  int requests = 0;
-  uint64_t seen = 0;
+  std::atomic<int> requests = 0;  // on_bytes runs on the workers
+  std::atomic<uint64_t> seen = 0;
   ThreadPool pool(2);
   batch.run({.pool = &pool, .on_bytes = [&](uint64_t n) { ++requests; seen += n; }});
   EXPECT_EQ(requests, 1);  // 512 pieces, one contiguous range of the file
@@ -160,7 +161,7 @@ TEST_F(SafetensorsFileTest, LargePiecesAreCutIntoParallelRequests) {
   std::vector<std::byte> got(100000);
   ReadBatch batch;
   batch.add(*file, *file->header().find("w"), Box{{0, 0}, {1000, 100}}, got.data());
-  int requests = 0;
+  std::atomic<int> requests = 0;  // on_bytes runs on the workers, concurrently
   ThreadPool pool(2);
   batch.run({.pool = &pool, .max_request_bytes = 30000, .on_bytes = [&](uint64_t) { ++requests; }});
   EXPECT_EQ(requests, 4);  // 30000 + 30000 + 30000 + 10000

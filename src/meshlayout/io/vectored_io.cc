@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <limits.h>
+#include <fcntl.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -71,8 +72,11 @@ void run_request(const Request& r, const std::vector<IoPiece>& pieces, IoDirecti
 uint64_t run_vectored_io(std::vector<IoPiece>& pieces, IoDirection direction,
                          const VectoredIoOptions& options) {
   std::erase_if(pieces, [](const IoPiece& p) { return p.bytes == 0; });
-  std::stable_sort(pieces.begin(), pieces.end(), [](const IoPiece& a, const IoPiece& b) {
-    return a.fd != b.fd ? a.fd < b.fd : a.offset < b.offset;
+  // In place (a stable sort would allocate a copy of the list); pieces never share an offset
+  // except in a caller's bug, and then the memory address orders them.
+  std::sort(pieces.begin(), pieces.end(), [](const IoPiece& a, const IoPiece& b) {
+    if (a.fd != b.fd) return a.fd < b.fd;
+    return a.offset != b.offset ? a.offset < b.offset : a.memory < b.memory;
   });
   const uint64_t max_bytes = std::max<uint64_t>(options.max_request_bytes, 1);
   std::vector<Request> requests;
@@ -97,6 +101,22 @@ uint64_t run_vectored_io(std::vector<IoPiece>& pieces, IoDirection direction,
       const uint64_t take = std::min<uint64_t>(p.bytes - skip, max_bytes);
       requests.push_back(Request{p.fd, p.offset + skip, i, 1, skip, take});
       skip += static_cast<size_t>(take);
+    }
+  }
+  if (direction == IoDirection::kRead) {
+    // Announce each contiguous span of the file: the kernel reads it ahead in large I/Os while
+    // the requests (at most IOV_MAX pieces each) copy it out. Only the bytes to be read.
+    for (size_t k = 0; k < requests.size();) {
+      size_t end = k + 1;
+      uint64_t span_end = requests[k].offset + requests[k].bytes;
+      while (end < requests.size() && requests[end].fd == requests[k].fd &&
+             requests[end].offset == span_end) {
+        span_end += requests[end].bytes;
+        ++end;
+      }
+      ::posix_fadvise(requests[k].fd, static_cast<off_t>(requests[k].offset),
+                      static_cast<off_t>(span_end - requests[k].offset), POSIX_FADV_WILLNEED);
+      k = end;
     }
   }
   auto run_one = [&](size_t k) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "meshlayout/layout/shard_geometry.h"
@@ -36,6 +37,10 @@ template <typename Fn>
 void for_each_contiguous_run(const Box& src_box, const Box& dst_box, const Box& piece,
                              size_t element_size, Fn&& fn);
 
+/// How many runs for_each_contiguous_run(src_box, dst_box, piece, …) calls its function with
+/// (to size a list of them once: growing a list of 100,000s of runs costs more than the runs).
+inline int64_t count_contiguous_runs(const Box& src_box, const Box& dst_box, const Box& piece);
+
 /// Splits `box` along its outer dimensions into pieces of at most `max_elements` elements
 /// (at least one element each), in row-major order. An empty box gives no piece.
 std::vector<Box> split_box(const Box& box, int64_t max_elements);
@@ -44,6 +49,30 @@ std::vector<Box> split_box(const Box& box, int64_t max_elements);
 
 // Implementation of for_each_contiguous_run (a template, so copy_box's memcpy loop inlines).
 namespace meshlayout {
+namespace box_ops_detail {
+// The innermost dims [inner, rank) over which `piece` is contiguous in both boxes, and the
+// elements of one run (rank >= 1).
+inline std::pair<size_t, int64_t> contiguous_inner_dims(const Box& src_box, const Box& dst_box,
+                                                       const Box& piece) {
+  const size_t rank = piece.shape.size();
+  size_t inner = rank - 1;
+  int64_t run = piece.shape[rank - 1];
+  while (inner > 0 && piece.shape[inner] == src_box.shape[inner] &&
+         piece.shape[inner] == dst_box.shape[inner]) {
+    --inner;
+    run *= piece.shape[inner];
+  }
+  return {inner, run};
+}
+}  // namespace box_ops_detail
+
+inline int64_t count_contiguous_runs(const Box& src_box, const Box& dst_box, const Box& piece) {
+  const int64_t elements = piece.num_elements();
+  if (elements == 0) return 0;
+  if (piece.shape.empty()) return 1;
+  return elements / box_ops_detail::contiguous_inner_dims(src_box, dst_box, piece).second;
+}
+
 template <typename Fn>
 void for_each_contiguous_run(const Box& src_box, const Box& dst_box, const Box& piece,
                              size_t element_size, Fn&& fn) {
@@ -54,13 +83,7 @@ void for_each_contiguous_run(const Box& src_box, const Box& dst_box, const Box& 
     return;
   }
   // Merge the innermost dimensions over which the piece is contiguous in both buffers.
-  size_t inner = rank - 1;  // dims [inner, rank) form one contiguous run
-  int64_t run = piece.shape[rank - 1];
-  while (inner > 0 && piece.shape[inner] == src_box.shape[inner] &&
-         piece.shape[inner] == dst_box.shape[inner]) {
-    --inner;
-    run *= piece.shape[inner];
-  }
+  const auto [inner, run] = box_ops_detail::contiguous_inner_dims(src_box, dst_box, piece);
   // Row-major strides (elements) of both buffers.
   std::vector<int64_t> src_stride(rank, 1), dst_stride(rank, 1);
   for (size_t d = rank - 1; d > 0; --d) {
