@@ -3,6 +3,7 @@
 #   1. every test (unit, property, examples, CLI, mpirun -np 2/4) in an optimised build;
 #   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the threaded code (thread pool, in-process communicator, arrays as thread ranks,
+#      checkpoint I/O on the pool, progress bars,
 #      concurrent lookups) under ThreadSanitizer (MPI left out: Open MPI is not instrumented);
 #   4. each fuzz target for a short smoke run (fuzz/run.sh; 5-minute runs are for developers).
 set -euo pipefail
@@ -30,7 +31,8 @@ run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DMESHLAYOUT_SANITIZE=address,unde
 echo "=== build build-tsan (ThreadSanitizer)"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHLAYOUT_SANITIZE=thread \
   -DMESHLAYOUT_WITH_MPI=OFF -DMESHLAYOUT_BUILD_BENCHMARKS=OFF >/dev/null
-tsan_tests=(runtime/runtime_test array/array_test layout_map/layout_map_test ops/ops_test nn/nn_test)
+tsan_tests=(runtime/runtime_test array/array_test layout_map/layout_map_test ops/ops_test nn/nn_test
+            io/io_test cli/cli_test)
 ninja -C build-tsan -j"$jobs" "${tsan_tests[@]##*/}"
 echo "=== test build-tsan"
 for t in "${tsan_tests[@]}"; do

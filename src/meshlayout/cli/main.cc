@@ -8,8 +8,10 @@
 #include <iostream>
 
 #include "meshlayout/cli/demo_command.h"
+#include "meshlayout/cli/inspect_command.h"
 #include "meshlayout/cli/layout_command.h"
 #include "meshlayout/cli/match_command.h"
+#include "meshlayout/cli/plan_command.h"
 #include "meshlayout/cli/reshard_command.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/runtime/runtime.h"
@@ -27,6 +29,8 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_match_command(app, &exit_code);
   meshlayout::cli::add_layout_command(app, &exit_code);
   meshlayout::cli::add_reshard_command(app, &exit_code);
+  meshlayout::cli::add_inspect_command(app, &exit_code);
+  meshlayout::cli::add_plan_command(app, &exit_code);
   std::string where;  // "process 2: " when several processes run the command
   try {
 #ifdef MESHLAYOUT_WITH_MPI

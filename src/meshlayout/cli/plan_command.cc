@@ -1,0 +1,104 @@
+#include "meshlayout/cli/plan_command.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <iostream>
+
+#include "meshlayout/cli/plan_render.h"
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/io/safetensors_file.h"
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/layout_map/rules_file.h"
+
+namespace meshlayout::cli {
+
+uint64_t parse_byte_count(std::string_view text, std::string_view what) {
+  const std::string_view t = trim(text);
+  size_t digits = 0;
+  while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
+  std::string_view unit = trim(t.substr(digits));
+  int shift = -1;
+  if (unit.empty() || unit == "B") {
+    shift = 0;
+  } else {
+    static constexpr std::string_view kUnits = "KMGT";
+    const size_t u = unit.size() <= 3 ? kUnits.find(unit[0]) : std::string_view::npos;
+    if (u != std::string_view::npos &&
+        (unit.size() == 1 || unit.substr(1) == "iB" || unit.substr(1) == "B")) {
+      shift = 10 * static_cast<int>(u + 1);
+    }
+  }
+  if (digits == 0 || shift < 0) {
+    throw ValueError(fmt::format("{} {} is not a byte count; write a whole number with an "
+                                 "optional binary unit, as in 1048576, 64KiB, 16MiB or 1GiB",
+                                 what, quote(text)));
+  }
+  const int64_t n = parse_int64(t.substr(0, digits), what);
+  if (n > (int64_t{1} << (62 - shift))) {
+    throw ValueError(fmt::format("{} {} is too large", what, quote(text)));
+  }
+  return static_cast<uint64_t>(n) << shift;
+}
+
+int run_plan(const PlanCommandOptions& options, std::ostream& out) {
+  RulesFile rules = load_rules_file(options.rules_path);
+  if (options.mesh) rules.mesh = DeviceMesh::from_string(*options.mesh);
+  if (!rules.mesh) {
+    throw ValueError(fmt::format(
+        "no mesh to plan on: rules file {} has no \"mesh\" and no --mesh was given; give one, "
+        "for example --mesh data=2,model=4",
+        quote(options.rules_path)));
+  }
+  std::optional<MatchMode> mode;
+  if (options.mode) mode = parse_match_mode(*options.mode);
+  const LayoutMap map = rules.to_layout_map(mode);
+  const Checkpoint checkpoint = Checkpoint::open(options.path);
+  const CheckpointPlan plan = plan_checkpoint(
+      checkpoint, map,
+      {.strict = options.strict, .replicated_warn_bytes = options.replicated_warn_bytes},
+      options.path);
+  const std::string text = options.json ? render_plan_json(plan) : render_plan_text(plan);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.flush();
+  return plan.ok() ? 0 : kPlanHasErrorsExitCode;
+}
+
+void add_plan_command(CLI::App& app, int* exit_code) {
+  auto options = std::make_shared<PlanCommandOptions>();
+  auto warn_bytes = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan",
+      "Show where each tensor of a safetensors checkpoint would go on a mesh under a rules "
+      "file, and the bytes per device; reads the header(s) only.");
+  cmd->footer(
+      "Per tensor: rule, layout, largest shard and its bytes. Warnings: rules that match "
+      "nothing, uneven splits, large tensors no rule matches. Errors (exit code 2, the plan is "
+      "still printed): ambiguous paths, layouts of the wrong rank, uneven splits with --strict.");
+  cmd->add_option("file", options->path,
+                  "a .safetensors file, a *.safetensors.index.json, or a directory holding "
+                  "model.safetensors.index.json or model.safetensors")
+      ->required();
+  cmd->add_option("--rules", options->rules_path, "JSON rules file")->required();
+  cmd->add_option("--mesh", options->mesh,
+                  "target mesh, e.g. data=2,model=4; overrides the rules file's \"mesh\"");
+  cmd->add_option("--mode", options->mode,
+                  "search (default; Keras 3.0-3.13), fullmatch (Keras >= 3.14) or first "
+                  "(Keras 2); overrides the file's \"mode\"");
+  cmd->add_flag("--json", options->json, "print one JSON object instead of text");
+  cmd->add_flag("--strict", options->strict, "uneven splits are errors, not warnings");
+  cmd->add_option("--replicated-warn-bytes", *warn_bytes,
+                  "warn about tensors of at least this size that no rule matches (each device "
+                  "holds all of them); 0 turns the warning off. Default 16MiB");
+  cmd->callback([options, warn_bytes, exit_code] {
+    if (!warn_bytes->empty()) {
+      options->replicated_warn_bytes = parse_byte_count(*warn_bytes, "--replicated-warn-bytes");
+    }
+    // Planning only: the mesh describes the target machine, no device of it is used here.
+    set_device_count(kMaxMeshDevices);
+    *exit_code = run_plan(*options, std::cout);
+  });
+}
+
+}  // namespace meshlayout::cli

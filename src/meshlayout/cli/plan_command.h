@@ -1,0 +1,66 @@
+// plan_command.h — `meshlayout plan`: where every tensor of a checkpoint would go on a target
+// mesh under a rules file, read from the safetensors header(s) only (never the data).
+//
+//   meshlayout plan model.safetensors --rules rules.json [--mesh data=2,model=4]
+//       [--mode search|fullmatch|first] [--json] [--strict] [--replicated-warn-bytes 16MiB]
+//
+// FILE is a .safetensors file, a *.safetensors.index.json or a directory holding either.
+// The mesh is --mesh if given, else the rules file's "mesh"; neither is an error. The mesh
+// describes the target machine: its devices need not exist here (the command lifts the
+// process's device count to kMaxMeshDevices, as `layout` and `match` do), so a 64-device plan
+// runs on a laptop.
+//
+// Text output: one aligned line per tensor (tensor, dtype, shape, bytes, rule index and
+// pattern, layout, largest shard shape and bytes, note), the rules with their tensor counts,
+// a per-device table (bytes each device would hold), then warnings and errors
+// (checkpoint_plan.h lists them). --json prints one object:
+//   {"source", "files", "mesh": {"text", "shape", "axis_names"}, "mode", "strict",
+//    "replicated_warn_bytes", "rules": [{"index", "pattern", "layout", "tensors"}],
+//    "tensors": [{"path", "file", "dtype", "shape", "bytes", "rule", "pattern", "layout",
+//                 "shard_shape", "shard_bytes", "replicas", "uneven", "error"?}],
+//    "devices": [{"device", "coords", "bytes"}],
+//    "totals": {"tensors", "bytes", "sharded", "replicated", "errors", "warnings",
+//               "device_bytes_sum", "device_bytes_max"},
+//    "warnings": [{"kind", "tensor"?, "rule"?, "message"}], "errors": [same]}
+// ("rule", "pattern" and "layout" are null for a tensor no rule matches; a tensor that cannot
+// be placed has no shard fields and has "error".)
+//
+// Exit code: 0 when the plan has no errors, 2 when it has some (ambiguous path, rank
+// mismatch, --strict uneven split; the plan is still printed), 1 for a file or rules file
+// that cannot be read (main.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "meshlayout/cli/checkpoint_plan.h"
+
+namespace meshlayout::cli {
+
+struct PlanCommandOptions {
+  std::string path;
+  std::string rules_path;
+  std::optional<std::string> mesh;  // overrides the rules file's mesh
+  std::optional<std::string> mode;  // overrides the rules file's mode
+  bool json = false;
+  bool strict = false;
+  uint64_t replicated_warn_bytes = kDefaultReplicatedWarnBytes;
+};
+
+/// Exit code when the plan was printed but has errors.
+inline constexpr int kPlanHasErrorsExitCode = 2;
+
+/// Runs the command; returns the process exit code (0, or kPlanHasErrorsExitCode).
+int run_plan(const PlanCommandOptions& options, std::ostream& out);
+
+/// Parses a byte count: `1048576`, `64KiB`, `16MiB`, `1GiB`, `2TiB` (also K/M/G/T, binary).
+/// ValueError naming `what` otherwise.
+uint64_t parse_byte_count(std::string_view text, std::string_view what);
+
+void add_plan_command(CLI::App& app, int* exit_code);
+
+}  // namespace meshlayout::cli
