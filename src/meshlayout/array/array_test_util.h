@@ -21,30 +21,9 @@
 #include "meshlayout/core/dtype.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/tensor_layout.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout::testing {
-
-inline uint64_t test_seed(uint64_t fallback) {
-  const char* env = std::getenv("MESHLAYOUT_TEST_SEED");
-  return env ? std::strtoull(env, nullptr, 10) : fallback;
-}
-
-class Random {
- public:
-  explicit Random(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 7;
-    state_ ^= state_ << 17;
-    return state_;
-  }
-  int64_t uniform(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
-  template <typename T>
-  const T& pick(const std::vector<T>& v) { return v[static_cast<size_t>(uniform(static_cast<int64_t>(v.size())))]; }
-
- private:
-  uint64_t state_;
-};
 
 /// A mesh of exactly `devices` devices (cpu:0 … in a random order when `permute`).
 inline DeviceMesh random_mesh(Random& r, int64_t devices, bool permute) {

@@ -17,14 +17,9 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/init/float_convert.h"
 #include "meshlayout/init/initializers.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout::testing {
-
-/// MESHLAYOUT_TEST_SEED when set, else `fallback`.
-inline uint64_t test_seed(uint64_t fallback) {
-  const char* env = std::getenv("MESHLAYOUT_TEST_SEED");
-  return env != nullptr && *env != '\0' ? std::strtoull(env, nullptr, 10) : fallback;
-}
 
 inline Box whole(const Shape& shape) { return Box{Shape(shape.size(), 0), shape}; }
 

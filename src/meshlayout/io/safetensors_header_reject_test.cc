@@ -423,25 +423,25 @@ TEST(SafetensorsHeaderRejectTest, RandomMutationsAreRefusedOrValid) {
   size_t accepted = 0, refused = 0;
   for (int iter = 0; iter < 4000; ++iter) {
     std::string text = file_text(random_header(rng));
-    const size_t at = rng.uniform(text.size());
-    switch (rng.uniform(6)) {
+    const size_t at = rng.index(text.size());
+    switch (rng.index(6)) {
       case 0:
-        text[at] = static_cast<char>(rng.uniform(256));
+        text[at] = static_cast<char>(rng.index(256));
         break;
       case 1:
-        text[at] = static_cast<char>(text[at] ^ (1 << rng.uniform(8)));
+        text[at] = static_cast<char>(text[at] ^ (1 << rng.index(8)));
         break;
       case 2:
         text.resize(at);
         break;
       case 3:
-        text.insert(at, 1, static_cast<char>(rng.uniform(256)));
+        text.insert(at, 1, static_cast<char>(rng.index(256)));
         break;
       case 4:
         text.erase(at, 1);
         break;
       default:
-        text[at] = "{}[]\",:0-9e. \\u"[rng.uniform(16)];
+        text[at] = "{}[]\",:0-9e. \\u"[rng.index(16)];
         break;
     }
     SCOPED_TRACE("iteration " + std::to_string(iter));

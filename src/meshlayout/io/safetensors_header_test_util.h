@@ -20,6 +20,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_header.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout::testing {
 
@@ -95,38 +96,14 @@ inline std::string file_text(const SafetensorsHeader& h) {
   return safetensors_header_bytes(h) + std::string(h.data_bytes, '\x5a');
 }
 
-/// MESHLAYOUT_TEST_SEED if set, else `fallback`; printed so a failure can be replayed.
-inline uint64_t test_seed(uint64_t fallback) {
-  const char* env = std::getenv("MESHLAYOUT_TEST_SEED");
-  const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : fallback;
-  std::printf("[ seed     ] MESHLAYOUT_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
-  return seed;
-}
-
-/// xorshift64: small, deterministic across platforms.
-class Random {
- public:
-  explicit Random(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 1) {}
-  uint64_t next() {
-    state_ ^= state_ << 13;
-    state_ ^= state_ >> 7;
-    state_ ^= state_ << 17;
-    return state_;
-  }
-  size_t uniform(size_t n) { return static_cast<size_t>(next() % n); }
-
- private:
-  uint64_t state_;
-};
-
 /// A name or metadata string built from pieces that need escaping or are multi-byte UTF-8.
 inline std::string random_string(Random& rng) {
   static const std::vector<std::string> pieces = {
       "a", "b",    "dense", "/",    "kernel", ".",  "0",    "17", "\"",           "\\",
       "é", "日本", "😀",     "\x01", "\n",     "\t", "\x7f", " ",  "__metadata__", "_"};
   std::string s;
-  const size_t n = 1 + rng.uniform(4);
-  for (size_t i = 0; i < n; ++i) s += pieces[rng.uniform(pieces.size())];
+  const size_t n = 1 + rng.index(4);
+  for (size_t i = 0; i < n; ++i) s += pieces[rng.index(pieces.size())];
   return s;
 }
 
@@ -138,16 +115,16 @@ inline SafetensorsHeader random_header(Random& rng) {
                                             DType::kU8,  DType::kBool};
   std::vector<TensorSpec> specs;
   std::set<std::string> used;
-  const size_t n = rng.uniform(9);
+  const size_t n = rng.index(9);
   while (specs.size() < n) {
     std::string name = random_string(rng);
     if (name == "__metadata__" || !used.insert(name).second) continue;
-    Shape shape(rng.uniform(5));
-    for (int64_t& d : shape) d = static_cast<int64_t>(rng.uniform(rng.uniform(4) == 0 ? 1 : 6));
-    specs.push_back({name, dtypes[rng.uniform(dtypes.size())], shape});
+    Shape shape(rng.index(5));
+    for (int64_t& d : shape) d = static_cast<int64_t>(rng.index(rng.index(4) == 0 ? 1 : 6));
+    specs.push_back({name, dtypes[rng.index(dtypes.size())], shape});
   }
   std::map<std::string, std::string> metadata;
-  const size_t m = rng.uniform(4);
+  const size_t m = rng.index(4);
   for (size_t i = 0; i < m; ++i) metadata[random_string(rng)] = random_string(rng);
   return make_safetensors_header(specs, metadata);
 }

@@ -6,9 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "meshlayout/core/errors.h"
 
@@ -33,5 +37,33 @@ inline ::testing::AssertionResult HasSubstr(const std::string& text, std::string
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
 }
+
+/// MESHLAYOUT_TEST_SEED if set, else `fallback`; printed so a failure can be replayed.
+inline uint64_t test_seed(uint64_t fallback) {
+  const char* env = std::getenv("MESHLAYOUT_TEST_SEED");
+  const uint64_t seed = env ? std::strtoull(env, nullptr, 10) : fallback;
+  std::printf("[ seed     ] MESHLAYOUT_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
+/// xorshift64 for property tests: small, deterministic across platforms.
+class Random {
+ public:
+  explicit Random(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 7;
+    state_ ^= state_ << 17;
+    return state_;
+  }
+  /// In [0, n), n > 0.
+  int64_t uniform(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+  size_t index(size_t n) { return static_cast<size_t>(next() % n); }
+  template <typename T>
+  const T& pick(const std::vector<T>& v) { return v[index(v.size())]; }
+
+ private:
+  uint64_t state_;
+};
 
 }  // namespace meshlayout::testing
