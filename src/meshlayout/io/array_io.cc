@@ -111,6 +111,7 @@ void convert_loop(const std::byte* src, std::byte* dst, size_t count, Load load,
 }  // namespace
 
 void convert_floats(const std::byte* src, DType from, std::byte* dst, DType to, size_t count) {
+  if (count == 0) return;  // src and dst may be null
   if (from == to) {
     std::memcpy(dst, src, count * dtype_size(from));
     return;
