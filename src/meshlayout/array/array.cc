@@ -2,10 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <new>
+
 #include "meshlayout/layout/box_ops.h"
 #include "meshlayout/array/transfer_executor.h"
+#include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/memory_budget.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/runtime/operation_agreement.h"
 
 namespace meshlayout {
 namespace {
@@ -28,6 +33,14 @@ void check_mesh_in_runtime(const DeviceMesh& mesh, const Runtime& rt) {
 
 Box whole(const Shape& shape) { return Box{Shape(shape.size(), 0), shape}; }
 
+// A layout with its mesh and the mesh's devices, for agree_on_operation.
+std::string describe_layout(const TensorLayout& layout) {
+  if (!layout.device_mesh()) return layout.to_string();
+  const DeviceMesh& mesh = *layout.device_mesh();
+  return fmt::format("{} on {} devices [{}]", layout.to_string(), mesh.to_string(),
+                     fmt::join(mesh.device_ids(), ","));
+}
+
 }  // namespace
 
 Array Array::allocate(const TensorLayout& layout, Shape shape, DType dtype,
@@ -36,14 +49,47 @@ Array Array::allocate(const TensorLayout& layout, Shape shape, DType dtype,
   if (layout.device_mesh()) check_mesh_in_runtime(*layout.device_mesh(), *runtime);
   Array a(ShardGeometry(layout, std::move(shape), options), dtype, runtime);
   const DeviceMesh& mesh = a.mesh();
-  a.shard_index_.assign(static_cast<size_t>(mesh.size()), -1);
+  // Check what every local device will hold against the budgets first: nothing is allocated
+  // when the array cannot fit.
+  struct Planned { int64_t position, id; Box box; int64_t bytes; };
+  std::vector<Planned> planned;
+  int64_t process_bytes = 0;
   for (int64_t p = 0; p < mesh.size(); ++p) {
     const int64_t id = mesh.device_ids()[static_cast<size_t>(p)];
     if (!runtime->is_local(id)) continue;
     Box box = a.geometry_.box(p);
-    size_t bytes = static_cast<size_t>(box.num_elements()) * dtype_size(dtype);
-    a.shard_index_[static_cast<size_t>(p)] = static_cast<int64_t>(a.shards_.size());
-    a.shards_.push_back(Shard{p, id, std::move(box), DeviceBuffer(runtime->device(id).memory(), bytes)});
+    const int64_t bytes = num_bytes(box.shape, dtype);
+    process_bytes += bytes;  // <= the whole array's bytes times the local device count
+    planned.push_back({p, id, std::move(box), bytes});
+  }
+  const auto what = [&] {
+    return fmt::format("array {} {} as {}", shape_to_string(a.shape()), dtype_name(dtype),
+                       a.layout().to_string());
+  };
+  if (process_bytes >= kHostCheckMinBytes) {
+    check_host_allocation(fmt::format("{} ({} local device{})", what(), planned.size(),
+                                      planned.size() == 1 ? "" : "s"),
+                          process_bytes);
+  }
+  if (device_memory_budget()) {
+    for (const Planned& p : planned) {
+      MemoryAccount& memory = runtime->device(p.id).memory();
+      check_device_allocation(memory.name(), memory.stats().bytes_live, p.bytes, what());
+    }
+  }
+  a.shard_index_.assign(static_cast<size_t>(mesh.size()), -1);
+  try {
+    for (Planned& p : planned) {
+      a.shard_index_[static_cast<size_t>(p.position)] = static_cast<int64_t>(a.shards_.size());
+      a.shards_.push_back(Shard{p.position, p.id, std::move(p.box),
+                                DeviceBuffer(runtime->device(p.id).memory(),
+                                             static_cast<size_t>(p.bytes))});
+    }
+  } catch (const std::bad_alloc&) {
+    throw ResourceExhaustedError(fmt::format(
+        "{}: the system refused {} for {} local device{} (out of memory)", what(),
+        format_bytes(static_cast<uint64_t>(process_bytes)), planned.size(),
+        planned.size() == 1 ? "" : "s"));
   }
   return a;
 }
@@ -78,8 +124,17 @@ HostTensor Array::gather() const {
 
 Array distribute_tensor(const HostTensor& tensor, const TensorLayout& layout,
                         const DistributeOptions& options) {
-  Array a = Array::allocate(layout, tensor.shape(), tensor.dtype(), options.runtime,
-                            GeometryOptions{.strict = options.strict});
+  std::shared_ptr<Runtime> runtime = runtime_or_default(options.runtime);
+  if (runtime->num_processes() > 1) {
+    agree_on_operation(runtime->comm(), "distribute_tensor",
+                       describe_fields({fmt::format("shape={}", shape_to_string(tensor.shape())),
+                                        fmt::format("dtype={}", dtype_name(tensor.dtype())),
+                                        "layout=" + describe_layout(layout)}));
+  }
+  const GeometryOptions geometry_options{.strict = options.strict};
+  Array a = runtime->num_processes() > 1
+                ? allocate_agreed(layout, tensor.shape(), tensor.dtype(), runtime, geometry_options)
+                : Array::allocate(layout, tensor.shape(), tensor.dtype(), runtime, geometry_options);
   const Box box = whole(tensor.shape());
   const size_t elem = dtype_size(tensor.dtype());
   a.runtime().pool().parallel_for(a.local_shards().size(), [&](size_t i) {
@@ -132,6 +187,14 @@ void run_reshard(ReshardPlan plan, const Array& src, Array& dst, const ReshardOp
         rt.process_id())));
   }
   agree_on_failure(rt.comm(), failure);
+  if (rt.num_processes() > 1) {
+    // A rank given another target would post other sends and receives and wait forever.
+    agree_on_operation(rt.comm(), "reshard",
+                       describe_fields({fmt::format("shape={}", shape_to_string(src.shape())),
+                                        fmt::format("dtype={}", dtype_name(src.dtype())),
+                                        "from=" + describe_layout(src.layout()),
+                                        "to=" + describe_layout(dst.layout())}));
+  }
   internal_array::execute_plan(
       plan, src,
       [&](int64_t q) {

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <new>
 
+#include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/memory_budget.h"
 
 namespace meshlayout {
 
@@ -15,7 +18,17 @@ HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::mo
                                    shape_to_string(shape_)));
     }
   }
-  bytes_.resize(static_cast<size_t>(num_elements()) * dtype_size(dtype));
+  const int64_t bytes = meshlayout::num_bytes(shape_, dtype);
+  const auto what = [&] {
+    return fmt::format("host tensor {} {}", shape_to_string(shape_), dtype_name(dtype));
+  };
+  check_host_allocation(what(), bytes);
+  try {
+    bytes_.resize(static_cast<size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    throw ResourceExhaustedError(fmt::format("{}: the system refused {} (out of memory)", what(),
+                                             format_bytes(static_cast<uint64_t>(bytes))));
+  }
 }
 
 HostTensor HostTensor::random(DType dtype, Shape shape, uint64_t seed) {

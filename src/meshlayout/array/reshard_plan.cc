@@ -52,7 +52,7 @@ ReshardPlan plan_to_destinations(const ShardGeometry& src, const std::vector<Des
     std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank));
     for (int d = 0; d < rank; ++d) {
       const size_t du = static_cast<size_t>(d);
-      const int64_t c = (shape[du] + block_count[du] - 1) / block_count[du];
+      const int64_t c = ceil_div(shape[du], block_count[du]);
       lo[du] = dst.box.offset[du] / c;
       hi[du] = (dst.box.offset[du] + dst.box.shape[du] - 1) / c;
     }

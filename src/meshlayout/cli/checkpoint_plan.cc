@@ -33,7 +33,7 @@ struct PlacementKeyHash {
 };
 
 std::string uneven_text(const UnevenDim& u) {
-  const int64_t block = (u.size + u.parts - 1) / u.parts;
+  const int64_t block = ceil_div(u.size, u.parts);
   const int64_t full = u.size / block;
   const int64_t rest = u.size % block;
   const int64_t empty = u.parts - full - (rest ? 1 : 0);

@@ -101,6 +101,18 @@ TEST_F(CheckpointPlanTest, ShardShapesBytesAndPerDeviceTotals) {
   EXPECT_EQ(p.rules[1].layout_json, R"([["data","model"],null])");
 }
 
+TEST_F(CheckpointPlanTest, ZeroByteTensorWithAHugeExtentHasNoNegativeShard) {
+  // Legal in a header (0 elements, 0 bytes); (n + k - 1) / k overflowed into a negative shard.
+  LayoutMap map(mesh_);
+  map["t"] = {None, "model"};
+  const CheckpointPlan p = plan({{"t", DType::kF32, {0, INT64_MAX}}}, map);
+  ASSERT_TRUE(p.ok());
+  const Placement& t = p.placements[*tensor(p, "t").placement];
+  EXPECT_EQ(t.shard_shape, (Shape{0, (INT64_MAX / 4) + 1}));
+  EXPECT_EQ(t.shard_bytes, 0u);
+  for (uint64_t bytes : p.device_bytes) EXPECT_EQ(bytes, 0u);
+}
+
 TEST_F(CheckpointPlanTest, TensorsOfOneShapeAndRuleShareAPlacement) {
   LayoutMap map(mesh_);
   map["kernel"] = {None, "model"};

@@ -27,10 +27,15 @@ int run_layout(const LayoutOptions& options, std::ostream& out) {
                      geometry.num_replicas() == 1 ? "" : "s", geometry.max_box_elements());
   for (const UnevenDim& u : geometry.uneven_dims()) {
     out << fmt::format("uneven: dimension {} (size {}) in {} blocks of {}; the last are shorter\n",
-                       u.dim, u.size, u.parts, (u.size + u.parts - 1) / u.parts);
+                       u.dim, u.size, u.parts, ceil_div(u.size, u.parts));
   }
-  if (geometry.rank() <= 2) out << render_layout_grid(geometry);
-  out << render_device_boxes(geometry);
+  const bool all = options.max_devices <= 0 || mesh.size() <= options.max_devices;
+  if (geometry.rank() <= 2 && all) out << render_layout_grid(geometry);
+  if (!all) {
+    out << fmt::format("block table omitted: {} devices (more than --max-devices {})\n",
+                       mesh.size(), options.max_devices);
+  }
+  out << render_device_boxes(geometry, options.max_devices);
   return 0;
 }
 
@@ -45,6 +50,10 @@ void add_layout_command(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("--shape", options->shape, "tensor shape, e.g. 8,6")->required();
   cmd->add_flag("--strict", options->strict, "refuse uneven splits");
+  cmd->add_option("--max-devices", options->max_devices,
+                  "list at most this many devices (and draw the block table only up to it); "
+                  "0 lists all (default 256)")
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([options, exit_code] {
     set_device_count(kMaxMeshDevices);  // planning only: no device is used
     *exit_code = run_layout(*options, std::cout);

@@ -15,6 +15,8 @@ struct LayoutOptions {
   std::string layout;
   std::string shape;
   bool strict = false;
+  /// Devices listed one per line (and the block table drawn) up to this many; 0 = all.
+  int64_t max_devices = 256;
 };
 
 /// Runs the command; returns the process exit code.

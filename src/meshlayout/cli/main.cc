@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <new>
 
 #include "meshlayout/cli/demo_command.h"
 #include "meshlayout/cli/inspect_command.h"
@@ -44,6 +45,13 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const meshlayout::Error& e) {
     std::cerr << "meshlayout: " << where << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "meshlayout: " << where
+              << "error: out of memory (an allocation the machine could not satisfy)\n";
+    return 1;
+  } catch (const std::exception& e) {  // a bug: say so rather than abort
+    std::cerr << "meshlayout: " << where << "internal error: " << e.what() << "\n";
     return 1;
   }
   return exit_code;

@@ -14,34 +14,6 @@
 
 namespace meshlayout::cli {
 
-uint64_t parse_byte_count(std::string_view text, std::string_view what) {
-  const std::string_view t = trim(text);
-  size_t digits = 0;
-  while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
-  std::string_view unit = trim(t.substr(digits));
-  int shift = -1;
-  if (unit.empty() || unit == "B") {
-    shift = 0;
-  } else {
-    static constexpr std::string_view kUnits = "KMGT";
-    const size_t u = unit.size() <= 3 ? kUnits.find(unit[0]) : std::string_view::npos;
-    if (u != std::string_view::npos &&
-        (unit.size() == 1 || unit.substr(1) == "iB" || unit.substr(1) == "B")) {
-      shift = 10 * static_cast<int>(u + 1);
-    }
-  }
-  if (digits == 0 || shift < 0) {
-    throw ValueError(fmt::format("{} {} is not a byte count; write a whole number with an "
-                                 "optional binary unit, as in 1048576, 64KiB, 16MiB or 1GiB",
-                                 what, quote(text)));
-  }
-  const int64_t n = parse_int64(t.substr(0, digits), what);
-  if (n > (int64_t{1} << (62 - shift))) {
-    throw ValueError(fmt::format("{} {} is too large", what, quote(text)));
-  }
-  return static_cast<uint64_t>(n) << shift;
-}
-
 int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   RulesFile rules = load_rules_file(options.rules_path);
   if (options.mesh) rules.mesh = DeviceMesh::from_string(*options.mesh);

@@ -38,6 +38,7 @@
 #include <string_view>
 
 #include "meshlayout/cli/checkpoint_plan.h"
+#include "meshlayout/core/byte_size.h"
 
 namespace meshlayout::cli {
 
@@ -57,9 +58,7 @@ inline constexpr int kPlanHasErrorsExitCode = 2;
 /// Runs the command; returns the process exit code (0, or kPlanHasErrorsExitCode).
 int run_plan(const PlanCommandOptions& options, std::ostream& out);
 
-/// Parses a byte count: `1048576`, `64KiB`, `16MiB`, `1GiB`, `2TiB` (also K/M/G/T, binary).
-/// ValueError naming `what` otherwise.
-uint64_t parse_byte_count(std::string_view text, std::string_view what);
+using meshlayout::parse_byte_count;  // core/byte_size.h
 
 void add_plan_command(CLI::App& app, int* exit_code);
 

@@ -11,6 +11,8 @@
 #include "meshlayout/layout/box_ops.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/core/memory_budget.h"
+#include "meshlayout/runtime/operation_agreement.h"
 
 namespace meshlayout::cli {
 namespace {
@@ -34,31 +36,92 @@ int64_t count_wrong_shards(const Array& a, const HostTensor& x) {
   return wrong;
 }
 
+// In one process the error as it is; across processes, agreed (every process throws it).
+void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure) {
+  if (runtime.num_processes() == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  agree_on_failure(runtime.comm(), failure);
+}
+
+// What every local device will hold (source + target shards) and what this process needs in
+// all (those plus the whole random input); refused before anything is allocated.
+void check_reshard_fits(const ShardGeometry& from, const ShardGeometry& to, DType dtype,
+                        Runtime& runtime) {
+  const std::string what = fmt::format("reshard of {} {}", shape_to_string(from.shape()),
+                                       dtype_name(dtype));
+  int64_t process_bytes = num_bytes(from.shape(), dtype);  // the random input, whole
+  for (int64_t p = 0; p < from.mesh().size(); ++p) {
+    const int64_t id = from.mesh().device_ids()[static_cast<size_t>(p)];
+    if (!runtime.is_local(id)) continue;
+    const int64_t device_bytes = num_bytes(from.box(p).shape, dtype) + num_bytes(to.box(p).shape, dtype);
+    MemoryAccount& memory = runtime.device(id).memory();
+    check_device_allocation(memory.name(), memory.stats().bytes_live, device_bytes,
+                            what + " (source and target shards)");
+    process_bytes += device_bytes;  // each term <= 2x the input: no overflow for <= 2^20 devices
+  }
+  check_host_allocation(
+      fmt::format("{} (the input, whole, plus source and target shards of {} local devices)",
+                  what, runtime.local_device_count()),
+      process_bytes);
+}
+
 }  // namespace
 
 int run_reshard(const ReshardCommandOptions& options, const std::shared_ptr<Runtime>& runtime,
                 std::ostream& out) {
   const bool leader = runtime->process_id() == 0;
   std::ostringstream log;  // printed by process 0
-  DeviceMesh mesh = DeviceMesh::from_string(options.mesh);
-  TensorLayout from = TensorLayout::from_string(options.from);
-  TensorLayout to = TensorLayout::from_string(options.to);
-  if (!from.device_mesh()) from.set_device_mesh(mesh);
-  if (!to.device_mesh()) to.set_device_mesh(mesh);
-  const Shape shape = parse_shape(options.shape);
-  const DType dtype = parse_dtype(options.dtype);
-  if (options.repeat < 1) throw ValueError(fmt::format("--repeat must be at least 1, got {}", options.repeat));
+  // Every process parses and checks its own arguments; all fail together if one does, and
+  // all fail with one message if they were given different commands (no rank left waiting).
+  std::optional<ShardGeometry> from, to;
+  DType dtype = DType::kF32;
+  std::exception_ptr failure;
+  try {
+    DeviceMesh mesh = DeviceMesh::from_string(options.mesh);
+    TensorLayout from_layout = TensorLayout::from_string(options.from);
+    TensorLayout to_layout = TensorLayout::from_string(options.to);
+    if (!from_layout.device_mesh()) from_layout.set_device_mesh(mesh);
+    if (!to_layout.device_mesh()) to_layout.set_device_mesh(mesh);
+    const Shape shape = parse_shape(options.shape);
+    dtype = parse_dtype(options.dtype);
+    if (options.repeat < 1) throw ValueError(fmt::format("--repeat must be at least 1, got {}", options.repeat));
+    from.emplace(from_layout, shape, GeometryOptions{}, "--from");
+    to.emplace(to_layout, shape, GeometryOptions{}, "--to");
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_or_rethrow(*runtime, failure);
+  agree_on_operation(
+      runtime->comm(), "the reshard command",
+      describe_fields({fmt::format("--shape={}", shape_to_string(from->shape())),
+                       fmt::format("--dtype={}", dtype_name(dtype)),
+                       fmt::format("--mesh={}", from->mesh().to_string()),
+                       fmt::format("--from={}", from->layout().to_string()),
+                       fmt::format("--to={}", to->layout().to_string()),
+                       fmt::format("--seed={}", options.seed),
+                       fmt::format("--repeat={}", options.repeat),
+                       fmt::format("local devices per process={}", runtime->local_device_count())}));
+  try {
+    check_reshard_fits(*from, *to, dtype, *runtime);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_or_rethrow(*runtime, failure);
+  const DeviceMesh& mesh = from->mesh();
+  const Shape& shape = from->shape();
 
-  const int64_t bytes = num_elements(shape) * static_cast<int64_t>(dtype_size(dtype));
+  const int64_t bytes = num_bytes(shape, dtype);
   log << fmt::format("tensor {} {} ({}) on {}, {} process{} x {} local devices\n",
                      shape_to_string(shape), dtype_name(dtype), mib(bytes), mesh.to_string(),
                      runtime->num_processes(), runtime->num_processes() == 1 ? "" : "es",
                      runtime->local_device_count());
-  log << "from " << from.to_string() << "\nto   " << to.to_string() << "\n";
+  log << "from " << from->layout().to_string() << "\nto   " << to->layout().to_string() << "\n";
 
   HostTensor x = HostTensor::random(dtype, shape, options.seed);
-  Array a = distribute_tensor(x, from, {.runtime = runtime});
-  ReshardPlan plan = plan_distribute(a, to);
+  Array a = distribute_tensor(x, from->layout(), {.runtime = runtime});
+  ReshardPlan plan = plan_distribute(a, to->layout());
   log << (options.show_transfers ? plan.to_string() : plan.summary());
 
   double best = 1e300;
@@ -68,7 +131,7 @@ int run_reshard(const ReshardCommandOptions& options, const std::shared_ptr<Runt
     for (VirtualDevice* d : runtime->local_devices()) d->memory().reset_peak();
     runtime->comm().barrier();
     auto start = std::chrono::steady_clock::now();
-    b.emplace(distribute_tensor(a, to));
+    b.emplace(distribute_tensor(a, to->layout()));
     runtime->comm().barrier();
     best = std::min(best, seconds_since(start));
   }

@@ -4,19 +4,6 @@
 
 namespace meshlayout::cli {
 
-std::string format_bytes(uint64_t bytes) {
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double value = static_cast<double>(bytes) / 1024.0;
-  size_t unit = 0;
-  // 1023.95 and up would print as "1024.0": move to the next unit instead.
-  while (value >= 1023.95 && unit + 1 < std::size(kUnits)) {
-    value /= 1024.0;
-    ++unit;
-  }
-  return fmt::format("{:.1f} {}", value, kUnits[unit]);
-}
-
 std::string plural(size_t n, std::string_view word) {
   return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
 }

@@ -21,10 +21,11 @@
 #include <string_view>
 #include <utility>
 
+#include "meshlayout/core/byte_size.h"
+
 namespace meshlayout::cli {
 
-/// `512 B`, `8.0 KiB`, `32.0 MiB`, `1.5 GiB`, `2.0 TiB` (binary units, one decimal).
-std::string format_bytes(uint64_t bytes);
+using meshlayout::format_bytes;  // core/byte_size.h
 
 /// `1 tensor`, `2 tensors`.
 std::string plural(size_t n, std::string_view word);

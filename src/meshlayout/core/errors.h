@@ -5,6 +5,7 @@
 //   NotFoundError       a key, tensor or device that does not exist     (Python KeyError)
 //   FailedPrecondition  an object used in a state that forbids it       (Python RuntimeError)
 //   DataLossError       a corrupt or truncated file                     (Python RuntimeError)
+//   ResourceExhaustedError  more memory than the machine or budget has  (Python MemoryError)
 //   InternalError       a bug in meshlayout                             (Python RuntimeError)
 // Every message says what is wrong, with the offending values quoted, and what was expected.
 //
@@ -44,6 +45,13 @@ class FailedPreconditionError : public Error {
 
 /// Stored data is corrupt or truncated.
 class DataLossError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An allocation that the machine, or a configured budget, cannot satisfy (Python
+/// `MemoryError`). Raised before anything is allocated when the need is known in advance.
+class ResourceExhaustedError : public Error {
  public:
   using Error::Error;
 };

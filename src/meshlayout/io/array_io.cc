@@ -12,8 +12,11 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/init/float_convert.h"
+#include "meshlayout/io/save_target.h"
 #include "meshlayout/io/vectored_io.h"
 #include "meshlayout/layout/box_ops.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/runtime/operation_agreement.h"
 
 namespace meshlayout {
 namespace {
@@ -70,6 +73,14 @@ void agreed_step(Communicator& comm, Step&& step, Cleanup&& cleanup) {
     cleanup();
     throw;
   }
+}
+
+// Process `root`'s `text` on every process.
+void broadcast_string(Communicator& comm, std::string& text, int root) {
+  uint64_t size = text.size();
+  comm.broadcast(&size, sizeof size, root);
+  text.resize(size);
+  if (size > 0) comm.broadcast(text.data(), size, root);
 }
 
 [[noreturn]] void throw_errno(std::string_view what, const std::string& path) {
@@ -160,23 +171,45 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
   }
   std::shared_ptr<Runtime> runtime = common_runtime(list);
   if (!runtime) runtime = default_runtime();
-  // Identical in every process: the same verdict on bad names, before any collective.
-  const SafetensorsHeader header = make_safetensors_header(specs, options.metadata);
-  std::string header_bytes = safetensors_header_bytes(header);
   Communicator& comm = runtime->comm();
   const bool leader = comm.rank() == 0;
-
-  // The temporary file, next to the target so that rename() is atomic.
-  char token[32] = {};
-  if (leader) {
-    std::random_device rd;
-    fmt::format_to_n(token, sizeof token - 1, "{}-{:08x}", ::getpid(), rd());
+  // The same verdict on bad names in every process; then a check that every process saves
+  // the same tensors in the same layouts to the same path (else they would wait for each
+  // other's writes forever).
+  SafetensorsHeader header;
+  std::string header_bytes;
+  std::exception_ptr failure;
+  try {
+    header = make_safetensors_header(specs, options.metadata);
+    header_bytes = safetensors_header_bytes(header);
+  } catch (...) {
+    failure = std::current_exception();
   }
-  comm.broadcast(token, sizeof token, 0);
-  const fs::path target(path);
+  agree_on_failure(comm, failure);
+  if (comm.size() > 1) {
+    std::string description = fmt::format("path={}", path);
+    for (const NamedArray& a : arrays) {
+      description += fmt::format("; tensor {} {} {} as {} on {}", quote(a.name),
+                                 dtype_name(a.array->dtype()), shape_to_string(a.array->shape()),
+                                 a.array->layout().to_string(), a.array->mesh().to_string());
+    }
+    agree_on_operation(comm, "save_arrays", description);
+  }
+
+  // The temporary file, next to the target so that rename() is atomic. Process 0 checks the
+  // target (no device node or FIFO is ever replaced; a symlink keeps pointing at the new
+  // file), clears temporaries of dead earlier saves, and tells every process the names.
+  std::string names[2];  // target, token
+  agreed_step(comm, [&] {
+    if (!leader) return;
+    names[0] = resolve_save_target(path).string();
+    remove_stale_temporaries(names[0]);
+    names[1] = make_save_token();
+  }, [] {});
+  for (std::string& name : names) broadcast_string(comm, name, 0);
+  const fs::path target(names[0]);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string tmp =
-      (dir / fmt::format(".{}.tmp-{}", target.filename().string(), token)).string();
+  const std::string tmp = temporary_save_name(target, names[1]);
 
   int fd = -1;
   bool created = false;
@@ -186,7 +219,6 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
     if (leader && created) ::unlink(tmp.c_str());
   };
   agreed_step(comm, [&] {
-    if (target.filename().empty()) throw ValueError(fmt::format("'{}' names no file", path));
     if (!leader) return;
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) throw_errno("creating the checkpoint's temporary file", tmp);
@@ -244,7 +276,9 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
   // Every process has written and flushed its part: publish the file.
   agreed_step(comm, [&] {
     if (!leader) return;
-    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("renaming the new checkpoint to", path);
+    if (::rename(tmp.c_str(), target.c_str()) != 0) {
+      throw_errno("renaming the new checkpoint to", target.string());
+    }
     created = false;
     const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0) {  // make the rename durable; best effort where directories cannot sync

@@ -124,6 +124,11 @@ TEST_F(ArrayIoKillTest, KilledWhileWritingKeepsTheOldCheckpoint) {
     }
   }
   EXPECT_EQ(temporaries, 1);
+  // Its process is dead: the next save to the same target removes it.
+  complete_save(target, 1, 3);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir_)) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"model.safetensors"});
 }
 
 TEST_F(ArrayIoKillTest, KilledAtRandomMomentsLeavesTheOldOrTheNewFile) {

@@ -20,10 +20,13 @@
 #include <string_view>
 #include <vector>
 
+#include "meshlayout/layout/devices.h"
+
 namespace meshlayout {
 
-/// Most devices one mesh may hold (guards against overflow and absurd allocations).
-inline constexpr int64_t kMaxMeshDevices = int64_t{1} << 24;
+/// Most devices one mesh may hold (guards against overflow and absurd allocations): the
+/// same cap as the device count (kMaxDeviceCount, 2^20), since a mesh names its devices.
+inline constexpr int64_t kMaxMeshDevices = kMaxDeviceCount;
 
 class DeviceMesh {
  public:

@@ -219,7 +219,7 @@ TEST_F(DeviceMeshTest, RejectsMoreThanTheMaximumNumberOfDevices) {
   EXPECT_EQ(ValueErrorMessage([] {
               DeviceMesh({8192, 4096}, {"a", "b"});
             }),
-            "DeviceMesh shape [8192, 4096] has more than 16777216 devices");
+            "DeviceMesh shape [8192, 4096] has more than 1048576 devices");
 }
 
 TEST_F(DeviceMeshTest, RejectsDuplicateAxisNames) {

@@ -15,21 +15,32 @@ std::atomic<int64_t> g_device_count_override{0};
 
 }  // namespace
 
+int64_t parse_device_count_variable(const char* name, const char* text) {
+  const std::string what = fmt::format("environment variable {}", name);
+  const std::string_view t = trim(text);
+  const bool digits = !t.empty() && t.size() <= 18 &&
+                      t.find_first_not_of("0123456789") == std::string_view::npos;
+  const int64_t n = digits ? parse_int64(t, what) : 0;
+  if (!digits || n < 1 || n > kMaxDeviceCount) {
+    throw ValueError(fmt::format("{}={} must be a whole number of devices from 1 to {}", name,
+                                 quote(text), kMaxDeviceCount));
+  }
+  return n;
+}
+
 int64_t device_count() {
   int64_t overridden = g_device_count_override.load(std::memory_order_relaxed);
   if (overridden > 0) return overridden;
   const char* env = std::getenv(kCpuDevicesEnvVar);
   if (env == nullptr || *env == '\0') return kDefaultCpuDeviceCount;
-  int64_t n = parse_int64(env, fmt::format("environment variable {}", kCpuDevicesEnvVar));
-  if (n < 1) {
-    throw ValueError(fmt::format("environment variable {} must be at least 1, got {}",
-                                 kCpuDevicesEnvVar, quote(env)));
-  }
-  return n;
+  return parse_device_count_variable(kCpuDevicesEnvVar, env);
 }
 
 void set_device_count(int64_t n) {
-  if (n < 1) throw ValueError(fmt::format("device count must be at least 1, got {}", n));
+  if (n < 1 || n > kMaxDeviceCount) {
+    throw ValueError(
+        fmt::format("device count must be from 1 to {}, got {}", kMaxDeviceCount, n));
+  }
   g_device_count_override.store(n, std::memory_order_relaxed);
 }
 

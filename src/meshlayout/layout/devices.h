@@ -20,6 +20,14 @@ namespace meshlayout {
 
 inline constexpr int64_t kDefaultCpuDeviceCount = 8;
 inline constexpr const char* kCpuDevicesEnvVar = "MESHLAYOUT_CPU_DEVICES";
+/// Most devices a process may name (2^20 = 1,048,576; a mesh of that many costs ~120 MB of
+/// names). MESHLAYOUT_CPU_DEVICES, MESHLAYOUT_LOCAL_DEVICES and set_device_count() are
+/// refused above it, naming the variable.
+inline constexpr int64_t kMaxDeviceCount = int64_t{1} << 20;
+
+/// Parses a device-count environment variable `name` = `text`: a whole number from 1 to
+/// kMaxDeviceCount, else ValueError naming the variable and its value.
+int64_t parse_device_count_variable(const char* name, const char* text);
 
 /// Global device names `cpu:K`, K = 0 … device_count()-1. Only "cpu" exists today;
 /// any other `device_type` is a ValueError naming the valid types.

@@ -47,9 +47,12 @@ TEST_F(DevicesTest, BadEnvironmentValueNamesTheVariable) {
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_STREQ(e.what(),
-                 "environment variable MESHLAYOUT_CPU_DEVICES must be a whole number, got 'many'");
+                 "MESHLAYOUT_CPU_DEVICES='many' must be a whole number of devices from 1 to "
+                 "1048576");
   }
   setenv(kCpuDevicesEnvVar, "0", 1);
+  EXPECT_THROW(device_count(), ValueError);
+  setenv(kCpuDevicesEnvVar, "99999999999", 1);  // grew memory for 37 s, then aborted
   EXPECT_THROW(device_count(), ValueError);
 }
 

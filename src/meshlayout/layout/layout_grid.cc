@@ -55,16 +55,23 @@ std::string render_layout_grid(const ShardGeometry& g) {
   return out;
 }
 
-std::string render_device_boxes(const ShardGeometry& g) {
+std::string render_device_boxes(const ShardGeometry& g, int64_t max_devices) {
   std::string out;
   size_t name_width = 0;
-  for (const std::string& d : g.mesh().devices()) name_width = std::max(name_width, d.size());
-  for (int64_t p = 0; p < g.mesh().size(); ++p) {
+  const int64_t n = g.mesh().size();
+  const int64_t shown = max_devices > 0 ? std::min(n, max_devices) : n;
+  for (int64_t p = 0; p < shown; ++p) {
+    name_width = std::max(name_width, g.mesh().devices()[static_cast<size_t>(p)].size());
+  }
+  for (int64_t p = 0; p < shown; ++p) {
     Box box = g.box(p);
     out += fmt::format("{:<{}}  coords {}  box {}  shape {}  {} elements  replica {}\n",
                        g.mesh().devices()[static_cast<size_t>(p)], name_width,
                        shape_to_string(g.mesh().coords(p)), box.to_string(),
                        shape_to_string(box.shape), box.num_elements(), g.replica_of(p));
+  }
+  if (shown < n) {
+    out += fmt::format("… {} more devices not listed ({} in all)\n", n - shown, n);
   }
   return out;
 }

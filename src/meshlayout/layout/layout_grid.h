@@ -25,6 +25,8 @@ std::string render_layout_grid(const ShardGeometry& geometry);
 
 /// One line per device:
 /// `cpu:5  coords (1, 1)  box [4:8, 0:6]  shape (4, 6)  24 elements  replica 1`.
-std::string render_device_boxes(const ShardGeometry& geometry);
+/// With `max_devices` > 0, lists the first `max_devices` devices and then one line saying
+/// how many more there are (a mesh may have up to 2^20 devices).
+std::string render_device_boxes(const ShardGeometry& geometry, int64_t max_devices = 0);
 
 }  // namespace meshlayout

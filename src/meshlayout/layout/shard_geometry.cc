@@ -20,8 +20,11 @@ std::string Box::to_string() const {
 }
 
 std::pair<int64_t, int64_t> block_range(int64_t n, int64_t k, int64_t i) {
-  const int64_t c = (n + k - 1) / k;
-  return {std::min(i * c, n), std::min((i + 1) * c, n)};
+  // i < k and c = ceil(n / k), so i * c and (i + 1) * c can exceed int64 only when they
+  // exceed n; compare in 128 bits and clamp to n.
+  const __int128 c = ceil_div(n, k);
+  const auto clamp = [n](__int128 v) { return static_cast<int64_t>(v < n ? v : n); };
+  return {clamp(i * c), clamp((i + 1) * c)};
 }
 
 ShardGeometry::ShardGeometry(TensorLayout layout, Shape shape, const GeometryOptions& options,
@@ -39,6 +42,11 @@ ShardGeometry::ShardGeometry(TensorLayout layout, Shape shape, const GeometryOpt
       throw ValueError(fmt::format("{} has shape {} with a negative extent", what,
                                    shape_to_string(shape_)));
     }
+  }
+  try {
+    num_elements(shape_);  // every box count and byte size below is derived from this one
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format("{}: {}", what, e.what()));
   }
   const DeviceMesh& m = mesh();
   std::vector<bool> used(static_cast<size_t>(m.rank()), false);
@@ -139,9 +147,9 @@ std::vector<UnevenDim> ShardGeometry::uneven_dims() const {
 }
 
 int64_t ShardGeometry::max_box_elements() const {
-  int64_t n = 1;
-  for (size_t d = 0; d < shape_.size(); ++d) n *= (shape_[d] + blocks_[d] - 1) / blocks_[d];
-  return n;
+  Shape largest;
+  for (size_t d = 0; d < shape_.size(); ++d) largest.push_back(ceil_div(shape_[d], blocks_[d]));
+  return num_elements(largest);  // <= num_elements(shape_), which the constructor checked
 }
 
 }  // namespace meshlayout

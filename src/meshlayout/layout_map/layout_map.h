@@ -10,6 +10,14 @@
 // All rules sit in one RE2::Set, so a lookup is one pass over the path whatever the number
 // of rules. Bad regexes are refused at insertion, not at first lookup.
 //
+// Thread safety, as for a standard container: any number of threads may call the const
+// members (get, operator[] const, match_index, explain, unused_rules, keys, …) on one map at
+// the same time. A mutation (set, Slot assignment, erase, pop, popitem, clear, update,
+// assignment) must not overlap any other call on the same map: it is undefined behaviour
+// (a lookup may read freed rules). Finish building the map, then share it for lookups; or
+// give each writer its own copy (copies share nothing); or guard the map with a
+// std::shared_mutex. scope() only stores a pointer to the map for the calling thread.
+//
 // Example (seed 003):
 //   LayoutMap layout_map(mesh);
 //   layout_map["dense.*kernel"] = {None, "model"};

@@ -115,8 +115,8 @@ TEST_F(RulesFileTest, NumbersOutOfRangeAreErrorsNotCrashes) {
 }
 
 TEST_F(RulesFileTest, HugeMeshIsRefusedBeforeNamingItsDevices) {
-  EXPECT_EQ(error_of(R"({"mesh": {"shape": [16777216], "axis_names": ["a"]}, "rules": []})"),
-            "rules file 'r.json': \"mesh\": shape [16777216] describes 16777216 devices, but "
+  EXPECT_EQ(error_of(R"({"mesh": {"shape": [1048576], "axis_names": ["a"]}, "rules": []})"),
+            "rules file 'r.json': \"mesh\": shape [1048576] describes 1048576 devices, but "
             "list_devices() has 8; set MESHLAYOUT_CPU_DEVICES or set_device_count(), or list "
             "\"devices\"");
 }

@@ -49,7 +49,7 @@ void run_products(ThreadPool& pool, const std::vector<Product>& products) {
     if (m == 0 || n == 0) continue;
     const int64_t parts = std::clamp<int64_t>(static_cast<int64_t>(pieces), 1,
                                               std::max<int64_t>(1, m / kMinChunkRows));
-    const int64_t rows = (m + parts - 1) / parts;
+    const int64_t rows = ceil_div(m, parts);
     for (int64_t row = 0; row < m; row += rows) {
       chunks.push_back(Chunk{&p, m, k, n, row, std::min(rows, m - row)});
     }

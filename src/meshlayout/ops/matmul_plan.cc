@@ -154,7 +154,7 @@ TensorLayout scatter_layout(const ShardGeometry& product, const Axes& k) {
   int64_t best_extent = -1;
   for (int d = 0; d < product.rank(); ++d) {
     const int64_t n = product.shape()[static_cast<size_t>(d)], b = product.num_blocks(d);
-    const int64_t extent = (n + b - 1) / b;
+    const int64_t extent = ceil_div(n, b);
     if (extent > best_extent) {
       best = d;
       best_extent = extent;

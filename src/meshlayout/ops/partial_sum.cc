@@ -117,7 +117,7 @@ ReductionPlan plan_reduction(const PartialLayout& partials, const ShardGeometry&
     std::vector<int64_t> lo(static_cast<size_t>(rank)), hi(static_cast<size_t>(rank));
     for (int d = 0; d < rank; ++d) {
       const auto i = static_cast<size_t>(d);
-      const int64_t n = product.shape()[i], k = product.num_blocks(d), c = (n + k - 1) / k;
+      const int64_t n = product.shape()[i], k = product.num_blocks(d), c = ceil_div(n, k);
       lo[i] = box.offset[i] / c;
       hi[i] = (box.offset[i] + box.shape[i] - 1) / c;
     }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ enum class FailureCategory : uint64_t {
   kFailedPrecondition = 4,
   kDataLoss = 5,
   kInternal = 6,  // InternalError, or any exception that is not a meshlayout::Error
+  kResourceExhausted = 7,
 };
 
 struct FailureHeader {
@@ -52,6 +54,10 @@ LocalFailure classify(const std::exception_ptr& error) {
     return {FailureCategory::kDataLoss, e.what()};
   } catch (const InternalError& e) {
     return {FailureCategory::kInternal, e.what()};
+  } catch (const ResourceExhaustedError& e) {
+    return {FailureCategory::kResourceExhausted, e.what()};
+  } catch (const std::bad_alloc&) {
+    return {FailureCategory::kResourceExhausted, "out of memory (std::bad_alloc)"};
   } catch (const Error& e) {
     return {FailureCategory::kError, e.what()};
   } catch (const std::exception& e) {
@@ -75,11 +81,13 @@ LocalFailure classify(const std::exception_ptr& error) {
       throw DataLossError(message);
     case FailureCategory::kInternal:
       throw InternalError(message);
+    case FailureCategory::kResourceExhausted:
+      throw ResourceExhaustedError(message);
     case FailureCategory::kNone:
       break;
   }
   throw InternalError(
-      fmt::format("agree_on_failure received unknown failure category {} (expected 1 to 6); "
+      fmt::format("agree_on_failure received unknown failure category {} (expected 1 to 7); "
                   "message: {}",
                   category, message));
 }

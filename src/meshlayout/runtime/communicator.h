@@ -85,7 +85,7 @@ void agree_on_failure(Communicator& comm, std::string_view local_error);
 
 /// The same agreement for a caught exception (null = no failure); the error every rank throws
 /// keeps its category: ValueError, NotFoundError, FailedPreconditionError, DataLossError,
-/// InternalError or plain meshlayout::Error. Any other exception counts as an InternalError.
+/// ResourceExhaustedError (also for std::bad_alloc), InternalError or plain meshlayout::Error. Any other exception counts as an InternalError.
 /// Example: std::exception_ptr err; try { write_shard(); } catch (...) {
 ///            err = std::current_exception(); }
 ///          agree_on_failure(comm, err);   // every rank throws, or none does

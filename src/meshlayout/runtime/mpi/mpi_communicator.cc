@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/runtime/mpi/collective_timeout.h"
 
 namespace meshlayout {
 namespace {
@@ -105,9 +106,13 @@ void MpiCommunicator::check(int code, const char* call) const {
                                   code));
 }
 
-void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+void MpiCommunicator::barrier() {
+  CollectiveDeadline deadline("MPI_Barrier");
+  check(MPI_Barrier(comm_), "MPI_Barrier");
+}
 
 void MpiCommunicator::all_gather(const void* send, size_t bytes, void* recv) {
+  CollectiveDeadline deadline("all_gather (MPI_Allgather)");
   auto* out = static_cast<std::byte*>(recv);
   std::byte* mine = out + static_cast<size_t>(rank_) * bytes;
   const bool in_place = send == mine;
@@ -132,6 +137,7 @@ void MpiCommunicator::all_to_all_v(const void* send, std::span<const size_t> sen
                                    std::span<const size_t> send_offsets, void* recv,
                                    std::span<const size_t> recv_counts,
                                    std::span<const size_t> recv_offsets) {
+  CollectiveDeadline deadline("all_to_all_v (MPI_Alltoallv)");
   const auto n = static_cast<size_t>(size_);
   const auto me = static_cast<size_t>(rank_);
   // Problems found here are agreed on (agree_on_failure) rather than thrown on one rank.
@@ -221,6 +227,7 @@ void MpiCommunicator::all_to_all_v_split(const std::byte* send, std::span<const 
 }
 
 void MpiCommunicator::all_reduce_sum(void* data, size_t count, DType dtype) {
+  CollectiveDeadline deadline("all_reduce_sum (MPI_Allreduce)");
   const MPI_Datatype type = mpi_type(dtype, "all_reduce_sum");
   const size_t esize = dtype_size(dtype);
   auto* p = static_cast<std::byte*>(data);
@@ -231,6 +238,7 @@ void MpiCommunicator::all_reduce_sum(void* data, size_t count, DType dtype) {
 }
 
 void MpiCommunicator::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype) {
+  CollectiveDeadline deadline("reduce_scatter_sum (MPI_Reduce_scatter)");
   const MPI_Datatype type = mpi_type(dtype, "reduce_scatter_sum");
   const size_t esize = dtype_size(dtype);
   const auto n = static_cast<size_t>(size_);
@@ -257,6 +265,7 @@ void MpiCommunicator::reduce_scatter_sum(const void* send, void* recv, size_t co
 }
 
 void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
+  CollectiveDeadline deadline("broadcast (MPI_Bcast)");
   if (root < 0 || root >= size_) {
     throw ValueError(
         fmt::format("broadcast root {} is out of range for a group of {} rank{}; expected 0 to {}",
@@ -289,6 +298,7 @@ struct RegionType {
 
 void MpiCommunicator::exchange_boxes(std::span<const BoxRegion> sends,
                                      std::span<const BoxRegion> recvs, size_t element_size) {
+  CollectiveDeadline deadline("exchange_boxes (MPI point-to-point)");
   std::vector<RegionType> types;
   types.reserve(sends.size() + recvs.size());
   auto describe = [&](const BoxRegion& g) {

@@ -1,0 +1,101 @@
+#include "meshlayout/runtime/operation_agreement.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+
+namespace meshlayout {
+namespace {
+
+struct Record {
+  uint64_t hash = 0;
+  uint64_t bytes = 0;
+};
+static_assert(sizeof(Record) == 16, "exchanged as raw bytes");
+
+// FNV-1a, 64 bits: the same on every process and compiler, which std::hash is not.
+uint64_t fnv1a(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h ^ text.size();
+}
+
+std::vector<std::string_view> fields_of(std::string_view text) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (true) {
+    const size_t at = text.find("; ", start);
+    out.push_back(text.substr(start, at == std::string_view::npos ? at : at - start));
+    if (at == std::string_view::npos) return out;
+    start = at + 2;
+  }
+}
+
+// Values in messages are capped: a description can be long (a checkpoint's tensor list).
+std::string shown(std::string_view field) {
+  constexpr size_t kMax = 160;
+  if (field.size() <= kMax) return std::string(field);
+  return fmt::format("{}… ({} bytes)", field.substr(0, kMax), field.size());
+}
+
+std::string first_difference(std::string_view mine, std::string_view theirs, int rank) {
+  const std::vector<std::string_view> a = fields_of(mine), b = fields_of(theirs);
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    const std::string_view x = i < a.size() ? a[i] : "(nothing)";
+    const std::string_view y = i < b.size() ? b[i] : "(nothing)";
+    if (x != y) return fmt::format("process {} has {} but process 0 has {}", rank, shown(x), shown(y));
+  }
+  return fmt::format("process {} describes it differently from process 0", rank);
+}
+
+}  // namespace
+
+std::string describe_fields(std::initializer_list<std::string> fields) {
+  std::string out;
+  for (const std::string& f : fields) {
+    if (!out.empty()) out += "; ";
+    out += f;
+  }
+  return out;
+}
+
+void agree_on_operation(Communicator& comm, std::string_view what, std::string_view description) {
+  const int n = comm.size();
+  if (n == 1) return;
+  const Record mine{fnv1a(description), description.size()};
+  std::vector<Record> all(static_cast<size_t>(n));
+  comm.all_gather(&mine, sizeof mine, all.data());
+  std::vector<int> differ;
+  for (int r = 1; r < n; ++r) {
+    const Record& x = all[static_cast<size_t>(r)];
+    if (x.hash != all[0].hash || x.bytes != all[0].bytes) differ.push_back(r);
+  }
+  if (differ.empty()) return;
+  // Every rank knows the first differing rank; fetch its description and rank 0's.
+  const int first = differ.front();
+  std::string theirs(all[static_cast<size_t>(first)].bytes, '\0');
+  std::string base(all[0].bytes, '\0');
+  if (comm.rank() == first) theirs.assign(description);
+  if (comm.rank() == 0) base.assign(description);
+  if (!theirs.empty()) comm.broadcast(theirs.data(), theirs.size(), first);
+  if (!base.empty()) comm.broadcast(base.data(), base.size(), 0);
+  std::string message = fmt::format(
+      "processes disagree on {}: {}", what, first_difference(theirs, base, first));
+  if (differ.size() > 1) {
+    std::vector<int> rest(differ.begin() + 1, differ.end());
+    message += fmt::format(" (process{} [{}] differ{} from process 0 too)", rest.size() == 1 ? "" : "es",
+                           fmt::join(rest, ", "), rest.size() == 1 ? "s" : "");
+  }
+  message += "; every process must run the same operation with the same arguments and "
+             "environment";
+  throw ValueError(message);
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,32 @@
+// operation_agreement.h — processes check that they are about to run the same operation
+// before its first collective, so a disagreement (one rank given another --to, another mesh,
+// another device count) is one clear error on every process instead of a deadlock.
+//
+// Each process describes the operation as `key=value` fields joined by "; ". One fixed-size
+// all_gather compares a hash of every description; only when they differ are the two
+// descriptions exchanged to name the first field that differs.
+//
+// Example (every process, before running a reshard):
+//   agree_on_operation(comm, "reshard", "shape=(8, 6); dtype=F32; to=layout[None,model]");
+//   // process 3 was given --to data,None: every process throws
+//   // ValueError: processes disagree on reshard: process 3 has to=layout[data,None] but
+//   //   process 0 has to=layout[None,model]; …
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "meshlayout/runtime/communicator.h"
+
+namespace meshlayout {
+
+/// Collective over `comm`. Returns when every rank passed the same `description`; otherwise
+/// every rank throws the same ValueError naming `what`, the first rank whose description
+/// differs from rank 0's, the first field that differs, and how many other ranks differ.
+void agree_on_operation(Communicator& comm, std::string_view what, std::string_view description);
+
+/// The description fields joined: fields({"a=1", "b=2"}) == "a=1; b=2". Values should not
+/// contain "; " (it separates fields in the message; the hash covers every byte anyway).
+std::string describe_fields(std::initializer_list<std::string> fields);
+
+}  // namespace meshlayout
