@@ -103,6 +103,15 @@ TEST(PythonRegexTest, RejectsPatternsThatDoNotCompile) {
   EXPECT_THAT(refusal("(dense"), HasSubstr("missing ): '(dense'"));
 }
 
+// RE2's own message ends with the bad text raw: a NUL in it cut the message, a long pattern
+// made a huge one.
+TEST(PythonRegexTest, CompileErrorsQuoteTheBadTextSafely) {
+  const std::string msg = refusal(std::string("a\0b(", 4));
+  EXPECT_EQ(msg.find('\0'), std::string::npos);
+  EXPECT_EQ(msg, "regex 'a\\x00b(' does not compile: missing ): 'a\\x00b('");
+  EXPECT_LT(refusal(std::string(100000, 'a') + "(").size(), 700u);
+}
+
 // Was "invalid repetition": Python accepts {1001}, RE2 stops at 1000.
 TEST(PythonRegexTest, RepetitionsOverRe2sLimitSayWhy) {
   EXPECT_EQ(refusal("a{1001}"),
