@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "meshlayout/cli/cli_checks.h"
 #include "meshlayout/cli/demo_command.h"
 #include "meshlayout/cli/inspect_command.h"
 #include "meshlayout/cli/layout_command.h"
@@ -39,6 +40,10 @@ int main(int argc, char** argv) {
       if (runtime->num_processes() > 1) where = fmt::format("process {}: ", runtime->process_id());
     }
 #endif
+    // CLI11 would only say "A subcommand is required" for `meshlayout frobnicate`.
+    if (auto unknown = meshlayout::cli::unknown_subcommand(app, argc, argv)) {
+      return app.exit(CLI::ExtrasError(*unknown, CLI::ExitCodes::ExtrasError));
+    }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
