@@ -221,17 +221,19 @@ TEST_F(SafetensorsFileTest, CheckpointRefusesBadIndexes) {
   EXPECT_THROW(Checkpoint::open((dir_ / "absent").string()), NotFoundError);
 }
 
+// What Checkpoint::open(path) throws.
+std::string open_error(const fs::path& path) {
+  try {
+    Checkpoint::open(path.string());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<nothing thrown>";
+}
+
 // Faults 5 and 8, and the silently accepted NUL: an index that is a symlink to /dev/zero was
 // read forever, a FIFO named in an index hung open(), "a\u0000b" was opened as "a".
 TEST_F(SafetensorsFileTest, CheckpointRefusesSpecialFilesWithoutBlocking) {
-  auto open_error = [](const fs::path& path) -> std::string {
-    try {
-      Checkpoint::open(path.string());
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "<nothing thrown>";
-  };
   fs::create_symlink("/dev/zero", dir_ / "z.safetensors.index.json");
   EXPECT_EQ(open_error(dir_ / "z.safetensors.index.json"),
             "checkpoint index '" + (dir_ / "z.safetensors.index.json").string() +
@@ -258,14 +260,6 @@ TEST_F(SafetensorsFileTest, CheckpointRefusesSpecialFilesWithoutBlocking) {
 
 // Wrong reasons: a symlink loop or an over-long name was reported as "does not exist".
 TEST_F(SafetensorsFileTest, CheckpointSaysWhyAPathCannotBeUsed) {
-  auto open_error = [](const fs::path& path) -> std::string {
-    try {
-      Checkpoint::open(path.string());
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "<nothing thrown>";
-  };
   fs::create_symlink(dir_ / "loop2", dir_ / "loop1");
   fs::create_symlink(dir_ / "loop1", dir_ / "loop2");
   EXPECT_THAT(open_error(dir_ / "loop1"), HasSubstr("(ELOOP); a symlink loop?"));
