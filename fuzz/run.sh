@@ -15,7 +15,8 @@ seconds="${1:-300}"
 extra_flags=("${@:2}")
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/fuzz-build"
-targets=(rules_file layout_text safetensors_header)
+# FUZZ_TARGETS="rules_file safetensors_header" runs only those targets.
+read -r -a targets <<<"${FUZZ_TARGETS:-rules_file layout_text safetensors_header}"
 
 cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_CXX_COMPILER=clang++ \
@@ -26,7 +27,7 @@ cmake -S "$root" -B "$build" -G Ninja \
   -DMESHLAYOUT_BUILD_BENCHMARKS=OFF >"$root/fuzz-build.configure.log" 2>&1 ||
   { cat "$root/fuzz-build.configure.log"; echo "fuzz/run.sh: configure failed" >&2; exit 2; }
 rm -f "$root/fuzz-build.configure.log"
-ninja -C "$build" "${targets[@]/%/_fuzz}" || { echo "fuzz/run.sh: build failed" >&2; exit 2; }
+ninja -C "$build" ${NINJA_JOBS:+-j "$NINJA_JOBS"} "${targets[@]/%/_fuzz}" || { echo "fuzz/run.sh: build failed" >&2; exit 2; }
 
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"

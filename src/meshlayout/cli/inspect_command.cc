@@ -38,8 +38,10 @@ Totals totals_of(const Checkpoint& checkpoint) {
   return t;
 }
 
+// Names and paths come from the file: printed with control characters escaped, so a tensor
+// named "a\nb" or "\x1b]0;…" cannot forge lines or drive the terminal.
 std::string file_name(const std::string& path) {
-  return std::filesystem::path(path).filename().string();
+  return escape_controls(std::filesystem::path(path).filename().string());
 }
 
 }  // namespace
@@ -55,13 +57,16 @@ std::string render_inspect_text(const Checkpoint& checkpoint, std::string_view s
   out += "\nfiles:\n";
   for (const auto& file : files) {
     const SafetensorsHeader& h = file->header();
-    put(out, "  {}  {}, header {} bytes, data {} bytes, file {} bytes\n", file->path(),
+    put(out, "  {}  {}, header {} bytes, data {} bytes, file {} bytes\n",
+        escape_controls(file->path()),
         plural(h.tensors.size(), "tensor"), h.header_bytes, h.data_bytes, h.file_bytes());
   }
   const auto& metadata = checkpoint.metadata();
   if (!metadata.empty()) {
     out += "\nmetadata:\n";
-    for (const auto& [key, value] : metadata) put(out, "  {}: {}\n", key, value);
+    for (const auto& [key, value] : metadata) {
+      put(out, "  {}: {}\n", escape_controls(key), escape_controls(value));
+    }
   }
 
   // One aligned line per tensor; columns: tensor, file, dtype, shape, bytes, data_offsets.
@@ -72,8 +77,9 @@ std::string render_inspect_text(const Checkpoint& checkpoint, std::string_view s
     names.push_back(file_name(files[i]->path()));
     file_index[files[i].get()] = i;
   }
-  std::vector<std::string> shapes;
+  std::vector<std::string> shapes, tensor_names;
   shapes.reserve(tensors.size());
+  tensor_names.reserve(tensors.size());
   std::array<size_t, 6> width = {6, 4, 5, 5, 5, 12};
   const SafetensorsFile* last = nullptr;
   size_t last_index = 0;
@@ -83,7 +89,8 @@ std::string render_inspect_text(const Checkpoint& checkpoint, std::string_view s
     if (file != last) last = file, last_index = file_index.at(file);
     tensor_file[i] = last_index;
     shapes.push_back(shape_to_string(info->shape));
-    width[0] = std::max(width[0], info->name.size());
+    tensor_names.push_back(escape_controls(info->name));
+    width[0] = std::max(width[0], tensor_names.back().size());
     width[1] = std::max(width[1], names[last_index].size());
     width[2] = std::max(width[2], info->dtype_name.size());
     width[3] = std::max(width[3], shapes.back().size());
@@ -100,7 +107,7 @@ std::string render_inspect_text(const Checkpoint& checkpoint, std::string_view s
   line("tensor", "file", "dtype", "shape", "bytes", "data_offsets");
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorInfo& info = *tensors[i].second;
-    put(out, "{:<{}}  ", info.name, width[0]);
+    put(out, "{:<{}}  ", tensor_names[i], width[0]);
     if (show_file) put(out, "{:<{}}  ", names[tensor_file[i]], width[1]);
     put(out, "{:<{}}  {:<{}}  {:>{}}  [{}, {})\n", info.dtype_name, width[2], shapes[i],
         width[3], info.num_bytes(), width[4], info.begin, info.end);

@@ -45,6 +45,19 @@ class InspectCommandTest : public ::testing::Test {
                                           {"emb/embeddings", DType::kBF16, {10, 4}}};
 };
 
+// Output hygiene: names with newlines or terminal escapes were printed raw.
+TEST_F(InspectCommandTest, TextEscapesControlCharactersInNames) {
+  const std::string path = dir_.write_safetensors(
+      "m.safetensors", {{"evil\nfake line", DType::kF32, {2}}, {"\x1b]0;title\x07x", DType::kF32, {1}}},
+      {{"note\r", "\x1b[2Jwiped"}});
+  const std::string text = inspect(path);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\r'), std::string::npos) << text;
+  EXPECT_THAT(text, HasSubstr("\nevil\\nfake line    F32    (2,)"));
+  EXPECT_THAT(text, HasSubstr("\n\\x1b]0;title\\x07x  F32    (1,)"));
+  EXPECT_THAT(text, HasSubstr("  note\\r: \\x1b[2Jwiped\n"));
+}
+
 TEST_F(InspectCommandTest, TextListsTensorsMetadataAndTotals) {
   const std::string path = dir_.write_safetensors("m.safetensors", specs_, {{"format", "pt"}});
   const std::string text = inspect(path);

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <new>
 
+#include "meshlayout/cli/cli_checks.h"
 #include "meshlayout/cli/demo_command.h"
 #include "meshlayout/cli/inspect_command.h"
 #include "meshlayout/cli/layout_command.h"
@@ -40,6 +41,10 @@ int main(int argc, char** argv) {
       if (runtime->num_processes() > 1) where = fmt::format("process {}: ", runtime->process_id());
     }
 #endif
+    // CLI11 would only say "A subcommand is required" for `meshlayout frobnicate`.
+    if (auto unknown = meshlayout::cli::unknown_subcommand(app, argc, argv)) {
+      return app.exit(CLI::ExtrasError(*unknown, CLI::ExitCodes::ExtrasError));
+    }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

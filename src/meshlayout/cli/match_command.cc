@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <variant>
 
+#include "meshlayout/cli/cli_checks.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
@@ -25,6 +26,7 @@ int run_match(const MatchOptions& options, std::istream& in, std::ostream& out,
     if (!line.empty() && line.back() == '\r') line.pop_back();
     paths.push_back(std::move(line));
   }
+  check_read(in, "the paths on standard input");  // e.g. stdin is a directory: not "no paths"
 
   if (options.explain) {
     for (const std::string& path : paths) out << map.explain(path).to_string(map);

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "meshlayout/core/errors.h"
@@ -89,6 +90,30 @@ TEST_F(MatchCommandTest, ExplainAndWarnUnused) {
   EXPECT_EQ(err.str(),
             "warning: rule 1 (\"emb\") matches none of the 1 paths\n"
             "warning: rule 3 (\"dense_9/bias\") matches none of the 1 paths\n");
+}
+
+// Output hygiene: every line is valid UTF-8 JSON whatever bytes the path holds, and --explain
+// prints control characters escaped.
+TEST_F(MatchCommandTest, InvalidUtf8AndControlsInPathsStayValidOutput) {
+  const std::string bad = "emb/\xff\xfe\x1b[2J";
+  std::istringstream in(bad + "\n" + "dense_1/kernel_bias\xc3\n");
+  std::ostringstream out, err;
+  EXPECT_EQ(run_match({.rules_path = path_}, in, out, err), 0);
+  std::istringstream lines(out.str());
+  int n = 0;
+  for (std::string line; std::getline(lines, line); ++n) {
+    const nlohmann::json j = nlohmann::json::parse(line);  // throws on invalid UTF-8
+    EXPECT_EQ(line.find('\x1b'), std::string::npos) << line;
+    if (n == 1) {
+      EXPECT_THAT(j["error"].get<std::string>(), HasSubstr("'dense_1/kernel_bias\\xc3'"));
+    }
+  }
+  EXPECT_EQ(n, 2);
+  std::istringstream in2(bad + "\n");
+  std::ostringstream explained;
+  EXPECT_EQ(run_match({.rules_path = path_, .explain = true}, in2, explained, err), 0);
+  EXPECT_EQ(explained.str().find('\x1b'), std::string::npos) << explained.str();
+  EXPECT_EQ(explained.str().find('\xff'), std::string::npos) << explained.str();
 }
 
 TEST_F(MatchCommandTest, MissingRulesFile) {

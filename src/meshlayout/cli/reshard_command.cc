@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/cli/cli_checks.h"
 #include "meshlayout/layout/box_ops.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
@@ -173,7 +174,8 @@ void add_reshard_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--mesh", o->mesh, "mesh, e.g. data=2,model=4")->required();
   cmd->add_option("--from", o->from, "source layout, e.g. \"data,None\"")->required();
   cmd->add_option("--to", o->to, "target layout, e.g. \"None,model\"")->required();
-  cmd->add_option("--seed", o->seed, "seed of the random data (default 1)");
+  cmd->add_option("--seed", o->seed, "seed of the random data (default 1)")
+      ->check(kUint64Text);  // CLI11 alone wraps -1 and 2^64
   cmd->add_option("--repeat", o->repeat, "runs; the best time is printed (default 3)");
   cmd->add_flag("--show-transfers", o->show_transfers, "print every transfer of the plan");
   cmd->callback([o, exit_code] { *exit_code = run_reshard(*o, default_runtime(), std::cout); });

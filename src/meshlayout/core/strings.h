@@ -15,9 +15,19 @@
 
 namespace meshlayout {
 
-/// `text` in single quotes with backslashes, quotes and control characters escaped,
-/// as Python's repr() of a str.
+/// Longest text quote() shows whole; longer text is cut (at a character boundary) there.
+inline constexpr size_t kMaxQuotedBytes = 200;
+
+/// `text` in single quotes with backslashes, quotes and control characters escaped, as
+/// Python's repr() of a str; NUL, C0/C1 controls, DEL and bytes that are not valid UTF-8
+/// become \xNN, so the result is printable, valid UTF-8 and never cut short by a NUL. Text
+/// over kMaxQuotedBytes is cut: `'abc…' (52428800 bytes)`.
 std::string quote(std::string_view text);
+
+/// `text` with the same escapes as quote() (controls, DEL, invalid UTF-8; not quotes or
+/// backslashes) and no cut: for names printed as plain text, so a tensor name cannot move
+/// the cursor or inject terminal escapes. Printable text is returned unchanged.
+std::string escape_controls(std::string_view text);
 
 /// Python list repr of strings: `['a', 'b']`.
 std::string repr_list(std::span<const std::string> items);

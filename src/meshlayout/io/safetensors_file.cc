@@ -8,11 +8,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/input_file.h"
+#include "meshlayout/core/json_input.h"
+#include "meshlayout/core/strings.h"
 #include "meshlayout/layout/box_ops.h"
 
 namespace meshlayout {
@@ -49,30 +50,39 @@ void check_box_inside(const TensorInfo& tensor, const Box& box, std::string_view
   }
 }
 
-std::string read_text_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw NotFoundError(fmt::format("cannot open '{}': {}", path.string(),
-                                           std::strerror(errno)));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// A path's file type from stat() (following symlinks); errno's reason when it has none.
+struct stat stat_path(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) {
+      throw NotFoundError(describe_open_error("checkpoint", path, err));
+    }
+    throw ValueError(describe_open_error("checkpoint", path, err));
+  }
+  return st;
+}
+
+// The index {"metadata": {...}, "weight_map": {"tensor name": "file name", ...}}: a regular
+// file of at most 64 MiB, depth-limited JSON without duplicate keys.
+nlohmann::json read_index(const std::string& path) {
+  const std::string text = read_regular_file(path, kMaxJsonFileBytes, "checkpoint index");
+  try {
+    return parse_json_checked(text);
+  } catch (const ValueError& e) {
+    throw DataLossError(fmt::format("{}: {}", quote(path), e.what()));
+  }
 }
 
 }  // namespace
 
 std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw NotFoundError(fmt::format("cannot open checkpoint file '{}': {}", path,
-                                    std::strerror(errno)));
-  }
+  // Never blocks (a FIFO named in an index hung here); refuses what is not a regular file.
+  const int fd = open_regular_file(path, "checkpoint file");
   std::shared_ptr<SafetensorsFile> file(new SafetensorsFile(path, fd));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
-    throw Error(fmt::format("cannot stat '{}': {}", path, std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    throw ValueError(fmt::format("'{}' is not a regular file", path));
+    throw Error(fmt::format("cannot stat {}: {}", quote(path), std::strerror(errno)));
   }
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   std::byte prefix[8] = {};
@@ -132,13 +142,15 @@ Checkpoint Checkpoint::open(const std::string& path) {
   ckpt.path_ = path;
   std::error_code ec;
   fs::path p(path);
-  if (!fs::exists(p, ec)) {
-    throw NotFoundError(fmt::format("checkpoint '{}' does not exist", path));
-  }
-  if (fs::is_directory(p, ec)) {
-    if (fs::exists(p / "model.safetensors.index.json", ec)) {
+  // stat's errno says why (a symlink loop, a name too long, permission denied, …).
+  if (S_ISDIR(stat_path(path).st_mode)) {
+    // symlink_status: a dangling or looping link is chosen, so opening it says what is wrong.
+    auto present = [&](const char* name) {
+      return fs::symlink_status(p / name, ec).type() != fs::file_type::not_found && !ec;
+    };
+    if (present("model.safetensors.index.json")) {
       p /= "model.safetensors.index.json";
-    } else if (fs::exists(p / "model.safetensors", ec)) {
+    } else if (present("model.safetensors")) {
       p /= "model.safetensors";
     } else {
       throw NotFoundError(fmt::format("directory '{}' holds neither model.safetensors.index.json "
@@ -147,13 +159,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
   }
   const std::string name = p.filename().string();
   if (name.ends_with(".index.json")) {
-    // {"metadata": {...}, "weight_map": {"tensor name": "file name", ...}}
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(read_text_file(p));
-    } catch (const nlohmann::json::exception& e) {
-      throw DataLossError(fmt::format("'{}': not valid JSON: {}", p.string(), e.what()));
-    }
+    const nlohmann::json index = read_index(p.string());
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
       throw DataLossError(fmt::format("'{}': expected an object with a \"weight_map\" object "
                                       "(tensor name -> file name)", p.string()));
@@ -162,13 +168,16 @@ Checkpoint Checkpoint::open(const std::string& path) {
     std::vector<std::pair<std::string, std::string>> mapped;
     for (const auto& [tensor, file] : index["weight_map"].items()) {
       if (!file.is_string()) {
-        throw DataLossError(fmt::format("'{}': weight_map[\"{}\"] is {}; expected a file name",
-                                        p.string(), tensor, file.type_name()));
+        throw DataLossError(fmt::format("{}: weight_map[{}] is {}; expected a file name",
+                                        quote(p.string()), quote(tensor), file.type_name()));
       }
       const std::string f = file.get<std::string>();
-      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..") {
-        throw DataLossError(fmt::format("'{}': weight_map[\"{}\"] is \"{}\"; expected a file "
-                                        "name in the index's directory", p.string(), tensor, f));
+      // A NUL ("\u0000" in JSON) would cut the name where the system reads it.
+      if (f.empty() || f.find('/') != std::string::npos || f.find('\0') != std::string::npos ||
+          f == "." || f == "..") {
+        throw DataLossError(fmt::format("{}: weight_map[{}] is {}; expected a file name in the "
+                                        "index's directory (no '/', no NUL byte)",
+                                        quote(p.string()), quote(tensor), quote(f)));
       }
       if (!by_file.contains(f)) {
         by_file[f] = SafetensorsFile::open((p.parent_path() / f).string());
@@ -179,8 +188,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
     for (const auto& [tensor, f] : mapped) {
       const TensorInfo* info = by_file[f]->header().find(tensor);
       if (info == nullptr) {
-        throw DataLossError(fmt::format("'{}': the index maps tensor '{}' to '{}', which does "
-                                        "not hold it", p.string(), tensor, f));
+        throw DataLossError(fmt::format("{}: the index maps tensor {} to {}, which does not "
+                                        "hold it", quote(p.string()), quote(tensor), quote(f)));
       }
     }
   } else {
@@ -190,8 +199,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
     for (const TensorInfo& t : file->header().tensors) {
       if (!ckpt.by_name_.emplace(t.name, ckpt.tensors_.size()).second) {
         const SafetensorsFile* other = ckpt.tensors_[ckpt.by_name_[t.name]].first;
-        throw DataLossError(fmt::format("tensor '{}' is in both '{}' and '{}'", t.name,
-                                        other->path(), file->path()));
+        throw DataLossError(fmt::format("tensor {} is in both {} and {}", quote(t.name),
+                                        quote(other->path()), quote(file->path())));
       }
       ckpt.tensors_.emplace_back(file.get(), &t);
     }

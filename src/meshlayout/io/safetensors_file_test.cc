@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -218,6 +219,56 @@ TEST_F(SafetensorsFileTest, CheckpointRefusesBadIndexes) {
   fs::create_directories(dir_ / "empty");
   EXPECT_THROW(Checkpoint::open((dir_ / "empty").string()), NotFoundError);
   EXPECT_THROW(Checkpoint::open((dir_ / "absent").string()), NotFoundError);
+}
+
+// What Checkpoint::open(path) throws.
+std::string open_error(const fs::path& path) {
+  try {
+    Checkpoint::open(path.string());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<nothing thrown>";
+}
+
+// Faults 5 and 8, and the silently accepted NUL: an index that is a symlink to /dev/zero was
+// read forever, a FIFO named in an index hung open(), "a\u0000b" was opened as "a".
+TEST_F(SafetensorsFileTest, CheckpointRefusesSpecialFilesWithoutBlocking) {
+  fs::create_symlink("/dev/zero", dir_ / "z.safetensors.index.json");
+  EXPECT_EQ(open_error(dir_ / "z.safetensors.index.json"),
+            "checkpoint index '" + (dir_ / "z.safetensors.index.json").string() +
+                "' is a character device, not a regular file");
+  ASSERT_EQ(::mkfifo((dir_ / "fifo.safetensors").c_str(), 0600), 0);
+  std::ofstream(dir_ / "f.safetensors.index.json") << R"({"weight_map": {"a": "fifo.safetensors"}})";
+  EXPECT_EQ(open_error(dir_ / "f.safetensors.index.json"),
+            "checkpoint file '" + (dir_ / "fifo.safetensors").string() +
+                "' is a FIFO (named pipe), not a regular file");
+  EXPECT_EQ(open_error(dir_ / "fifo.safetensors"),
+            "checkpoint file '" + (dir_ / "fifo.safetensors").string() +
+                "' is a FIFO (named pipe), not a regular file");
+  std::ofstream(dir_ / "n.safetensors.index.json") << R"({"weight_map": {"a": "a\u0000.safetensors"}})";
+  EXPECT_THAT(open_error(dir_ / "n.safetensors.index.json"),
+              HasSubstr("weight_map['a'] is 'a\\x00.safetensors'; expected a file name in the "
+                        "index's directory (no '/', no NUL byte)"));
+  std::ofstream(dir_ / "d.safetensors.index.json") << R"({"weight_map": {"a": "x", "a": "a"}})";
+  EXPECT_THAT(open_error(dir_ / "d.safetensors.index.json"),
+              HasSubstr("the key 'a' appears twice in the object \"weight_map\""));
+  std::ofstream(dir_ / "deep.safetensors.index.json") << std::string(100000, '[');
+  EXPECT_THAT(open_error(dir_ / "deep.safetensors.index.json"),
+              HasSubstr("nested deeper than the limit of 64 levels"));
+}
+
+// Wrong reasons: a symlink loop or an over-long name was reported as "does not exist".
+TEST_F(SafetensorsFileTest, CheckpointSaysWhyAPathCannotBeUsed) {
+  fs::create_symlink(dir_ / "loop2", dir_ / "loop1");
+  fs::create_symlink(dir_ / "loop1", dir_ / "loop2");
+  EXPECT_THAT(open_error(dir_ / "loop1"), HasSubstr("(ELOOP); a symlink loop?"));
+  EXPECT_THAT(open_error(dir_ / std::string(300, 'x')), HasSubstr("(ENAMETOOLONG)"));
+  EXPECT_THAT(open_error(dir_ / "absent"), HasSubstr("does not exist"));
+  // A directory whose model.safetensors is a symlink loop: the loop is named, not "neither".
+  fs::create_directories(dir_ / "d");
+  fs::create_symlink(dir_ / "d" / "model.safetensors", dir_ / "d" / "model.safetensors");
+  EXPECT_THAT(open_error(dir_ / "d"), HasSubstr("(ELOOP)"));
 }
 
 }  // namespace

@@ -107,6 +107,26 @@ TEST(SafetensorsHeaderRejectTest, SyntaxErrors) {
   EXPECT_THAT(data_loss_message(file_of(R"({/**/})")), HasSubstr("not valid JSON (near file byte"));
 }
 
+// Issue 11, fault 4 checked here too: the header parser is SAX-based and iterative, so 100,000
+// nested lists (in an ignored field, in a shape, or never closed) are refused or skipped,
+// never a stack overflow; the message quotes at most 200 bytes of a name.
+TEST(SafetensorsHeaderRejectTest, DeepNestingAndHugeNumbers) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THAT(data_loss_message(file_of(R"({"x":{"note":)" + deep + "}}")),
+              HasSubstr("'t.safetensors': invalid safetensors header"));
+  EXPECT_THAT(data_loss_message(file_of(R"({"a":{"dtype":"U8","shape":)" + deep + "}}")),
+              HasSubstr("invalid safetensors header"));
+  EXPECT_THAT(data_loss_message(file_of(R"({"x":{"note":)" + std::string(100000, '['))),
+              HasSubstr("not valid JSON"));
+  EXPECT_THAT(data_loss_message(file_of(R"({"a":{"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,1]}})", 1)),
+              HasSubstr("expected a non-negative integer"));
+  EXPECT_THAT(data_loss_message(file_of(R"({"a":{"dtype":"U8","shape":[1e400],"data_offsets":[0,1]}})", 1)),
+              HasSubstr("not valid JSON"));
+  const std::string long_name(1 << 20, 'n');
+  const std::string msg = data_loss_message(file_of("{\"" + long_name + R"(":{"dtype":"X","shape":[],"data_offsets":[0,0]}})"));
+  EXPECT_LT(msg.size(), 1000u) << msg.substr(0, 300);
+}
+
 TEST(SafetensorsHeaderRejectTest, GarbageAfterTheJson) {
   EXPECT_THAT(data_loss_message(file_of("{}  x")), HasSubstr("not valid JSON (near file byte 12)"));
   EXPECT_THAT(data_loss_message(file_of("{}{}")), HasSubstr("not valid JSON (near file byte 10)"));

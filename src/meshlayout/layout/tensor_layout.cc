@@ -159,9 +159,18 @@ TensorLayout TensorLayout::from_string(std::string_view text) {
       if (i < t.size() && t[i] == '(') {
         size_t close = t.find(')', i);
         if (close == std::string_view::npos) fail("a '(' is not closed");
+        // As a Python tuple: (data,) is one axis; (), (,) and (data,,model) are refused.
         std::vector<std::string> axes;
-        for (const std::string& a : split(t.substr(i + 1, close - i - 1), ',')) {
-          axes.emplace_back(trim(a));
+        std::vector<std::string> pieces = split(t.substr(i + 1, close - i - 1), ',');
+        if (pieces.size() > 1 && trim(pieces.back()).empty()) pieces.pop_back();
+        for (size_t k = 0; k < pieces.size(); ++k) {
+          if (trim(pieces[k]).empty()) {
+            fail(fmt::format("dimension {} ({}) has {}", dims.size(),
+                             quote(t.substr(i, close - i + 1)),
+                             pieces.size() == 1 ? "no axis names in its parentheses"
+                                                : fmt::format("an empty axis name at position {}", k)));
+          }
+          axes.emplace_back(trim(pieces[k]));
         }
         dims.emplace_back(std::move(axes));
         i = close + 1;

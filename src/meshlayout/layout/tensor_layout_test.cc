@@ -348,6 +348,25 @@ TEST_F(TensorLayoutTest, FromStringRejectsAMisplacedParenthesis) {
             "expected entries like None, data or (data,model) separated by commas");
 }
 
+// "(data,)" said "names axis ''": as in Python, it is the 1-tuple ("data",).
+TEST_F(TensorLayoutTest, FromStringReadsATrailingCommaAsAPythonTuple) {
+  const TensorLayout one = TensorLayout::from_string("(data,), None");
+  ASSERT_EQ(one.axes().size(), 2u);
+  EXPECT_EQ(one.axes()[0].axes(), std::vector<std::string>{"data"});
+  EXPECT_EQ(one.to_string(), TensorLayout::from_string("(data),None").to_string());
+  EXPECT_EQ(TensorLayout::from_string("(data, model ,)").axes()[0].axes(),
+            (std::vector<std::string>{"data", "model"}));
+  EXPECT_EQ(ValueErrorMessage([] { TensorLayout::from_string("(data,,model)"); }),
+            "layout text '(data,,model)': dimension 0 ('(data,,model)') has an empty axis name "
+            "at position 1; expected entries like None, data or (data,model) separated by commas");
+  EXPECT_EQ(ValueErrorMessage([] { TensorLayout::from_string("None,()"); }),
+            "layout text 'None,()': dimension 1 ('()') has no axis names in its parentheses; "
+            "expected entries like None, data or (data,model) separated by commas");
+  EXPECT_EQ(ValueErrorMessage([] { TensorLayout::from_string("(,)"); }),
+            "layout text '(,)': dimension 0 ('(,)') has no axis names in its parentheses; "
+            "expected entries like None, data or (data,model) separated by commas");
+}
+
 TEST_F(TensorLayoutTest, FromStringRejectsTextAfterAGroup) {
   EXPECT_EQ(ValueErrorMessage([] { TensorLayout::from_string("(data)model"); }),
             "layout text '(data)model': unexpected 'm' at position 6; expected entries like "

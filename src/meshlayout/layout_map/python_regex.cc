@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <re2/re2.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 
@@ -36,6 +39,27 @@ size_t repeat_length(std::string_view p, size_t i) {
   while (j < p.size() && is_digit(p[j])) ++j;
   if (j < p.size() && p[j] == '}') return j - i + 1;
   return 0;
+}
+
+// RE2 refuses a counted repetition over 1000 ({1001}, {0,5000}); Python's re accepts them.
+constexpr uint64_t kRe2MaxRepeat = 1000;
+
+// `rep` is a counted repetition ({n}, {m,n}, {,n}, {m,}) at position `pos` of `p`.
+void check_repeat_count(std::string_view p, std::string_view rep, size_t pos) {
+  uint64_t count = 0;
+  for (char c : rep) {
+    if (is_digit(c)) {
+      count = std::min<uint64_t>(count * 10 + static_cast<uint64_t>(c - '0'), uint64_t{1} << 40);
+      if (count > kRe2MaxRepeat) {
+        throw ValueError(fmt::format(
+            "regex {} has the repetition {} at position {}, over RE2's limit of {} repetitions "
+            "(Python's re accepts it, but meshlayout matches with RE2)",
+            quote(p), quote(rep), pos, kRe2MaxRepeat));
+      }
+    } else {
+      count = 0;
+    }
+  }
 }
 
 // Python's \d \w \s are Unicode-aware for str patterns; RE2's are ASCII. These sets equal
@@ -307,6 +331,7 @@ std::string python_regex_to_re2(std::string_view p) {
           // Let RE2 report "bad repetition operator" for a repeat of a repeat.
         }
         std::string_view rep = p.substr(i, len);
+        check_repeat_count(p, rep, i);
         out += rep[1] == ',' ? "{0" + std::string(rep.substr(1)) : std::string(rep);
         i += len;
         after_quantifier = true;
@@ -337,7 +362,19 @@ std::string python_regex_to_re2(std::string_view p) {
   options.set_log_errors(false);
   RE2 re(out, options);
   if (!re.ok()) {
-    throw ValueError(fmt::format("regex {} does not compile: {}", quote(p), re.error()));
+    if (re.error_code() == RE2::ErrorRepeatSize) {  // nested repeats multiply past 1000
+      throw ValueError(fmt::format(
+          "regex {} does not compile: its repetitions exceed RE2's limit of {} (nested "
+          "repeats count multiplied: {}); Python's re accepts it, but meshlayout matches with "
+          "RE2",
+          quote(p), kRe2MaxRepeat, quote(re.error_arg())));
+    }
+    // RE2's message ends with the offending text (error_arg), which may be the whole pattern.
+    std::string what = re.error();
+    if (const std::string& arg = re.error_arg(); !arg.empty() && what.ends_with(arg)) {
+      what = what.substr(0, what.size() - arg.size()) + quote(arg);
+    }
+    throw ValueError(fmt::format("regex {} does not compile: {}", quote(p), what));
   }
   return out;
 }

@@ -100,6 +100,29 @@ TEST(PythonRegexTest, RejectsPatternsThatDoNotCompile) {
   EXPECT_THAT(refusal("*kernel"), HasSubstr("does not compile"));
   EXPECT_THAT(refusal("kernel\\"), HasSubstr("ends with a lone backslash"));
   EXPECT_THAT(refusal("a**"), HasSubstr("does not compile"));
+  EXPECT_THAT(refusal("(dense"), HasSubstr("missing ): '(dense'"));
+}
+
+// RE2's own message ends with the bad text raw: a NUL in it cut the message, a long pattern
+// made a huge one.
+TEST(PythonRegexTest, CompileErrorsQuoteTheBadTextSafely) {
+  const std::string msg = refusal(std::string("a\0b(", 4));
+  EXPECT_EQ(msg.find('\0'), std::string::npos);
+  EXPECT_EQ(msg, "regex 'a\\x00b(' does not compile: missing ): 'a\\x00b('");
+  EXPECT_LT(refusal(std::string(100000, 'a') + "(").size(), 700u);
+}
+
+// Was "invalid repetition": Python accepts {1001}, RE2 stops at 1000.
+TEST(PythonRegexTest, RepetitionsOverRe2sLimitSayWhy) {
+  EXPECT_EQ(refusal("a{1001}"),
+            "regex 'a{1001}' has the repetition '{1001}' at position 1, over RE2's limit of 1000 "
+            "repetitions (Python's re accepts it, but meshlayout matches with RE2)");
+  EXPECT_THAT(refusal("a{2,99999999999999999999999}"), HasSubstr("over RE2's limit of 1000"));
+  EXPECT_THAT(refusal("a{,1001}"), HasSubstr("'{,1001}' at position 1"));
+  EXPECT_EQ(refusal("a{1000}"), "(accepted)");
+  EXPECT_THAT(refusal("(a{100}){100}"),
+              HasSubstr("its repetitions exceed RE2's limit of 1000 (nested repeats count "
+                        "multiplied"));
 }
 
 }  // namespace

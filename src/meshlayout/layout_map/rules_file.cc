@@ -4,11 +4,11 @@
 
 #include <climits>
 #include <cstdint>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/input_file.h"
+#include "meshlayout/core/json_input.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout/devices.h"
 
@@ -26,11 +26,8 @@ std::string type_name(const json& j) {
   return "an object";
 }
 
-std::string excerpt(const json& j) {
-  std::string s = j.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
+// Without recursion (json_excerpt), though parse_json_checked already bounds the depth.
+std::string excerpt(const json& j) { return json_excerpt(j); }
 
 [[noreturn]] void fail(std::string_view source, std::string_view where, std::string_view what) {
   throw ValueError(fmt::format("rules file {}: {}: {}", quote(source), where, what));
@@ -151,9 +148,10 @@ std::vector<DimSharding> parse_layout(const json& j, std::string_view source,
 RulesFile parse_rules_json(std::string_view json_text, std::string_view source) {
   json root;
   try {
-    root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {  // parse errors, and numbers out of range (1e400)
-    fail(source, "not valid JSON", e.what());
+    // Depth-limited (64 levels; a rules file needs 4), duplicate keys refused at any level.
+    root = parse_json_checked(json_text);
+  } catch (const ValueError& e) {  // parse errors, numbers out of range (1e400), limits
+    throw ValueError(fmt::format("rules file {}: {}", quote(source), e.what()));
   }
   if (!root.is_object()) {
     fail(source, "top level", "must be an object with a \"rules\" list, got " + type_name(root));
@@ -209,11 +207,8 @@ LayoutMap RulesFile::to_layout_map(std::optional<MatchMode> mode_override) const
 }
 
 RulesFile load_rules_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw NotFoundError(fmt::format("cannot read rules file {}", quote(path)));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return parse_rules_json(buffer.str(), path);
+  // A regular file of at most 64 MiB (not /dev/zero, a FIFO or a directory); errno's reason.
+  return parse_rules_json(read_regular_file(path, kMaxJsonFileBytes, "rules file"), path);
 }
 
 std::string layout_to_json(const TensorLayout& layout) {

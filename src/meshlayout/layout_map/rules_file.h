@@ -39,7 +39,9 @@ struct RulesFile {
 /// Parses the JSON text of a rules file; `source` names it in messages. Throws ValueError.
 RulesFile parse_rules_json(std::string_view json_text, std::string_view source = "rules");
 
-/// Reads and parses a rules file; NotFoundError if it cannot be read.
+/// Reads and parses a rules file: NotFoundError if it does not exist, ValueError if it is not
+/// a regular file, is over kMaxJsonFileBytes (64 MiB), cannot be read (with errno's reason) or
+/// is not a valid rules file.
 RulesFile load_rules_file(const std::string& path);
 
 /// The JSON form of a layout: [null, "model"], with a nested list for several axes.

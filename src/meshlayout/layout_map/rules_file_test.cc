@@ -125,5 +125,58 @@ TEST_F(RulesFileTest, MissingFileIsNotFound) {
   EXPECT_THROW(load_rules_file("/nonexistent/rules.json"), NotFoundError);
 }
 
+// Fault 4: 100,000 nested '[' in a rule, layout, pattern or mesh.shape overflowed the stack
+// (the recursive dump() that quoted the bad value).
+TEST_F(RulesFileTest, DeepNestingIsRefusedWithTheLimit) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& text :
+       {R"({"rules": [)" + deep + "]}", R"({"rules": [["a", )" + deep + "]]}",
+        R"({"rules": [[)" + deep + R"(, [null]]]})",
+        R"({"mesh": {"shape": )" + deep + R"(, "axis_names": ["a"]}, "rules": []})"}) {
+    const std::string error = error_of(text);
+    EXPECT_THAT(error, HasSubstr("rules file 'r.json': lists and objects are nested deeper "
+                                 "than the limit of 64 levels, at line 1, column "));
+    EXPECT_LT(error.size(), 200u);
+  }
+  // Within the limit, the bad value is still quoted (shortly).
+  EXPECT_EQ(error_of(R"({"rules": [["a", [)" + std::string(50, '[') + std::string(52, ']') + "]}"),
+            "rules file 'r.json': rules[0] layout entry 0: a list of axes must hold axis names, "
+            "got a list " + std::string(49, '[') + std::string(8, ']') + "... at position 0");
+}
+
+TEST_F(RulesFileTest, DuplicateKeysAreRefusedAtAnyLevel) {
+  EXPECT_EQ(error_of(R"({"rules": [], "rules": [["a", [null]]]})"),
+            "rules file 'r.json': the key 'rules' appears twice in the top-level object; each "
+            "key may appear once");
+  EXPECT_EQ(error_of(R"({"mesh": {"shape": [2], "axis_names": ["a"], "shape": [4]}, "rules": []})"),
+            "rules file 'r.json': the key 'shape' appears twice in the object \"mesh\"; each key "
+            "may appear once");
+}
+
+// Fault 5 and the wrong reasons: /dev/zero was read until bad_alloc; a directory was "not
+// valid JSON".
+TEST_F(RulesFileTest, OnlyRegularFilesOfBoundedSizeAreRead) {
+  auto load_error = [](const std::string& path) -> std::string {
+    try {
+      load_rules_file(path);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  EXPECT_EQ(load_error("/dev/zero"),
+            "rules file '/dev/zero' is a character device, not a regular file");
+  EXPECT_EQ(load_error("/"), "rules file '/' is a directory, not a regular file");
+  EXPECT_EQ(load_error("/nonexistent/rules.json"), "rules file '/nonexistent/rules.json' does not exist");
+}
+
+// A 50 MB pattern gave a 150 MB message: quoted values are cut.
+TEST_F(RulesFileTest, HugeBadPatternGivesAShortMessage) {
+  const std::string error = error_of(R"({"rules": [[")" + std::string(1 << 20, 'a') + R"((", [null]]]})");
+  EXPECT_THAT(error, HasSubstr("rules[0] ('aaaa"));
+  EXPECT_THAT(error, HasSubstr("…' (1048577 bytes)"));
+  EXPECT_LT(error.size(), 1500u);
+}
+
 }  // namespace
 }  // namespace meshlayout
