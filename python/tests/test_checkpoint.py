@@ -49,7 +49,7 @@ def test_plan(saved, mesh):
     p = ml.plan(path, lm)
     by_path = {t["path"]: t for t in p["tensors"]}
     assert by_path["dense_1/kernel"]["shard_shape"] == [16, 2]
-    assert [w["kind"] for w in p["warnings"]] == ["uneven", "unused_rule"] and p["errors"] == []
+    assert [w["kind"] for w in p["warnings"]] == ["unused_rule"] and p["errors"] == []
     assert p["totals"]["tensors"] == 3 and len(p["devices"]) == 8
 
 
