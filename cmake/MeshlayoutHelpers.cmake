@@ -1,10 +1,13 @@
-# meshlayout_library(NAME SRCS ... DEPS ...): a static library of one module.
+# meshlayout_library(NAME SRCS ... DEPS ...): a static library of one module (installed and
+# exported by cmake/MeshlayoutInstall.cmake unless it is the CLI's).
 # meshlayout_test(NAME SRCS ... DEPS ... [LABELS ...]): a gtest binary whose tests
 # ctest discovers one by one.
 function(meshlayout_library name)
   cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SRCS})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(${name} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
+                                            $<INSTALL_INTERFACE:include>)
+  set_property(GLOBAL APPEND PROPERTY MESHLAYOUT_LIBRARIES ${name})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
 endfunction()
 

@@ -24,7 +24,7 @@ cmake -S "$root" -B "$build" -G Ninja \
   -DMESHLAYOUT_SANITIZE=address,undefined \
   -DMESHLAYOUT_BUILD_FUZZERS=ON \
   -DMESHLAYOUT_BUILD_TESTS=OFF \
-  -DMESHLAYOUT_BUILD_BENCHMARKS=OFF >"$root/fuzz-build.configure.log" 2>&1 ||
+  -DMESHLAYOUT_BUILD_BENCHMARKS=OFF -DMESHLAYOUT_WERROR=ON >"$root/fuzz-build.configure.log" 2>&1 ||
   { cat "$root/fuzz-build.configure.log"; echo "fuzz/run.sh: configure failed" >&2; exit 2; }
 rm -f "$root/fuzz-build.configure.log"
 ninja -C "$build" ${NINJA_JOBS:+-j "$NINJA_JOBS"} "${targets[@]/%/_fuzz}" || { echo "fuzz/run.sh: build failed" >&2; exit 2; }

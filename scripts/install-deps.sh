@@ -7,6 +7,7 @@ packages=(
   libre2-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest
 )
 if [[ "${1:-}" == "--fuzz" ]]; then
   packages+=(clang libclang-rt-14-dev)

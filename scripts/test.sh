@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The README's test command (and CI's): install what is missing, then build and run
-#   1. every test (unit, property, examples, CLI, mpirun -np 2/4) in an optimised build;
-#   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   1. every test (unit, property, examples, CLI, mpirun -np 2/4) in an optimised build, then
+#      the Python module's pytest suite on that build, then an install of it used from outside
+#      the tree (C++ with find_package and pkg-config, Python);
+#   2. the same C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the threaded code (thread pool, in-process communicator, arrays as thread ranks,
 #      checkpoint I/O on the pool, progress bars,
 #      concurrent lookups) under ThreadSanitizer (MPI left out: Open MPI is not instrumented);
 #   4. each fuzz target for a short smoke run (fuzz/run.sh; 5-minute runs are for developers).
+# Every build here treats warnings as errors (MESHLAYOUT_WERROR; users' builds do not).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --fuzz
@@ -24,13 +27,28 @@ run_suite() {  # run_suite <build dir> <cmake args...>
   passed=$((passed + $(sed -n 's/.*tests passed, 0 tests failed out of \([0-9]*\).*/\1/p' "$log")))
 }
 
-run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_suite build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHLAYOUT_WERROR=ON -DMESHLAYOUT_PYTHON=ON
+
+echo "=== pytest python/tests (the module built in build/python)"
+PYTHONPATH=build/python /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests \
+  | tee build/pytest.log
+py_passed=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' build/pytest.log)
+if [[ -z "$py_passed" || "$py_passed" -eq 0 ]]; then
+  echo "pytest ran no tests" >&2
+  exit 1
+fi
+passed=$((passed + py_passed))
+
+echo "=== install build into a temporary prefix, use it from outside the tree"
+bash scripts/install_consumer_test.sh build
+passed=$((passed + 1))
+
 run_suite build-asan -DCMAKE_BUILD_TYPE=Debug -DMESHLAYOUT_SANITIZE=address,undefined \
-  -DMESHLAYOUT_BUILD_BENCHMARKS=OFF
+  -DMESHLAYOUT_BUILD_BENCHMARKS=OFF -DMESHLAYOUT_WERROR=ON
 
 echo "=== build build-tsan (ThreadSanitizer)"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHLAYOUT_SANITIZE=thread \
-  -DMESHLAYOUT_WITH_MPI=OFF -DMESHLAYOUT_BUILD_BENCHMARKS=OFF >/dev/null
+  -DMESHLAYOUT_WITH_MPI=OFF -DMESHLAYOUT_BUILD_BENCHMARKS=OFF -DMESHLAYOUT_WERROR=ON >/dev/null
 tsan_tests=(runtime/runtime_test array/array_test layout_map/layout_map_test ops/ops_test nn/nn_test
             io/io_test cli/cli_test)
 ninja -C build-tsan -j"$jobs" "${tsan_tests[@]##*/}"
@@ -45,5 +63,5 @@ echo "=== fuzz smoke (20 s per target)"
 bash fuzz/run.sh 20
 passed=$((passed + 3))  # one per fuzz target
 
-echo "=== every stage passed (ctest optimised + ASan/UBSan, TSan, fuzz smoke)"
+echo "=== every stage passed (ctest optimised, pytest, install consumer, ASan/UBSan, TSan, fuzz smoke)"
 echo "tests: $passed passed, 0 failed"

@@ -141,7 +141,7 @@ std::string DeviceMesh::to_string() const {
   for (size_t i = 0; i < impl_->device_ids.size(); ++i) {
     iota = iota && impl_->device_ids[i] == static_cast<int64_t>(i);
   }
-  if (!iota) out += "(" + join(impl_->devices, ",") + ")";
+  if (!iota) out += fmt::format("({})", join(impl_->devices, ","));  // no -Wrestrict (tensor_layout.cc)
   return out;
 }
 

@@ -12,7 +12,12 @@ namespace meshlayout {
 std::string DimSharding::to_string() const {
   if (axes_.empty()) return "None";
   if (axes_.size() == 1) return axes_[0];
-  return "(" + join(axes_, ",") + ")";
+  // Appended, not `"(" + join(...)`: g++ 12 at -O3 reports a false -Wrestrict inside
+  // std::string's insert-at-front for `const char* + std::string&&` (GCC bug 105329).
+  std::string out = "(";
+  out += join(axes_, ",");
+  out += ')';
+  return out;
 }
 
 namespace {
@@ -125,7 +130,10 @@ void TensorLayout::check_shape(const Shape& shape, const ShapeCheckOptions& opti
 
 std::string TensorLayout::to_string() const {
   std::string out = axes_text(axes_);
-  if (mesh_) out += "@" + mesh_->to_string();
+  if (mesh_) {
+    out += '@';  // appended in two steps: see DimSharding::to_string on -Wrestrict
+    out += mesh_->to_string();
+  }
   return out;
 }
 

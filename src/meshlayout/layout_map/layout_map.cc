@@ -77,8 +77,9 @@ std::string anchored_for_set(const std::string& p, MatchMode mode) {
             (rest.empty() || std::string_view("*+?{").find(rest[0]) == std::string_view::npos);
   }
   const std::string end = mode == MatchMode::kFullmatch ? "\\z" : "";
-  if (strip) return "(?:" + std::string(rest) + ")" + end;
-  return "\\A(?:" + p + ")" + end;
+  // fmt, not `"(?:" + std::string(rest)`: see DimSharding::to_string on g++ 12's -Wrestrict.
+  if (strip) return fmt::format("(?:{}){}", rest, end);
+  return fmt::format("\\A(?:{}){}", p, end);
 }
 
 }  // namespace

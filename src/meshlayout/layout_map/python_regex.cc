@@ -191,7 +191,7 @@ std::string python_regex_to_re2(std::string_view p) {
                                          quote(p), quote(p.substr(i, 2 + n)), i));
           }
         }
-        out += "\\x{" + std::string(p.substr(i + 2, n)) + "}";
+        out += fmt::format("\\x{{{}}}", p.substr(i + 2, n));
         i += 2 + n;
         continue;
       } else if (d == 'N') {

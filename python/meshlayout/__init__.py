@@ -1,0 +1,81 @@
+"""meshlayout: Keras' distribution API on meshlayout's virtual CPU devices.
+
+The names and semantics are keras.distribution's (Keras 3):
+
+    import numpy as np
+    import meshlayout as ml
+
+    mesh = ml.DeviceMesh((2, 4), ["batch", "model"])       # devices = ml.list_devices()
+    layout_map = ml.LayoutMap(mesh)
+    layout_map["dense.*kernel"] = (None, "model")            # the tuple shortcut
+    layout_map["dense_1.kernel"]                             # TensorLayout, mesh filled in
+    x = ml.distribute_tensor(np.ones((8, 6), np.float32), ml.TensorLayout(("batch", None), mesh))
+    np.asarray(x)                                            # gathers
+    x.addressable_shards[0].data                             # one device's shard, no copy
+
+Errors are Python's: ValueError (bad mesh, layout, key, shape), KeyError (missing key or
+tensor), OSError (files), with meshlayout's messages.
+"""
+
+import collections.abc
+import json
+
+from meshlayout._meshlayout import (  # noqa: F401  (re-exported)
+    Array,
+    Checkpoint,
+    DeviceMesh,
+    Shard,
+    TensorLayout,
+    _LayoutMap,
+    current_layout_map,
+    device_memory,
+    distribute_tensor,
+    get_device_count,
+    list_devices,
+    load,
+    open_checkpoint,
+    save,
+)
+
+__all__ = [
+    "Array", "Checkpoint", "DeviceMesh", "LayoutMap", "Shard", "TensorLayout",
+    "current_layout_map", "device_memory", "distribute_tensor", "get_device_count",
+    "list_devices", "load", "open_checkpoint", "plan", "save",
+]
+
+
+class LayoutMap(_LayoutMap):
+    """A dict-like map from regex keys to TensorLayouts (keras.distribution.LayoutMap).
+
+    LayoutMap(device_mesh=None, mode="search"): `mode` is "search" (Keras 3.0-3.13, the
+    default), "fullmatch" (Keras >= 3.14) or "first" (Keras 2: first rule in insertion order).
+    A lookup returns the stored TensorLayout object, or None when no key matches; several
+    matching keys raise Keras' ValueError. Lookups run in C++ (one RE2 pass for all rules).
+    Besides the MutableMapping methods: explain(path), unused_rules(paths), scope().
+    """
+
+    __slots__ = ()
+
+
+# collections.abc.MutableMapping: isinstance() holds, and the mixin methods are the standard
+# library's own, so get/pop/setdefault/__contains__/update behave exactly as on Keras' map
+# (which inherits them too): get() returns None rather than the default when nothing
+# matches, `key in layout_map` holds for any path no two keys match, pop() of an absent key
+# raises KeyError.
+for _name in ("__contains__", "keys", "items", "values", "get", "__eq__", "__ne__", "pop",
+              "popitem", "clear", "update", "setdefault"):
+    setattr(LayoutMap, _name, getattr(collections.abc.MutableMapping, _name))
+LayoutMap.__hash__ = None
+collections.abc.MutableMapping.register(LayoutMap)
+del _name
+
+
+def plan(checkpoint, layout_map, strict=False):
+    """Where each tensor of `checkpoint` would go under `layout_map` (which needs a mesh): the
+    dict `meshlayout plan --json` prints (rules, tensors, per-device bytes, issues, ok)."""
+    if isinstance(checkpoint, str):
+        checkpoint = open_checkpoint(checkpoint)
+    return json.loads(_meshlayout_plan_json(checkpoint, layout_map, strict))
+
+
+from meshlayout._meshlayout import _plan_json as _meshlayout_plan_json  # noqa: E402

@@ -1,0 +1,60 @@
+# DeviceMesh, TensorLayout, list_devices, get_device_count: Keras' names, values and errors.
+import numpy as np
+import pytest
+
+import meshlayout as ml
+
+
+def test_devices():
+    assert ml.list_devices() == [f"cpu:{i}" for i in range(8)]
+    assert ml.get_device_count() == 8
+    with pytest.raises(ValueError, match="gpu"):
+        ml.list_devices("gpu")
+
+
+def test_device_mesh_properties():
+    mesh = ml.DeviceMesh((2, 4), ["data", "model"])
+    assert mesh.shape == (2, 4)
+    assert mesh.axis_names == ["data", "model"]
+    assert isinstance(mesh.devices, np.ndarray) and mesh.devices.shape == (2, 4)
+    assert mesh.devices[1, 3] == "cpu:7"
+    assert repr(mesh) == "<DeviceMesh shape=(2, 4), axis_names=['data', 'model']>"
+    assert mesh == ml.DeviceMesh([2, 4], ("data", "model"))
+    assert hash(mesh) == hash(ml.DeviceMesh((2, 4), ["data", "model"]))
+
+
+def test_device_mesh_explicit_devices_any_shape():
+    devices = np.array([f"cpu:{i}" for i in reversed(range(8))]).reshape(4, 2)
+    mesh = ml.DeviceMesh((8,), ["data"], devices=devices)
+    assert list(mesh.devices) == [f"cpu:{i}" for i in reversed(range(8))]
+
+
+def test_device_mesh_errors():
+    with pytest.raises(ValueError, match="Shape and axis_names should have same size"):
+        ml.DeviceMesh((2, 4), ["data"])
+    with pytest.raises(ValueError, match="cannot be empty"):
+        ml.DeviceMesh((), [])
+    with pytest.raises(ValueError, match="number of devices"):
+        ml.DeviceMesh((3,), ["data"], devices=["cpu:0", "cpu:1"])
+
+
+def test_tensor_layout_axes_and_mesh():
+    layout = ml.TensorLayout((None, "model"))
+    assert layout.axes == (None, "model") and layout.device_mesh is None
+    mesh = ml.DeviceMesh((2, 4), ["data", "model"])
+    layout.device_mesh = mesh
+    assert layout.device_mesh == mesh
+    assert repr(layout) == ("<TensorLayout axes=(None, 'model'), device_mesh=<DeviceMesh "
+                            "shape=(2, 4), axis_names=['data', 'model']>>")
+    with pytest.raises(ValueError, match="Cannot override device mesh value"):
+        layout.device_mesh = mesh
+    both = ml.TensorLayout((("data", "model"), None), mesh)
+    assert both.axes == (("data", "model"), None)
+
+
+def test_tensor_layout_invalid_axis():
+    mesh = ml.DeviceMesh((2, 4), ["data", "model"])
+    with pytest.raises(ValueError, match="Invalid axis names for Layout"):
+        ml.TensorLayout(("batch", None), mesh)
+    with pytest.raises(ValueError, match="a TensorLayout axis is None"):
+        ml.TensorLayout((1, None))

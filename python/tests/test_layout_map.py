@@ -1,0 +1,138 @@
+# LayoutMap as keras.distribution.LayoutMap: a MutableMapping with regex keys, None when
+# nothing matches, the tuple shortcut, Keras' error texts, scope(), match modes, explain and
+# unused_rules.
+import collections.abc
+import threading
+
+import pytest
+
+import meshlayout as ml
+
+
+@pytest.fixture
+def mesh():
+    return ml.DeviceMesh((2, 4), ["data", "model"])
+
+
+def test_is_a_mutable_mapping(mesh):
+    lm = ml.LayoutMap(mesh)
+    assert isinstance(lm, collections.abc.MutableMapping)
+    lm["dense.*kernel"] = (None, "model")
+    lm["dense.*bias"] = ("model",)
+    assert len(lm) == 2 and list(lm) == ["dense.*kernel", "dense.*bias"]
+    assert list(lm.keys()) == ["dense.*kernel", "dense.*bias"]
+    assert [v.axes for v in lm.values()] == [(None, "model"), ("model",)]
+    assert dict(lm.items())["dense.*bias"].device_mesh == mesh
+    popped = lm.pop("dense.*bias")
+    assert popped.axes == ("model",) and len(lm) == 1
+    del lm["dense.*kernel"]
+    assert len(lm) == 0
+
+
+def test_keras_mapping_quirks(mesh):
+    lm = ml.LayoutMap(mesh)
+    lm["dense.*kernel"] = (None, "model")
+    # Keras inherits Mapping.get/__contains__: lookups never raise KeyError.
+    assert lm.get("conv/kernel", "default") is None
+    assert "anything at all" in lm
+    with pytest.raises(KeyError):
+        lm.pop("conv/kernel", None)  # __delitem__ of a non-stored key
+    with pytest.raises(KeyError):
+        del lm["dense_1.kernel"]      # deletion is by exact key, not regex
+
+
+def test_exact_key_wins_and_ambiguity_error(mesh):
+    lm = ml.LayoutMap(mesh)
+    lm[".*dense.*bias"] = ("model",)
+    lm[".*bias"] = (None,)
+    with pytest.raises(ValueError) as e:
+        lm["d/dense/bias"]
+    assert str(e.value) == (
+        "Path 'd/dense/bias' matches multiple layout specification keys: ['.*dense.*bias', "
+        "'.*bias']. Please make sure each tensor/variable path only matches at most one layout "
+        "specification key in the LayoutMap.")
+    assert lm[".*bias"].axes == (None,)  # exact key: no regex, no ambiguity
+
+
+def test_keras_insertion_errors(mesh):
+    lm = ml.LayoutMap(mesh)
+    lm["dense.*kernel"] = (None, "model")
+    with pytest.raises(ValueError) as e:
+        lm["dense.*kernel"] = ("model", None)
+    assert str(e.value) == (
+        "dense.*kernel already exist in the LayoutMap with value <TensorLayout axes=(None, "
+        "'model'), device_mesh=<DeviceMesh shape=(2, 4), axis_names=['data', 'model']>>. "
+        "Please make sure to not use duplicated keys.")
+    with pytest.raises(ValueError) as e:
+        lm["x"] = ["a", "b"]  # Keras converts tuples only
+    assert str(e.value) == "['a', 'b'] should be a TensorLayout type, got <class 'list'>"
+    with pytest.raises(ValueError, match="Invalid axis names"):
+        lm["y"] = ("batch",)
+    with pytest.raises(ValueError, match="refused"):
+        lm["bad("] = (None,)
+    assert list(lm) == ["dense.*kernel"]  # failed insertions store nothing
+
+
+def test_match_modes():
+    first = ml.LayoutMap(mode="first")
+    first["dense"] = ("model",)
+    first[".*kernel"] = (None,)
+    assert first["dense/kernel"].axes == ("model",)  # first rule wins, anchored at start
+    assert first["x/dense/kernel"].axes == (None,)
+    full = ml.LayoutMap(mode="fullmatch")
+    full["dense.*"] = ("model",)
+    assert full["x/dense/kernel"] is None
+    assert full["dense/kernel"].axes == ("model",)
+    assert full.mode == "fullmatch"
+    with pytest.raises(ValueError, match="search"):
+        ml.LayoutMap(mode="regex")
+
+
+def test_explain_and_unused_rules(mesh):
+    lm = ml.LayoutMap(mesh)
+    lm[".*dense.*bias"] = ("model",)
+    lm[".*bias"] = (None,)
+    lm["conv.*kernel"] = (None, None, None, "model")
+    e = lm.explain("d/dense/bias")
+    assert e["verdict"] == "ambiguous" and e["matches"] == [".*dense.*bias", ".*bias"]
+    assert e["chosen"] is None and "d/dense/bias" in e["text"]
+    e = lm.explain("x/conv2d/kernel")
+    assert e["verdict"] == "matched" and e["layout"] is lm["conv.*kernel"]
+    assert lm.unused_rules(["x/conv2d/kernel", "head/bias"]) == [".*dense.*bias"]
+
+
+def test_scope_restores_after_exception(mesh):
+    lm = ml.LayoutMap(mesh)
+    assert ml.current_layout_map() is None
+    with lm.scope() as entered:
+        assert entered is lm and ml.current_layout_map() is lm
+        inner = ml.LayoutMap(mesh)
+        with inner.scope():
+            assert ml.current_layout_map() is inner
+        assert ml.current_layout_map() is lm
+    assert ml.current_layout_map() is None
+    with pytest.raises(RuntimeError, match="boom"):
+        with lm.scope():
+            raise RuntimeError("boom")
+    assert ml.current_layout_map() is None  # the exception left no scope behind
+    with lm.scope():
+        assert ml.current_layout_map() is lm
+
+
+def test_lookups_from_threads(mesh):
+    lm = ml.LayoutMap(mesh)
+    for i in range(50):
+        lm[f"block_{i}/.*kernel"] = (None, "model")
+    errors = []
+
+    def look():
+        for i in range(2000):
+            if lm[f"block_{i % 50}/dense/kernel"] is None:
+                errors.append(i)
+
+    threads = [threading.Thread(target=look) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
