@@ -336,11 +336,15 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     Array* array;
     Array::Shard* reader;
     std::vector<Array::Shard*> copies;  // local replicas of the same box
+    bool two_phase;                     // read by load_two_phase instead
   };
   std::vector<Job> jobs;
   LoadReport report;
+  std::vector<io_internal::TwoPhaseTensor> two_phase;
   for (const LoadTarget& t : targets) {
     const auto [file, info] = checkpoint.find(t.name);
+    const bool slabs = io_internal::wants_two_phase(*t.array, *info, options.two_phase);
+    if (slabs) two_phase.push_back({file, info, t.array});
     const size_t first_job = jobs.size();  // this target's jobs start here
     for (Array::Shard& shard : t.array->local_shards()) {
       if (shard.box.empty()) continue;
@@ -350,7 +354,7 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
         same->copies.push_back(&shard);
         continue;
       }
-      jobs.push_back(Job{file, info, t.array, &shard, {}});
+      jobs.push_back(Job{file, info, t.array, &shard, {}, slabs});
       report.shard_bytes += static_cast<uint64_t>(shard.box.num_elements()) * info->element_size;
     }
   }
@@ -361,6 +365,7 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     ReadBatch batch;
     size_t runs = 0;
     for (const Job& j : jobs) {
+      if (j.two_phase) continue;
       const Box whole{Shape(j.info->shape.size(), 0), j.info->shape};
       runs += static_cast<size_t>(count_contiguous_runs(j.reader->box, whole, j.reader->box));
     }
@@ -379,6 +384,7 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
       });
       pool.parallel_for(batch_end - batch_begin, [&](size_t i) {
         const Job& j = jobs[batch_begin + i];
+        if (j.two_phase) return;
         for (Array::Shard* copy : j.copies) {
           std::memcpy(copy->buffer.data(), j.reader->buffer.data(), j.reader->buffer.size());
         }
@@ -390,6 +396,7 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     };
     for (size_t k = 0; k < jobs.size(); ++k) {
       const Job& j = jobs[k];
+      if (j.two_phase) continue;
       if (*j.info->dtype == j.array->dtype()) {
         batch.add(*j.file, *j.info, j.reader->box, j.reader->buffer.data());
       } else {
@@ -404,6 +411,13 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     }
     flush(jobs.size());
   }, [] {});
+  // Agrees on its own failures (every process leaves at the same point).
+  const io_internal::TwoPhaseReport slabs = io_internal::load_two_phase(
+      two_phase, *runtime,
+      {.max_staging_bytes = options.max_staging_bytes, .on_bytes = progress.callback()});
+  report.bytes_read += slabs.bytes_read;
+  report.two_phase_bytes = slabs.shard_bytes;
+  report.staging_bytes = slabs.staging_bytes;
   return report;
 }
 

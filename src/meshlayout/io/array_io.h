@@ -10,7 +10,10 @@
 //
 // load_arrays fills already allocated Arrays (any layout) from a Checkpoint: each process reads
 // only the byte ranges of the boxes its devices hold, each distinct box once (replicas in a
-// process are copied), straight into the shards with preadv.
+// process are copied), straight into the shards with preadv. Under several processes a tensor
+// whose boxes are fragmented in the file (column- or 2-D-sharded: one short run per row) is
+// read two-phase instead: each process reads a contiguous slab and the slabs are exchanged
+// (two_phase_load.h), so every layout loads at close to the speed of a sequential read.
 //
 // Both are collective over the arrays' runtime: every process calls them with the same list,
 // and a failure in one process (I/O, memory) is thrown by all (agree_on_failure).
@@ -30,6 +33,7 @@
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/io/safetensors_file.h"
+#include "meshlayout/io/two_phase_load.h"
 
 namespace meshlayout {
 
@@ -69,13 +73,21 @@ struct LoadOptions {
   /// the array's; without it a dtype difference is a ValueError naming the tensor.
   bool convert_dtypes = false;
   ProgressFn progress;
-  /// Bytes of file-dtype staging a conversion may hold at once (per process).
+  /// Bytes of file-dtype staging a conversion may hold at once (per process); also the bound
+  /// of a two-phase load's staging slab (two_phase_load.h).
   uint64_t max_staging_bytes = uint64_t{256} << 20;
+  /// Under several processes: read fragmented (column-, 2-D-sharded) tensors two-phase, in
+  /// contiguous slabs redistributed over the communicator (kAuto), always, or never.
+  TwoPhaseMode two_phase = TwoPhaseMode::kAuto;
 };
 
 struct LoadReport {
-  uint64_t bytes_read = 0;   // tensor bytes this process read (distinct local boxes)
+  uint64_t bytes_read = 0;   // tensor bytes this process read from the files
   uint64_t shard_bytes = 0;  // bytes of this process's distinct boxes, in the file's dtypes
+  /// Of shard_bytes, those loaded two-phase: their bytes_read is this process's slabs, not
+  /// its boxes (over all processes, each byte of those tensors is read once).
+  uint64_t two_phase_bytes = 0;
+  uint64_t staging_bytes = 0;  // the two-phase staging slab this process held (0: none)
 };
 
 /// Fills every target from `checkpoint`. Collective. Checked on every process before any byte

@@ -335,16 +335,56 @@ void save_and_load_as_processes(const fs::path& dir, int procs, int64_t local_de
         throw InternalError(fmt::format("round {}: processes wrote {} bytes, data is {}", round,
                                         total, x.num_bytes() + y.num_bytes()));
       }
-      Array b = Array::allocate(c.b, c.shape, c.dtype, rt);
-      Array yb = Array::allocate(TensorLayout({None, None}, c.mesh), {16, 8}, DType::kF32, rt);
-      LoadTarget targets[] = {{"x", &b}, {"y", &yb}};
-      load_arrays(Checkpoint::open(file), targets);
-      if (!(b.gather() == x) || !(yb.gather() == y)) {
-        throw InternalError(fmt::format("round {}: {} did not round-trip", round, c.describe()));
+      // Direct reads, two-phase (slabs exchanged; tiny staging: many rounds) and the default.
+      for (TwoPhaseMode mode : {TwoPhaseMode::kNever, TwoPhaseMode::kAlways, TwoPhaseMode::kAuto}) {
+        Array b = Array::allocate(c.b, c.shape, c.dtype, rt);
+        Array yb = Array::allocate(TensorLayout({None, None}, c.mesh), {16, 8}, DType::kF32, rt);
+        LoadTarget targets[] = {{"x", &b}, {"y", &yb}};
+        load_arrays(Checkpoint::open(file), targets, {.max_staging_bytes = 64, .two_phase = mode});
+        if (!(b.gather() == x) || !(yb.gather() == y)) {
+          throw InternalError(fmt::format("round {} mode {}: {} did not round-trip", round,
+                                          static_cast<int>(mode), c.describe()));
+        }
       }
       rt->comm().barrier();  // nobody saves the next round while another still reads
     }
   });
+}
+
+// A column-sharded tensor over 4 processes loads two-phase: every byte of the file is read
+// once over all processes, each process holds one staging slab within the bound.
+TEST_F(ArrayIoTest, ColumnShardsLoadTwoPhaseReadingTheFileOnce) {
+  const std::string file = path("columns.safetensors");
+  const HostTensor x = HostTensor::random(DType::kF32, {64, 4096}, testing::test_seed(15));  // 1 MiB
+  std::vector<LoadReport> reports(4);
+  testing::run_as_processes(4, 2, [&](std::shared_ptr<Runtime> rt) {
+    DeviceMesh mesh({8}, {"x"});
+    Array a = distribute_tensor(x, TensorLayout({"x", None}, mesh), {.runtime = rt});
+    NamedArray arrays[] = {{"x", &a}};
+    save_arrays(file, arrays);
+    for (uint64_t staging : {uint64_t{256} << 20, uint64_t{40000}}) {
+      Array b = Array::allocate(TensorLayout({None, "x"}, mesh), x.shape(), DType::kF32, rt);
+      LoadTarget targets[] = {{"x", &b}};
+      LoadReport report = load_arrays(Checkpoint::open(file), targets, {.max_staging_bytes = staging});
+      if (!(b.gather() == x)) throw InternalError("the column-sharded load differs");
+      if (report.staging_bytes > std::max<uint64_t>(staging, 4096 * 4)) {
+        throw InternalError(fmt::format("staging {} over the bound {}", report.staging_bytes, staging));
+      }
+      reports[static_cast<size_t>(rt->comm().rank())] = report;
+      rt->comm().barrier();
+      uint64_t read = 0;
+      for (const LoadReport& r : reports) read += r.bytes_read;
+      if (read != x.num_bytes()) {
+        throw InternalError(fmt::format("the processes read {} bytes of a {}-byte tensor", read,
+                                        x.num_bytes()));
+      }
+      rt->comm().barrier();
+    }
+  });
+  for (const LoadReport& r : reports) {
+    EXPECT_EQ(r.two_phase_bytes, r.shard_bytes);
+    EXPECT_EQ(r.shard_bytes, x.num_bytes() / 4);
+  }
 }
 
 TEST_F(ArrayIoTest, TwoProcessesOfFourDevices) { save_and_load_as_processes(dir_, 2, 4); }
