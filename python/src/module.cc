@@ -8,7 +8,7 @@
 namespace meshlayout::python {
 namespace {
 
-// meshlayout's errors as Python's (errors.h): ValueError, KeyError, RuntimeError; I/O calls
+// meshlayout's errors as Python's (errors.h): ValueError, KeyError, MemoryError, RuntimeError; I/O calls
 // map theirs to OSError themselves (io_call).
 void translate_errors() {
   py::register_exception_translator([](std::exception_ptr p) {
@@ -18,6 +18,8 @@ void translate_errors() {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const NotFoundError& e) {
       PyErr_SetString(PyExc_KeyError, e.what());
+    } catch (const ResourceExhaustedError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     } catch (const Error& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what());
     }

@@ -29,6 +29,16 @@ def test_failed_distribute_frees_everything(mesh):
     assert live_bytes() == before
 
 
+def test_over_budget_is_a_memory_error_and_frees_everything(mesh, monkeypatch):
+    monkeypatch.setenv("MESHLAYOUT_DEVICE_MEMORY", "1KiB")
+    before = live_bytes()
+    with pytest.raises(MemoryError, match="over its budget of 1.0 KiB"):
+        ml.distribute_tensor(np.ones((64, 64), np.float32), ml.TensorLayout(("data", None), mesh))
+    assert live_bytes() == before
+    small = ml.distribute_tensor(np.ones((8, 8), np.float32), ml.TensorLayout(("data", "model"), mesh))
+    np.testing.assert_array_equal(np.asarray(small), np.ones((8, 8), np.float32))
+
+
 def test_failed_load_and_save_free_everything(tmp_path, mesh):
     a = ml.distribute_tensor(np.arange(16, dtype=np.float32), ml.TensorLayout(("model",), mesh))
     path = str(tmp_path / "w.safetensors")
