@@ -1,6 +1,7 @@
 #include "meshlayout/layout/device_mesh.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <unordered_map>
 
@@ -111,6 +112,22 @@ int64_t DeviceMesh::axis_size(std::string_view name) const {
                                  repr_list(impl_->axis_names)));
   }
   return impl_->shape[static_cast<size_t>(*i)];
+}
+
+const std::string& DeviceMesh::device_at(std::span<const int64_t> coords) const {
+  const std::vector<int64_t>& shape = impl_->shape;
+  bool ok = coords.size() == shape.size();
+  int64_t position = 0;
+  for (size_t i = 0; ok && i < shape.size(); ++i) {
+    ok = coords[i] >= 0 && coords[i] < shape[i];
+    position = position * shape[i] + coords[i];
+  }
+  if (!ok) {
+    throw ValueError(fmt::format("device coordinates ({}) do not index {}: expected {} coordinates "
+                                 "within the shape ({})",
+                                 fmt::join(coords, ", "), to_string(), shape.size(), fmt::join(shape, ", ")));
+  }
+  return impl_->devices[static_cast<size_t>(position)];
 }
 
 std::vector<int64_t> DeviceMesh::coords(int64_t position) const {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,13 @@ class DeviceMesh {
   const std::vector<std::string>& axis_names() const { return impl_->axis_names; }
   /// Device names, row-major over shape().
   const std::vector<std::string>& devices() const { return impl_->devices; }
+  /// Keras' `mesh.devices` (an ndarray of the mesh's shape): the device at `coords`, one
+  /// coordinate per mesh axis. ValueError naming the coordinates and the shape if they are
+  /// out of range or of the wrong count.
+  const std::string& device_at(std::span<const int64_t> coords) const;
+  const std::string& device_at(std::initializer_list<int64_t> coords) const {
+    return device_at(std::span<const int64_t>(coords.begin(), coords.size()));
+  }
   /// Global device indices (K of `cpu:K`), row-major over shape().
   const std::vector<int64_t>& device_ids() const { return impl_->device_ids; }
 

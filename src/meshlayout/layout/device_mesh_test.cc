@@ -54,6 +54,22 @@ TEST_F(DeviceMeshTest, KeepsExplicitDevicesInTheirOrder) {
   EXPECT_EQ(mesh.size(), 4);
 }
 
+TEST_F(DeviceMeshTest, DevicesIndexAsAnArrayOfTheMeshShape) {
+  DeviceMesh mesh({2, 3}, {"a", "b"}, Names{"cpu:5", "cpu:4", "cpu:3", "cpu:2", "cpu:1", "cpu:0"});
+  EXPECT_EQ(mesh.device_at({0, 0}), "cpu:5");
+  EXPECT_EQ(mesh.device_at({0, 2}), "cpu:3");
+  EXPECT_EQ(mesh.device_at({1, 0}), "cpu:2");
+  EXPECT_EQ(mesh.device_at({1, 2}), "cpu:0");
+  try {
+    (void)mesh.device_at({2, 0});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "device coordinates (2, 0) do not index mesh[a=2,b=3](cpu:5,cpu:4,cpu:3,"
+                           "cpu:2,cpu:1,cpu:0): expected 2 coordinates within the shape (2, 3)");
+  }
+  EXPECT_THROW((void)mesh.device_at({1}), ValueError);
+}
+
 TEST_F(DeviceMeshTest, CoordsAreRowMajor) {
   DeviceMesh mesh({2, 4}, {"data", "model"});
   EXPECT_EQ(mesh.coords(0), (Ints{0, 0}));

@@ -28,6 +28,10 @@ int64_t parse_device_count_variable(const char* name, const char* text) {
   return n;
 }
 
+int64_t get_device_count(std::string_view device_type) {
+  return static_cast<int64_t>(list_devices(device_type).size());
+}
+
 int64_t device_count() {
   int64_t overridden = g_device_count_override.load(std::memory_order_relaxed);
   if (overridden > 0) return overridden;

@@ -36,6 +36,10 @@ std::vector<std::string> list_devices(std::string_view device_type = "cpu");
 /// Number of global devices (see the file comment for where it comes from).
 int64_t device_count();
 
+/// keras.distribution.get_device_count(device_type): the number of list_devices(device_type).
+/// ValueError for a device type other than "cpu", as list_devices().
+int64_t get_device_count(std::string_view device_type = "cpu");
+
 /// Overrides the device count for this process; `n` must be >= 1.
 void set_device_count(int64_t n);
 

@@ -56,6 +56,13 @@ TEST_F(DevicesTest, BadEnvironmentValueNamesTheVariable) {
   EXPECT_THROW(device_count(), ValueError);
 }
 
+TEST_F(DevicesTest, GetDeviceCountIsTheKerasName) {
+  set_device_count(6);
+  EXPECT_EQ(get_device_count(), 6);
+  EXPECT_EQ(get_device_count("cpu"), 6);
+  EXPECT_THROW(get_device_count("tpu"), ValueError);
+}
+
 TEST_F(DevicesTest, RejectsNonPositiveCountAndUnknownType) {
   EXPECT_THROW(set_device_count(0), ValueError);
   try {

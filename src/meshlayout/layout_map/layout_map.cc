@@ -285,6 +285,11 @@ std::optional<size_t> LayoutMap::match_index(std::string_view path) const {
   return static_cast<size_t>(hits.front());
 }
 
+std::optional<TensorLayout> LayoutMap::get(std::string_view path,
+                                           const std::optional<TensorLayout>&) const {
+  return get(path);
+}
+
 std::optional<TensorLayout> LayoutMap::get(std::string_view path) const {
   std::optional<size_t> index = match_index(path);
   if (!index) return std::nullopt;
@@ -391,10 +396,13 @@ TensorLayout LayoutMap::erase(std::string_view key) {
   return layout;
 }
 
-std::optional<TensorLayout> LayoutMap::pop(std::string_view key,
-                                           std::optional<TensorLayout> fallback) {
-  if (!contains(key)) return fallback;
+TensorLayout LayoutMap::pop(std::string_view key) {
+  if (!contains(key)) (void)get(key);  // Keras reads self[key] before deleting it
   return erase(key);
+}
+
+TensorLayout LayoutMap::pop(std::string_view key, const std::optional<TensorLayout>&) {
+  return pop(key);
 }
 
 LayoutRule LayoutMap::popitem() {

@@ -95,6 +95,11 @@ class LayoutMap {
   /// The layout for `path` (Keras get / __getitem__): see the file comment. ValueError when
   /// several rules match in kSearch or kFullmatch mode, naming the path and every pattern.
   std::optional<TensorLayout> get(std::string_view path) const;
+  /// Keras Mapping.get(key, default), exactly: a lookup never raises KeyError in Keras, so the
+  /// default is never returned — this is get(path) (std::nullopt when nothing matches), kept so
+  /// Keras code ports line for line. Write `get(path).value_or(d)` for a real default.
+  std::optional<TensorLayout> get(std::string_view path,
+                                  const std::optional<TensorLayout>& default_value) const;
   /// The index of the deciding rule for `path` (same rules as get()).
   std::optional<size_t> match_index(std::string_view path) const;
 
@@ -132,8 +137,12 @@ class LayoutMap {
   std::vector<LayoutRule>::const_iterator end() const { return rules_.end(); }
   /// Removes a stored key and returns its layout; NotFoundError listing the keys otherwise.
   TensorLayout erase(std::string_view key);
-  /// Keras pop(key, default): the layout of a stored key (removed), else `fallback`.
-  std::optional<TensorLayout> pop(std::string_view key, std::optional<TensorLayout> fallback);
+  /// Keras pop(key[, default]), exactly as MutableMapping.pop over Keras' lookups: a stored key
+  /// is removed and its layout returned. Any other key is first looked up (the multi-match
+  /// ValueError can come from there), then NotFoundError (Keras: KeyError from __delitem__) —
+  /// even with a default, which Keras never returns because its lookups never raise KeyError.
+  TensorLayout pop(std::string_view key);
+  TensorLayout pop(std::string_view key, const std::optional<TensorLayout>& default_value);
   /// Removes and returns the last inserted rule; NotFoundError if the map is empty.
   LayoutRule popitem();
   void clear();

@@ -168,7 +168,14 @@ TEST_F(LayoutMapTest, MappingOperations) {
   EXPECT_EQ(map.match_index("c"), 1u);  // indices follow the erase
   EXPECT_EQ(error_of([&] { map.erase("zz"); }),
             "LayoutMap has no key 'zz'; its keys are ['a', 'c']");
-  EXPECT_EQ(map.pop("zz", std::nullopt), std::nullopt);
+  // Keras: pop of a key that is not stored raises KeyError even with a default.
+  EXPECT_EQ(error_of([&] { map.pop("zz", TensorLayout({"data"}, mesh_)); }),
+            "LayoutMap has no key 'zz'; its keys are ['a', 'c']");
+  EXPECT_THROW(map.pop("c.*"), NotFoundError);  // a regex hit is not a stored key either
+  EXPECT_EQ(map.size(), 2u);
+  // Keras: get(key, default) never returns the default (lookups never raise KeyError).
+  EXPECT_EQ(map.get("zz", TensorLayout({"data"}, mesh_)), std::nullopt);
+  EXPECT_EQ(map.get("a", TensorLayout({"data"}, mesh_)), TensorLayout({"model"}, mesh_));
   EXPECT_EQ(map.pop("a", std::nullopt), TensorLayout({"model"}, mesh_));
   EXPECT_EQ(map.popitem().pattern, "c");
   EXPECT_TRUE(map.empty());

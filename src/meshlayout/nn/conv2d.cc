@@ -66,12 +66,14 @@ void Conv2D::build(const Shape& input_shape) {
   kernel_ = add_weight({.name = "kernel",
                         .shape = {options_.kernel_size[0], options_.kernel_size[1], input_shape[3], filters_},
                         .initializer = options_.kernel_initializer,
-                        .regularizer = options_.kernel_regularizer});
+                        .regularizer = options_.kernel_regularizer,
+                        .layout = options_.kernel_layout});
   if (options_.use_bias) {
     bias_ = add_weight({.name = "bias",
                         .shape = {filters_},
                         .initializer = options_.bias_initializer,
-                        .regularizer = options_.bias_regularizer});
+                        .regularizer = options_.bias_regularizer,
+                        .layout = options_.bias_layout});
   }
 }
 

@@ -32,6 +32,9 @@ struct Conv2DOptions {
   Initializer bias_initializer = Initializer::zeros();
   std::optional<Regularizer> kernel_regularizer;
   std::optional<Regularizer> bias_regularizer;
+  // Keras 2 DTensor per-layer layouts (explicit: they win over LayoutMap rules and
+  // distributions; a layout without a mesh takes the model's).
+  std::optional<TensorLayout> kernel_layout, bias_layout;
 };
 
 class Conv2D : public Layer {

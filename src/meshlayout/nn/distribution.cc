@@ -2,16 +2,65 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/runtime/runtime.h"
 
 namespace meshlayout {
 
-Distribution::Distribution(DeviceMesh mesh, std::string batch_dim_name)
-    : mesh_(std::move(mesh)), batch_dim_name_(std::move(batch_dim_name)) {
+int64_t num_data_shards(int64_t num_model_replicas, int64_t num_processes) {
+  return std::min(num_model_replicas, num_processes);
+}
+
+int64_t data_shard_id(int64_t num_model_replicas, int64_t num_processes, int64_t process_id) {
+  if (num_model_replicas >= num_processes) return process_id;
+  return process_id / (num_processes / num_model_replicas);
+}
+
+std::vector<RowRange> process_rows(int64_t num_rows, int64_t global_batch_size,
+                                   int64_t num_model_replicas, int64_t num_processes,
+                                   int64_t process_id, bool auto_shard) {
+  if (global_batch_size < 1 || num_rows < 0) {
+    throw ValueError(fmt::format("a dataset needs a global batch size of at least 1 and a "
+                                 "non-negative row count, got global_batch_size={}, rows={}",
+                                 global_batch_size, num_rows));
+  }
+  if (num_model_replicas < 1 || num_processes < 1 || process_id < 0 || process_id >= num_processes) {
+    throw ValueError(fmt::format("invalid data sharding: num_model_replicas={}, "
+                                 "num_processes={}, process_id={}",
+                                 num_model_replicas, num_processes, process_id));
+  }
+  int64_t shards = 1;
+  int64_t id = 0;
+  if (auto_shard && num_processes > 1 && num_model_replicas > 1) {
+    shards = num_data_shards(num_model_replicas, num_processes);
+    id = data_shard_id(num_model_replicas, num_processes, process_id);
+    if (global_batch_size % shards != 0) {
+      throw ValueError(fmt::format(
+          "Global batch size must be divisible by the number of shards. `global_batch_size`={} "
+          "and `num_shards`={}",
+          global_batch_size, shards));
+    }
+  }
+  const int64_t per_shard = global_batch_size / shards;
+  std::vector<RowRange> out;
+  for (int64_t start = 0; start < num_rows; start += global_batch_size) {
+    const int64_t begin = std::min(start + id * per_shard, num_rows);
+    out.push_back({begin, std::min(begin + per_shard, std::min(start + global_batch_size, num_rows))});
+    if (out.back().end < out.back().begin) out.back().end = out.back().begin;
+  }
+  return out;
+}
+
+Distribution::Distribution(DeviceMesh mesh, std::string batch_dim_name, bool auto_shard_dataset)
+    : mesh_(std::move(mesh)),
+      batch_dim_name_(std::move(batch_dim_name)),
+      auto_shard_dataset_(auto_shard_dataset) {
   if (!mesh_.axis_index(batch_dim_name_)) {
     throw ValueError(fmt::format("batch_dim_name {} is not an axis of {}; its axes are {}",
                                  quote(batch_dim_name_), mesh_.to_string(),
@@ -25,8 +74,48 @@ TensorLayout Distribution::get_data_layout(const Shape& data_shape) const {
   return TensorLayout(std::move(axes), mesh_);
 }
 
+int Distribution::process_id() const { return default_runtime()->process_id(); }
+int Distribution::num_processes() const { return default_runtime()->num_processes(); }
+
+int64_t Distribution::num_data_shards() const {
+  return meshlayout::num_data_shards(num_model_replicas(), num_processes());
+}
+
+int64_t Distribution::data_shard_id() const {
+  return meshlayout::data_shard_id(num_model_replicas(), num_processes(), process_id());
+}
+
 TensorLayout Distribution::get_variable_layout(const Variable& variable) const {
+  if (std::optional<TensorLayout> given = variable.explicit_layout()) {
+    if (!given->device_mesh()) given->set_device_mesh(mesh_);
+    return *given;
+  }
   return TensorLayout::replicated(static_cast<int>(variable.shape().size()), mesh_);
+}
+
+std::vector<HostTensor> Distribution::distribute_dataset(const HostTensor& data,
+                                                         int64_t global_batch_size) const {
+  if (data.shape().empty()) {
+    throw ValueError("distribute_dataset needs an array with a batch dimension, got a scalar");
+  }
+  const std::vector<RowRange> rows =
+      process_rows(data.shape()[0], global_batch_size, num_model_replicas(), num_processes(),
+                   process_id(), auto_shard_dataset_);
+  const int64_t row_bytes =
+      data.shape()[0] == 0 ? 0 : static_cast<int64_t>(data.num_bytes()) / data.shape()[0];
+  std::vector<HostTensor> out;
+  out.reserve(rows.size());
+  for (const RowRange& r : rows) {
+    Shape shape = data.shape();
+    shape[0] = r.end - r.begin;
+    HostTensor part(data.dtype(), shape);
+    if (shape[0] > 0) {
+      std::memcpy(part.data(), data.data() + r.begin * row_bytes,
+                  static_cast<size_t>(shape[0] * row_bytes));
+    }
+    out.push_back(std::move(part));
+  }
+  return out;
 }
 
 std::optional<TensorLayout> Distribution::get_tensor_layout(std::string_view) const {
@@ -52,9 +141,9 @@ DeviceMesh data_parallel_mesh(std::optional<DeviceMesh> mesh,
 }  // namespace
 
 DataParallel::DataParallel(std::optional<DeviceMesh> device_mesh,
-                           std::optional<std::vector<std::string>> devices)
+                           std::optional<std::vector<std::string>> devices, bool auto_shard_dataset)
     : Distribution(data_parallel_mesh(device_mesh, devices),
-                   device_mesh ? device_mesh->axis_names()[0] : "batch") {}
+                   device_mesh ? device_mesh->axis_names()[0] : "batch", auto_shard_dataset) {}
 
 namespace {
 
@@ -67,12 +156,25 @@ DeviceMesh mesh_of(const LayoutMap& map) {
 
 }  // namespace
 
-ModelParallel::ModelParallel(LayoutMap layout_map, std::optional<std::string> batch_dim_name)
+ModelParallel::ModelParallel(LayoutMap layout_map, std::optional<std::string> batch_dim_name,
+                             bool auto_shard_dataset)
     : Distribution(mesh_of(layout_map),
-                   batch_dim_name.value_or(mesh_of(layout_map).axis_names()[0])),
-      layout_map_(std::move(layout_map)) {}
+                   batch_dim_name.value_or(mesh_of(layout_map).axis_names()[0]), auto_shard_dataset),
+      layout_map_(std::move(layout_map)) {
+  const int64_t p = num_processes();
+  const int64_t r = num_model_replicas();
+  if (p > 1 && p > r && p % r != 0) {
+    throw ValueError(fmt::format(
+        "If `num_processes` is greater than `num_model_replicas`, `num_processes` must be "
+        "divisible by `num_model_replicas`. Got num_processes={}, num_model_replicas={}.",
+        p, r));
+  }
+}
+
+int64_t ModelParallel::num_model_replicas() const { return mesh_.axis_size(batch_dim_name_); }
 
 TensorLayout ModelParallel::get_variable_layout(const Variable& variable) const {
+  if (variable.explicit_layout()) return Distribution::get_variable_layout(variable);
   std::optional<TensorLayout> layout = layout_map_.get(variable.path());
   if (!layout) return Distribution::get_variable_layout(variable);
   if (!layout->device_mesh()) layout->set_device_mesh(mesh_);

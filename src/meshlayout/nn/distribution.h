@@ -29,28 +29,70 @@ namespace meshlayout {
 
 class DistributionScope;
 
+/// Rows [begin, end) of a dataset.
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool operator==(const RowRange&) const = default;
+};
+
+/// Keras 3.15 data sharding arithmetic (keras-semantics §A.4, §A.10), pure functions of the
+/// replica count R, the process count P and the process id:
+///   num_data_shards = min(R, P); data_shard_id = pid if R >= P, else pid / (P / R).
+int64_t num_data_shards(int64_t num_model_replicas, int64_t num_processes);
+int64_t data_shard_id(int64_t num_model_replicas, int64_t num_processes, int64_t process_id);
+/// The rows of an in-memory dataset of `num_rows` rows, read in global batches of
+/// `global_batch_size`, that process `process_id` reads (tf.data rebatch(g / S).shard(S, id)
+/// with S = num_data_shards): one range per global batch, [k*g + id*g/S, k*g + (id+1)*g/S)
+/// clipped to the dataset (possibly empty in the last batch). One process, one replica, or
+/// `auto_shard` false: every row. ValueError (Keras' message) if g is not divisible by S, and
+/// for g < 1 or num_rows < 0.
+std::vector<RowRange> process_rows(int64_t num_rows, int64_t global_batch_size,
+                                   int64_t num_model_replicas, int64_t num_processes,
+                                   int64_t process_id, bool auto_shard = true);
+
 class Distribution : public std::enable_shared_from_this<Distribution> {
  public:
   virtual ~Distribution() = default;
   const DeviceMesh& device_mesh() const { return mesh_; }
   const std::string& batch_dim_name() const { return batch_dim_name_; }
+  bool auto_shard_dataset() const { return auto_shard_dataset_; }
+  void set_auto_shard_dataset(bool value) { auto_shard_dataset_ = value; }
+
+  /// This process and the process count (of default_runtime(); 0 and 1 in one process).
+  int process_id() const;
+  int num_processes() const;
+  /// How many copies of the model the batch is split over (DataParallel: every device of the
+  /// mesh; ModelParallel: the size of the batch axis).
+  virtual int64_t num_model_replicas() const = 0;
+  /// min(num_model_replicas, num_processes).
+  int64_t num_data_shards() const;
+  /// The shard this process reads: process_id, or process_id / (processes / replicas) when
+  /// there are more processes than replicas (contiguous process groups share a shard).
+  int64_t data_shard_id() const;
 
   /// The layout of an input batch: dimension 0 split over batch_dim_name, the rest whole.
   TensorLayout get_data_layout(const Shape& data_shape) const;
-  /// The layout a variable is materialised with (Keras 3: keyed by variable.path()).
+  /// The layout a variable is materialised with: its explicit layout (with this mesh if it
+  /// has none) first; then (ModelParallel) map[variable.path()]; else replicated.
   virtual TensorLayout get_variable_layout(const Variable& variable) const;
   /// The layout of an intermediate tensor such as "d1/output", if the distribution has one.
   virtual std::optional<TensorLayout> get_tensor_layout(std::string_view path) const;
   /// A host batch laid out by get_data_layout().
   Array distribute_input(const HostTensor& batch, std::shared_ptr<Runtime> runtime = nullptr) const;
+  /// Keras distribute_dataset for an in-memory array: this process's part of each global batch
+  /// of `global_batch_size` rows (process_rows()), copying only those rows. ValueError (Keras'
+  /// message) if the batch is not divisible by num_data_shards(), before anything is copied.
+  std::vector<HostTensor> distribute_dataset(const HostTensor& data, int64_t global_batch_size) const;
 
   /// Makes this distribution current on this thread while the scope lives.
   DistributionScope scope() const;
 
  protected:
-  Distribution(DeviceMesh mesh, std::string batch_dim_name);
+  Distribution(DeviceMesh mesh, std::string batch_dim_name, bool auto_shard_dataset);
   DeviceMesh mesh_;
   std::string batch_dim_name_;
+  bool auto_shard_dataset_ = true;
 };
 
 /// keras.distribution.DataParallel(device_mesh=None, devices=None).
@@ -58,16 +100,23 @@ class DataParallel : public Distribution {
  public:
   /// Without a mesh: a 1-D mesh named "batch" over `devices` (default list_devices()).
   explicit DataParallel(std::optional<DeviceMesh> device_mesh = std::nullopt,
-                        std::optional<std::vector<std::string>> devices = std::nullopt);
+                        std::optional<std::vector<std::string>> devices = std::nullopt,
+                        bool auto_shard_dataset = true);
+  /// Every device of the mesh, whatever its rank.
+  int64_t num_model_replicas() const override { return mesh_.size(); }
 };
 
 /// keras.distribution.ModelParallel(layout_map=…, batch_dim_name=None).
 class ModelParallel : public Distribution {
  public:
   /// The mesh is the map's (ValueError if it has none); batch_dim_name defaults to the mesh's
-  /// first axis (ValueError if the mesh has no such axis).
-  explicit ModelParallel(LayoutMap layout_map, std::optional<std::string> batch_dim_name = std::nullopt);
+  /// first axis (ValueError if the mesh has no such axis). Under several processes, more
+  /// processes than replicas must be a multiple of them (ValueError in Keras' words).
+  explicit ModelParallel(LayoutMap layout_map, std::optional<std::string> batch_dim_name = std::nullopt,
+                         bool auto_shard_dataset = true);
   const LayoutMap& layout_map() const { return layout_map_; }
+  /// The size of the batch axis.
+  int64_t num_model_replicas() const override;
   TensorLayout get_variable_layout(const Variable& variable) const override;
   std::optional<TensorLayout> get_tensor_layout(std::string_view path) const override;
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/nn/model.h"
 
@@ -12,18 +13,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class DistributionTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    set_device_count(8);
-    clear_session();
-  }
-  void TearDown() override {
-    set_distribution(nullptr);
-    reset_device_count();
-  }
-  DeviceMesh mesh_ = DeviceMesh::from_string("mesh[data=2,model=4]");
-};
+class DistributionTest : public NnTest {};
 
 std::shared_ptr<Sequential> two_dense() {
   return std::make_shared<Sequential>(

@@ -17,7 +17,8 @@ SeedGenerator::SeedGenerator(int64_t seed, std::string name)
                        .shape = {2},
                        .dtype = DType::kI64,
                        .initializer = Initializer::zeros(),
-                       .trainable = false});
+                       .trainable = false,
+                       .rng_state = true});
   if (!state_->is_lazy()) {
     HostTensor initial(DType::kI64, {2});
     initial.data_as<int64_t>()[0] = seed_;

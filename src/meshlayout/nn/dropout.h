@@ -12,10 +12,11 @@
 // shape (2,) holding [seed, counter], owned by a SeedGenerator sub-layer (auto name
 // "seed_generator", "seed_generator_1", …) created in the constructor, as Keras creates it in
 // Dropout.__init__ when rate > 0. It is created with add_weight, so a model lays it out like any
-// variable (no rule: replicated on the map's mesh). Paths inside a subclassed model that tracks
-// the Dropout as "drop": object path "drop.seed_generator.seed_generator_state", scope path
-// "my_model/dropout/seed_generator/seed_generator_state" (Keras 3 itself gives
-// "seed_generator/seed_generator_state": its SeedGenerator is created outside any name scope).
+// variable. Paths inside a subclassed model that tracks the Dropout as "drop": object path
+// "drop.seed_generator.seed_generator_state" (the checkpoint key), scope path
+// "seed_generator/seed_generator_state" (created in the constructor, outside any name scope, as
+// in Keras 3). Its LayoutMap::scope() key is "" (layout_key(), Keras 2 / seed 002), so only an
+// exact "" key or a rule matching the empty string lays it out; otherwise it is replicated.
 // Each training call reads the state (one gather of 16 bytes), uses its counter and assigns
 // [seed, counter + 1]. Initial value: [seed, 0]. A variable materialised at creation (no scope)
 // holds it at once; a lazy one is materialised by its model with zeros (initializers fill

@@ -148,7 +148,8 @@ Shape Embedding::compute_output_shape(const Shape& input_shape) const {
 void Embedding::build(const Shape&) {
   embeddings_ = add_weight({.name = "embeddings",
                             .shape = {input_dim_, output_dim_},
-                            .initializer = options_.embeddings_initializer});
+                            .initializer = options_.embeddings_initializer,
+                            .layout = options_.embeddings_layout});
 }
 
 Array Embedding::call(const Array& x) {

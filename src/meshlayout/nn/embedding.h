@@ -36,6 +36,9 @@ namespace meshlayout {
 struct EmbeddingOptions {
   std::string name;  // automatic ("embedding", "embedding_1", …) when empty
   Initializer embeddings_initializer = Initializer::random_uniform();  // uniform(-0.05, 0.05)
+  // Keras 2 DTensor per-layer layouts (explicit: they win over LayoutMap rules and
+  // distributions; a layout without a mesh takes the model's).
+  std::optional<TensorLayout> embeddings_layout;
 };
 
 class Embedding : public Layer {

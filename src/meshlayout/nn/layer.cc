@@ -2,14 +2,22 @@
 
 #include <fmt/format.h>
 
+#include <cxxabi.h>
+#include <re2/re2.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <typeinfo>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/distribution.h"
+#include "meshlayout/nn/materialize.h"
 #include "meshlayout/ops/matmul.h"
 
 namespace meshlayout {
@@ -54,26 +62,80 @@ std::string auto_name(std::string_view class_name) {
   return name;
 }
 
+// "meshlayout::(anonymous namespace)::MyModel" → "MyModel"; template arguments dropped.
+std::string unqualified_class_name(const std::type_info& type) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string full = status == 0 && demangled ? demangled : type.name();
+  std::free(demangled);  // NOLINT: allocated by __cxa_demangle with malloc
+  if (const size_t lt = full.find('<'); lt != std::string::npos) full.resize(lt);
+  if (const size_t colon = full.rfind("::"); colon != std::string::npos) full = full.substr(colon + 2);
+  return full;
+}
+
+thread_local int t_model_builds = 0;
+
 }  // namespace
+
+std::string to_snake_case(std::string_view class_name) {
+  std::string s(class_name);
+  RE2::GlobalReplace(&s, R"(\W+)", "");
+  RE2::GlobalReplace(&s, "(.)([A-Z][a-z]+)", R"(\1_\2)");
+  RE2::GlobalReplace(&s, "([a-z])([A-Z])", R"(\1_\2)");
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+ModelBuildGuard::ModelBuildGuard() { ++t_model_builds; }
+ModelBuildGuard::~ModelBuildGuard() { --t_model_builds; }
+bool ModelBuildGuard::active() { return t_model_builds > 0; }
 
 void clear_session() {
   std::lock_guard<std::mutex> lock(g_names_mu);
   g_name_counts.clear();
 }
 
-Layer::Layer(std::string_view class_name, std::string name)
-    : name_(name.empty() ? auto_name(class_name) : std::move(name)) {
-  if (name_.find('/') != std::string::npos) {
-    throw ValueError(fmt::format("layer name {} contains '/', which separates the parts of a "
-                                 "variable path",
-                                 quote(name_)));
+Layer::Layer(std::string_view class_name, std::string name) : name_(std::move(name)) {
+  if (!name_.empty()) {
+    check_path_component(name_);
+  } else if (!class_name.empty()) {
+    name_ = auto_name(class_name);
+  }
+}
+
+const std::string& Layer::name() const {
+  if (name_.empty()) name_ = auto_name(to_snake_case(unqualified_class_name(typeid(*this))));
+  return name_;
+}
+
+std::string Layer::path() const {
+  if (!parent_path_ || parent_path_->empty()) return name();
+  return *parent_path_ + "/" + name();
+}
+
+NameScope Layer::open_name_scope() {
+  if (!parent_path_) parent_path_ = current_path();
+  return NameScope(name(), this, parent_path_);
+}
+
+void Layer::maybe_build(const Shape& input_shape) {
+  NameScope scope = open_name_scope();
+  if (!built_) {
+    build(input_shape);
+    built_ = true;
   }
 }
 
 Tensor Layer::operator()(const Tensor& x) {
+  NameScope scope = open_name_scope();
   if (!built_) {
     build(x.shape());
     built_ = true;
+    // Keras 3: a layer built on a value outside any model, under a distribution, takes its
+    // layouts from it now (its paths are final); a model being built decides for its layers.
+    if (!x.is_symbolic() && !ModelBuildGuard::active() && current_layout_map() == nullptr) {
+      if (auto d = distribution()) materialize_lazy(keyed_variables(*this, name()), std::nullopt, d);
+    }
   }
   if (x.is_symbolic()) {
     return Tensor::symbolic(compute_output_shape(x.shape()), shared_from_this(),
@@ -89,11 +151,17 @@ Tensor Layer::operator()(const Tensor& x) {
   return Tensor(std::move(y));
 }
 
-VariablePtr Layer::add_weight(VariableSpec spec) {
-  std::string attr = spec.name;
-  auto v = std::make_shared<Variable>(std::move(spec));
-  // Until a model gives it a longer one, the path is the layer's own.
-  v->set_paths(name_ + "." + attr, name_ + "/" + attr);
+VariablePtr Layer::add_weight(VariableSpec spec, std::string attribute) {
+  std::string attr = attribute.empty() ? spec.name : std::move(attribute);
+  check_path_component(attr);
+  VariablePtr v;
+  {
+    // Keras add_weight: inside the layer's scope (a no-op in build(), where it is open).
+    NameScope scope(name(), this, parent_path_);
+    v = std::make_shared<Variable>(std::move(spec));
+  }
+  // Until a model gives it a longer one, the object path is the layer's own.
+  v->set_object_path(name() + "." + attr);
   if (current_layout_map() == nullptr && distribution() == nullptr) {
     if (v->explicit_layout() && v->explicit_layout()->device_mesh()) {
       v->materialize(*v->explicit_layout());
@@ -104,6 +172,23 @@ VariablePtr Layer::add_weight(VariableSpec spec) {
   }
   weights_.emplace_back(std::move(attr), v);
   return v;
+}
+
+std::vector<VariablePtr> Layer::variables() const {
+  std::vector<VariablePtr> out;
+  auto add = [&](const VariablePtr& v) {
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  };
+  for (const auto& [attr, v] : weights_) {
+    if (v->trainable()) add(v);
+  }
+  for (const auto& [attr, v] : weights_) {
+    if (!v->trainable()) add(v);
+  }
+  for (const auto& [attr, child] : sublayers()) {
+    for (const VariablePtr& v : child->variables()) add(v);
+  }
+  return out;
 }
 
 std::vector<double> Layer::losses() const {
@@ -194,12 +279,14 @@ void Dense::build(const Shape& input_shape) {
   kernel_ = add_weight({.name = "kernel",
                         .shape = {input_shape.back(), units_},
                         .initializer = options_.kernel_initializer,
-                        .regularizer = options_.kernel_regularizer});
+                        .regularizer = options_.kernel_regularizer,
+                        .layout = options_.kernel_layout});
   if (options_.use_bias) {
     bias_ = add_weight({.name = "bias",
                         .shape = {units_},
                         .initializer = options_.bias_initializer,
-                        .regularizer = options_.bias_regularizer});
+                        .regularizer = options_.bias_regularizer,
+                        .layout = options_.bias_layout});
   }
 }
 

@@ -4,7 +4,12 @@
 // that produced it: the functional API's KerasTensor). Calling a layer on a symbolic tensor
 // builds the layer (creating its weights — lazy under LayoutMap::scope()) and returns a
 // symbolic output; calling it on a concrete tensor runs the forward pass.
-// Layer names are unique per class and auto-generated Keras-style: dense, dense_1, …
+// Layer names are unique per class and auto-generated Keras-style: dense, dense_1, …; a model
+// without a name takes its C++ class name in snake case (MyModel → my_model, my_model_1).
+// Keras 3 paths (name_scope.h): a layer opens its name scope around build and call; the first
+// time, it records the enclosing path as its parent and re-enters there ever after, so weights
+// built in build() are "<parent>/<layer>/<var>" while weights added in a constructor are
+// "<enclosing scope>/<layer>/<var>" (usually just "<layer>/<var>").
 //
 // Example:
 //   Tensor inputs = Input({10}, /*batch_size=*/10);
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/nn/name_scope.h"
 #include "meshlayout/nn/variable.h"
 
 namespace meshlayout {
@@ -57,11 +63,14 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Layer(const Layer&) = delete;
   Layer& operator=(const Layer&) = delete;
 
-  const std::string& name() const { return name_; }
-  /// Keras 3 layer path ("sequential/d1", "my_model/dense"); the name until a model sets it.
-  const std::string& path() const { return path_.empty() ? name_ : path_; }
-  void set_path(std::string path) { path_ = std::move(path); }
+  const std::string& name() const;
+  /// Keras 3 layer path ("sequential/d1", "my_model/dense"): the parent path recorded when the
+  /// layer first opened its scope, then its name; the name until then.
+  std::string path() const;
   bool built() const { return built_; }
+  /// Opens the layer's scope and builds it for `input_shape` unless built (keras layer.build()
+  /// called from a parent's build()).
+  void maybe_build(const Shape& input_shape);
 
   /// Builds on the first call (from the input's shape), then runs the layer: a symbolic input
   /// gives a symbolic output; a concrete one the forward pass.
@@ -69,30 +78,73 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   /// (attribute name, variable) of the weights this layer created itself, in creation order.
   const std::vector<std::pair<std::string, VariablePtr>>& own_weights() const { return weights_; }
+  /// Every variable of this layer and its sub-layers in Keras' order (Layer.variables): own
+  /// trainable, own non-trainable, then each sub-layer's, recursively; each variable once.
+  std::vector<VariablePtr> variables() const;
   /// The regularisation losses of every weight of this layer and its sub-layers that has a
   /// regulariser (keras Layer.losses). Collective under several processes.
   std::vector<double> losses() const;
-  /// Sub-layers under their attribute paths ("d1", "blocks.0"); empty for plain layers.
-  virtual std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const { return {}; }
+  /// Sub-layers under their attribute paths ("d1", "blocks.0"): the tracked ones by default.
+  virtual std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const { return tracked_; }
 
   virtual Shape compute_output_shape(const Shape& input_shape) const = 0;
 
  protected:
-  /// `class_name` is the snake_case class name used for automatic names ("dense").
+  /// `class_name` is the snake_case class name used for automatic names ("dense"); empty: the
+  /// C++ class name in snake case, resolved at the first use of name(). ValueError (Keras'
+  /// message) if `name` contains '/'.
   Layer(std::string_view class_name, std::string name);
   virtual void build(const Shape& input_shape) = 0;
   virtual Array call(const Array& x) = 0;
-  /// Creates a weight: lazy while a LayoutMap scope or a distribution is current on this
-  /// thread, else materialised at once, replicated on a one-device mesh (cpu:0).
-  VariablePtr add_weight(VariableSpec spec);
+  /// Creates a weight, its Keras 3 path under the layer's scope. `attribute` is its Keras 2
+  /// attribute name (the object-path key: a weight "kernel" kept as `_weight` is keyed
+  /// "<layer>._weight"); default: the variable name. The weight is lazy while a LayoutMap scope
+  /// or a distribution is current on this thread, else materialised at once, replicated on a
+  /// one-device mesh (cpu:0).
+  VariablePtr add_weight(VariableSpec spec, std::string attribute = "");
   void set_built() { built_ = true; }
+  /// The layer's name scope (keras Layer._open_name_scope): records the parent path the first
+  /// time.
+  NameScope open_name_scope();
+  /// Registers a sub-layer under an attribute name (C++ has no reflection).
+  template <typename L>
+  std::shared_ptr<L> track(std::string attr, std::shared_ptr<L> layer) {
+    (void)name();  // an automatic name is taken at construction, as in Keras
+    tracked_.emplace_back(std::move(attr), layer);
+    on_track(layer);
+    return layer;
+  }
+  /// Registers a list of sub-layers: their object paths are attr.0, attr.1, …
+  template <typename L>
+  std::vector<std::shared_ptr<L>> track_list(const std::string& attr,
+                                            std::vector<std::shared_ptr<L>> layers) {
+    for (size_t i = 0; i < layers.size(); ++i) track(attr + "." + std::to_string(i), layers[i]);
+    return layers;
+  }
+  virtual void on_track(const std::shared_ptr<Layer>&) {}
+  std::vector<std::pair<std::string, std::shared_ptr<Layer>>> tracked_;
 
  private:
-  std::string name_;
-  std::string path_;
+  mutable std::string name_;
+  std::optional<std::string> parent_path_;
   bool built_ = false;
   std::vector<std::pair<std::string, VariablePtr>> weights_;
 };
+
+/// While one lives on this thread, layers built standalone leave their lazy weights to the
+/// model being built (which checks every layout before allocating anything).
+class [[nodiscard]] ModelBuildGuard {
+ public:
+  ModelBuildGuard();
+  ~ModelBuildGuard();
+  ModelBuildGuard(const ModelBuildGuard&) = delete;
+  ModelBuildGuard& operator=(const ModelBuildGuard&) = delete;
+  /// True while some model on this thread is being built.
+  static bool active();
+};
+
+/// "MyModel" → "my_model" (keras.src.utils.naming.to_snake_case).
+std::string to_snake_case(std::string_view class_name);
 
 /// Forgets automatic layer names (keras.backend.clear_session()).
 void clear_session();
@@ -110,6 +162,9 @@ struct DenseOptions {
   Initializer bias_initializer = Initializer::zeros();
   std::optional<Regularizer> kernel_regularizer;
   std::optional<Regularizer> bias_regularizer;
+  // Keras 2 DTensor per-layer layouts (explicit: they win over LayoutMap rules and
+  // distributions; a layout without a mesh takes the model's).
+  std::optional<TensorLayout> kernel_layout, bias_layout;
 };
 
 /// keras.layers.Dense: y = activation(x @ kernel + bias); kernel (in, units), bias (units,).

@@ -25,10 +25,12 @@ void LayerNormalization::build(const Shape& input_shape) {
   }
   features_ = input_shape.back();
   if (options_.scale) {
-    gamma_ = add_weight({.name = "gamma", .shape = {features_}, .initializer = options_.gamma_initializer});
+    gamma_ = add_weight({.name = "gamma", .shape = {features_}, .initializer = options_.gamma_initializer,
+                         .layout = options_.gamma_layout});
   }
   if (options_.center) {
-    beta_ = add_weight({.name = "beta", .shape = {features_}, .initializer = options_.beta_initializer});
+    beta_ = add_weight({.name = "beta", .shape = {features_}, .initializer = options_.beta_initializer,
+                        .layout = options_.beta_layout});
   }
 }
 

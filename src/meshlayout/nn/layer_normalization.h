@@ -29,6 +29,9 @@ struct LayerNormalizationOptions {
   bool scale = true;      // multiply by gamma
   Initializer beta_initializer = Initializer::zeros();
   Initializer gamma_initializer = Initializer::ones();
+  // Keras 2 DTensor per-layer layouts (explicit: they win over LayoutMap rules and
+  // distributions; a layout without a mesh takes the model's).
+  std::optional<TensorLayout> beta_layout, gamma_layout;
 };
 
 class LayerNormalization : public Layer {

@@ -7,6 +7,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/materialize.h"
 
 namespace meshlayout {
 namespace {
@@ -21,26 +22,6 @@ class InputLayer : public Layer {
   void build(const Shape&) override {}
   Array call(const Array& x) override { return distribute_tensor(x, x.layout()); }
 };
-
-struct PathedVariable {
-  std::string object_path;  // Keras 2
-  std::string path;         // Keras 3
-  VariablePtr variable;
-};
-
-// Object paths of every variable under `layer`, reached through attribute path `attr` (empty
-// for the layer itself), and scope paths under `scope`.
-void collect(Layer& layer, const std::string& attr, const std::string& scope,
-             std::vector<PathedVariable>& out) {
-  layer.set_path(scope);
-  for (const auto& [name, v] : layer.own_weights()) {
-    out.push_back({attr.empty() ? name : attr + "." + name, scope + "/" + name, v});
-  }
-  for (const auto& [child_attr, child] : layer.sublayers()) {
-    collect(*child, attr.empty() ? child_attr : attr + "." + child_attr,
-            scope + "/" + child->name(), out);
-  }
-}
 
 }  // namespace
 
@@ -60,16 +41,6 @@ std::vector<std::pair<std::string, std::shared_ptr<Layer>>> Model::sublayers() c
   return out;
 }
 
-std::vector<VariablePtr> Model::variables() const {
-  std::vector<PathedVariable> all;
-  for (const auto& [attr, layer] : sublayers()) collect(*layer, attr, layer->path(), all);
-  std::vector<VariablePtr> out;
-  for (auto& p : all) {
-    if (std::find(out.begin(), out.end(), p.variable) == out.end()) out.push_back(p.variable);
-  }
-  return out;
-}
-
 Shape Model::compute_output_shape(const Shape& input_shape) const {
   if (output_shape_) {
     Shape out = *output_shape_;
@@ -80,95 +51,22 @@ Shape Model::compute_output_shape(const Shape& input_shape) const {
 }
 
 void Model::materialize_variables() {
-  std::vector<PathedVariable> all;
-  // Keras 2 keys: a functional/sequential model's layers are keyed by layer name; a subclassed
-  // model's by attribute path. Keras 3 paths: functional "d1/kernel", others "<model>/...".
-  for (const auto& [attr, layer] : sublayers()) {
-    const std::string scope = kind_ == Kind::kFunctional ? layer->name() : name() + "/" + layer->name();
-    collect(*layer, attr, scope, all);
-  }
-  std::vector<std::pair<PathedVariable*, TensorLayout>> plan;
-  // 1. Decide and check every layout before allocating anything.
-  for (PathedVariable& p : all) {
-    if (!p.variable->is_lazy()) continue;
-    if (std::any_of(plan.begin(), plan.end(), [&](auto& e) { return e.first->variable == p.variable; })) {
-      continue;  // the same variable reached through two paths: the first wins
-    }
-    p.variable->set_paths(p.object_path, p.path);
-    const std::string what = p.variable->describe();
-    if (const std::optional<TensorLayout>& given = p.variable->explicit_layout()) {
-      // An explicit layout wins over rules (Keras >= 3.10); a mesh-less one takes the
-      // map's or the distribution's mesh.
-      TensorLayout layout = *given;
-      if (!layout.device_mesh()) {
-        if (layout_map_ && layout_map_->device_mesh()) {
-          layout.set_device_mesh(*layout_map_->device_mesh());
-        } else if (distribution_) {
-          layout.set_device_mesh(distribution_->device_mesh());
-        } else {
-          throw ValueError(fmt::format("{} has the explicit layout {} without a mesh, and the "
-                                       "model has no LayoutMap mesh or distribution to give it one",
-                                       what, layout.to_string()));
-        }
-      }
-      ShardGeometry check(layout, p.variable->shape(), {}, what);
-      plan.emplace_back(&p, std::move(layout));
-      continue;
-    }
-    if (!layout_map_ && distribution_) {  // Keras 3: keyed by the scope path
-      TensorLayout layout = TensorLayout::replicated(0);
-      const std::string what3 = fmt::format("variable {} with shape {}", quote(p.path),
-                                            shape_to_string(p.variable->shape()));
-      try {
-        layout = distribution_->get_variable_layout(*p.variable);
-      } catch (const ValueError& e) {
-        throw ValueError(fmt::format("{}: {}", what3, e.what()));
-      }
-      ShardGeometry check(layout, p.variable->shape(), {}, fmt::format("variable {}", quote(p.path)));
-      plan.emplace_back(&p, std::move(layout));
-      continue;
-    }
-    if (!layout_map_ || !layout_map_->device_mesh()) {
-      std::optional<size_t> rule;
-      if (layout_map_) rule = layout_map_->match_index(p.object_path);
-      if (!rule || !layout_map_->rule(*rule).layout.device_mesh()) {
-        throw ValueError(fmt::format(
-            "{} with shape {}: the LayoutMap has no device mesh, so there is no mesh to lay the variable out "
-            "on; give the LayoutMap a mesh (LayoutMap(mesh))",
-            what, shape_to_string(p.variable->shape())));
-      }
-    }
-    std::optional<TensorLayout> layout;
-    std::string rule_text = "no rule (replicated)";
-    try {
-      std::optional<size_t> rule = layout_map_->match_index(p.object_path);
-      if (rule) {
-        layout = layout_map_->rule(*rule).layout;
-        rule_text = fmt::format("rule {} ({})", *rule, quote(layout_map_->rule(*rule).pattern));
-      }
-    } catch (const ValueError& e) {
-      throw ValueError(fmt::format("{} with shape {}: {}", what,
-                                   shape_to_string(p.variable->shape()), e.what()));
-    }
-    if (!layout) {
-      layout = TensorLayout::replicated(static_cast<int>(p.variable->shape().size()),
-                                        *layout_map_->device_mesh());
-    } else if (!layout->device_mesh()) {
-      layout->set_device_mesh(*layout_map_->device_mesh());
-    }
-    try {
-      ShardGeometry check(*layout, p.variable->shape(), {}, what);
-    } catch (const ValueError& e) {
-      throw ValueError(fmt::format("{} [from {}]", e.what(), rule_text));
-    }
-    plan.emplace_back(&p, std::move(*layout));
-  }
-  // 2. Materialise: every device allocates and fills only its box.
-  for (auto& [p, layout] : plan) p->variable->materialize(layout);
+  materialize_lazy(keyed_variables(*this, "", kind_ != Kind::kSubclassed), layout_map_, distribution_);
 }
 
 void Model::build_and_materialize(const Shape& input_shape) {
+  if (!layout_map_ && !distribution_) {  // built in a scope it was not constructed in
+    if (const LayoutMap* map = current_layout_map()) {
+      layout_map_ = *map;
+    } else {
+      distribution_ = meshlayout::distribution();
+    }
+  }
+  const bool has_source = layout_map_.has_value() || distribution_ != nullptr;
+  const bool deferred = has_source && ModelBuildGuard::active();
   {
+    std::optional<ModelBuildGuard> guard;
+    if (has_source) guard.emplace();
     std::optional<LayoutMapScope> scope;
     std::optional<DistributionScope> dscope;
     if (layout_map_) scope.emplace(*layout_map_);
@@ -176,16 +74,32 @@ void Model::build_and_materialize(const Shape& input_shape) {
     Tensor out = call(Tensor::symbolic(input_shape));
     output_shape_ = out.shape();
   }
-  materialize_variables();
+  if (has_source && !deferred) materialize_variables();
+}
+
+void Model::build_in_scope(const Shape& input_shape) {
+  NameScope scope = open_name_scope();
+  if (!built()) {
+    build_and_materialize(input_shape);
+    set_built();
+  }
 }
 
 Tensor Model::operator()(const Tensor& x) {
-  if (!built()) {
-    build_and_materialize(x.shape());
-    set_built();
+  build_in_scope(x.shape());
+  NameScope scope = open_name_scope();
+  if (x.is_symbolic()) {
+    // Keeps its producer, so a functional model can be built through this model.
+    return Tensor::symbolic(compute_output_shape(x.shape()), weak_from_this().lock(),
+                            std::make_shared<const Tensor>(x));
   }
-  if (x.is_symbolic()) return Tensor::symbolic(compute_output_shape(x.shape()));
-  return call(x);
+  Tensor y = call(x);
+  if (auto d = meshlayout::distribution()) {
+    if (std::optional<TensorLayout> layout = d->get_tensor_layout(path() + "/output")) {
+      return Tensor(distribute_tensor(y.value(), *layout));
+    }
+  }
+  return y;
 }
 
 Array Model::call(const Array& x) {
@@ -234,7 +148,7 @@ Sequential::Sequential(std::vector<std::shared_ptr<Layer>> layers, SequentialOpt
   if (options.input_shape) {
     Shape full{1};  // the batch size does not matter for the weights
     full.insert(full.end(), options.input_shape->begin(), options.input_shape->end());
-    (*this)(Tensor::symbolic(full));
+    build_in_scope(full);
   }
 }
 

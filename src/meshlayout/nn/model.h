@@ -8,6 +8,10 @@
 // Keys (Keras 2 object paths): functional/sequential "<layer name>.<attr>"; subclassed the
 // attribute path "d1.kernel", "blocks.0.kernel". Layout: map[object path], else replicated on
 // the map's mesh. Every variable's layout is checked before any memory is allocated.
+// Keras 3 paths come from name scopes (name_scope.h): subclassed "my_model/d1/kernel", nested
+// "outer_model/inner_block/d1/kernel", sequential "sequential/d1/kernel", functional
+// "d1/kernel" (its layers are built where they are first called). variables() lists them in
+// Keras' order.
 //
 // Example (subclassed):
 //   class SubclassModel : public Model {
@@ -43,8 +47,6 @@ class Model : public Layer {
 
   /// Functional/sequential: the layers in order; subclassed: the tracked layers.
   const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
-  /// Every variable, in layer order.
-  std::vector<VariablePtr> variables() const;
   /// The LayoutMap current when the model was constructed, if any.
   const std::optional<LayoutMap>& layout_map() const { return layout_map_; }
   /// The Keras 3 distribution current when the model was constructed (used when no LayoutMap
@@ -55,37 +57,31 @@ class Model : public Layer {
   Shape compute_output_shape(const Shape& input_shape) const override;
   std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const override;
 
+  /// Keras model.summary() with layouts: see model_summary.h.
+  std::string summary() const;
+
   /// The forward pass; subclassed models override it, composing their tracked layers.
   virtual Tensor call(const Tensor& x);
 
  protected:
-  explicit Model(std::string name = "", std::string_view class_name = "model");
-  /// Registers a sub-layer under an attribute name (C++ has no reflection).
-  template <typename L>
-  std::shared_ptr<L> track(std::string attr, std::shared_ptr<L> layer) {
-    tracked_.emplace_back(std::move(attr), layer);
-    layers_.push_back(layer);
-    return layer;
-  }
-  /// Registers a list of sub-layers: their object paths are attr.0, attr.1, …
-  template <typename L>
-  std::vector<std::shared_ptr<L>> track_list(const std::string& attr,
-                                            std::vector<std::shared_ptr<L>> layers) {
-    for (size_t i = 0; i < layers.size(); ++i) track(attr + "." + std::to_string(i), layers[i]);
-    return layers;
-  }
+  /// `class_name` gives the automatic name ("sequential"); empty: the C++ class name in snake
+  /// case (class MyModel → "my_model", "my_model_1", …).
+  explicit Model(std::string name = "", std::string_view class_name = "");
+  void on_track(const std::shared_ptr<Layer>& layer) override { layers_.push_back(layer); }
 
   enum class Kind { kSubclassed, kSequential, kFunctional };
   Kind kind_ = Kind::kSubclassed;
   std::vector<std::shared_ptr<Layer>> layers_;
-  std::vector<std::pair<std::string, std::shared_ptr<Layer>>> tracked_;
   std::optional<LayoutMap> layout_map_;
   std::shared_ptr<const Distribution> distribution_;
   std::optional<Shape> output_shape_;
 
   /// Traces the model on a symbolic input of `input_shape` (creating lazy weights under the
-  /// recorded map), then materialises every lazy variable.
+  /// recorded map), then materialises every lazy variable — unless an enclosing model is being
+  /// built with a map or distribution: then that model does, with its own.
   void build_and_materialize(const Shape& input_shape);
+  /// In the model's name scope: builds it (build_and_materialize) unless built.
+  void build_in_scope(const Shape& input_shape);
   void materialize_variables();
 
  private:

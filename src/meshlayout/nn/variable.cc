@@ -6,10 +6,14 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/name_scope.h"
 
 namespace meshlayout {
 
 Variable::Variable(VariableSpec spec) : spec_(std::move(spec)) {
+  check_path_component(spec_.name);
+  const std::string parent = current_path();
+  path_ = parent.empty() ? spec_.name : parent + "/" + spec_.name;
   for (int64_t e : spec_.shape) {
     if (e < 0) {
       throw ValueError(fmt::format("variable {} has shape {} with a negative extent",

@@ -7,8 +7,9 @@
 // its own box (counter-based initializers: the values do not depend on the layout).
 //
 // Example:
-//   auto v = std::make_shared<Variable>(VariableSpec{.name = "kernel", .shape = {10, 20}});
-//   v->set_paths("d1.kernel", "d1/kernel");
+//   std::shared_ptr<Variable> v;
+//   { NameScope s("d1"); v = std::make_shared<Variable>(VariableSpec{.name = "kernel", .shape = {10, 20}}); }
+//   v->path() == "d1/kernel";  v->set_object_path("d1.kernel");
 //   v->materialize(TensorLayout({None, "model"}, mesh));   // each device fills its box
 //   HostTensor whole = v->value().gather();
 #pragma once
@@ -33,10 +34,14 @@ struct VariableSpec {
   std::optional<Regularizer> regularizer;
   /// An explicit layout: wins over LayoutMap rules and distributions (Keras >= 3.10).
   std::optional<TensorLayout> layout;
+  /// RNG state (a SeedGenerator's): Keras 2 maps it with the object path "" (layout_key()).
+  bool rng_state = false;
 };
 
 class Variable {
  public:
+  /// path() is current_path() + "/" + name (just the name outside any name scope), as a Keras 3
+  /// Variable. ValueError (Keras' message) if the name contains '/'.
   explicit Variable(VariableSpec spec);
 
   const std::string& name() const { return spec_.name; }
@@ -52,9 +57,12 @@ class Variable {
 
   /// Keras 2 object path (the LayoutMap::scope() key); empty until the path is final.
   const std::string& object_path() const { return object_path_; }
-  /// Keras 3 scope path (the ModelParallel key); empty until the layer is built in a model.
+  /// Keras 3 scope path (the ModelParallel key), fixed at creation.
   const std::string& path() const { return path_; }
   void set_paths(std::string object_path, std::string path);
+  void set_object_path(std::string object_path) { object_path_ = std::move(object_path); }
+  /// The Keras 2 LayoutMap key: the object path, "" for RNG state (seed 002).
+  std::string layout_key() const { return spec_.rng_state ? std::string() : object_path_; }
 
   /// True while the variable has no storage (created under a scope, not yet materialised).
   bool is_lazy() const { return !value_.has_value(); }

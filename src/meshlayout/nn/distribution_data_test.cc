@@ -1,0 +1,159 @@
+// The Keras 3.15 Distribution data-sharding API: process/replica/shard counts, the per-process
+// rows of an in-memory dataset for P processes x R replicas in {1,2,4,8}^2 (checked against a
+// literal emulation of Keras' tf.data pipeline), explicit layouts first, and the errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/nn/nn_test_util.h"
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/nn/distribution.h"
+#include "meshlayout/nn/model.h"
+
+namespace meshlayout {
+namespace {
+
+// Keras 3.15 Distribution.distribute_dataset on `dataset.batch(g)` of rows 0..n-1, emulated
+// step by step: the 3.15 branches, rebatch(m) (= unbatch().batch(m)), then shard(S, index)
+// (keep the elements whose position % S == index). Returns the rows in order, or nullopt for
+// Keras' divisibility ValueError.
+std::optional<std::vector<int64_t>> keras_rows(int64_t n, int64_t g, int64_t replicas,
+                                               int64_t processes, int64_t pid) {
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = i;
+  if (processes == 1 || replicas == 1) return all;
+  int64_t shards = 0, index = 0;
+  if (replicas >= processes) {  // "replicas / processes >= 1"
+    if (g % processes != 0) return std::nullopt;
+    shards = processes;
+    index = pid;
+  } else {
+    if (g % replicas != 0) return std::nullopt;
+    shards = replicas;
+    index = pid / (processes / replicas);
+  }
+  const int64_t m = g / shards;
+  std::vector<std::vector<int64_t>> minibatches;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % m == 0) minibatches.emplace_back();
+    minibatches.back().push_back(i);
+  }
+  std::vector<int64_t> out;
+  for (size_t k = 0; k < minibatches.size(); ++k) {
+    if (static_cast<int64_t>(k) % shards == index) out.insert(out.end(), minibatches[k].begin(), minibatches[k].end());
+  }
+  return out;
+}
+
+TEST(DataShardingTest, PerProcessRowsEqualKerasForEveryProcessAndReplicaCount) {
+  int checked = 0;
+  for (int64_t p : {1, 2, 4, 8}) {
+    for (int64_t r : {1, 2, 4, 8}) {
+      EXPECT_EQ(num_data_shards(r, p), std::min(r, p));
+      for (int64_t n : {0, 5, 16, 37, 64}) {
+        for (int64_t g : {4, 8, 12, 16}) {
+          for (int64_t pid = 0; pid < p; ++pid) {
+            const auto want = keras_rows(n, g, r, p, pid);
+            if (!want) {
+              EXPECT_THROW(process_rows(n, g, r, p, pid), ValueError) << p << " " << r << " " << g;
+              continue;
+            }
+            std::vector<int64_t> got;
+            for (const RowRange& range : process_rows(n, g, r, p, pid)) {
+              for (int64_t i = range.begin; i < range.end; ++i) got.push_back(i);
+            }
+            EXPECT_EQ(got, *want) << "P=" << p << " R=" << r << " n=" << n << " g=" << g << " pid=" << pid;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+TEST(DataShardingTest, ShardIdsFollowContiguousReplicaGroups) {
+  // 8 processes, 2 replicas: processes 0-3 read shard 0, 4-7 shard 1 (Keras >= 3.15).
+  std::vector<int64_t> ids;
+  for (int64_t pid = 0; pid < 8; ++pid) ids.push_back(data_shard_id(2, 8, pid));
+  EXPECT_THAT(ids, ::testing::ElementsAre(0, 0, 0, 0, 1, 1, 1, 1));
+  EXPECT_EQ(data_shard_id(8, 2, 1), 1);
+  // One range per global batch; the last one short or empty.
+  EXPECT_THAT(process_rows(10, 4, 2, 2, 1),
+              ::testing::ElementsAre(RowRange{2, 4}, RowRange{6, 8}, RowRange{10, 10}));
+  EXPECT_THAT(process_rows(10, 4, 2, 2, 1, /*auto_shard=*/false),
+              ::testing::ElementsAre(RowRange{0, 4}, RowRange{4, 8}, RowRange{8, 10}));
+}
+
+TEST(DataShardingTest, IndivisibleBatchIsRefusedInKerasWords) {
+  try {
+    process_rows(64, 6, 4, 4, 0);
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "Global batch size must be divisible by the number of shards. "
+                           "`global_batch_size`=6 and `num_shards`=4");
+  }
+  EXPECT_THROW(process_rows(64, 0, 1, 1, 0), ValueError);
+  EXPECT_THROW(process_rows(64, 4, 1, 2, 2), ValueError);
+}
+
+class DistributionApiTest : public NnTest {};
+
+TEST_F(DistributionApiTest, CountsOfOneProcess) {
+  DataParallel dp;
+  EXPECT_EQ(dp.process_id(), 0);
+  EXPECT_EQ(dp.num_processes(), 1);
+  EXPECT_EQ(dp.num_model_replicas(), 8);
+  EXPECT_EQ(dp.num_data_shards(), 1);
+  EXPECT_EQ(dp.data_shard_id(), 0);
+  EXPECT_TRUE(dp.auto_shard_dataset());
+  DataParallel two_d(mesh_);
+  EXPECT_EQ(two_d.num_model_replicas(), 8);  // every device, whatever the mesh rank
+  ModelParallel mp{LayoutMap(mesh_)};
+  EXPECT_EQ(mp.num_model_replicas(), 2);
+  ModelParallel by_model(LayoutMap(mesh_), "model");
+  EXPECT_EQ(by_model.num_model_replicas(), 4);
+  EXPECT_EQ(by_model.get_data_layout({8, 3}), TensorLayout({"model", None}, mesh_));
+}
+
+TEST_F(DistributionApiTest, DistributeDatasetInOneProcessKeepsEveryGlobalBatch) {
+  HostTensor data(DType::kI64, {10, 3});
+  for (int64_t i = 0; i < 30; ++i) data.data_as<int64_t>()[i] = i;
+  DataParallel dp;
+  std::vector<HostTensor> batches = dp.distribute_dataset(data, 4);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[2].shape(), (Shape{2, 3}));
+  EXPECT_EQ(batches[1].data_as<int64_t>()[0], 12);
+  EXPECT_EQ(batches[2].data_as<int64_t>()[5], 29);
+}
+
+TEST_F(DistributionApiTest, ExplicitLayoutComesFirstThenTheMapThenReplicated) {
+  LayoutMap map(mesh_);
+  map["w"] = {"model", None};
+  ModelParallel mp(map);
+  Variable ruled(VariableSpec{.name = "w", .shape = {8, 4}});
+  EXPECT_EQ(mp.get_variable_layout(ruled), TensorLayout({"model", None}, mesh_));
+  Variable explicit_one(VariableSpec{.name = "w", .shape = {8, 4}, .layout = TensorLayout({None, "model"})});
+  EXPECT_EQ(mp.get_variable_layout(explicit_one), TensorLayout({None, "model"}, mesh_));
+  Variable other(VariableSpec{.name = "v", .shape = {8, 4}});
+  EXPECT_EQ(mp.get_variable_layout(other), TensorLayout({None, None}, mesh_));
+  DataParallel dp(mesh_);
+  EXPECT_EQ(dp.get_variable_layout(explicit_one), TensorLayout({None, "model"}, mesh_));
+  EXPECT_EQ(dp.get_variable_layout(ruled), TensorLayout({None, None}, mesh_));
+  EXPECT_EQ(dp.get_tensor_layout("w"), std::nullopt);
+  EXPECT_EQ(mp.get_tensor_layout("w"), TensorLayout({"model", None}, mesh_));
+}
+
+TEST_F(DistributionApiTest, StandaloneLayerBuiltInADistributionScopeTakesItsLayouts) {
+  LayoutMap map(mesh_, MatchMode::kFullmatch);
+  map["dense/kernel"] = {None, "model"};
+  auto mp = std::make_shared<ModelParallel>(map);
+  DistributionScope scope = mp->scope();
+  auto d = std::make_shared<Dense>(8);
+  (*d)(mp->distribute_input(HostTensor(DType::kF32, {4, 3})));
+  EXPECT_EQ(d->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
+  EXPECT_EQ(d->bias()->layout(), TensorLayout({None}, mesh_));
+}
+
+}  // namespace
+}  // namespace meshlayout
