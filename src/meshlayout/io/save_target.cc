@@ -10,21 +10,13 @@
 #include <random>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/input_file.h"
 #include "meshlayout/core/strings.h"
 
 namespace meshlayout {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string_view file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
 
 std::string host_name() {
   char name[256] = {};
