@@ -1,0 +1,119 @@
+// elementwise.cc — see elementwise.h.
+#include "meshlayout/ops/elementwise.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+
+namespace meshlayout {
+namespace {
+
+void check_float(DType dtype, std::string_view op) {
+  if (dtype != DType::kF32 && dtype != DType::kF64) {
+    throw ValueError(fmt::format("{} runs on F32 or F64 tensors, got {}", op, dtype_name(dtype)));
+  }
+}
+
+template <typename Combine>
+Array binary(const Array& a, const Array& b, std::string_view op, Combine combine) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
+    throw ValueError(fmt::format("{} needs operands of one shape and dtype, got {} {} and {} {}", op,
+                                 shape_to_string(a.shape()), dtype_name(a.dtype()),
+                                 shape_to_string(b.shape()), dtype_name(b.dtype())));
+  }
+  check_float(a.dtype(), op);
+  Array out = distribute_tensor(a, a.layout());  // a's values, in a's layout
+  const Array aligned = distribute_tensor(b, a.layout());
+  out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
+    Array::Shard& o = out.local_shards()[i];
+    const Array::Shard* s = aligned.shard_at(o.position);
+    const int64_t n = o.box.num_elements();
+    if (a.dtype() == DType::kF32) {
+      float* y = reinterpret_cast<float*>(o.buffer.data());
+      const float* x = reinterpret_cast<const float*>(s->buffer.data());
+      for (int64_t k = 0; k < n; ++k) y[k] = combine(y[k], x[k]);
+    } else {
+      double* y = reinterpret_cast<double*>(o.buffer.data());
+      const double* x = reinterpret_cast<const double*>(s->buffer.data());
+      for (int64_t k = 0; k < n; ++k) y[k] = combine(y[k], x[k]);
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+Array add(const Array& a, const Array& b) {
+  return binary(a, b, "add", [](auto x, auto y) { return x + y; });
+}
+
+Array multiply(const Array& a, const Array& b) {
+  return binary(a, b, "multiply", [](auto x, auto y) { return x * y; });
+}
+
+Array concatenate(std::span<const Array* const> inputs, int64_t axis) {
+  if (inputs.empty()) throw ValueError("concatenate needs at least one input, got none");
+  const Array& first = *inputs[0];
+  const int64_t rank = static_cast<int64_t>(first.shape().size());
+  if (axis < -rank || axis >= rank) {
+    throw ValueError(fmt::format("concatenate axis {} is out of range for inputs of rank {}", axis,
+                                 rank));
+  }
+  const size_t ax = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+  check_float(first.dtype(), "concatenate");
+  Shape out_shape = first.shape();
+  out_shape[ax] = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Array& x = *inputs[i];
+    Shape off_axis = x.shape(), expected = first.shape();
+    bool same = off_axis.size() == expected.size() && x.dtype() == first.dtype();
+    if (same) {
+      off_axis[ax] = expected[ax] = 0;
+      same = off_axis == expected;
+    }
+    if (!same) {
+      throw ValueError(fmt::format(
+          "concatenate on axis {} needs inputs of one dtype and equal extents off that axis: "
+          "input 0 is {} {}, input {} is {} {}",
+          axis, shape_to_string(first.shape()), dtype_name(first.dtype()), i,
+          shape_to_string(x.shape()), dtype_name(x.dtype())));
+    }
+    if (__builtin_add_overflow(out_shape[ax], x.shape()[ax], &out_shape[ax])) {
+      throw ValueError(fmt::format("concatenate: the joined extent of axis {} overflows int64",
+                                   axis));
+    }
+  }
+  // Every input in the first one's layout with the joined axis whole: then the devices hold
+  // boxes that agree off the axis and each joins its own.
+  std::vector<DimSharding> dims = first.layout().axes();
+  dims[ax] = DimSharding();
+  const TensorLayout layout(dims, first.mesh());
+  std::vector<Array> aligned;
+  aligned.reserve(inputs.size());
+  for (const Array* x : inputs) aligned.push_back(distribute_tensor(*x, layout));
+  Array out = allocate_agreed(layout, out_shape, first.dtype(), first.runtime_ptr());
+  const size_t elem = dtype_size(first.dtype());
+  out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
+    Array::Shard& o = out.local_shards()[i];
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < ax; ++d) outer *= o.box.shape[d];
+    for (size_t d = ax + 1; d < o.box.shape.size(); ++d) inner *= o.box.shape[d];
+    std::byte* dst = o.buffer.data();
+    for (int64_t r = 0; r < outer; ++r) {
+      for (const Array& x : aligned) {
+        const Array::Shard* s = x.shard_at(o.position);
+        const size_t run = static_cast<size_t>(s->box.shape[ax] * inner) * elem;
+        if (run == 0) continue;
+        std::memcpy(dst, s->buffer.data() + static_cast<size_t>(r) * run, run);
+        dst += run;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace meshlayout
