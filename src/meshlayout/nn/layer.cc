@@ -27,10 +27,18 @@ Tensor::Tensor(Array value)
 
 Tensor Tensor::symbolic(Shape shape, std::shared_ptr<Layer> layer,
                         std::shared_ptr<const Tensor> input) {
+  std::vector<std::shared_ptr<const Tensor>> inputs;
+  if (input) inputs.push_back(std::move(input));
+  return symbolic(std::move(shape), std::move(layer), std::move(inputs));
+}
+
+Tensor Tensor::symbolic(Shape shape, std::shared_ptr<Layer> layer,
+                        std::vector<std::shared_ptr<const Tensor>> inputs) {
   Tensor t;
   t.shape_ = std::move(shape);
   t.producer_ = std::move(layer);
-  t.input_ = std::move(input);
+  t.inputs_ = std::move(inputs);
+  t.node_ = std::make_shared<const char>();
   return t;
 }
 
@@ -149,6 +157,14 @@ Tensor Layer::operator()(const Tensor& x) {
     }
   }
   return Tensor(std::move(y));
+}
+
+Tensor Layer::apply(const std::vector<Tensor>& inputs) {
+  if (inputs.size() != 1) {
+    throw ValueError(fmt::format("layer {} takes one input, got a list of {}", quote(name()),
+                                 inputs.size()));
+  }
+  return (*this)(inputs[0]);
 }
 
 VariablePtr Layer::add_weight(VariableSpec spec, std::string attribute) {

@@ -38,20 +38,30 @@ class Tensor {
   /// A symbolic tensor of `shape` produced by `layer` from `input` (both null for an Input).
   static Tensor symbolic(Shape shape, std::shared_ptr<Layer> layer = nullptr,
                          std::shared_ptr<const Tensor> input = nullptr);
+  /// A symbolic tensor produced by a layer of several inputs (Add, Concatenate, a model).
+  static Tensor symbolic(Shape shape, std::shared_ptr<Layer> layer,
+                         std::vector<std::shared_ptr<const Tensor>> inputs);
 
   bool is_symbolic() const { return value_ == nullptr; }
   const Shape& shape() const { return shape_; }
   /// The Array of a concrete tensor; FailedPreconditionError for a symbolic one.
   const Array& value() const;
   const std::shared_ptr<Layer>& producer() const { return producer_; }
-  const std::shared_ptr<const Tensor>& input() const { return input_; }
+  /// The first input of the producing call (null for an Input or a concrete tensor).
+  std::shared_ptr<const Tensor> input() const { return inputs_.empty() ? nullptr : inputs_[0]; }
+  /// Every input of the producing call, in order.
+  const std::vector<std::shared_ptr<const Tensor>>& inputs() const { return inputs_; }
+  /// The identity of a symbolic tensor, shared by its copies (a node of the functional graph);
+  /// null for a concrete tensor.
+  const void* node() const { return node_.get(); }
 
  private:
   Tensor() = default;
   Shape shape_;
   std::shared_ptr<const Array> value_;
   std::shared_ptr<Layer> producer_;
-  std::shared_ptr<const Tensor> input_;
+  std::vector<std::shared_ptr<const Tensor>> inputs_;
+  std::shared_ptr<const char> node_;
 };
 
 /// keras.Input(shape, batch_size): a symbolic tensor of shape (batch_size, *shape).
@@ -75,6 +85,10 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Builds on the first call (from the input's shape), then runs the layer: a symbolic input
   /// gives a symbolic output; a concrete one the forward pass.
   virtual Tensor operator()(const Tensor& x);
+  /// Calls the layer on a list of inputs (keras layer([a, b])): merge layers (Add, Concatenate,
+  /// …) and functional models of several inputs take more than one; any other layer exactly
+  /// one (ValueError naming the layer and the count otherwise).
+  virtual Tensor apply(const std::vector<Tensor>& inputs);
 
   /// (attribute name, variable) of the weights this layer created itself, in creation order.
   const std::vector<std::pair<std::string, VariablePtr>>& own_weights() const { return weights_; }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
@@ -114,29 +116,170 @@ Tensor Model::call(const Tensor& x) {
   return t;
 }
 
+namespace {
+
+/// keras Functional: the layer graph between the inputs and the output, replayed in order.
+class FunctionalModel : public Model {
+ public:
+  FunctionalModel(std::string name, const std::vector<Tensor>& inputs, const Tensor& outputs)
+      : Model(std::move(name), "functional") {
+    kind_ = Kind::kFunctional;
+    std::map<const void*, size_t> index;
+    for (const Tensor& in : inputs) {
+      if (!in.is_symbolic()) {
+        throw ValueError("the inputs of a functional model must be symbolic tensors (Input(…) or "
+                         "a layer's output on one), got a concrete tensor of shape " +
+                         shape_to_string(in.shape()));
+      }
+      index.emplace(in.node(), nodes_.size());
+      input_nodes_.push_back(nodes_.size());
+      nodes_.push_back({std::make_shared<InputLayer>(), {}, true});
+    }
+    Walk walk;
+    walk.reached.assign(nodes_.size(), false);
+    output_node_ = visit(outputs, index, inputs, walk);
+    for (size_t i : input_nodes_) {
+      if (!walk.reached[i]) reach(i, walk);  // an input the output does not use
+    }
+    order_layers(walk);
+    output_shape_ = outputs.shape();
+    last_use_.assign(nodes_.size(), 0);
+    for (size_t k = 0; k < nodes_.size(); ++k) {
+      for (size_t i : nodes_[k].inputs) last_use_[i] = k;
+    }
+  }
+
+  using Model::materialize_variables;
+
+  Tensor call(const Tensor& x) override { return run({x}); }
+
+  Tensor apply(const std::vector<Tensor>& xs) override {
+    if (xs.size() == 1) return (*this)(xs[0]);
+    check_input_count(xs.size());
+    NameScope scope = open_name_scope();
+    if (std::any_of(xs.begin(), xs.end(), [](const Tensor& t) { return t.is_symbolic(); })) {
+      std::vector<std::shared_ptr<const Tensor>> ins;
+      for (const Tensor& t : xs) ins.push_back(std::make_shared<const Tensor>(t));
+      return Tensor::symbolic(compute_output_shape(xs[0].shape()), weak_from_this().lock(),
+                              std::move(ins));
+    }
+    return run(xs);
+  }
+
+ private:
+  struct Node {
+    std::shared_ptr<Layer> layer;  // an InputLayer for a graph input
+    std::vector<size_t> inputs;
+    bool is_input = false;
+  };
+
+  struct Walk {  // the walk from the output (keras.src.ops.function._build_map)
+    std::vector<bool> reached;
+    std::vector<size_t> post_order;                  // nodes, each after its inputs
+    std::map<const Layer*, size_t> first_reached;    // layers in the order first met
+  };
+
+  void reach(size_t node, Walk& walk) {
+    walk.reached[node] = true;
+    walk.first_reached.emplace(nodes_[node].layer.get(), walk.first_reached.size());
+    walk.post_order.push_back(node);
+  }
+
+  size_t visit(const Tensor& t, std::map<const void*, size_t>& index,
+               const std::vector<Tensor>& inputs, Walk& walk) {
+    if (!t.is_symbolic()) {
+      throw ValueError("the outputs of a functional model must be computed from its symbolic "
+                       "inputs, got a concrete tensor of shape " + shape_to_string(t.shape()));
+    }
+    if (auto it = index.find(t.node()); it != index.end()) {
+      if (!walk.reached[it->second]) reach(it->second, walk);  // a model input
+      return it->second;
+    }
+    if (!t.producer()) {
+      std::string shapes;
+      for (const Tensor& in : inputs) shapes += (shapes.empty() ? "" : ", ") + shape_to_string(in.shape());
+      throw ValueError(fmt::format("the outputs are not computed from the inputs of shape {}: "
+                                   "they depend on another input, of shape {}",
+                                   shapes, shape_to_string(t.shape())));
+    }
+    walk.first_reached.emplace(t.producer().get(), walk.first_reached.size());
+    Node node{t.producer(), {}, false};
+    for (const auto& in : t.inputs()) node.inputs.push_back(visit(*in, index, inputs, walk));
+    index.emplace(t.node(), nodes_.size());
+    nodes_.push_back(std::move(node));
+    walk.reached.push_back(true);
+    walk.post_order.push_back(nodes_.size() - 1);
+    return nodes_.size() - 1;
+  }
+
+  /// layers_ as Keras' Functional.layers: by depth from the output (a shared layer at its
+  /// deepest use), the deepest first; ties in the order the walk first met them.
+  void order_layers(const Walk& walk) {
+    std::vector<size_t> node_depth(nodes_.size(), 0);
+    std::map<const Layer*, size_t> layer_depth;
+    for (auto it = walk.post_order.rbegin(); it != walk.post_order.rend(); ++it) {
+      const Node& node = nodes_[*it];
+      size_t& known = layer_depth[node.layer.get()];
+      const size_t depth = std::max(node_depth[*it], known);
+      known = depth;
+      node_depth[*it] = depth;
+      for (size_t parent : node.inputs) node_depth[parent] = std::max(node_depth[parent], depth + 1);
+    }
+    std::vector<std::shared_ptr<Layer>> layers;
+    for (size_t k : walk.post_order) {
+      if (std::find(layers.begin(), layers.end(), nodes_[k].layer) == layers.end()) {
+        layers.push_back(nodes_[k].layer);
+      }
+    }
+    std::stable_sort(layers.begin(), layers.end(), [&](const auto& a, const auto& b) {
+      const size_t da = layer_depth.at(a.get()), db = layer_depth.at(b.get());
+      if (da != db) return da > db;
+      return walk.first_reached.at(a.get()) < walk.first_reached.at(b.get());
+    });
+    layers_ = std::move(layers);
+  }
+
+  void check_input_count(size_t n) const {
+    if (n != input_nodes_.size()) {
+      throw ValueError(fmt::format("model {} takes {} input{}, got {}", quote(name()),
+                                   input_nodes_.size(), input_nodes_.size() == 1 ? "" : "s", n));
+    }
+  }
+
+  Tensor run(const std::vector<Tensor>& xs) {
+    check_input_count(xs.size());
+    std::vector<std::optional<Tensor>> values(nodes_.size());
+    for (size_t i = 0; i < xs.size(); ++i) values[input_nodes_[i]] = xs[i];
+    for (size_t k = 0; k < nodes_.size(); ++k) {
+      const Node& node = nodes_[k];
+      if (node.is_input) continue;
+      std::vector<Tensor> in;
+      for (size_t i : node.inputs) in.push_back(*values[i]);
+      values[k] = node.layer->apply(in);
+      // Free what no later node reads (activations of a long graph).
+      for (size_t i : node.inputs) {
+        if (last_use_[i] == k && i != output_node_) values[i].reset();
+      }
+    }
+    return *values[output_node_];
+  }
+
+  std::vector<Node> nodes_;  // in an order where every node follows its inputs
+  std::vector<size_t> input_nodes_;
+  size_t output_node_ = 0;
+  std::vector<size_t> last_use_;  // the last node reading each node's value
+};
+
+}  // namespace
+
 std::shared_ptr<Model> Model::functional(const Tensor& inputs, const Tensor& outputs,
                                          std::string name) {
-  // Walk back from the outputs to the inputs: each symbolic tensor knows its producer.
-  std::vector<std::shared_ptr<Layer>> chain;
-  const Tensor* t = &outputs;
-  while (t->producer()) {
-    chain.push_back(t->producer());
-    t = t->input().get();
-  }
-  if (t->shape() != inputs.shape()) {
-    throw ValueError(fmt::format("the outputs of shape {} are not computed from the inputs of "
-                                 "shape {}",
-                                 shape_to_string(outputs.shape()), shape_to_string(inputs.shape())));
-  }
-  std::reverse(chain.begin(), chain.end());
-  struct FunctionalModel : Model {
-    explicit FunctionalModel(std::string n) : Model(std::move(n), "functional") {}
-  };
-  auto model = std::make_shared<FunctionalModel>(std::move(name));
-  model->kind_ = Kind::kFunctional;
-  model->layers_.push_back(std::make_shared<InputLayer>());
-  for (auto& l : chain) model->layers_.push_back(l);
-  model->output_shape_ = outputs.shape();
+  return functional(std::vector<Tensor>{inputs}, outputs, std::move(name));
+}
+
+std::shared_ptr<Model> Model::functional(const std::vector<Tensor>& inputs, const Tensor& outputs,
+                                         std::string name) {
+  auto model = std::make_shared<FunctionalModel>(std::move(name), inputs, outputs);
   model->materialize_variables();
   return model;
 }

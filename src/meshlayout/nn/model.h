@@ -44,6 +44,12 @@ class Model : public Layer {
   /// input layer). Materialises every variable with the recorded map's layouts.
   static std::shared_ptr<Model> functional(const Tensor& inputs, const Tensor& outputs,
                                            std::string name = "");
+  /// keras.Model([a, b], outputs): a graph of several inputs (joined by merge layers such as
+  /// Add or Concatenate); call it with model->apply({x, y}). layers() starts with one input
+  /// layer per input, then every layer once, each after the layers its inputs come from.
+  /// ValueError if the outputs depend on a tensor that is not one of `inputs`.
+  static std::shared_ptr<Model> functional(const std::vector<Tensor>& inputs,
+                                           const Tensor& outputs, std::string name = "");
 
   /// Functional/sequential: the layers in order; subclassed: the tracked layers.
   const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/batch_normalization.h"
 #include "meshlayout/nn/embedding.h"
 #include "meshlayout/nn/layer_normalization.h"
+#include "meshlayout/nn/merge_test_util.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/nn/reshape.h"
 
 namespace meshlayout {
 namespace {
@@ -90,6 +93,58 @@ TEST(ModelMpiTest, VocabParallelEmbeddingLayerNormDenseMatchOneDevice) {
   for (int64_t i = 0; i < y.num_elements(); ++i) {
     EXPECT_NEAR(y.data_as<float>()[i], want.data_as<float>()[i],
                 1e-5 * std::max(1.0f, std::abs(want.data_as<float>()[i])));
+  }
+}
+
+// Residual and two-input graphs (Add, Multiply, Concatenate) with Megatron rules, each input
+// layout, against the float64 reference on every rank.
+TEST(ModelMpiTest, MergeGraphsMatchTheFloat64Reference) {
+  auto rt = default_runtime();
+  DeviceMesh mesh({2, rt->global_device_count() / 2}, {"data", "model"});
+  for (const std::string layout : {"None,None", "data,None", "(data,model),None", "data,model"}) {
+    EXPECT_NO_THROW(testing::run_merge_cases(rt, mesh, layout, 43)) << layout;
+  }
+}
+
+// Flatten → BatchNormalization (inference) → Reshape with sharded statistics and inputs gives
+// the replicated result.
+TEST(ModelMpiTest, FlattenBatchNormalizationReshapeMatchReplicated) {
+  auto rt = default_runtime();
+  DeviceMesh mesh({2, rt->global_device_count() / 2}, {"data", "model"});
+  HostTensor x = HostTensor::random(DType::kF32, {8, 3, 4}, 11);
+  HostTensor g = HostTensor::random(DType::kF32, {12}, 12), b = HostTensor::random(DType::kF32, {12}, 13);
+  HostTensor m = HostTensor::random(DType::kF32, {12}, 14), v = HostTensor::random(DType::kF32, {12}, 15);
+  for (int64_t i = 0; i < 12; ++i) v.data_as<float>()[i] = std::abs(v.data_as<float>()[i]) + 0.5f;
+  auto run = [&](const LayoutMap& rules, const TensorLayout& input_layout) {
+    clear_session();
+    std::shared_ptr<Model> model;
+    std::shared_ptr<BatchNormalization> bn;
+    {
+      LayoutMapScope scope = rules.scope();
+      Tensor in = Input({3, 4}, 8);
+      bn = std::make_shared<BatchNormalization>();
+      Tensor flat = (*std::make_shared<Flatten>())(in);
+      model = Model::functional(in, (*std::make_shared<Reshape>(Shape{2, 6}))((*bn)(flat)));
+    }
+    bn->gamma()->assign(g);
+    bn->beta()->assign(b);
+    bn->moving_mean()->assign(m);
+    bn->moving_variance()->assign(v);
+    return (*model)(distribute_tensor(x, input_layout)).value().gather();
+  };
+  LayoutMap sharded(mesh), replicated(mesh);
+  sharded["batch_normalization.*"] = {"model"};
+  const HostTensor want = run(replicated, TensorLayout({None, None, None}, mesh));
+  for (const TensorLayout& layout : {TensorLayout({"data", None, None}, mesh),
+                                     TensorLayout({"data", "model", None}, mesh),
+                                     TensorLayout({None, None, "model"}, mesh)}) {
+    const HostTensor got = run(sharded, layout);
+    ASSERT_EQ(got.shape(), (Shape{8, 2, 6}));
+    for (int64_t i = 0; i < got.num_elements(); ++i) {
+      EXPECT_NEAR(got.data_as<float>()[i], want.data_as<float>()[i],
+                  1e-6 * std::max(1.0f, std::abs(want.data_as<float>()[i])))
+          << layout.to_string();
+    }
   }
 }
 
