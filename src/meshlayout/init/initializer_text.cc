@@ -32,12 +32,12 @@ namespace {
 using internal_init::repr_float;
 
 // Keras class names, in InitializerKind order (keras.initializers.get accepts both forms).
-constexpr std::array<std::string_view, 13> kClassNames = {
+constexpr std::array<std::string_view, 14> kClassNames = {
     "Zeros",           "Ones",          "Constant",
     "RandomUniform",   "RandomNormal",  "TruncatedNormal",
     "VarianceScaling", "GlorotUniform", "GlorotNormal",
     "HeUniform",       "HeNormal",      "LecunUniform",
-    "LecunNormal"};
+    "LecunNormal",     "Orthogonal"};
 
 // Keras aliases (keras/src/initializers/__init__.py).
 constexpr std::array<std::pair<std::string_view, InitializerKind>, 4> kAliases = {{
@@ -79,6 +79,8 @@ Initializer default_of(InitializerKind kind) {
       return Initializer::lecun_uniform();
     case InitializerKind::kLecunNormal:
       return Initializer::lecun_normal();
+    case InitializerKind::kOrthogonal:
+      return Initializer::orthogonal();
   }
   throw InternalError("unhandled InitializerKind");
 }
@@ -98,6 +100,8 @@ std::vector<std::string> arguments_of(InitializerKind kind) {
       return {"mean", "stddev", "seed"};
     case InitializerKind::kVarianceScaling:
       return {"scale", "mode", "distribution", "seed"};
+    case InitializerKind::kOrthogonal:
+      return {"gain", "seed"};
     default:
       return {"seed"};
   }
@@ -285,6 +289,8 @@ Initializer Initializer::from_string(std::string_view text) {
                                .distribution = distribution,
                                .seed = args.seed()});
     }
+    case InitializerKind::kOrthogonal:
+      return orthogonal(args.number("gain", base.gain()), args.seed());
     default:
       return base.with_seed(args.seed());
   }
@@ -312,6 +318,9 @@ std::string Initializer::to_string() const {
       parts.push_back("scale=" + repr_float(scale_));
       parts.push_back("mode=" + quote(fan_mode_name(mode_)));
       parts.push_back("distribution=" + quote(variance_distribution_name(distribution_)));
+      break;
+    case InitializerKind::kOrthogonal:
+      parts.push_back("gain=" + repr_float(gain_));
       break;
     default:
       break;  // the named variance scalings have fixed parameters

@@ -1,4 +1,5 @@
 #include "meshlayout/init/initializers.h"
+#include "meshlayout/init/orthogonal.h"
 
 #include <fmt/format.h>
 
@@ -65,7 +66,8 @@ const std::vector<std::string>& Initializer::names() {
                                                   "he_uniform",
                                                   "he_normal",
                                                   "lecun_uniform",
-                                                  "lecun_normal"};
+                                                  "lecun_normal",
+                                                  "orthogonal"};
   return kNames;
 }
 
@@ -163,6 +165,14 @@ Initializer Initializer::lecun_normal(std::optional<uint64_t> seed) {
                                 VarianceDistribution::kTruncatedNormal, seed);
 }
 
+Initializer Initializer::orthogonal(double gain, std::optional<uint64_t> seed) {
+  check_finite(gain, "gain", "orthogonal");
+  Initializer init(InitializerKind::kOrthogonal);
+  init.gain_ = gain;
+  init.seed_ = seed;
+  return init;
+}
+
 // ---- Accessors ----
 
 std::string_view Initializer::name() const { return names()[static_cast<size_t>(kind_)]; }
@@ -172,7 +182,9 @@ bool Initializer::is_random() const {
          kind_ != InitializerKind::kConstant;
 }
 
-bool Initializer::is_variance_scaling() const { return kind_ >= InitializerKind::kVarianceScaling; }
+bool Initializer::is_variance_scaling() const {
+  return kind_ >= InitializerKind::kVarianceScaling && kind_ <= InitializerKind::kLecunNormal;
+}
 
 Initializer Initializer::with_seed(std::optional<uint64_t> seed) const {
   Initializer copy = *this;
@@ -360,6 +372,10 @@ void fill_box(const Initializer& init, const Shape& global_shape, const Box& box
         "initializer {} cannot fill dtype {}: random initializers need a floating dtype (F32, "
         "F64, BF16 or F16)",
         quote(init.to_string()), dtype_name(dtype)));
+  }
+  if (init.kind() == InitializerKind::kOrthogonal) {
+    internal_init::fill_orthogonal_box(init, global_shape, box, dtype, out, variable_key);
+    return;
   }
   if (box.empty()) return;
   internal_init::SamplerSpec spec = sampler_for(init, global_shape);

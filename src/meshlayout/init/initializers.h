@@ -52,6 +52,7 @@ enum class InitializerKind {
   kHeNormal,       // variance_scaling(2, fan_in, truncated_normal)
   kLecunUniform,   // variance_scaling(1, fan_in, uniform)
   kLecunNormal,    // variance_scaling(1, fan_in, truncated_normal)
+  kOrthogonal,     // gain * Q of the QR of a normal matrix (see orthogonal())
 };
 
 /// Which fan variance_scaling divides by (Keras `mode`: 'fan_in', 'fan_out', 'fan_avg').
@@ -120,6 +121,13 @@ class Initializer {
   static Initializer he_normal(std::optional<uint64_t> seed = std::nullopt);
   static Initializer lecun_uniform(std::optional<uint64_t> seed = std::nullopt);
   static Initializer lecun_normal(std::optional<uint64_t> seed = std::nullopt);
+  /// Keras Orthogonal(gain=1): for shape (..., n) seen as a (rows = product of the rest, n)
+  /// matrix, gain * Q of the QR decomposition of a normal matrix of shape (max, min), signs
+  /// fixed so R's diagonal is positive, transposed when rows < n: orthonormal rows or columns.
+  /// Unlike the others it is not element-wise: filling any box computes the whole matrix
+  /// (O(rows·n·min(rows, n)) work, cached per process), then copies the box. ValueError for a
+  /// shape of rank < 2 (Keras' message) and when filling, for a gain that is not finite.
+  static Initializer orthogonal(double gain = 1.0, std::optional<uint64_t> seed = std::nullopt);
 
   /// By name with default parameters, as keras.initializers.get(): a snake_case name from
   /// names(), a Keras class name ("GlorotUniform") or a Keras alias ("uniform", "normal",
@@ -146,6 +154,7 @@ class Initializer {
   double mean() const { return mean_; }
   double stddev() const { return stddev_; }
   double scale() const { return scale_; }
+  double gain() const { return gain_; }
   FanMode mode() const { return mode_; }
   VarianceDistribution distribution() const { return distribution_; }
   std::optional<uint64_t> seed() const { return seed_; }
@@ -170,6 +179,7 @@ class Initializer {
   double minval_ = -0.05, maxval_ = 0.05;
   double mean_ = 0.0, stddev_ = 0.05;
   double scale_ = 1.0;
+  double gain_ = 1.0;
   FanMode mode_ = FanMode::kFanIn;
   VarianceDistribution distribution_ = VarianceDistribution::kTruncatedNormal;
   std::optional<uint64_t> seed_;

@@ -35,14 +35,15 @@ TEST(InitializerTest, NamesFollowKindOrder) {
                                          "he_uniform",
                                          "he_normal",
                                          "lecun_uniform",
-                                         "lecun_normal"};
+                                         "lecun_normal",
+                                         "orthogonal"};
   EXPECT_EQ(Initializer::names(), want);
   for (size_t i = 0; i < want.size(); ++i) {
     const Initializer init = Initializer::from_name(want[i]);
     EXPECT_EQ(init.kind(), static_cast<InitializerKind>(i));
     EXPECT_EQ(init.name(), want[i]);
     EXPECT_EQ(init.is_random(), i >= 3) << want[i];
-    EXPECT_EQ(init.is_variance_scaling(), i >= 6) << want[i];
+    EXPECT_EQ(init.is_variance_scaling(), i >= 6 && i <= 12) << want[i];
   }
 }
 
@@ -100,7 +101,7 @@ TEST(InitializerTest, UnknownNameListsTheValidOnes) {
             "unknown initializer 'glorot_unifrom'; expected one of ['zeros', 'ones', "
             "'constant', 'random_uniform', 'random_normal', 'truncated_normal', "
             "'variance_scaling', 'glorot_uniform', 'glorot_normal', 'he_uniform', "
-            "'he_normal', 'lecun_uniform', 'lecun_normal'] (Keras class names such as "
+            "'he_normal', 'lecun_uniform', 'lecun_normal', 'orthogonal'] (Keras class names such as "
             "'GlorotUniform' work too)");
   // from_name takes names only; from_string takes arguments.
   EXPECT_NE(value_error([] { Initializer::from_name("zeros()"); }), "");
