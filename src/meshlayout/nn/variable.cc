@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
@@ -20,7 +22,52 @@ Variable::Variable(VariableSpec spec) : spec_(std::move(spec)) {
                                    quote(spec_.name), shape_to_string(spec_.shape)));
     }
   }
+  if (!spec_.segments.empty()) {
+    int64_t total = 0;
+    bool negative = false;
+    for (const InitializerSegment& s : spec_.segments) {
+      negative |= s.length < 0;
+      total += s.length;
+    }
+    if (negative || spec_.shape.empty() || total != spec_.shape.back()) {
+      throw ValueError(fmt::format("variable {} of shape {}: its initializer segments add up to "
+                                   "{}, not to the last extent",
+                                   quote(spec_.name), shape_to_string(spec_.shape), total));
+    }
+  }
 }
+
+namespace {
+
+// Fills `box` of a tensor of `shape` whose last axis is cut into `segments`, each filled as a
+// tensor of its own (shape with that run as the last extent).
+void fill_segmented_box(const std::vector<InitializerSegment>& segments, const Shape& shape,
+                        const Box& box, DType dtype, std::byte* out, uint64_t key) {
+  const size_t last = shape.size() - 1, elem = dtype_size(dtype);
+  const int64_t width = box.shape[last], rows = width == 0 ? 0 : box.num_elements() / width;
+  int64_t start = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const int64_t lo = std::max(start, box.offset[last]);
+    const int64_t hi = std::min(start + segments[i].length, box.offset[last] + width);
+    if (lo < hi && rows > 0) {
+      Shape seg_shape = shape;
+      seg_shape[last] = segments[i].length;
+      Box sub = box;
+      sub.offset[last] = lo - start;
+      sub.shape[last] = hi - lo;
+      std::vector<std::byte> part(static_cast<size_t>(sub.num_elements()) * elem);
+      fill_box(segments[i].initializer, seg_shape, sub, dtype, part.data(), key + i);
+      const size_t run = static_cast<size_t>(hi - lo) * elem;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(out + (static_cast<size_t>(r * width + (lo - box.offset[last]))) * elem,
+                    part.data() + static_cast<size_t>(r) * run, run);
+      }
+    }
+    start += segments[i].length;
+  }
+}
+
+}  // namespace
 
 void Variable::set_paths(std::string object_path, std::string path) {
   object_path_ = std::move(object_path);
@@ -73,7 +120,11 @@ void Variable::materialize(const TensorLayout& layout, std::shared_ptr<Runtime> 
   }
   a.runtime().pool().parallel_for(leaders.size(), [&](size_t k) {
     Array::Shard& s = shards[leaders[k]];
-    fill_box(spec_.initializer, spec_.shape, s.box, spec_.dtype, s.buffer.data(), key);
+    if (spec_.segments.empty()) {
+      fill_box(spec_.initializer, spec_.shape, s.box, spec_.dtype, s.buffer.data(), key);
+    } else {
+      fill_segmented_box(spec_.segments, spec_.shape, s.box, spec_.dtype, s.buffer.data(), key);
+    }
   });
   a.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
     if (first[i] != i && shards[i].buffer.size() > 0) {

@@ -17,12 +17,19 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/init/initializers.h"
 #include "meshlayout/nn/regularizer.h"
 
 namespace meshlayout {
+
+/// A run of the last axis filled by its own initializer (see VariableSpec::segments).
+struct InitializerSegment {
+  int64_t length;
+  Initializer initializer;
+};
 
 struct VariableSpec {
   std::string name;  // the attribute name inside its layer, e.g. "kernel"
@@ -36,6 +43,10 @@ struct VariableSpec {
   std::optional<TensorLayout> layout;
   /// RNG state (a SeedGenerator's): Keras 2 maps it with the object path "" (layout_key()).
   bool rng_state = false;
+  /// When not empty, the last axis is cut into these runs (their lengths must add up to it),
+  /// each filled as a tensor of its own by its initializer, and `initializer` is unused: the
+  /// Keras LSTM bias with unit_forget_bias is [zeros(u), ones(u), zeros(2u)].
+  std::vector<InitializerSegment> segments;
 };
 
 class Variable {

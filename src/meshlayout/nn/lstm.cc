@@ -1,0 +1,169 @@
+// lstm.cc — see lstm.h.
+#include "meshlayout/nn/lstm.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/ops/blas.h"
+
+namespace meshlayout {
+namespace {
+
+template <typename T>
+T sigmoid(T v) {
+  return T(1) / (T(1) + std::exp(-v));
+}
+
+/// One device's rows: x (rows, steps, features) → out (rows, steps, u) or (rows, u).
+template <typename T>
+void run_rows(const T* x, int64_t rows, int64_t steps, int64_t features, const T* kernel,
+              const T* recurrent, const T* bias, int64_t u, bool sequences, T* out) {
+  const int64_t g = 4 * u;
+  std::vector<T> xz(static_cast<size_t>(rows * steps * g));
+  internal_ops::gemm<T>(rows * steps, g, features, x, features, kernel, g, xz.data(), g);
+  std::vector<T> h(static_cast<size_t>(rows * u), T(0)), c(h.size(), T(0));
+  std::vector<T> hz(static_cast<size_t>(rows * g));
+  for (int64_t t = 0; t < steps; ++t) {
+    internal_ops::gemm<T>(rows, g, u, h.data(), u, recurrent, g, hz.data(), g);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* zx = &xz[static_cast<size_t>((r * steps + t) * g)];
+      const T* zh = &hz[static_cast<size_t>(r * g)];
+      for (int64_t j = 0; j < u; ++j) {
+        auto z = [&](int64_t gate) {
+          const int64_t k = gate * u + j;
+          return zx[k] + zh[k] + (bias ? bias[k] : T(0));
+        };
+        const T i = sigmoid(z(0)), f = sigmoid(z(1)), cand = std::tanh(z(2)), o = sigmoid(z(3));
+        T& cell = c[static_cast<size_t>(r * u + j)];
+        cell = f * cell + i * cand;
+        h[static_cast<size_t>(r * u + j)] = o * std::tanh(cell);
+      }
+      if (sequences) {
+        std::memcpy(out + (r * steps + t) * u, &h[static_cast<size_t>(r * u)], sizeof(T) * static_cast<size_t>(u));
+      }
+    }
+  }
+  if (!sequences) std::memcpy(out, h.data(), sizeof(T) * h.size());
+}
+
+}  // namespace
+
+LSTMCell::LSTMCell(int64_t units, LSTMOptions options)
+    : Layer("lstm_cell", "lstm_cell"), units_(units), options_(std::move(options)) {}
+
+Shape LSTMCell::compute_output_shape(const Shape& input_shape) const {
+  return {input_shape.empty() ? 1 : input_shape[0], units_};
+}
+
+void LSTMCell::build(const Shape& input_shape) {
+  const int64_t u = units_;
+  kernel_ = add_weight({.name = "kernel",
+                        .shape = {input_shape.back(), 4 * u},
+                        .initializer = options_.kernel_initializer});
+  recurrent_kernel_ = add_weight({.name = "recurrent_kernel",
+                                  .shape = {u, 4 * u},
+                                  .initializer = options_.recurrent_initializer});
+  if (options_.use_bias) {
+    VariableSpec spec{.name = "bias", .shape = {4 * u}, .initializer = options_.bias_initializer};
+    if (options_.unit_forget_bias) {
+      spec.segments = {{u, options_.bias_initializer},
+                       {u, Initializer::ones()},
+                       {2 * u, options_.bias_initializer}};
+    }
+    bias_ = add_weight(std::move(spec));
+  }
+}
+
+Array LSTMCell::call(const Array&) {
+  throw ValueError(fmt::format("LSTMCell {} runs inside an LSTM layer; call the LSTM",
+                               quote(name())));
+}
+
+LSTM::LSTM(int64_t units, LSTMOptions options)
+    : Layer("lstm", options.name), options_(std::move(options)) {
+  if (units <= 0) {
+    throw ValueError(fmt::format("Received an invalid value for argument `units`, expected a "
+                                 "positive integer, got {}.",
+                                 units));
+  }
+  cell_ = track("cell", std::make_shared<LSTMCell>(units, options_));
+}
+
+Shape LSTM::compute_output_shape(const Shape& input_shape) const {
+  if (options_.return_sequences) return {input_shape[0], input_shape[1], cell_->units()};
+  return {input_shape[0], cell_->units()};
+}
+
+void LSTM::build(const Shape& input_shape) {
+  if (input_shape.size() != 3) {
+    throw ValueError(fmt::format("Input 0 of layer {} is incompatible with the layer: expected "
+                                 "ndim=3, found ndim={}. Full shape received: {}",
+                                 quote(name()), input_shape.size(), shape_to_string(input_shape)));
+  }
+  cell_->maybe_build({input_shape[0], input_shape[2]});
+}
+
+Array LSTM::call(const Array& x) {
+  const Array& kernel = cell_->kernel()->value();
+  if (x.shape().size() != 3 || x.shape()[2] != kernel.shape()[0] ||
+      (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) || x.dtype() != kernel.dtype()) {
+    throw ValueError(fmt::format("LSTM {} was built for {} inputs (batch, time, {}), got {} {}",
+                                 quote(name()), dtype_name(kernel.dtype()), kernel.shape()[0],
+                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
+  }
+  const DeviceMesh& mesh = kernel.mesh();
+  std::vector<DimSharding> data_axes(3);
+  if (x.mesh() == mesh) data_axes[0] = x.layout().axes()[0];
+  const Array xs = distribute_tensor(x, TensorLayout(data_axes, mesh));
+  const Array k = distribute_tensor(kernel, TensorLayout::replicated(2, mesh));
+  const Array r = distribute_tensor(cell_->recurrent_kernel()->value(), TensorLayout::replicated(2, mesh));
+  std::optional<Array> b;
+  if (cell_->bias()) b.emplace(distribute_tensor(cell_->bias()->value(), TensorLayout::replicated(1, mesh)));
+  const bool seq = options_.return_sequences;
+  const int64_t steps = x.shape()[1], features = x.shape()[2], u = cell_->units();
+  std::vector<DimSharding> out_axes(seq ? 3 : 2);
+  out_axes[0] = data_axes[0];
+  Array out = allocate_agreed(TensorLayout(out_axes, mesh), compute_output_shape(x.shape()),
+                              x.dtype(), xs.runtime_ptr());
+  internal_ops::use_single_threaded_blas();
+  std::vector<Array::Shard>& shards = out.local_shards();
+  // Replicas of one batch box compute it once; the others copy it.
+  std::vector<size_t> leaders, first(shards.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    first[i] = i;
+    for (size_t l : leaders) {
+      if (shards[l].box == shards[i].box) first[i] = l;
+    }
+    if (first[i] == i) leaders.push_back(i);
+  }
+  out.runtime().pool().parallel_for(leaders.size(), [&](size_t n) {
+    Array::Shard& o = shards[leaders[n]];
+    const int64_t rows = o.box.shape[0];
+    if (rows == 0 || u == 0) return;
+    const auto ptr = [&](const Array& a) { return a.shard_at(o.position)->buffer.data(); };
+    if (x.dtype() == DType::kF32) {
+      run_rows<float>(reinterpret_cast<const float*>(ptr(xs)), rows, steps, features,
+                      reinterpret_cast<const float*>(ptr(k)), reinterpret_cast<const float*>(ptr(r)),
+                      b ? reinterpret_cast<const float*>(ptr(*b)) : nullptr, u, seq,
+                      reinterpret_cast<float*>(o.buffer.data()));
+    } else {
+      run_rows<double>(reinterpret_cast<const double*>(ptr(xs)), rows, steps, features,
+                       reinterpret_cast<const double*>(ptr(k)), reinterpret_cast<const double*>(ptr(r)),
+                       b ? reinterpret_cast<const double*>(ptr(*b)) : nullptr, u, seq,
+                       reinterpret_cast<double*>(o.buffer.data()));
+    }
+  });
+  out.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
+    if (first[i] != i && shards[i].buffer.size() > 0) {
+      std::memcpy(shards[i].buffer.data(), shards[first[i]].buffer.data(), shards[i].buffer.size());
+    }
+  });
+  return out;
+}
+
+}  // namespace meshlayout
