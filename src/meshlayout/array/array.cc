@@ -94,6 +94,27 @@ Array Array::allocate(const TensorLayout& layout, Shape shape, DType dtype,
   return a;
 }
 
+Array Array::from_shards(ShardGeometry geometry, DType dtype, std::shared_ptr<Runtime> runtime,
+                         std::vector<Shard> shards) {
+  Array a(std::move(geometry), dtype, runtime_or_default(std::move(runtime)));
+  a.shard_index_.assign(static_cast<size_t>(a.mesh().size()), -1);
+  for (Shard& s : shards) {
+    if (s.position < 0 || s.position >= a.mesh().size() || !(a.geometry_.box(s.position) == s.box) ||
+        s.buffer.size() != static_cast<size_t>(num_bytes(s.box.shape, dtype))) {
+      throw ValueError(fmt::format("Array::from_shards: the shard at mesh position {} holds {}, "
+                                   "but {} of {} gives it {}",
+                                   s.position, s.box.to_string(), a.layout().to_string(),
+                                   shape_to_string(a.shape()),
+                                   s.position >= 0 && s.position < a.mesh().size()
+                                       ? a.geometry_.box(s.position).to_string()
+                                       : std::string("no box (not a mesh position)")));
+    }
+    a.shard_index_[static_cast<size_t>(s.position)] = static_cast<int64_t>(a.shards_.size());
+    a.shards_.push_back(std::move(s));
+  }
+  return a;
+}
+
 const Array::Shard* Array::shard_at(int64_t position) const {
   int64_t i = shard_index_[static_cast<size_t>(position)];
   return i < 0 ? nullptr : &shards_[static_cast<size_t>(i)];

@@ -42,6 +42,12 @@ class Array {
                         std::shared_ptr<Runtime> runtime = nullptr,
                         const GeometryOptions& options = {});
 
+  /// An array of `geometry` made of the given local shards (one per local device of the mesh,
+  /// each holding its box): array_view.h's reshapes. ValueError if a shard's box is not the
+  /// geometry's box at its position.
+  static Array from_shards(ShardGeometry geometry, DType dtype, std::shared_ptr<Runtime> runtime,
+                           std::vector<Shard> shards);
+
   /// Move-only: shards own device memory. Copy with distribute_tensor(a, a.layout()).
   Array(Array&&) = default;
   Array& operator=(Array&&) = default;

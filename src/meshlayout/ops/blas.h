@@ -28,4 +28,9 @@ template <typename T>
 void gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
           int64_t ldc);
 
+/// Row-major C (m × n, ldc) = A (m × k, lda) · Bᵀ, B stored n × k (ldb): attention's q · kᵀ.
+template <typename T>
+void gemm_nt(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+             T* c, int64_t ldc);
+
 }  // namespace meshlayout::internal_ops

@@ -84,6 +84,14 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(MemoryAccount& account, size_t bytes);
+  /// A buffer that borrows `size` bytes at `data` owned by another DeviceBuffer: never freed
+  /// nor charged (array_view.h's views of shards). The owner must outlive it.
+  static DeviceBuffer borrowed(std::byte* data, size_t size) {
+    DeviceBuffer b;
+    b.data_ = data;
+    b.size_ = size;
+    return b;
+  }
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
   DeviceBuffer(const DeviceBuffer&) = delete;

@@ -1,0 +1,224 @@
+#include "meshlayout/ops/attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/ops/blas.h"
+
+namespace meshlayout {
+namespace {
+
+using internal_ops::gemm;
+using internal_ops::gemm_nt;
+
+const float* f32(const Array::Shard& s) { return reinterpret_cast<const float*>(s.buffer.data()); }
+float* f32(Array::Shard& s) { return reinterpret_cast<float*>(s.buffer.data()); }
+
+// `a` itself when it already has `layout`, else a resharded copy kept in `storage`.
+const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional<Array>& storage) {
+  if (a.layout() == layout) return a;
+  storage.emplace(distribute_tensor(a, layout));
+  return *storage;
+}
+
+int64_t mask_value(const Array::Shard& s, DType dtype, int64_t index) {
+  const std::byte* p = s.buffer.data();
+  switch (dtype) {
+    case DType::kI32: return reinterpret_cast<const int32_t*>(p)[index];
+    case DType::kI64: return reinterpret_cast<const int64_t*>(p)[index];
+    default: return static_cast<int64_t>(reinterpret_cast<const uint8_t*>(p)[index]);
+  }
+}
+
+void check_attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& o) {
+  const auto shapes = [&] {
+    return fmt::format("q {}, k {}, v {}", shape_to_string(q.shape()), shape_to_string(k.shape()),
+                       shape_to_string(v.shape()));
+  };
+  if (q.shape().size() != 4 || k.shape().size() != 4 || v.shape() != k.shape()) {
+    throw ValueError(fmt::format("attention needs q (batch, seq, heads, head_dim) and k, v (batch, "
+                                 "keys, kv_heads, head_dim) of equal shapes, got {}", shapes()));
+  }
+  if (q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || v.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("attention runs on F32, got q {}, k {}, v {}", dtype_name(q.dtype()),
+                                 dtype_name(k.dtype()), dtype_name(v.dtype())));
+  }
+  if (q.shape()[0] != k.shape()[0] || q.shape()[3] != k.shape()[3]) {
+    throw ValueError(fmt::format("attention: q and k must agree on batch and head_dim, got {}", shapes()));
+  }
+  if (k.shape()[2] == 0 || q.shape()[2] % k.shape()[2] != 0) {
+    throw ValueError(fmt::format("attention: the query heads ({}) must be a multiple of the key/value "
+                                 "heads ({}), got {}", q.shape()[2], k.shape()[2], shapes()));
+  }
+  if (o.key_length < -1 || o.key_length > k.shape()[1]) {
+    throw ValueError(fmt::format("attention: key_length {} is outside [0, {}] (the keys of k {})",
+                                 o.key_length, k.shape()[1], shape_to_string(k.shape())));
+  }
+  if (o.query_offset < 0) {
+    throw ValueError(fmt::format("attention: query_offset must be >= 0, got {}", o.query_offset));
+  }
+  if (!(q.mesh() == k.mesh()) || !(q.mesh() == v.mesh())) {
+    throw ValueError(fmt::format("attention: q, k and v must be on one mesh, got {}, {} and {}",
+                                 q.mesh().to_string(), k.mesh().to_string(), v.mesh().to_string()));
+  }
+  if (o.key_mask) {
+    const Array& m = *o.key_mask;
+    const DType d = m.dtype();
+    if (m.shape() != Shape{k.shape()[0], k.shape()[1]} ||
+        !(d == DType::kI32 || d == DType::kI64 || d == DType::kU8 || d == DType::kBool)) {
+      throw ValueError(fmt::format("attention: key_mask must be (batch, keys) = {} of I32, I64, U8 "
+                                   "or BOOL, got {} {}", shape_to_string({k.shape()[0], k.shape()[1]}),
+                                   shape_to_string(m.shape()), dtype_name(d)));
+    }
+    if (!(m.mesh() == q.mesh())) {
+      throw ValueError(fmt::format("attention: key_mask is on {}, q on {}", m.mesh().to_string(),
+                                   q.mesh().to_string()));
+    }
+  }
+}
+
+}  // namespace
+
+TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_heads, int64_t kv_heads,
+                                 bool* heads_replicated) {
+  const DeviceMesh& mesh = *q_layout.device_mesh();
+  const DimSharding& head_axes = q_layout.axes()[2];
+  int64_t blocks = 1;
+  for (const std::string& a : head_axes.axes()) blocks *= mesh.axis_size(a);
+  const int64_t r = query_heads / kv_heads;
+  bool aligned = true;
+  for (int64_t i = 0; i < blocks && aligned; ++i) {
+    const auto [qs, qe] = block_range(query_heads, blocks, i);
+    const auto [ks, ke] = block_range(kv_heads, blocks, i);
+    aligned = (qs == qe && ks == ke) || (qs == ks * r && qe == ke * r);
+  }
+  if (heads_replicated) *heads_replicated = head_axes.is_sharded() && !aligned;
+  return TensorLayout({q_layout.axes()[0], None, aligned ? head_axes : DimSharding(), None}, mesh);
+}
+
+Array attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& options) {
+  check_attention(q, k, v, options);
+  const int64_t T = q.shape()[1], Hq = q.shape()[2], D = q.shape()[3];
+  const int64_t S = k.shape()[1], Hkv = k.shape()[2], r = Hq / Hkv;
+  const int64_t L = options.key_length < 0 ? S : options.key_length;
+  const double scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
+
+  const TensorLayout q_layout({q.layout().axes()[0], None, q.layout().axes()[2], None}, q.mesh());
+  const TensorLayout kv_layout = attention_kv_layout(q_layout, Hq, Hkv);
+  std::optional<Array> q_store, k_store, v_store, m_store;
+  const Array& qt = in_layout(q, q_layout, q_store);
+  const Array& kt = in_layout(k, kv_layout, k_store);
+  const Array& vt = in_layout(v, kv_layout, v_store);
+  const Array* mt = options.key_mask
+                        ? &in_layout(*options.key_mask, TensorLayout({q_layout.axes()[0], None}, q.mesh()), m_store)
+                        : nullptr;
+  Array out = allocate_agreed(q_layout, q.shape(), DType::kF32, q.runtime_ptr());
+
+  // One task per (local shard, batch row, query head) of the output.
+  struct Task { size_t shard; int64_t b, h; };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < out.local_shards().size(); ++i) {
+    const Box& box = out.local_shards()[i].box;
+    for (int64_t b = 0; b < box.shape[0]; ++b) {
+      for (int64_t h = 0; h < box.shape[2]; ++h) tasks.push_back({i, b, h});
+    }
+  }
+  internal_ops::use_single_threaded_blas();
+  out.runtime().pool().parallel_for(tasks.size(), [&](size_t n) {
+    const Task& task = tasks[n];
+    Array::Shard& os = out.local_shards()[task.shard];
+    const Array::Shard& qs = *qt.shard_at(os.position);
+    const Array::Shard& ks = *kt.shard_at(os.position);
+    const Array::Shard& vs = *vt.shard_at(os.position);
+    const int64_t nh = os.box.shape[2], nkh = ks.box.shape[2];
+    const int64_t kv_head = (os.box.offset[2] + task.h) / r - ks.box.offset[2];
+    const float* qp = f32(qs) + (task.b * T * nh + task.h) * D;
+    const float* kp = f32(ks) + (task.b * S * nkh + kv_head) * D;
+    const float* vp = f32(vs) + (task.b * S * nkh + kv_head) * D;
+    float* op = f32(os) + (task.b * T * nh + task.h) * D;
+    if (L == 0) {
+      for (int64_t t = 0; t < T; ++t) std::fill(op + t * nh * D, op + t * nh * D + D, 0.0f);
+      return;
+    }
+    std::vector<float> p(static_cast<size_t>(T * L));
+    gemm_nt<float>(T, L, D, qp, nh * D, kp, nkh * D, p.data(), L);
+    const Array::Shard* ms = mt ? mt->shard_at(os.position) : nullptr;
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = p.data() + t * L;
+      const int64_t visible = options.causal ? std::min(L, t + options.query_offset + 1) : L;
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < L; ++s) {
+        const bool keep = s < visible && (!ms || mask_value(*ms, mt->dtype(), task.b * S + s) != 0);
+        row[s] = keep ? static_cast<float>(row[s] * scale) : -std::numeric_limits<float>::infinity();
+        m = std::max(m, row[s]);
+      }
+      if (m == -std::numeric_limits<float>::infinity()) {  // nothing to attend: zeros
+        std::fill(row, row + L, 0.0f);
+        continue;
+      }
+      double sum = 0;
+      for (int64_t s = 0; s < L; ++s) sum += (row[s] = std::exp(row[s] - m));
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t s = 0; s < L; ++s) row[s] *= inv;
+    }
+    gemm<float>(T, D, L, p.data(), L, vp, nkh * D, op, nh * D);
+  });
+  return out;
+}
+
+Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta) {
+  if (x.shape().size() != 4 || x.dtype() != DType::kF32 || x.shape()[3] % 2 != 0) {
+    throw ValueError(fmt::format("rotary embedding needs an F32 (batch, seq, heads, head_dim) tensor "
+                                 "with an even head_dim, got {} {}",
+                                 shape_to_string(x.shape()), dtype_name(x.dtype())));
+  }
+  if (!(theta > 0) || start_position < 0) {
+    throw ValueError(fmt::format("rotary embedding needs theta > 0 and start_position >= 0, got {} "
+                                 "and {}", theta, start_position));
+  }
+  std::vector<DimSharding> axes = x.layout().axes();
+  axes[3] = DimSharding();
+  Array y = distribute_tensor(x, TensorLayout(axes, x.mesh()));
+  const int64_t D = x.shape()[3], half = D / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[static_cast<size_t>(i)] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  }
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t n) {
+    Array::Shard& s = y.local_shards()[n];
+    if (s.box.empty()) return;
+    const int64_t nb = s.box.shape[0], nt = s.box.shape[1], nh = s.box.shape[2];
+    std::vector<double> cs(static_cast<size_t>(nt * half)), sn(static_cast<size_t>(nt * half));
+    for (int64_t t = 0; t < nt; ++t) {
+      const double pos = static_cast<double>(start_position + s.box.offset[1] + t);
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos * inv_freq[static_cast<size_t>(i)];
+        cs[static_cast<size_t>(t * half + i)] = std::cos(angle);
+        sn[static_cast<size_t>(t * half + i)] = std::sin(angle);
+      }
+    }
+    float* p = f32(s);
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t t = 0; t < nt; ++t) {
+        const double* c = cs.data() + t * half;
+        const double* si = sn.data() + t * half;
+        for (int64_t h = 0; h < nh; ++h) {
+          float* v = p + ((b * nt + t) * nh + h) * D;
+          for (int64_t i = 0; i < half; ++i) {
+            const double x1 = v[i], x2 = v[i + half];
+            v[i] = static_cast<float>(x1 * c[i] - x2 * si[i]);
+            v[i + half] = static_cast<float>(x2 * c[i] + x1 * si[i]);
+          }
+        }
+      }
+    }
+  });
+  return y;
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,176 @@
+// attention and the rotary embedding against float64 references written from the formulas
+// (HF LlamaAttention / keras GroupedQueryAttention), on layouts that split batch and heads,
+// uneven and replicated key/value heads, a split sequence (gathered), a cache's valid length
+// and a key padding mask.
+#include "meshlayout/ops/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+
+namespace meshlayout {
+namespace {
+
+struct Case {
+  int64_t B, T, S, Hq, Hkv, D;
+};
+
+double at(const HostTensor& x, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+  const Shape& s = x.shape();
+  return reinterpret_cast<const float*>(x.data())[((i0 * s[1] + i1) * s[2] + i2) * s[3] + i3];
+}
+
+// softmax(q kᵀ / sqrt(D)) v in double, head h using kv head h / (Hq / Hkv).
+std::vector<double> reference_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                                        const AttentionOptions& o, const std::vector<int>* mask) {
+  const int64_t B = q.shape()[0], T = q.shape()[1], H = q.shape()[2], D = q.shape()[3];
+  const int64_t S = k.shape()[1], Hkv = k.shape()[2];
+  const int64_t L = o.key_length < 0 ? S : o.key_length;
+  std::vector<double> out(static_cast<size_t>(B * T * H * D), 0.0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t j = h / (H / Hkv);
+        std::vector<double> w(static_cast<size_t>(L), 0.0);
+        double m = -INFINITY;
+        for (int64_t s = 0; s < L; ++s) {
+          const bool keep = (!o.causal || s <= t + o.query_offset) &&
+                            (!mask || (*mask)[static_cast<size_t>(b * S + s)] != 0);
+          if (!keep) { w[static_cast<size_t>(s)] = -INFINITY; continue; }
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d) dot += at(q, b, t, h, d) * at(k, b, s, j, d);
+          w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D));
+          m = std::max(m, w[static_cast<size_t>(s)]);
+        }
+        if (m == -INFINITY) continue;
+        double sum = 0;
+        for (double& x : w) sum += (x = std::exp(x - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t s = 0; s < L; ++s) acc += w[static_cast<size_t>(s)] / sum * at(v, b, s, j, d);
+          out[static_cast<size_t>(((b * T + t) * H + h) * D + d)] = acc;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void expect_close(const HostTensor& got, const std::vector<double>& want, const std::string& what) {
+  ASSERT_EQ(static_cast<size_t>(num_elements(got.shape())), want.size()) << what;
+  const float* g = reinterpret_cast<const float*>(got.data());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(g[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << what << " at " << i;
+  }
+}
+
+struct LayoutCase {
+  std::vector<DimSharding> q, kv;
+};
+
+TEST(AttentionTest, MatchesFloat64OnEveryLayout) {
+  DeviceMesh mesh({2, 4}, {"batch", "model"});
+  const Case cases[] = {{2, 5, 5, 8, 8, 4}, {2, 5, 5, 8, 2, 4}, {4, 3, 7, 4, 4, 6}, {2, 6, 6, 6, 3, 2}};
+  const LayoutCase layouts[] = {
+      {{"batch", None, "model", None}, {"batch", None, "model", None}},  // Megatron heads + data
+      {{None, None, "model", None}, {None, None, "model", None}},
+      {{None, "model", None, None}, {None, None, None, "model"}},        // sequence split: gathered
+      {{None, None, None, None}, {"batch", "model", None, None}},
+      {{"batch", None, None, "model"}, {None, None, "model", None}},
+  };
+  for (const Case& c : cases) {
+    const HostTensor q = HostTensor::random(DType::kF32, {c.B, c.T, c.Hq, c.D}, 1);
+    const HostTensor k = HostTensor::random(DType::kF32, {c.B, c.S, c.Hkv, c.D}, 2);
+    const HostTensor v = HostTensor::random(DType::kF32, {c.B, c.S, c.Hkv, c.D}, 3);
+    for (const LayoutCase& l : layouts) {
+      const Array qa = distribute_tensor(q, TensorLayout(l.q, mesh));
+      const Array ka = distribute_tensor(k, TensorLayout(l.kv, mesh));
+      const Array va = distribute_tensor(v, TensorLayout(l.kv, mesh));
+      for (const bool causal : {true, false}) {
+        const AttentionOptions o{.causal = causal};
+        const Array out = attention(qa, ka, va, o);
+        EXPECT_EQ(out.layout().axes()[0], l.q[0]);
+        expect_close(out.gather(), reference_attention(q, k, v, o, nullptr),
+                     fmt::format("Hq {} Hkv {} q {} causal {}", c.Hq, c.Hkv,
+                                 TensorLayout(l.q, mesh).to_string(), causal));
+      }
+    }
+  }
+}
+
+TEST(AttentionTest, KeyValueHeadsThatDoNotDivideTheAxisAreReplicated) {
+  DeviceMesh mesh({2, 4}, {"batch", "model"});
+  bool replicated = false;
+  // 8 query heads, 2 KV heads on a 4-way axis (keras-hub #1613): the KV heads go whole.
+  const TensorLayout q({"batch", None, "model", None}, mesh);
+  EXPECT_EQ(attention_kv_layout(q, 8, 2, &replicated), TensorLayout({"batch", None, None, None}, mesh));
+  EXPECT_TRUE(replicated);
+  EXPECT_EQ(attention_kv_layout(q, 8, 4, &replicated), TensorLayout({"batch", None, "model", None}, mesh));
+  EXPECT_FALSE(replicated);
+}
+
+TEST(AttentionTest, CacheLengthOffsetAndPaddingMask) {
+  DeviceMesh mesh({2, 4}, {"batch", "model"});
+  const HostTensor q = HostTensor::random(DType::kF32, {2, 1, 4, 8}, 4);
+  const HostTensor k = HostTensor::random(DType::kF32, {2, 10, 2, 8}, 5);
+  const HostTensor v = HostTensor::random(DType::kF32, {2, 10, 2, 8}, 6);
+  const TensorLayout hl({"batch", None, "model", None}, mesh);
+  const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl), va = distribute_tensor(v, hl);
+  const AttentionOptions step{.causal = true, .query_offset = 6, .key_length = 7};
+  expect_close(attention(qa, ka, va, step).gather(), reference_attention(q, k, v, step, nullptr), "step");
+  // Padding: row 0 attends keys 0..3, row 1 none (zeros).
+  std::vector<int> mask(20, 0);
+  for (int s = 0; s < 4; ++s) mask[static_cast<size_t>(s)] = 1;
+  HostTensor m(DType::kI32, {2, 10});
+  std::copy(mask.begin(), mask.end(), reinterpret_cast<int32_t*>(m.data()));
+  const Array ma = distribute_tensor(m, TensorLayout({None, "model"}, mesh));
+  const AttentionOptions padded{.causal = false, .key_mask = &ma};
+  expect_close(attention(qa, ka, va, padded).gather(), reference_attention(q, k, v, padded, &mask), "mask");
+}
+
+TEST(AttentionTest, BadShapesAreNamed) {
+  DeviceMesh mesh({8}, {"x"});
+  const TensorLayout r4 = TensorLayout::replicated(4, mesh);
+  const Array q = distribute_tensor(HostTensor::random(DType::kF32, {1, 2, 3, 4}, 1), r4);
+  const Array k = distribute_tensor(HostTensor::random(DType::kF32, {1, 2, 2, 4}, 1), r4);
+  try {
+    (void)attention(q, k, k);
+    FAIL() << "3 query heads over 2 kv heads";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("query heads (3) must be a multiple of the key/value heads (2)"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)attention(q, q, q, {.key_length = 3}), ValueError);
+}
+
+TEST(RotaryEmbeddingTest, RotateHalfMatchesFloat64) {
+  DeviceMesh mesh({2, 4}, {"batch", "model"});
+  const HostTensor x = HostTensor::random(DType::kF32, {2, 5, 4, 8}, 9);
+  for (const TensorLayout& l : {TensorLayout({"batch", "model", None, None}, mesh),
+                                TensorLayout({None, None, "model", "batch"}, mesh)}) {
+    const Array y = apply_rotary_embedding(distribute_tensor(x, l), /*start_position=*/3, 10000.0);
+    std::vector<double> want(static_cast<size_t>(num_elements(x.shape())));
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t t = 0; t < 5; ++t) {
+        for (int64_t h = 0; h < 4; ++h) {
+          for (int64_t i = 0; i < 8; ++i) {
+            const int64_t j = i % 4;
+            const double angle = static_cast<double>(3 + t) / std::pow(10000.0, 2.0 * static_cast<double>(j) / 8);
+            const double rotated = i < 4 ? -at(x, b, t, h, i + 4) : at(x, b, t, h, i - 4);
+            want[static_cast<size_t>(((b * 5 + t) * 4 + h) * 8 + i)] =
+                at(x, b, t, h, i) * std::cos(angle) + rotated * std::sin(angle);
+          }
+        }
+      }
+    }
+    expect_close(y.gather(), want, l.to_string());
+  }
+}
+
+}  // namespace
+}  // namespace meshlayout
