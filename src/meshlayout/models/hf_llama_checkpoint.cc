@@ -1,0 +1,371 @@
+// The weight mapping, HfLlamaCheckpoint::open and load_hf_llama (save_hf_llama is in
+// hf_llama_save.cc).
+#include "meshlayout/models/hf_llama_checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <set>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/init/float_convert.h"
+#include "meshlayout/layout/box_ops.h"
+#include "meshlayout/models/hf_permute.h"
+
+namespace meshlayout {
+namespace hf_internal {
+namespace {
+
+template <typename T, typename Load>
+void permute_loop(const T* src, const Shape& src_shape, std::span<const int> perm, float* dst,
+                  std::span<const int64_t> dst_strides, Load load) {
+  const size_t rank = perm.size();
+  const std::vector<int64_t> src_row_major = row_major_strides(src_shape);
+  Shape out(rank);
+  std::vector<int64_t> src_strides(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    out[i] = src_shape[static_cast<size_t>(perm[i])];
+    src_strides[i] = src_row_major[static_cast<size_t>(perm[i])];
+    if (out[i] == 0) return;
+  }
+  if (rank == 0) {
+    dst[0] = load(src[0]);
+    return;
+  }
+  const int64_t n = out[rank - 1], s_step = src_strides[rank - 1], d_step = dst_strides[rank - 1];
+  std::vector<int64_t> index(rank, 0);
+  int64_t s = 0, d = 0;
+  while (true) {
+    for (int64_t k = 0; k < n; ++k) dst[d + k * d_step] = load(src[s + k * s_step]);
+    size_t dim = rank - 1;  // odometer over the outer dims
+    while (true) {
+      if (dim == 0) return;
+      --dim;
+      if (++index[dim] < out[dim]) {
+        s += src_strides[dim];
+        d += dst_strides[dim];
+        break;
+      }
+      s -= (out[dim] - 1) * src_strides[dim];
+      d -= (out[dim] - 1) * dst_strides[dim];
+      index[dim] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> row_major_strides(const Shape& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t d = shape.size(); d > 1; --d) strides[d - 2] = strides[d - 1] * shape[d - 1];
+  return strides;
+}
+
+void permute_to_f32(const std::byte* src, DType src_dtype, const Shape& src_shape,
+                    std::span<const int> perm, float* dst, std::span<const int64_t> dst_strides) {
+  switch (src_dtype) {
+    case DType::kF32:
+      permute_loop(reinterpret_cast<const float*>(src), src_shape, perm, dst, dst_strides,
+                   [](float v) { return v; });
+      return;
+    case DType::kBF16:
+      permute_loop(reinterpret_cast<const uint16_t*>(src), src_shape, perm, dst, dst_strides,
+                   float_from_bf16);
+      return;
+    case DType::kF16:
+      permute_loop(reinterpret_cast<const uint16_t*>(src), src_shape, perm, dst, dst_strides,
+                   float_from_f16);
+      return;
+    default:
+      throw ValueError(fmt::format("cannot convert {} to F32 here: expected F32, BF16 or F16",
+                                   dtype_name(src_dtype)));
+  }
+}
+
+}  // namespace hf_internal
+
+namespace {
+
+// At most 10 names, then how many more.
+std::string list_names(const std::vector<std::string>& names) {
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < names.size() && i < 10; ++i) shown.push_back(quote(names[i]));
+  std::string text = join(shown, ", ");
+  if (names.size() > 10) text += fmt::format(" and {} more", names.size() - 10);
+  return text;
+}
+
+bool is_identity(const std::vector<int>& perm) {
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != static_cast<int>(i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
+  c.validate();
+  const int64_t vocab = c.vocab_size, d = c.hidden_size, ff = c.intermediate_size;
+  const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads, hd = c.head_dim;
+  std::vector<HfWeightMapping> out;
+  auto add = [&](std::string keras_path, std::string hf_name, Shape hf_shape, Shape view_shape,
+                 std::vector<int> perm, std::string fields) {
+    Shape keras_shape;
+    for (int p : perm) keras_shape.push_back(view_shape[static_cast<size_t>(p)]);
+    out.push_back(HfWeightMapping{std::move(keras_path), std::move(hf_name), std::move(hf_shape),
+                                  std::move(view_shape), std::move(perm), std::move(keras_shape),
+                                  std::move(fields)});
+  };
+  const std::string d_fields = fmt::format("(hidden_size,) = ({},)", d);
+  add("token_embedding/embeddings", "model.embed_tokens.weight", {vocab, d}, {vocab, d}, {0, 1},
+      fmt::format("(vocab_size, hidden_size) = ({}, {})", vocab, d));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string k = fmt::format("transformer_layer_{}/", i);
+    const std::string h = fmt::format("model.layers.{}.", i);
+    add(k + "self_attention_layernorm/scale", h + "input_layernorm.weight", {d}, {d}, {0},
+        d_fields);
+    for (const char* proj : {"q", "k", "v"}) {
+      const bool query = proj[0] == 'q';
+      const int64_t heads = query ? hq : hkv;
+      const char* heads_field = query ? "num_attention_heads" : "num_key_value_heads";
+      const char* name = query ? "query" : proj[0] == 'k' ? "key" : "value";
+      add(k + "self_attention/" + name + "/kernel", h + "self_attn." + proj + "_proj.weight",
+          {heads * hd, d}, {heads, hd, d}, {2, 0, 1},
+          fmt::format("({}*head_dim, hidden_size) = ({}*{}, {})", heads_field, heads, hd, d));
+    }
+    add(k + "self_attention/attention_output/kernel", h + "self_attn.o_proj.weight", {d, hq * hd},
+        {d, hq, hd}, {1, 2, 0},
+        fmt::format("(hidden_size, num_attention_heads*head_dim) = ({}, {}*{})", d, hq, hd));
+    add(k + "feedforward_layernorm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
+        d_fields);
+    const std::string ff_d = fmt::format("(intermediate_size, hidden_size) = ({}, {})", ff, d);
+    add(k + "feedforward_gate_dense/kernel", h + "mlp.gate_proj.weight", {ff, d}, {ff, d},
+        {1, 0}, ff_d);
+    add(k + "feedforward_intermediate_dense/kernel", h + "mlp.up_proj.weight", {ff, d}, {ff, d},
+        {1, 0}, ff_d);
+    add(k + "feedforward_output_dense/kernel", h + "mlp.down_proj.weight", {d, ff}, {d, ff},
+        {1, 0}, fmt::format("(hidden_size, intermediate_size) = ({}, {})", d, ff));
+  }
+  add("sequence_output_layernorm/scale", "model.norm.weight", {d}, {d}, {0}, d_fields);
+  if (!c.tie_word_embeddings) {
+    add("token_embedding/reverse_embeddings", "lm_head.weight", {vocab, d}, {vocab, d}, {1, 0},
+        fmt::format("(vocab_size, hidden_size) = ({}, {})", vocab, d));
+  }
+  return out;
+}
+
+const HfWeightMapping* HfLlamaCheckpoint::find(std::string_view keras_path) const {
+  for (const HfWeightMapping& m : mappings_) {
+    if (m.keras_path == keras_path) return &m;
+  }
+  return nullptr;
+}
+
+HfLlamaCheckpoint HfLlamaCheckpoint::open(const std::string& dir) {
+  LlamaConfig config =
+      LlamaConfig::from_file((std::filesystem::path(dir) / "config.json").string());
+  HfLlamaCheckpoint h(dir, config, Checkpoint::open(dir));
+  h.mappings_ = hf_llama_weight_mappings(config);
+  const Checkpoint& ckpt = h.checkpoint_;
+
+  std::vector<std::string> missing;
+  std::set<std::string_view> expected;
+  for (const HfWeightMapping& m : h.mappings_) {
+    expected.insert(m.hf_name);
+    if (ckpt.find(m.hf_name).second == nullptr) missing.push_back(m.hf_name);
+  }
+  if (!missing.empty()) {
+    throw NotFoundError(fmt::format(
+        "Llama checkpoint {} lacks {} of the {} tensors its config.json implies: {}", quote(dir),
+        missing.size(), h.mappings_.size(), list_names(missing)));
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& [file, info] : ckpt.tensors()) {
+    if (expected.contains(info->name)) continue;
+    if (info->name.ends_with("rotary_emb.inv_freq")) {
+      h.ignored_.push_back(info->name + " (a RoPE buffer; recomputed from rope_theta)");
+    } else if (info->name == "lm_head.weight" && config.tie_word_embeddings) {
+      h.ignored_.push_back(info->name + " (tie_word_embeddings is true: the output projection "
+                                        "is token_embedding/embeddings transposed)");
+    } else {
+      unexpected.push_back(info->name);
+    }
+  }
+  if (!unexpected.empty()) {
+    throw ValueError(fmt::format(
+        "Llama checkpoint {} holds {} tensor(s) a LlamaForCausalLM of its config.json does not "
+        "have: {} (expected model.embed_tokens.weight, model.layers.{{0..{}}}.*, model.norm."
+        "weight{})", quote(dir), unexpected.size(), list_names(unexpected),
+        config.num_hidden_layers - 1, config.tie_word_embeddings ? "" : ", lm_head.weight"));
+  }
+  for (const HfWeightMapping& m : h.mappings_) {
+    const auto [file, info] = ckpt.find(m.hf_name);
+    if (info->shape != m.hf_shape) {
+      throw ValueError(fmt::format(
+          "tensor {} in Llama checkpoint {} has shape {}, but config.json implies {}: {}",
+          quote(m.hf_name), quote(dir), shape_to_string(info->shape),
+          shape_to_string(m.hf_shape), m.hf_shape_fields));
+    }
+    if (!info->dtype || !(*info->dtype == DType::kF32 || *info->dtype == DType::kBF16 ||
+                          *info->dtype == DType::kF16)) {
+      throw ValueError(fmt::format("tensor {} in Llama checkpoint {} has dtype {}, expected "
+                                   "F32, BF16 or F16", quote(m.hf_name), quote(dir),
+                                   info->dtype_name));
+    }
+    TensorInfo view = *info;
+    view.shape = m.view_shape;  // the same bytes, row-major: a free reshape
+    h.files_.push_back(file);
+    h.views_.push_back(std::move(view));
+  }
+  return h;
+}
+
+HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
+                           const std::map<std::string, Array*>& targets,
+                           const HfLoadOptions& options) {
+  HfLoadReport report;
+  report.ignored_tensors = checkpoint.ignored_tensors();
+  if (targets.empty()) return report;
+
+  // Checks on replicated metadata: every process reaches the same verdict.
+  std::shared_ptr<Runtime> runtime;
+  std::vector<std::pair<size_t, Array*>> work;  // mapping index, target
+  for (const auto& [path, array] : targets) {
+    const HfWeightMapping* m = checkpoint.find(path);
+    if (m == nullptr) {
+      throw ValueError(fmt::format(
+          "{} is not a variable of this Llama ({} layers, {}tied embeddings); variables are "
+          "named like 'token_embedding/embeddings', 'transformer_layer_0/self_attention/query/"
+          "kernel', 'sequence_output_layernorm/scale'", quote(path),
+          checkpoint.config().num_hidden_layers,
+          checkpoint.config().tie_word_embeddings ? "" : "un"));
+    }
+    if (array == nullptr) throw ValueError(fmt::format("the target of {} is null", quote(path)));
+    if (array->shape() != m->keras_shape || array->dtype() != DType::kF32) {
+      throw ValueError(fmt::format(
+          "the target of {} is {} {}, expected F32 {} (from {} {} {})", quote(path),
+          dtype_name(array->dtype()), shape_to_string(array->shape()),
+          shape_to_string(m->keras_shape), quote(m->hf_name), shape_to_string(m->hf_shape),
+          m->hf_shape_fields));
+    }
+    if (runtime && array->runtime_ptr() != runtime) {
+      throw ValueError("the targets of load_hf_llama live on different runtimes; one call "
+                       "handles the arrays of one runtime");
+    }
+    runtime = array->runtime_ptr();
+    work.emplace_back(static_cast<size_t>(m - checkpoint.mappings().data()), array);
+  }
+  report.tensors_loaded = static_cast<int64_t>(work.size());
+
+  // One piece per distinct local box (split when it needs more staging than allowed); local
+  // replicas of a box are copied from the shard that reads it.
+  struct Piece {
+    size_t mapping;
+    Array::Shard* shard;
+    Box keras_box;  // inside shard->box
+    Box view_box;   // the same region in the file's (view) coordinates
+    uint64_t staging_bytes;  // 0: read straight into the shard
+  };
+  std::vector<Piece> pieces;
+  std::vector<std::pair<const Array::Shard*, Array::Shard*>> copies;
+  std::map<int64_t, std::vector<size_t>> by_device;  // device id → its pieces, in order
+  for (const auto& [index, array] : work) {
+    const HfWeightMapping& m = checkpoint.mappings()[index];
+    const TensorInfo& view = checkpoint.view_info(index);
+    const bool direct = is_identity(m.perm) && *view.dtype == DType::kF32;
+    const int64_t max_elements =
+        std::max<int64_t>(1, static_cast<int64_t>(options.max_piece_bytes / view.element_size));
+    std::vector<const Array::Shard*> readers;
+    for (Array::Shard& shard : array->local_shards()) {
+      if (shard.box.empty()) continue;
+      auto same = std::find_if(readers.begin(), readers.end(),
+                               [&](const Array::Shard* r) { return r->box == shard.box; });
+      if (same != readers.end()) {
+        copies.emplace_back(*same, &shard);
+        continue;
+      }
+      readers.push_back(&shard);
+      report.box_bytes += static_cast<uint64_t>(shard.box.num_elements()) * view.element_size;
+      std::vector<Box> parts = direct ? std::vector<Box>{shard.box}
+                                      : split_box(shard.box, max_elements);
+      for (Box& part : parts) {
+        Box view_box{Shape(part.shape.size()), Shape(part.shape.size())};
+        for (size_t i = 0; i < m.perm.size(); ++i) {
+          view_box.offset[static_cast<size_t>(m.perm[i])] = part.offset[i];
+          view_box.shape[static_cast<size_t>(m.perm[i])] = part.shape[i];
+        }
+        const uint64_t staging =
+            direct ? 0 : static_cast<uint64_t>(part.num_elements()) * view.element_size;
+        report.max_piece_bytes = std::max(report.max_piece_bytes, staging);
+        by_device[shard.device_id].push_back(pieces.size());
+        pieces.push_back(Piece{index, &shard, std::move(part), std::move(view_box), staging});
+      }
+    }
+  }
+
+  // Rounds: each device takes its next pieces up to max_piece_bytes of staging (at least one);
+  // the round's reads run as one batch over the pool, then the staged pieces are converted and
+  // transposed into their shards in parallel, and their staging is freed.
+  std::exception_ptr error;
+  try {
+    ThreadPool& pool = runtime->pool();
+    std::map<int64_t, size_t> next;  // device id → its first piece not yet read
+    while (true) {
+      std::vector<size_t> round;
+      for (const auto& [device, list] : by_device) {
+        size_t& k = next[device];
+        uint64_t staged = 0;
+        for (; k < list.size(); ++k) {
+          const uint64_t bytes = pieces[list[k]].staging_bytes;
+          if (staged > 0 && staged + bytes > options.max_piece_bytes) break;
+          staged += bytes;
+          round.push_back(list[k]);
+        }
+      }
+      if (round.empty()) break;
+      ReadBatch batch;
+      std::vector<DeviceBuffer> staging(round.size());
+      for (size_t r = 0; r < round.size(); ++r) {
+        const Piece& p = pieces[round[r]];
+        std::byte* dst = p.shard->buffer.data();
+        if (p.staging_bytes > 0) {
+          staging[r] = DeviceBuffer(runtime->device(p.shard->device_id).memory(),
+                                    static_cast<size_t>(p.staging_bytes));
+          dst = staging[r].data();
+        }
+        batch.add(checkpoint.file(p.mapping), checkpoint.view_info(p.mapping), p.view_box, dst);
+      }
+      report.bytes_read += batch.bytes();
+      batch.run({.pool = &pool});
+      pool.parallel_for(round.size(), [&](size_t r) {
+        const Piece& p = pieces[round[r]];
+        if (p.staging_bytes == 0) return;
+        const std::vector<int64_t> strides = hf_internal::row_major_strides(p.shard->box.shape);
+        int64_t offset = 0;
+        for (size_t i = 0; i < strides.size(); ++i) {
+          offset += (p.keras_box.offset[i] - p.shard->box.offset[i]) * strides[i];
+        }
+        float* dst = reinterpret_cast<float*>(p.shard->buffer.data()) + offset;
+        hf_internal::permute_to_f32(staging[r].data(), *checkpoint.view_info(p.mapping).dtype,
+                                    p.view_box.shape, checkpoint.mappings()[p.mapping].perm, dst,
+                                    strides);
+        staging[r] = DeviceBuffer();
+      });
+    }
+    pool.parallel_for(copies.size(), [&](size_t i) {
+      std::memcpy(copies[i].second->buffer.data(), copies[i].first->buffer.data(),
+                  copies[i].first->buffer.size());
+    });
+  } catch (...) {
+    error = std::current_exception();
+  }
+  agree_on_failure(runtime->comm(), error);  // every process throws the first failure, or none
+  return report;
+}
+
+}  // namespace meshlayout

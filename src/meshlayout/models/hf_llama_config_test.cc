@@ -1,0 +1,163 @@
+// hf_llama_config_test.cc — LlamaConfig: defaults, rope_theta's two places, every refusal
+// (its message names the field and the value), and to_json() reading back equal.
+#include "meshlayout/models/hf_llama_config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/testing/test_util.h"
+
+namespace meshlayout {
+namespace {
+
+using testing::HasSubstr;
+using testing::ValueErrorMessage;
+
+// A minimal config with `extra` fields appended (text after the required ones).
+std::string config_text(const std::string& extra = "") {
+  return R"({"vocab_size": 64, "hidden_size": 16, "intermediate_size": 40,
+             "num_hidden_layers": 2, "num_attention_heads": 4)" +
+         (extra.empty() ? std::string() : ", " + extra) + "}";
+}
+
+std::string refusal(const std::string& extra) {
+  return ValueErrorMessage([&] { LlamaConfig::from_json(config_text(extra)); });
+}
+
+TEST(LlamaConfigTest, DefaultsFollowTransformers) {
+  const LlamaConfig c = LlamaConfig::from_json(config_text());
+  EXPECT_EQ(c.vocab_size, 64);
+  EXPECT_EQ(c.hidden_size, 16);
+  EXPECT_EQ(c.intermediate_size, 40);
+  EXPECT_EQ(c.num_hidden_layers, 2);
+  EXPECT_EQ(c.num_attention_heads, 4);
+  EXPECT_EQ(c.num_key_value_heads, 4);
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.max_position_embeddings, 2048);
+  EXPECT_EQ(c.torch_dtype, "");
+}
+
+TEST(LlamaConfigTest, ReadsARealLlama3StyleConfig) {
+  const LlamaConfig c = LlamaConfig::from_json(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false,
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 500000.0,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+    "vocab_size": 128256, "head_dim": 64})");
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+}
+
+TEST(LlamaConfigTest, RopeThetaFromRopeParameters) {
+  const LlamaConfig c = LlamaConfig::from_json(
+      config_text(R"("rope_parameters": {"rope_type": "default", "rope_theta": 250000.0})"));
+  EXPECT_EQ(c.rope_theta, 250000.0);
+  // A "default" rope_scaling is no scaling.
+  EXPECT_EQ(LlamaConfig::from_json(config_text(R"("rope_scaling": {"type": "default"})")).rope_theta,
+            10000.0);
+}
+
+TEST(LlamaConfigTest, RefusesOtherArchitecturesAndModelTypes) {
+  std::string m = refusal(R"("architectures": ["MistralForCausalLM"])");
+  EXPECT_TRUE(HasSubstr(m, "unsupported architecture [\"MistralForCausalLM\"]"));
+  EXPECT_TRUE(HasSubstr(m, "expected LlamaForCausalLM"));
+  m = refusal(R"("model_type": "gemma")");
+  EXPECT_TRUE(HasSubstr(m, "model_type 'gemma'"));
+  EXPECT_TRUE(HasSubstr(m, "expected 'llama'"));
+}
+
+TEST(LlamaConfigTest, RefusesMissingAndNonPositiveSizes) {
+  std::string m = ValueErrorMessage([] {
+    LlamaConfig::from_json(R"({"vocab_size": 64, "hidden_size": 16, "num_hidden_layers": 2,
+                               "num_attention_heads": 4})");
+  });
+  EXPECT_TRUE(HasSubstr(m, "no 'intermediate_size'"));
+  EXPECT_TRUE(HasSubstr(m, "required"));
+  m = refusal(R"("num_key_value_heads": 0)");
+  EXPECT_TRUE(HasSubstr(m, "'num_key_value_heads' is 0, expected a positive integer"));
+  m = ValueErrorMessage([] {
+    LlamaConfig::from_json(R"({"vocab_size": -3, "hidden_size": 16, "intermediate_size": 40,
+                               "num_hidden_layers": 2, "num_attention_heads": 4})");
+  });
+  EXPECT_TRUE(HasSubstr(m, "'vocab_size' is -3, expected a positive integer"));
+  m = refusal(R"("max_position_embeddings": "long")");
+  EXPECT_TRUE(HasSubstr(m, "'max_position_embeddings' is \"long\", expected a positive integer"));
+  m = refusal(R"("rms_norm_eps": -1e-5)");
+  EXPECT_TRUE(HasSubstr(m, "'rms_norm_eps' is -1e-05, expected a positive number"));
+}
+
+TEST(LlamaConfigTest, RefusesHeadsNotDividedByKvHeads) {
+  const std::string m = refusal(R"("num_key_value_heads": 3)");
+  EXPECT_TRUE(HasSubstr(m, "'num_attention_heads' (4) is not a multiple of "
+                           "'num_key_value_heads' (3)"));
+}
+
+TEST(LlamaConfigTest, RefusesAHeadDimKerasHubDoesNotDerive) {
+  const std::string m = refusal(R"("head_dim": 8)");
+  EXPECT_TRUE(HasSubstr(m, "'head_dim' is 8, expected hidden_size / num_attention_heads = "
+                           "16 / 4 = 4"));
+  EXPECT_TRUE(HasSubstr(m, "keras-hub derives head_dim"));
+}
+
+TEST(LlamaConfigTest, RefusesRopeScaling) {
+  std::string m = refusal(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})");
+  EXPECT_TRUE(HasSubstr(m, "'rope_scaling' has rope type 'llama3', which is not supported"));
+  m = refusal(R"("rope_scaling": {"type": "linear", "factor": 2.0})");
+  EXPECT_TRUE(HasSubstr(m, "rope type 'linear'"));
+  m = refusal(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0})");
+  EXPECT_TRUE(HasSubstr(m, "'rope_parameters' has rope type 'yarn'"));
+}
+
+TEST(LlamaConfigTest, RefusesBiasesAndOtherActivations) {
+  std::string m = refusal(R"("attention_bias": true)");
+  EXPECT_TRUE(HasSubstr(m, "'attention_bias' is true, which is not supported"));
+  m = refusal(R"("mlp_bias": true)");
+  EXPECT_TRUE(HasSubstr(m, "'mlp_bias' is true"));
+  m = refusal(R"("hidden_act": "gelu")");
+  EXPECT_TRUE(HasSubstr(m, "hidden_act 'gelu' is not supported, expected 'silu'"));
+}
+
+TEST(LlamaConfigTest, RefusesMalformedJson) {
+  EXPECT_TRUE(HasSubstr(ValueErrorMessage([] { LlamaConfig::from_json("[1, 2]"); }),
+                        "expected a JSON object"));
+  EXPECT_TRUE(HasSubstr(ValueErrorMessage([] { LlamaConfig::from_json("{\"a\": 1, \"a\": 2}"); }),
+                        "config.json:"));
+}
+
+TEST(LlamaConfigTest, MissingFileIsNotFoundNamingThePath) {
+  try {
+    LlamaConfig::from_file("/nonexistent/meshlayout/config.json");
+    FAIL() << "no error";
+  } catch (const NotFoundError& e) {
+    EXPECT_TRUE(HasSubstr(e.what(), "/nonexistent/meshlayout/config.json"));
+  }
+}
+
+TEST(LlamaConfigTest, ToJsonReadsBackEqual) {
+  LlamaConfig c{.vocab_size = 100, .hidden_size = 24, .intermediate_size = 60,
+                .num_hidden_layers = 3, .num_attention_heads = 6, .num_key_value_heads = 2,
+                .head_dim = 4, .rms_norm_eps = 1e-5, .rope_theta = 500000.0,
+                .tie_word_embeddings = true, .max_position_embeddings = 512,
+                .torch_dtype = "bfloat16"};
+  const std::string json = c.to_json();
+  EXPECT_TRUE(HasSubstr(json, "\"architectures\": [\n    \"LlamaForCausalLM\"\n  ]"));
+  EXPECT_EQ(LlamaConfig::from_json(json), c);
+  c.head_dim = 0;  // a hand-built config is validated before it is written
+  EXPECT_TRUE(HasSubstr(ValueErrorMessage([&] { (void)c.to_json(); }), "'head_dim' is 0"));
+}
+
+}  // namespace
+}  // namespace meshlayout
