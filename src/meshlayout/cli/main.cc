@@ -10,6 +10,7 @@
 
 #include "meshlayout/cli/cli_checks.h"
 #include "meshlayout/cli/demo_command.h"
+#include "meshlayout/cli/generate_command.h"
 #include "meshlayout/cli/inspect_command.h"
 #include "meshlayout/cli/layout_command.h"
 #include "meshlayout/cli/match_command.h"
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_reshard_command(app, &exit_code);
   meshlayout::cli::add_inspect_command(app, &exit_code);
   meshlayout::cli::add_plan_command(app, &exit_code);
+  meshlayout::cli::add_generate_command(app, &exit_code);
   std::string where;  // "process 2: " when several processes run the command
   try {
 #ifdef MESHLAYOUT_WITH_MPI

@@ -1,0 +1,263 @@
+#include "meshlayout/cli/generate_command.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <sstream>
+
+#include "meshlayout/core/byte_size.h"
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/layout_map/rules_file.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/models/llama.h"
+#include "meshlayout/runtime/communicator.h"
+#include "meshlayout/runtime/operation_agreement.h"
+#include "meshlayout/runtime/runtime.h"
+
+namespace meshlayout::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// In one process the error as it is; across processes, agreed (every process throws it).
+void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure) {
+  if (runtime.num_processes() == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  agree_on_failure(runtime.comm(), failure);
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += fmt::format("{}{}", i ? "," : "", ids[i]);
+  return s;
+}
+
+// A JSON number for a double, with every digit needed to read it back exactly (JSON has no
+// NaN or infinity: those are null).
+std::string json_double(double x) { return std::isfinite(x) ? fmt::format("{:.17g}", x) : "null"; }
+
+std::string rate(int64_t tokens, double seconds) {
+  if (tokens == 0) return "none";
+  if (seconds <= 0) return fmt::format("{} tokens in < 1 µs", tokens);
+  return fmt::format("{} tokens in {:.4f} s = {:.1f} tokens/s", tokens, seconds,
+                     static_cast<double>(tokens) / seconds);
+}
+
+// "  cpu:0  live 1.0 MiB  peak 2.0 MiB\n" for every device of every process, in process order
+// (collective: each process describes its own devices).
+std::string device_memory_lines(Runtime& runtime) {
+  std::string mine;
+  for (VirtualDevice* d : runtime.local_devices()) {
+    const MemoryStats s = d->memory().stats();
+    mine += fmt::format("  {:<8} live {:>10}  peak {:>10}\n", d->name(),
+                        format_bytes(static_cast<uint64_t>(s.bytes_live)),
+                        format_bytes(static_cast<uint64_t>(s.peak_bytes)));
+  }
+  const int n = runtime.num_processes();
+  if (n == 1) return mine;
+  uint64_t size = mine.size();
+  std::vector<uint64_t> sizes(static_cast<size_t>(n));
+  runtime.comm().all_gather(&size, sizeof size, sizes.data());
+  uint64_t longest = 0;
+  for (uint64_t s : sizes) longest = std::max(longest, s);
+  mine.resize(longest, '\0');
+  std::vector<char> all(static_cast<size_t>(longest) * static_cast<size_t>(n));
+  runtime.comm().all_gather(mine.data(), longest, all.data());
+  std::string text;
+  for (int p = 0; p < n; ++p) text.append(all.data() + p * longest, sizes[static_cast<size_t>(p)]);
+  return text;
+}
+
+int64_t parameter_count(const LlamaModel& model) {
+  int64_t n = 0;
+  for (const VariablePtr& v : model.variables()) {
+    int64_t e = 1;
+    for (int64_t d : v->shape()) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::vector<int32_t> parse_prompt(std::string_view text) {
+  const auto fail = [&](const std::string& why) {
+    return ValueError(fmt::format(
+        "--prompt {} is not a comma-separated list of token ids (whole numbers from 0 to {}, "
+        "e.g. 5,17,42): {}",
+        quote(text), std::numeric_limits<int32_t>::max(), why));
+  };
+  if (trim(text).empty()) throw fail("it is empty");
+  std::vector<int32_t> ids;
+  for (const std::string& raw : split(text, ',')) {
+    const std::string_view item = trim(raw);
+    if (item.empty()) throw fail(fmt::format("item {} is empty", ids.size()));
+    int64_t value = 0;
+    for (char c : item) {
+      if (c < '0' || c > '9') throw fail(fmt::format("item {} {} is not a whole number", ids.size(), quote(item)));
+      value = value * 10 + (c - '0');
+      if (value > std::numeric_limits<int32_t>::max()) {
+        throw fail(fmt::format("item {} {} is too large", ids.size(), quote(item)));
+      }
+    }
+    ids.push_back(static_cast<int32_t>(value));
+  }
+  return ids;
+}
+
+DeviceMesh default_generate_mesh() {
+  const std::vector<std::string> devices = list_devices();
+  return DeviceMesh({1, static_cast<int64_t>(devices.size())}, {"batch", "model"}, devices);
+}
+
+int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
+  const std::shared_ptr<Runtime> runtime = default_runtime();
+  const bool leader = runtime->process_id() == 0;
+
+  // Every process checks its own options and opens the checkpoint (headers only); all fail
+  // together if one does, and all fail with one message if they were given different options.
+  std::vector<int32_t> prompt;
+  std::optional<DeviceMesh> mesh;
+  std::optional<LayoutMap> rules;
+  std::optional<HfLlamaCheckpoint> checkpoint;
+  std::string rules_text = "none: every variable replicated";
+  std::exception_ptr failure;
+  try {
+    if (options.model_dir.empty()) {
+      throw ValueError("--model is required: a Hugging Face Llama directory (config.json and model.safetensors)");
+    }
+    prompt = parse_prompt(options.prompt);
+    if (options.max_new_tokens < 1) {
+      throw ValueError(fmt::format("--max-new-tokens must be at least 1, got {}", options.max_new_tokens));
+    }
+    std::error_code ec;
+    const auto status = std::filesystem::status(options.model_dir, ec);
+    if (!std::filesystem::exists(status)) {
+      throw NotFoundError(fmt::format("--model {}: no such directory (expected a Hugging Face Llama "
+                                      "directory holding config.json and model.safetensors)",
+                                      quote(options.model_dir)));
+    }
+    if (!std::filesystem::is_directory(status)) {
+      throw ValueError(fmt::format("--model {} is not a directory (expected a Hugging Face Llama "
+                                   "directory holding config.json and model.safetensors)",
+                                   quote(options.model_dir)));
+    }
+    std::optional<RulesFile> file;
+    if (!options.rules_path.empty()) file = load_rules_file(options.rules_path);
+    if (options.mesh) {
+      mesh = DeviceMesh::from_string(*options.mesh);
+    } else if (file && file->mesh) {
+      mesh = file->mesh;
+    } else {
+      mesh = default_generate_mesh();
+    }
+    if (file) {
+      file->mesh = *mesh;
+      rules = file->to_layout_map();
+      rules_text = fmt::format("{} ({} rules, {} mode)", quote(options.rules_path), rules->size(),
+                               match_mode_name(file->mode));
+    } else {
+      rules.emplace(*mesh);
+    }
+    checkpoint = HfLlamaCheckpoint::open(options.model_dir);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_or_rethrow(*runtime, failure);
+  const LlamaConfig& config = checkpoint->config();
+  if (runtime->num_processes() > 1) {
+    agree_on_operation(
+        runtime->comm(), "the generate command",
+        describe_fields({fmt::format("--model={}", options.model_dir),
+                         fmt::format("--rules={}", options.rules_path),
+                         fmt::format("--mesh={}", mesh->to_string()),
+                         fmt::format("--prompt={}", join_ids(prompt)),
+                         fmt::format("--max-new-tokens={}", options.max_new_tokens),
+                         fmt::format("--json={}", options.json),
+                         fmt::format("config.json={:016x}", std::hash<std::string>{}(config.to_json())),
+                         fmt::format("local devices per process={}", runtime->local_device_count())}));
+  }
+
+  std::ostringstream log;  // the report, printed by process 0
+  auto start = Clock::now();
+  LlamaModel model(config, *rules);
+  const double build_seconds = seconds_since(start);
+  start = Clock::now();
+  const HfLoadReport load = load_hf_llama(*checkpoint, model.variables_by_path());
+  const double load_seconds = seconds_since(start);
+
+  if (!options.json) {
+    log << fmt::format(
+        "model: {} (Llama: vocab {}, hidden {}, {} layers, {} heads / {} key-value heads, ff {}, "
+        "{} parameters{})\n",
+        quote(options.model_dir), config.vocab_size, config.hidden_size, config.num_hidden_layers,
+        config.num_attention_heads, config.num_key_value_heads, config.intermediate_size,
+        parameter_count(model), config.tie_word_embeddings ? ", tied embeddings" : "");
+    log << fmt::format("mesh: {} ({} process{} x {} local devices)\n", model.mesh().to_string(),
+                       runtime->num_processes(), runtime->num_processes() == 1 ? "" : "es",
+                       runtime->local_device_count());
+    log << "rules: " << rules_text << "\n";
+    log << fmt::format("built sharded in {:.1f} ms; loaded {} tensors in {:.1f} ms ({} read by process 0)\n",
+                       build_seconds * 1e3, load.tensors_loaded, load_seconds * 1e3,
+                       format_bytes(load.bytes_read));
+    log << fmt::format("prompt ({} tokens): {}\n", prompt.size(), join_ids(prompt));
+  }
+
+  GenerateOptions generate_options{.max_new_tokens = options.max_new_tokens};
+  if (options.json && leader) {
+    generate_options.on_token = [&out](int64_t step, int64_t sequence, int32_t token, double logprob) {
+      if (sequence != 0) return;
+      out << fmt::format("{{\"step\": {}, \"token\": {}, \"logprob\": {}}}\n", step, token,
+                         json_double(logprob))
+          << std::flush;
+    };
+  }
+  const GenerateResult result = generate(model, {prompt}, generate_options);
+  if (options.json) return 0;
+
+  const std::vector<int32_t> generated = result.tokens.empty() ? std::vector<int32_t>{} : result.tokens[0];
+  log << fmt::format("generated ({} tokens): {}\n", generated.size(), join_ids(generated));
+  log << "prefill: " << rate(result.prefill_tokens, result.prefill_seconds) << "\n";
+  log << "decode:  " << rate(result.decode_tokens, result.decode_seconds) << "\n";
+  log << "memory per device (live now, peak since start):\n" << device_memory_lines(*runtime);
+  if (leader) out << log.str() << std::flush;
+  return 0;
+}
+
+void add_generate_command(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<GenerateCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "generate",
+      "Greedy generation of token ids with a Hugging Face Llama checkpoint, sharded on a mesh "
+      "under a rules file (works under mpirun: each process holds only its devices' shards).");
+  cmd->add_option("--model", o->model_dir,
+                  "Hugging Face Llama directory: config.json and model.safetensors (or a sharded "
+                  "model.safetensors.index.json)")
+      ->required();
+  cmd->add_option("--rules", o->rules_path,
+                  "JSON rules file (e.g. examples/rules/llama_megatron.json); default: every "
+                  "variable replicated");
+  cmd->add_option("--mesh", o->mesh,
+                  "mesh, e.g. batch=2,model=4; default: the rules file's \"mesh\", else "
+                  "batch=1,model=<all devices>");
+  cmd->add_option("--prompt", o->prompt, "prompt token ids, e.g. 5,17,42")->required();
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (at least 1)")->required();
+  cmd->add_flag("--json", o->json,
+                "print one JSON object per generated token: {\"step\", \"token\", \"logprob\"}");
+  cmd->callback([o, exit_code] { *exit_code = run_generate(*o, std::cout); });
+}
+
+}  // namespace meshlayout::cli
