@@ -20,39 +20,68 @@ namespace meshlayout {
 namespace hf_internal {
 namespace {
 
+// The output's last dim `a` is contiguous in dst; the dim `b` that is the source's last one is
+// contiguous in src. When they differ, each (b, a) plane is copied in square tiles so that
+// both sides stay in cache (a transpose); the other dims are an odometer around it.
 template <typename T, typename Load>
 void permute_loop(const T* src, const Shape& src_shape, std::span<const int> perm, float* dst,
                   std::span<const int64_t> dst_strides, Load load) {
   const size_t rank = perm.size();
-  const std::vector<int64_t> src_row_major = row_major_strides(src_shape);
-  Shape out(rank);
-  std::vector<int64_t> src_strides(rank);
-  for (size_t i = 0; i < rank; ++i) {
-    out[i] = src_shape[static_cast<size_t>(perm[i])];
-    src_strides[i] = src_row_major[static_cast<size_t>(perm[i])];
-    if (out[i] == 0) return;
-  }
   if (rank == 0) {
     dst[0] = load(src[0]);
     return;
   }
-  const int64_t n = out[rank - 1], s_step = src_strides[rank - 1], d_step = dst_strides[rank - 1];
-  std::vector<int64_t> index(rank, 0);
+  const std::vector<int64_t> src_row_major = row_major_strides(src_shape);
+  Shape out(rank);
+  std::vector<int64_t> src_strides(rank);
+  size_t b = 0;
+  for (size_t i = 0; i < rank; ++i) {
+    out[i] = src_shape[static_cast<size_t>(perm[i])];
+    src_strides[i] = src_row_major[static_cast<size_t>(perm[i])];
+    if (out[i] == 0) return;
+    if (static_cast<size_t>(perm[i]) == rank - 1) b = i;
+  }
+  const size_t a = rank - 1;
+  constexpr int64_t kTile = 32;
+  auto plane = [&](int64_t s, int64_t d) {
+    if (a == b) {
+      for (int64_t k = 0; k < out[a]; ++k) {
+        dst[d + k * dst_strides[a]] = load(src[s + k * src_strides[a]]);
+      }
+      return;
+    }
+    for (int64_t b0 = 0; b0 < out[b]; b0 += kTile) {
+      const int64_t b1 = std::min(out[b], b0 + kTile);
+      for (int64_t a0 = 0; a0 < out[a]; a0 += kTile) {
+        const int64_t a1 = std::min(out[a], a0 + kTile);
+        for (int64_t ib = b0; ib < b1; ++ib) {
+          const T* in = src + s + ib * src_strides[b];
+          float* o = dst + d + ib * dst_strides[b];
+          for (int64_t ia = a0; ia < a1; ++ia) o[ia * dst_strides[a]] = load(in[ia * src_strides[a]]);
+        }
+      }
+    }
+  };
+  std::vector<size_t> outer;  // every dim but a and b
+  for (size_t i = 0; i < rank; ++i) {
+    if (i != a && i != b) outer.push_back(i);
+  }
+  std::vector<int64_t> index(outer.size(), 0);
   int64_t s = 0, d = 0;
   while (true) {
-    for (int64_t k = 0; k < n; ++k) dst[d + k * d_step] = load(src[s + k * s_step]);
-    size_t dim = rank - 1;  // odometer over the outer dims
+    plane(s, d);
+    size_t k = outer.size();
     while (true) {
-      if (dim == 0) return;
-      --dim;
-      if (++index[dim] < out[dim]) {
+      if (k == 0) return;
+      const size_t dim = outer[--k];
+      if (++index[k] < out[dim]) {
         s += src_strides[dim];
         d += dst_strides[dim];
         break;
       }
       s -= (out[dim] - 1) * src_strides[dim];
       d -= (out[dim] - 1) * dst_strides[dim];
-      index[dim] = 0;
+      index[k] = 0;
     }
   }
 }

@@ -109,6 +109,40 @@ TEST_F(HfLlamaMpiTest, EachProcessLoadsAndReadsOnlyItsShards) {
   }
 }
 
+// The file loses its last bytes after every process opened it: only the process holding the
+// last block of the last tensor (model.norm.weight, row-split) fails to read, and every
+// process throws its error.
+TEST_F(HfLlamaMpiTest, AReadFailureInOneProcessIsThrownByAll) {
+  const LlamaConfig c = testing::tiny_config(4, 2, false);
+  const DeviceMesh mesh({rt_->global_device_count()}, {"x"});
+  const auto weights = testing::random_keras_weights(c, 3);
+  std::map<std::string, Array> arrays;
+  std::map<std::string, Array*> targets;
+  std::map<std::string, const Array*> by_path;
+  for (const auto& [path, w] : weights) {
+    arrays.emplace(path, distribute_tensor(w, testing::scheme_layout(Scheme::kFirstDim, path,
+                                                                     w.shape().size(), mesh),
+                                           {.runtime = rt_}));
+    targets.emplace(path, &arrays.at(path));
+    by_path.emplace(path, &arrays.at(path));
+  }
+  save_hf_llama(dir_.string(), c, by_path);
+  HfLlamaCheckpoint ckpt = HfLlamaCheckpoint::open(dir_.string());
+  rt_->comm().barrier();
+  if (rt_->comm().rank() == 0) {
+    const fs::path file = dir_ / "model.safetensors";
+    fs::resize_file(file, fs::file_size(file) - 4);
+  }
+  rt_->comm().barrier();
+  try {
+    load_hf_llama(ckpt, targets);
+    ADD_FAILURE() << "no error";
+  } catch (const DataLossError& e) {
+    EXPECT_TRUE(testing::HasSubstr(e.what(), fmt::format("rank {}", rt_->comm().size() - 1)));
+    EXPECT_TRUE(testing::HasSubstr(e.what(), "model.norm.weight"));
+  }
+}
+
 // A checkpoint that does not match its config: every process refuses it the same way.
 TEST_F(HfLlamaMpiTest, EveryProcessRefusesAMismatchedCheckpoint) {
   const LlamaConfig c = testing::tiny_config(4, 2, false);
