@@ -159,6 +159,12 @@ Tensor Layer::operator()(const Tensor& x) {
   return Tensor(std::move(y));
 }
 
+Array Layer::call_on(const Array& x) {
+  NameScope scope = open_name_scope();
+  maybe_build(x.shape());
+  return call(x);
+}
+
 Tensor Layer::apply(const std::vector<Tensor>& inputs) {
   if (inputs.size() != 1) {
     throw ValueError(fmt::format("layer {} takes one input, got a list of {}", quote(name()),
@@ -224,8 +230,9 @@ Activation parse_activation(std::string_view name) {
   if (name == "gelu") return Activation::kGelu;
   if (name == "tanh") return Activation::kTanh;
   if (name == "softmax") return Activation::kSoftmax;
+  if (name == "silu" || name == "swish") return Activation::kSilu;
   throw ValueError(fmt::format("unknown activation {}; expected one of 'linear', 'relu', "
-                               "'gelu', 'tanh', 'softmax'",
+                               "'gelu', 'tanh', 'softmax', 'silu'",
                                quote(name)));
 }
 
@@ -268,6 +275,9 @@ Array apply_activation(Activation activation, const Array& x) {
           for (int64_t k = 0; k < row; ++k) sum += (v[k] = std::exp(v[k] - m));
           for (int64_t k = 0; k < row; ++k) v[k] = static_cast<float>(v[k] / sum);
         }
+        break;
+      case Activation::kSilu:  // x · sigmoid(x), in double (keras-hub runs it in fp32)
+        for (int64_t k = 0; k < n; ++k) p[k] = static_cast<float>(p[k] / (1.0 + std::exp(-static_cast<double>(p[k]))));
         break;
       case Activation::kLinear:
         break;

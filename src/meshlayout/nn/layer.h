@@ -89,6 +89,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// …) and functional models of several inputs take more than one; any other layer exactly
   /// one (ValueError naming the layer and the count otherwise).
   virtual Tensor apply(const std::vector<Tensor>& inputs);
+  /// The forward pass on a concrete array, in the layer's scope, building it first if needed:
+  /// for layers composed inside another layer's call (attention's projections).
+  Array call_on(const Array& x);
 
   /// (attribute name, variable) of the weights this layer created itself, in creation order.
   const std::vector<std::pair<std::string, VariablePtr>>& own_weights() const { return weights_; }
@@ -164,7 +167,7 @@ std::string to_snake_case(std::string_view class_name);
 void clear_session();
 
 /// Activations, applied shard by shard (softmax first gathers its last dimension).
-enum class Activation { kLinear, kRelu, kGelu, kTanh, kSoftmax };
+enum class Activation { kLinear, kRelu, kGelu, kTanh, kSoftmax, kSilu };
 Activation parse_activation(std::string_view name);
 Array apply_activation(Activation activation, const Array& x);
 

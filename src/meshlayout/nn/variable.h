@@ -59,6 +59,8 @@ class Variable {
   const Shape& shape() const { return spec_.shape; }
   DType dtype() const { return spec_.dtype; }
   bool trainable() const { return spec_.trainable; }
+  /// Freezes or unfreezes the variable (LoRA freezes the kernel it adapts).
+  void set_trainable(bool trainable) { spec_.trainable = trainable; }
   const Initializer& initializer() const { return spec_.initializer; }
   const std::optional<Regularizer>& regularizer() const { return spec_.regularizer; }
   /// The explicit layout given at creation, if any.

@@ -1,0 +1,265 @@
+#include "meshlayout/models/llama.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/nn/distribution.h"
+#include "meshlayout/nn/materialize.h"
+#include "meshlayout/ops/elementwise.h"
+#include "meshlayout/ops/matmul.h"
+
+namespace meshlayout {
+namespace {
+
+// a (r, c) → aᵀ (c, r) laid out with a's splits swapped: each device transposes its own box.
+Array transpose_2d(const Array& a) {
+  const TensorLayout layout({a.layout().axes()[1], a.layout().axes()[0]}, a.mesh());
+  Array t = allocate_agreed(layout, {a.shape()[1], a.shape()[0]}, a.dtype(), a.runtime_ptr());
+  t.runtime().pool().parallel_for(t.local_shards().size(), [&](size_t i) {
+    Array::Shard& d = t.local_shards()[i];
+    const Array::Shard& s = *a.shard_at(d.position);
+    const int64_t rows = s.box.shape[0], cols = s.box.shape[1];
+    const float* src = reinterpret_cast<const float*>(s.buffer.data());
+    float* dst = reinterpret_cast<float*>(d.buffer.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+    }
+  });
+  return t;
+}
+
+// h (batch, seq, d) → its last position (batch, 1, d), the sequence gathered first if split.
+Array last_position(const Array& h) {
+  std::vector<DimSharding> axes = h.layout().axes();
+  axes[1] = DimSharding();
+  const TensorLayout layout(axes, h.mesh());
+  std::optional<Array> moved;
+  const Array& src = h.layout() == layout ? h : moved.emplace(distribute_tensor(h, layout));
+  const int64_t T = h.shape()[1];
+  Array out = allocate_agreed(layout, {h.shape()[0], 1, h.shape()[2]}, h.dtype(), h.runtime_ptr());
+  out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
+    Array::Shard& d = out.local_shards()[i];
+    const Array::Shard& s = *src.shard_at(d.position);
+    const int64_t row = d.box.shape[2] * 4;
+    for (int64_t b = 0; b < d.box.shape[0]; ++b) {
+      if (row > 0) std::memcpy(d.buffer.data() + b * row, s.buffer.data() + (b * T + T - 1) * row, static_cast<size_t>(row));
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim, const std::string& data_dim) {
+  for (const std::string* name : {&model_dim, &data_dim}) {
+    const auto& names = mesh.axis_names();
+    if (std::find(names.begin(), names.end(), *name) == names.end()) {
+      throw ValueError(fmt::format("llama_layout_map: {} is not an axis of {} (its axes: {})",
+                                   quote(*name), mesh.to_string(), fmt::join(names, ", ")));
+    }
+  }
+  const DimSharding model(model_dim), data(data_dim);
+  LayoutMap rules(mesh);
+  rules["token_embedding/embeddings"] = TensorLayout({model, data});
+  rules["transformer_layer.*self_attention.*(query|key|value).kernel"] = TensorLayout({model, data, None});
+  rules["transformer_layer.*attention_output.kernel"] = TensorLayout({model, None, data});
+  rules["transformer_layer.*feedforward_intermediate_dense.kernel"] = TensorLayout({data, model});
+  rules["transformer_layer.*feedforward_gate_dense.kernel"] = TensorLayout({data, model});
+  rules["transformer_layer.*feedforward_output_dense.kernel"] = TensorLayout({model, data});
+  return rules;
+}
+
+ReversibleEmbedding::ReversibleEmbedding(int64_t vocab, int64_t hidden, bool tie_weights, std::string name)
+    : Embedding(vocab, hidden, EmbeddingOptions{.name = std::move(name),
+                                                .embeddings_initializer = Initializer::random_normal()}),
+      tie_(tie_weights) {}
+
+void ReversibleEmbedding::build(const Shape& input_shape) {
+  Embedding::build(input_shape);
+  if (!tie_) {
+    reverse_ = add_weight({.name = "reverse_embeddings", .shape = {output_dim(), input_dim()},
+                           .initializer = Initializer::random_normal()});
+  }
+}
+
+Array ReversibleEmbedding::reverse(const Array& x) const {
+  if (!tie_) return matmul(x, reverse_->value());
+  return matmul(x, transpose_2d(embeddings()->value()));
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
+    : Layer("llama_transformer_decoder", fmt::format("transformer_layer_{}", index)) {
+  attention_norm_ = track("self_attention_layernorm", std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                                                          .name = "self_attention_layernorm",
+                                                          .epsilon = config.rms_norm_eps}));
+  attention_ = track("self_attention", std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
+                                           .num_heads = config.num_attention_heads,
+                                           .key_dim = config.head_dim,
+                                           .num_key_value_heads = config.num_key_value_heads,
+                                           .use_bias = false,
+                                           .causal = true,
+                                           .rope_theta = config.rope_theta,
+                                           .name = "self_attention"}));
+  feedforward_norm_ = track("feedforward_layernorm", std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                                                         .name = "feedforward_layernorm",
+                                                         .epsilon = config.rms_norm_eps}));
+  const auto dense = [](const char* name, int64_t units, Activation activation) {
+    return std::make_shared<Dense>(units, DenseOptions{.name = name, .activation = activation, .use_bias = false});
+  };
+  gate_ = track("feedforward_gate_dense", dense("feedforward_gate_dense", config.intermediate_size, Activation::kSilu));
+  up_ = track("feedforward_intermediate_dense",
+              dense("feedforward_intermediate_dense", config.intermediate_size, Activation::kLinear));
+  down_ = track("feedforward_output_dense", dense("feedforward_output_dense", config.hidden_size, Activation::kLinear));
+}
+
+void LlamaDecoderLayer::build(const Shape& input_shape) {
+  attention_norm_->maybe_build(input_shape);
+  attention_->maybe_build(input_shape);
+  feedforward_norm_->maybe_build(input_shape);
+  gate_->maybe_build(input_shape);
+  up_->maybe_build(input_shape);
+  Shape ff = input_shape;
+  ff.back() = gate_->compute_output_shape(input_shape).back();
+  down_->maybe_build(ff);
+}
+
+Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start, int64_t max_length) {
+  NameScope scope = open_name_scope();
+  const Array n = attention_norm_->call_on(x);
+  const Array a = cache ? attention_->call_cached(n, *cache, start, max_length) : attention_->call_on(n);
+  const Array h = add(x, a);
+  const Array m = feedforward_norm_->call_on(h);
+  const Array ff = multiply(gate_->call_on(m), up_->call_on(m));
+  return add(h, down_->call_on(ff));
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules)
+    : config_(config), mesh_(*rules.device_mesh()) {
+  config_.validate();
+  auto distribution = std::make_shared<ModelParallel>(rules);
+  {
+    DistributionScope scope(distribution);  // variables are lazy until every layout is known
+    const Shape tokens{1, 1}, hidden{1, 1, config_.hidden_size};
+    embedding_ = std::make_shared<ReversibleEmbedding>(config_.vocab_size, config_.hidden_size,
+                                                       config_.tie_word_embeddings, "token_embedding");
+    embedding_->maybe_build(tokens);
+    for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+      layers_.push_back(std::make_shared<LlamaDecoderLayer>(config_, i));
+      layers_.back()->maybe_build(hidden);
+    }
+    final_norm_ = std::make_shared<RMSNormalization>(
+        RMSNormalizationOptions{.name = "sequence_output_layernorm", .epsilon = config_.rms_norm_eps});
+    final_norm_->maybe_build(hidden);
+  }
+  std::vector<KeyedVariable> keyed = keyed_variables(*embedding_, embedding_->name());
+  for (const auto& layer : layers_) {
+    std::vector<KeyedVariable> more = keyed_variables(*layer, layer->name());
+    keyed.insert(keyed.end(), more.begin(), more.end());
+  }
+  std::vector<KeyedVariable> norm = keyed_variables(*final_norm_, final_norm_->name());
+  keyed.insert(keyed.end(), norm.begin(), norm.end());
+  materialize_lazy(keyed, std::nullopt, distribution);
+}
+
+std::vector<VariablePtr> LlamaModel::variables() const {
+  std::vector<VariablePtr> all = embedding_->variables();
+  for (const auto& layer : layers_) {
+    std::vector<VariablePtr> v = layer->variables();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  std::vector<VariablePtr> v = final_norm_->variables();
+  all.insert(all.end(), v.begin(), v.end());
+  return all;
+}
+
+std::map<std::string, Array*> LlamaModel::variables_by_path() {
+  std::map<std::string, Array*> out;
+  for (const VariablePtr& v : variables()) out[v->path()] = &v->mutable_value();
+  return out;
+}
+
+Array LlamaModel::hidden_states(const Array& tokens, std::vector<KVCache>* caches, int64_t start,
+                                int64_t max_length) {
+  if (caches && caches->size() != layers_.size()) caches->resize(layers_.size());
+  Array x = embedding_->call_on(tokens);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_[i]->forward(x, caches ? &(*caches)[i] : nullptr, start, max_length);
+  }
+  return final_norm_->call_on(x);
+}
+
+Array LlamaModel::logits(const Array& tokens) { return embedding_->reverse(hidden_states(tokens)); }
+
+Array LlamaModel::last_logits(const Array& tokens, std::vector<KVCache>& caches, int64_t start,
+                              int64_t max_length) {
+  return embedding_->reverse(last_position(hidden_states(tokens, &caches, start, max_length)));
+}
+
+GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                        const GenerateOptions& options) {
+  const LlamaConfig& c = model.config();
+  if (prompts.empty() || prompts[0].empty()) throw ValueError("generate needs at least one non-empty prompt");
+  const int64_t B = static_cast<int64_t>(prompts.size()), T0 = static_cast<int64_t>(prompts[0].size());
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    if (static_cast<int64_t>(prompts[b].size()) != T0) {
+      throw ValueError(fmt::format("generate: prompts must have equal lengths, prompt 0 has {} tokens "
+                                   "and prompt {} has {}", T0, b, prompts[b].size()));
+    }
+    for (size_t t = 0; t < prompts[b].size(); ++t) {
+      if (prompts[b][t] < 0 || prompts[b][t] >= c.vocab_size) {
+        throw ValueError(fmt::format("generate: token {} at position {} of prompt {} is outside the "
+                                     "vocabulary [0, {})", prompts[b][t], t, b, c.vocab_size));
+      }
+    }
+  }
+  if (options.max_new_tokens < 1 || T0 + options.max_new_tokens > c.max_position_embeddings) {
+    throw ValueError(fmt::format("generate: max_new_tokens must be >= 1 and the prompt ({}) plus "
+                                 "max_new_tokens ({}) at most max_position_embeddings ({})",
+                                 T0, options.max_new_tokens, c.max_position_embeddings));
+  }
+  const int64_t max_length = T0 + options.max_new_tokens;
+  const TensorLayout replicated = TensorLayout::replicated(2, model.mesh());
+  HostTensor tokens(DType::kI32, {B, T0});
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(prompts[static_cast<size_t>(b)].begin(), prompts[static_cast<size_t>(b)].end(),
+              tokens.data_as<int32_t>() + b * T0);
+  }
+  GenerateResult result;
+  result.tokens.resize(static_cast<size_t>(B));
+  std::vector<KVCache> caches;
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  HostTensor logits = model.last_logits(distribute_tensor(tokens, replicated), caches, 0, max_length).gather();
+  result.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  result.prefill_tokens = B * T0;
+  t0 = Clock::now();
+  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
+    HostTensor next(DType::kI32, {B, 1});
+    for (int64_t b = 0; b < B; ++b) {
+      const float* row = logits.data_as<float>() + b * c.vocab_size;
+      int64_t best = 0;
+      double top = row[0];
+      for (int64_t v = 1; v < c.vocab_size; ++v) {
+        if (row[v] > top) top = row[(best = v)];
+      }
+      double sum = 0;
+      for (int64_t v = 0; v < c.vocab_size; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
+      const int32_t token = static_cast<int32_t>(best);
+      next.data_as<int32_t>()[b] = token;
+      result.tokens[static_cast<size_t>(b)].push_back(token);
+      if (options.on_token) options.on_token(step, b, token, -std::log(sum));
+    }
+    if (step + 1 == options.max_new_tokens) break;
+    logits = model.last_logits(distribute_tensor(next, replicated), caches, T0 + step, max_length).gather();
+    result.decode_tokens += B;
+  }
+  result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,133 @@
+// llama.h — a Llama-class decoder (keras-hub LlamaBackbone + LlamaCausalLM) born sharded, and
+// greedy generation with a key/value cache.
+//
+// Variables carry keras-hub's Keras 3 paths, with no model prefix (the backbone is functional
+// in keras-hub), so keras-hub's get_layout_map rules and Hugging Face checkpoints
+// (hf_llama_checkpoint.h) address them directly:
+//   token_embedding/embeddings (V, d), token_embedding/reverse_embeddings (d, V) when untied,
+//   transformer_layer_{i}/self_attention/{query,key,value}/kernel (d, heads, head_dim),
+//   transformer_layer_{i}/self_attention/attention_output/kernel (heads, head_dim, d),
+//   transformer_layer_{i}/{self_attention_layernorm,feedforward_layernorm}/scale (d,),
+//   transformer_layer_{i}/feedforward_{gate,intermediate}_dense/kernel (d, ff),
+//   transformer_layer_{i}/feedforward_output_dense/kernel (ff, d), sequence_output_layernorm/scale.
+// Each variable's layout is rules[path] (a ModelParallel over `rules`), else replicated on the
+// rules' mesh; every layout is checked before anything is allocated, then each device fills
+// only its box. Block: h = x + attn(norm(x)); y = h + down(silu(gate(n)) · up(n)), n = norm(h)
+// (RMSNorm with config.rms_norm_eps, RoPE with config.rope_theta, grouped key/value heads).
+//
+// Example:
+//   LayoutMap rules = llama_layout_map(mesh, "model", "batch");   // keras-hub's rules
+//   LlamaModel model(config, rules);
+//   load_hf_llama(HfLlamaCheckpoint::open(dir), model.variables_by_path());
+//   Array logits = model.logits(tokens);                           // (batch, seq, vocab)
+//   GenerateResult r = generate(model, {{5, 17, 42}}, {.max_new_tokens = 8});
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meshlayout/layout_map/layout_map.h"
+#include "meshlayout/models/hf_llama_config.h"
+#include "meshlayout/nn/embedding.h"
+#include "meshlayout/nn/multi_head_attention.h"
+#include "meshlayout/nn/rms_normalization.h"
+
+namespace meshlayout {
+
+/// keras-hub's LlamaBackbone.get_layout_map(mesh, model_parallel_dim_name, data_parallel_dim_name)
+/// rules (search mode). ValueError if either name is not an axis of the mesh.
+LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
+                           const std::string& data_dim = "batch");
+
+/// keras-hub's token embedding (ReversibleEmbedding): the lookup, and the reverse projection to
+/// logits with the table transposed (tied) or its own reverse_embeddings (d, V).
+class ReversibleEmbedding : public Embedding {
+ public:
+  ReversibleEmbedding(int64_t vocab, int64_t hidden, bool tie_weights, std::string name);
+  const VariablePtr& reverse_embeddings() const { return reverse_; }
+  /// x (…, d) → logits (…, V). Collective.
+  Array reverse(const Array& x) const;
+
+ protected:
+  void build(const Shape& input_shape) override;
+
+ private:
+  bool tie_;
+  VariablePtr reverse_;
+};
+
+/// One keras-hub LlamaTransformerDecoder block, named transformer_layer_{i}.
+class LlamaDecoderLayer : public Layer {
+ public:
+  LlamaDecoderLayer(const LlamaConfig& config, int64_t index);
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  /// The block on x (batch, seq, d); with a cache, at positions start… (see MultiHeadAttention).
+  Array forward(const Array& x, KVCache* cache, int64_t start, int64_t max_length);
+  const std::shared_ptr<MultiHeadAttention>& self_attention() const { return attention_; }
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Array call(const Array& x) override { return forward(x, nullptr, 0, 0); }
+
+ private:
+  std::shared_ptr<RMSNormalization> attention_norm_, feedforward_norm_;
+  std::shared_ptr<MultiHeadAttention> attention_;
+  std::shared_ptr<Layer> gate_, up_, down_;
+};
+
+class LlamaModel {
+ public:
+  /// Builds every variable under `rules` (lazy, then materialised together: all layouts checked
+  /// first). config.validate()'s ValueError for a bad config; ValueError naming the variable for
+  /// a rule that does not fit it.
+  LlamaModel(const LlamaConfig& config, const LayoutMap& rules);
+
+  const LlamaConfig& config() const { return config_; }
+  const DeviceMesh& mesh() const { return mesh_; }
+  /// Every variable, keyed by its keras-hub path (load_hf_llama's targets).
+  std::map<std::string, Array*> variables_by_path();
+  /// Every variable in keras-hub's order.
+  std::vector<VariablePtr> variables() const;
+
+  /// Hidden states after the final norm: tokens (batch, seq) I32 → (batch, seq, d). Collective.
+  /// With caches (one per layer), positions start… are appended to them.
+  Array hidden_states(const Array& tokens, std::vector<KVCache>* caches = nullptr, int64_t start = 0,
+                      int64_t max_length = 0);
+  /// Logits (batch, seq, vocab) of tokens. Collective.
+  Array logits(const Array& tokens);
+  /// Logits of the last position only, (batch, 1, vocab), appending to the caches.
+  Array last_logits(const Array& tokens, std::vector<KVCache>& caches, int64_t start, int64_t max_length);
+
+ private:
+  LlamaConfig config_;
+  DeviceMesh mesh_;
+  std::shared_ptr<ReversibleEmbedding> embedding_;
+  std::vector<std::shared_ptr<LlamaDecoderLayer>> layers_;
+  std::shared_ptr<RMSNormalization> final_norm_;
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 16;
+  /// Called on every process after each step, per sequence: (step, sequence, token, logprob =
+  /// log_softmax(logits)[token]).
+  std::function<void(int64_t, int64_t, int32_t, double)> on_token;
+};
+
+struct GenerateResult {
+  std::vector<std::vector<int32_t>> tokens;  // the new tokens of each sequence
+  double prefill_seconds = 0, decode_seconds = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+};
+
+/// Greedy decoding (argmax; ties to the lowest id, as numpy) of every prompt (equal lengths),
+/// prefill then one token per step with a key/value cache laid out like the heads. Collective.
+/// ValueError for no prompt, prompts of different lengths, a token outside [0, vocab), or
+/// prompt + max_new_tokens beyond max_position_embeddings.
+GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                        const GenerateOptions& options = {});
+
+}  // namespace meshlayout

@@ -1,0 +1,141 @@
+// llama_test_util.h — a float64 Llama written from the formulas (HF LlamaForCausalLM /
+// keras-hub LlamaCausalLM), fed the model's own gathered weights, for the Llama tests. Test-only.
+//
+// Example:
+//   LlamaModel model(config, rules);
+//   std::vector<double> want = reference_llama_logits(model, tokens, /*batch=*/2, /*seq=*/5);
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "meshlayout/models/llama.h"
+
+namespace meshlayout::testing {
+
+using Vec = std::vector<double>;
+
+inline Vec gathered(const std::map<std::string, Array*>& vars, const std::string& path) {
+  const HostTensor t = vars.at(path)->gather();
+  const float* p = t.data_as<float>();
+  return Vec(p, p + num_elements(t.shape()));
+}
+
+// (rows, k) · (k, n).
+inline Vec ref_matmul(const Vec& a, const Vec& b, int64_t rows, int64_t k, int64_t n) {
+  Vec out(static_cast<size_t>(rows * n), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      const double x = a[static_cast<size_t>(r * k + i)];
+      if (x == 0) continue;
+      const double* brow = b.data() + i * n;
+      double* orow = out.data() + r * n;
+      for (int64_t c = 0; c < n; ++c) orow[c] += x * brow[c];
+    }
+  }
+  return out;
+}
+
+inline Vec ref_rms_norm(const Vec& x, const Vec& scale, int64_t d, double eps) {
+  Vec out(x.size());
+  for (size_t r = 0; r < x.size() / static_cast<size_t>(d); ++r) {
+    double ss = 0;
+    for (int64_t c = 0; c < d; ++c) ss += x[r * d + c] * x[r * d + c];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
+    for (int64_t c = 0; c < d; ++c) out[r * d + c] = x[r * d + c] * inv * scale[static_cast<size_t>(c)];
+  }
+  return out;
+}
+
+inline void ref_rope(Vec& x, int64_t rows, int64_t T, int64_t H, int64_t D, double theta) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % T;
+    for (int64_t h = 0; h < H; ++h) {
+      double* v = x.data() + (r * H + h) * D;
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const double a = static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+        const double x1 = v[i], x2 = v[i + D / 2];
+        v[i] = x1 * std::cos(a) - x2 * std::sin(a);
+        v[i + D / 2] = x2 * std::cos(a) + x1 * std::sin(a);
+      }
+    }
+  }
+}
+
+/// Logits (B, T, V) of tokens (row-major B × T) in float64.
+inline Vec reference_llama_logits(LlamaModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+  const LlamaConfig& c = model.config();
+  const auto vars = model.variables_by_path();
+  const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  const int64_t ff = c.intermediate_size, V = c.vocab_size, rows = B * T;
+  const Vec emb = gathered(vars, "token_embedding/embeddings");
+  Vec x(static_cast<size_t>(rows * d));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(emb.begin() + tokens[static_cast<size_t>(r)] * d, emb.begin() + (tokens[static_cast<size_t>(r)] + 1) * d,
+              x.begin() + r * d);
+  }
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "transformer_layer_" + std::to_string(i) + "/";
+    const Vec n = ref_rms_norm(x, gathered(vars, p + "self_attention_layernorm/scale"), d, c.rms_norm_eps);
+    Vec q = ref_matmul(n, gathered(vars, p + "self_attention/query/kernel"), rows, d, H * D);
+    Vec k = ref_matmul(n, gathered(vars, p + "self_attention/key/kernel"), rows, d, Hkv * D);
+    const Vec v = ref_matmul(n, gathered(vars, p + "self_attention/value/kernel"), rows, d, Hkv * D);
+    ref_rope(q, rows, T, H, D, c.rope_theta);
+    ref_rope(k, rows, T, Hkv, D, c.rope_theta);
+    Vec o(static_cast<size_t>(rows * H * D), 0.0);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t j = h / (H / Hkv);
+        for (int64_t t = 0; t < T; ++t) {
+          Vec w(static_cast<size_t>(t + 1));
+          double mx = -INFINITY, sum = 0;
+          for (int64_t s = 0; s <= t; ++s) {
+            double dot = 0;
+            for (int64_t e = 0; e < D; ++e) dot += q[static_cast<size_t>(((b * T + t) * H + h) * D + e)] * k[static_cast<size_t>(((b * T + s) * Hkv + j) * D + e)];
+            mx = std::max(mx, w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D)));
+          }
+          for (double& e : w) sum += (e = std::exp(e - mx));
+          for (int64_t s = 0; s <= t; ++s) {
+            for (int64_t e = 0; e < D; ++e) {
+              o[static_cast<size_t>(((b * T + t) * H + h) * D + e)] += w[static_cast<size_t>(s)] / sum * v[static_cast<size_t>(((b * T + s) * Hkv + j) * D + e)];
+            }
+          }
+        }
+      }
+    }
+    const Vec a = ref_matmul(o, gathered(vars, p + "self_attention/attention_output/kernel"), rows, H * D, d);
+    for (size_t e = 0; e < x.size(); ++e) x[e] += a[e];
+    const Vec m = ref_rms_norm(x, gathered(vars, p + "feedforward_layernorm/scale"), d, c.rms_norm_eps);
+    Vec g = ref_matmul(m, gathered(vars, p + "feedforward_gate_dense/kernel"), rows, d, ff);
+    const Vec u = ref_matmul(m, gathered(vars, p + "feedforward_intermediate_dense/kernel"), rows, d, ff);
+    for (size_t e = 0; e < g.size(); ++e) g[e] = g[e] / (1.0 + std::exp(-g[e])) * u[e];
+    const Vec f = ref_matmul(g, gathered(vars, p + "feedforward_output_dense/kernel"), rows, ff, d);
+    for (size_t e = 0; e < x.size(); ++e) x[e] += f[e];
+  }
+  x = ref_rms_norm(x, gathered(vars, "sequence_output_layernorm/scale"), d, c.rms_norm_eps);
+  if (!c.tie_word_embeddings) return ref_matmul(x, gathered(vars, "token_embedding/reverse_embeddings"), rows, d, V);
+  Vec et(static_cast<size_t>(d * V));
+  for (int64_t r = 0; r < V; ++r) {
+    for (int64_t e = 0; e < d; ++e) et[static_cast<size_t>(e * V + r)] = emb[static_cast<size_t>(r * d + e)];
+  }
+  return ref_matmul(x, et, rows, d, V);
+}
+
+/// Greedy continuation of one prompt by the float64 reference (the whole sequence rerun per step).
+inline std::vector<int32_t> reference_greedy(LlamaModel& model, std::vector<int32_t> tokens, int64_t steps) {
+  std::vector<int32_t> out;
+  const int64_t V = model.config().vocab_size;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    const Vec logits = reference_llama_logits(model, tokens, 1, T);
+    const double* row = logits.data() + (T - 1) * V;
+    const int32_t best = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    out.push_back(best);
+    tokens.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace meshlayout::testing

@@ -1,0 +1,235 @@
+#include "meshlayout/nn/einsum_dense.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "meshlayout/array/array_view.h"
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/distribution.h"
+#include "meshlayout/ops/elementwise.h"
+#include "meshlayout/ops/matmul.h"
+
+namespace meshlayout {
+namespace {
+
+// `a` as `shape` without moving data where its layout allows, else after a reshard to a
+// layout that does (array_view.h). `storage` keeps what the result borrows from.
+Array reshaped(const Array& a, const Shape& shape, std::optional<Array>& storage) {
+  if (const auto layout = local_reshape_layout(a.layout(), a.shape(), shape)) {
+    return view_shards(a, shape, *layout);
+  }
+  storage.emplace(distribute_tensor(a, viewable_layout(a.layout(), a.shape(), shape)));
+  return view_shards(*storage, shape, *local_reshape_layout(storage->layout(), a.shape(), shape));
+}
+
+Array reshaped(Array&& a, const Shape& shape) {
+  if (const auto layout = local_reshape_layout(a.layout(), a.shape(), shape)) {
+    return reshape_shards(std::move(a), shape, *layout);
+  }
+  Array moved = distribute_tensor(a, viewable_layout(a.layout(), a.shape(), shape));
+  const TensorLayout layout = *local_reshape_layout(moved.layout(), moved.shape(), shape);
+  return reshape_shards(std::move(moved), shape, layout);
+}
+
+void scale_in_place(Array& a, double factor) {
+  a.runtime().pool().parallel_for(a.local_shards().size(), [&](size_t i) {
+    Array::Shard& s = a.local_shards()[i];
+    float* p = reinterpret_cast<float*>(s.buffer.data());
+    for (int64_t k = 0; k < s.box.num_elements(); ++k) p[k] = static_cast<float>(p[k] * factor);
+  });
+}
+
+}  // namespace
+
+Array contract_trailing(const Array& x, const Array& kernel, int contracted) {
+  const int xr = static_cast<int>(x.shape().size()), wr = static_cast<int>(kernel.shape().size());
+  if (contracted < 1 || contracted >= wr || contracted > xr ||
+      !std::equal(x.shape().end() - contracted, x.shape().end(), kernel.shape().begin())) {
+    throw ValueError(fmt::format("cannot contract the last {} dimensions of {} with the first of a "
+                                 "kernel {}", contracted, shape_to_string(x.shape()),
+                                 shape_to_string(kernel.shape())));
+  }
+  const Shape lead(x.shape().begin(), x.shape().end() - contracted);
+  const Shape outer(kernel.shape().begin() + contracted, kernel.shape().end());
+  const int64_t k = num_elements(kernel.shape()) / std::max<int64_t>(1, num_elements(outer));
+  const int64_t n = num_elements(outer);
+  Shape x2 = lead;
+  x2.push_back(k);
+  std::optional<Array> x_store, w_store, x_on_mesh;
+  const Array* xs = &x;
+  if (!(x.mesh() == kernel.mesh())) {  // an input on another mesh follows the kernel's
+    x_on_mesh.emplace(distribute_tensor(x, TensorLayout::replicated(xr, kernel.mesh())));
+    xs = &*x_on_mesh;
+  }
+  const Array xv = reshaped(*xs, x2, x_store);
+  const Array wv = reshaped(kernel, {k, n}, w_store);
+  Shape out = lead;
+  out.insert(out.end(), outer.begin(), outer.end());
+  return reshaped(matmul(xv, wv), out);
+}
+
+EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOptions options)
+    : Layer("einsum_dense", options.name), equation_(std::move(equation)),
+      output_shape_(std::move(output_shape)), options_(std::move(options)) {
+  const auto unsupported = [&](std::string_view why) {
+    return ValueError(fmt::format("EinsumDense equation {} is not supported: {} (the kernel must "
+                                  "contract the input's trailing dimensions, as in "
+                                  "'btd,dnh->btnh' or 'btnh,nhd->btd')",
+                                  quote(equation_), why));
+  };
+  const size_t arrow = equation_.find("->"), comma = equation_.find(',');
+  if (arrow == std::string::npos || comma == std::string::npos || comma > arrow) {
+    throw unsupported("expected '<input>,<kernel>-><output>'");
+  }
+  input_spec_ = equation_.substr(0, comma);
+  kernel_spec_ = equation_.substr(comma + 1, arrow - comma - 1);
+  output_spec_ = equation_.substr(arrow + 2);
+  const bool ellipsis = input_spec_.starts_with("...") && output_spec_.starts_with("...");
+  if (ellipsis) {
+    input_spec_ = input_spec_.substr(3);
+    output_spec_ = output_spec_.substr(3);
+  }
+  for (const std::string* s : {&input_spec_, &kernel_spec_, &output_spec_}) {
+    if (s->empty() || !std::all_of(s->begin(), s->end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
+      throw unsupported("each spec must be lowercase letters");
+    }
+  }
+  while (contracted_ < static_cast<int>(std::min(input_spec_.size(), kernel_spec_.size())) &&
+         kernel_spec_.find(input_spec_[input_spec_.size() - 1 - static_cast<size_t>(contracted_)]) !=
+             std::string::npos) {
+    ++contracted_;
+  }
+  const std::string prefix = input_spec_.substr(0, input_spec_.size() - static_cast<size_t>(contracted_));
+  const std::string contracted = input_spec_.substr(prefix.size());
+  if (contracted_ == 0 || !kernel_spec_.starts_with(contracted)) {
+    throw unsupported("the input's trailing letters are not the kernel's leading ones");
+  }
+  const std::string free = kernel_spec_.substr(contracted.size());
+  if (free.empty() || output_spec_ != prefix + free) {
+    throw unsupported(fmt::format("the output must be {}", quote(prefix + free)));
+  }
+  const size_t expected = ellipsis ? output_spec_.size() : output_spec_.size() - 1;
+  if (output_shape_.size() != expected) {
+    throw ValueError(fmt::format("EinsumDense {}: output_shape {} must have {} entries (the output "
+                                 "{} without its {})", quote(equation_), shape_to_string(output_shape_),
+                                 expected, quote(output_spec_), ellipsis ? "ellipsis" : "batch dimension"));
+  }
+  for (size_t i = output_shape_.size() - free.size(); i < output_shape_.size(); ++i) {
+    if (output_shape_[i] < 1) {
+      throw ValueError(fmt::format("EinsumDense {}: output_shape {} must give the kernel's output "
+                                   "sizes ({}) as positive numbers", quote(equation_),
+                                   shape_to_string(output_shape_), quote(free)));
+    }
+  }
+  if (!options_.bias_axes.empty() &&
+      (!output_spec_.ends_with(options_.bias_axes) || options_.bias_axes.size() > free.size())) {
+    throw ValueError(fmt::format("EinsumDense {}: bias_axes {} must be trailing letters of the "
+                                 "kernel's output {}", quote(equation_), quote(options_.bias_axes),
+                                 quote(free)));
+  }
+}
+
+Shape EinsumDense::compute_output_shape(const Shape& input_shape) const {
+  if (input_shape.size() < input_spec_.size() ||
+      (!equation_.starts_with("...") && input_shape.size() != input_spec_.size())) {
+    throw ValueError(fmt::format("EinsumDense layer {} ({}) needs inputs of rank {}, got shape {}",
+                                 quote(name()), quote(equation_), input_spec_.size(),
+                                 shape_to_string(input_shape)));
+  }
+  Shape out(input_shape.begin(), input_shape.end() - contracted_);
+  const size_t free = kernel_spec_.size() - static_cast<size_t>(contracted_);
+  out.insert(out.end(), output_shape_.end() - static_cast<int64_t>(free), output_shape_.end());
+  return out;
+}
+
+void EinsumDense::build(const Shape& input_shape) {
+  const Shape out = compute_output_shape(input_shape);
+  Shape kernel_shape(input_shape.end() - contracted_, input_shape.end());
+  const size_t free = kernel_spec_.size() - static_cast<size_t>(contracted_);
+  kernel_shape.insert(kernel_shape.end(), out.end() - static_cast<int64_t>(free), out.end());
+  kernel_ = add_weight({.name = "kernel", .shape = kernel_shape, .initializer = options_.kernel_initializer,
+                        .layout = options_.kernel_layout});
+  if (!options_.bias_axes.empty()) {
+    const Shape bias_shape(out.end() - static_cast<int64_t>(options_.bias_axes.size()), out.end());
+    bias_ = add_weight({.name = "bias", .shape = bias_shape, .initializer = options_.bias_initializer,
+                        .layout = options_.bias_layout});
+  }
+}
+
+void EinsumDense::enable_lora(int64_t rank, std::optional<double> lora_alpha, Initializer a_initializer,
+                              Initializer b_initializer) {
+  if (!kernel_) {
+    throw ValueError(fmt::format("enable_lora on layer {}: the layer must be built first (Keras: "
+                                 "\"Cannot enable lora on a layer that isn't yet built\")", quote(name())));
+  }
+  if (lora_a_) {
+    throw ValueError(fmt::format("enable_lora on layer {}: LoRA is already enabled", quote(name())));
+  }
+  if (rank < 1) throw ValueError(fmt::format("enable_lora rank must be >= 1, got {}", rank));
+  NameScope scope = open_name_scope();
+  Shape a_shape(kernel_->shape().begin(), kernel_->shape().end() - 1);
+  a_shape.push_back(rank);
+  const Shape b_shape{rank, kernel_->shape().back()};
+  if (kernel_->is_lazy()) {  // materialised with the model's rules, as the kernel will be
+    lora_a_ = add_weight({.name = "lora_kernel_a", .shape = a_shape, .initializer = a_initializer});
+    lora_b_ = add_weight({.name = "lora_kernel_b", .shape = b_shape, .initializer = b_initializer});
+  } else {  // after the model: laid out now, by the current rules or replicated on the kernel's mesh
+    const std::string& kernel_path = kernel_->path();
+    const std::string prefix = kernel_path.substr(0, kernel_path.size() - kernel_->name().size());
+    const DeviceMesh mesh = kernel_->value().mesh();
+    const auto layout_of = [&](const std::string& path, const Shape& shape) {
+      std::optional<TensorLayout> l;
+      if (auto d = distribution()) {
+        if (auto mp = std::dynamic_pointer_cast<const ModelParallel>(d)) l = mp->layout_map()[path];
+      } else if (const LayoutMap* map = current_layout_map()) {
+        l = (*map)[path];
+      }
+      TensorLayout layout = l.value_or(TensorLayout::replicated(static_cast<int>(shape.size())));
+      if (!layout.device_mesh()) layout.set_device_mesh(mesh);
+      return layout;
+    };
+    for (auto [var, name, shape, init] :
+         {std::tuple{&lora_a_, "lora_kernel_a", a_shape, a_initializer},
+          std::tuple{&lora_b_, "lora_kernel_b", b_shape, b_initializer}}) {
+      const TensorLayout layout = layout_of(prefix + name, shape);
+      *var = add_weight({.name = name, .shape = shape, .initializer = init, .layout = layout});
+      if ((*var)->is_lazy()) (*var)->materialize(layout);
+    }
+  }
+  kernel_->set_trainable(false);
+  lora_scale_ = lora_alpha.value_or(static_cast<double>(rank)) / static_cast<double>(rank);
+}
+
+Array EinsumDense::call(const Array& x) {
+  std::optional<Array> effective;
+  if (lora_a_) {  // kernel + (alpha / rank) · A @ B, in the kernel's layout
+    Array delta = matmul(lora_a_->value(), lora_b_->value());
+    scale_in_place(delta, lora_scale_);
+    effective.emplace(add(kernel_->value(), delta));
+  }
+  Array y = contract_trailing(x, effective ? *effective : kernel_->value(), contracted_);
+  if (bias_) {
+    const int rank = static_cast<int>(y.shape().size());
+    const int nb = static_cast<int>(bias_->shape().size());
+    std::vector<DimSharding> axes(y.layout().axes().end() - nb, y.layout().axes().end());
+    const Array b = distribute_tensor(bias_->value(), TensorLayout(axes, y.mesh()));
+    y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+      Array::Shard& s = y.local_shards()[i];
+      const Array::Shard* bs = b.shard_at(s.position);
+      const int64_t inner = num_elements(Shape(s.box.shape.begin() + (rank - nb), s.box.shape.end()));
+      if (inner == 0) return;
+      float* p = reinterpret_cast<float*>(s.buffer.data());
+      const float* bias = reinterpret_cast<const float*>(bs->buffer.data());
+      for (int64_t r = 0; r < s.box.num_elements() / inner; ++r) {
+        for (int64_t c = 0; c < inner; ++c) p[r * inner + c] += bias[c];
+      }
+    });
+  }
+  if (options_.activation == Activation::kLinear) return y;
+  return apply_activation(options_.activation, y);
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,48 @@
+// rms_normalization.h — keras.layers.RMSNormalization (and keras-hub's LlamaLayerNorm) over the
+// last axis, on distributed arrays: y = x · rsqrt(mean(x²) + epsilon) · scale, per row, the
+// statistics in float64 and the product rounded once to float32. Weight `scale` (ones), shape
+// (features,), created in build: path "rms_normalization/scale".
+//
+// Layout: as LayerNormalization — rows must be whole, so a split last dimension is gathered
+// first; the output keeps the input's other splits; `scale` is brought to the layout of the
+// data's last dimension (replicated). Inputs on another mesh follow the weight's mesh.
+//
+// Example:
+//   auto norm = std::make_shared<RMSNormalization>(RMSNormalizationOptions{.epsilon = 1e-6});
+//   Tensor y = (*norm)(x);   // x F32 (batch, seq, d) → y, same shape
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "meshlayout/nn/layer.h"
+
+namespace meshlayout {
+
+struct RMSNormalizationOptions {
+  std::string name;       // automatic ("rms_normalization", …) when empty
+  double epsilon = 1e-6;  // Keras and keras-hub default
+  Initializer scale_initializer = Initializer::ones();
+  std::optional<TensorLayout> scale_layout;  // explicit layout (wins over rules)
+};
+
+class RMSNormalization : public Layer {
+ public:
+  /// ValueError unless epsilon is finite and >= 0.
+  explicit RMSNormalization(RMSNormalizationOptions options = {});
+  const VariablePtr& scale() const { return scale_; }
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+
+ protected:
+  /// ValueError for a rank-0 input.
+  void build(const Shape& input_shape) override;
+  /// ValueError if x is not F32 or its last dimension differs from the built one.
+  Array call(const Array& x) override;
+
+ private:
+  RMSNormalizationOptions options_;
+  int64_t features_ = 0;
+  VariablePtr scale_;
+};
+
+}  // namespace meshlayout
