@@ -1,0 +1,196 @@
+// Llama prefill and decode on 8 virtual devices under the Megatron rules
+// (examples/rules/llama_megatron.json, mesh batch=1,model=8), against raw cblas_sgemm of the
+// same per-device matmuls in the same run.
+//
+//   build/bench/llama_bench [--reps R] [--prompt T] [--new N] [--layers L]
+//
+// Model: d=1024, 8 layers, 16 heads (8 key-value heads, head_dim 64), ff 2816, vocab 32000,
+// untied embeddings, its own random initial weights (159M parameters, 636 MB F32). One
+// generate() of a T-token prompt (default 128, batch 1) and N new tokens (default 16), R
+// times (default 3): prefill tokens/s = T / prefill time, decode tokens/s = (N-1) / decode
+// time (GenerateResult); the best run of each is reported.
+//
+// Baseline (same cores, same decomposition): for every linear map of the model, the 8
+// per-device cblas_sgemm calls its Megatron shards imply — q, k, v, gate, up split by columns
+// ((m x d) @ (d x cols/8)), attention_output and down by rows ((m x k/8) @ (k/8 x d)), the
+// reverse embedding by columns, for the last position only, as generate() computes it — with
+// OpenBLAS at 1 thread per call, run with parallel_for on the runtime's thread pool (one task
+// per device; the pool has one thread per core, 2 on the reference machine). Prefill uses
+// m = T, decode m = 1. Attention scores, norms, RoPE, the embedding lookup and the
+// collectives are not in the baseline: ratio = baseline time / meshlayout time is the share
+// of the machine's matmul rate the whole model reaches (1.0 = nothing but the matmuls' cost).
+//
+// The last line is for bench/llama_bench.sh:
+//   RESULT prefill_tokens_per_s=… decode_tokens_per_s=… prefill_ratio=… decode_ratio=…
+#include <cblas.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/layout_map/rules_file.h"
+#include "meshlayout/models/llama.h"
+#include "meshlayout/runtime/runtime.h"
+
+using namespace meshlayout;
+
+namespace {
+
+constexpr int kDevices = 8;
+
+double seconds(const std::function<void()>& f) {
+  auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+struct Gemm {  // one device's (m x k) @ (k x n)
+  int k, n;
+};
+
+// Every device's sgemm shapes for one forward pass of the model's linear maps (m rows).
+std::vector<Gemm> per_device_gemms(const LlamaConfig& c) {
+  const int d = static_cast<int>(c.hidden_size);
+  const int q = static_cast<int>(c.num_attention_heads * c.head_dim);
+  const int kv = static_cast<int>(c.num_key_value_heads * c.head_dim);
+  const int ff = static_cast<int>(c.intermediate_size);
+  std::vector<Gemm> g;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    g.push_back({d, q / kDevices});        // query, column-split heads
+    g.push_back({d, kv / kDevices});       // key
+    g.push_back({d, kv / kDevices});       // value
+    g.push_back({q / kDevices, d});        // attention_output, row-split (partial sums)
+    g.push_back({d, ff / kDevices});       // gate
+    g.push_back({d, ff / kDevices});       // up
+    g.push_back({ff / kDevices, d});       // down, row-split
+  }
+  return g;
+}
+
+struct Baseline {
+  double seconds = 0;
+  double flops = 0;
+};
+
+// Runs the per-device sgemms: `gemms` with m rows, then the reverse embedding with one row
+// (generate() computes the logits of the last position only); best of `reps`.
+Baseline run_baseline(const LlamaConfig& c, int m, int reps) {
+  openblas_set_num_threads(1);
+  const std::vector<Gemm> gemms = per_device_gemms(c);
+  const int d = static_cast<int>(c.hidden_size);
+  const int vocab_shard = static_cast<int>((c.vocab_size + kDevices - 1) / kDevices);
+  size_t max_b = static_cast<size_t>(d) * static_cast<size_t>(vocab_shard);
+  size_t max_a = 0, max_c = static_cast<size_t>(vocab_shard);
+  for (const Gemm& g : gemms) {
+    max_b = std::max(max_b, static_cast<size_t>(g.k) * static_cast<size_t>(g.n));
+    max_a = std::max(max_a, static_cast<size_t>(m) * static_cast<size_t>(g.k));
+    max_c = std::max(max_c, static_cast<size_t>(m) * static_cast<size_t>(g.n));
+  }
+  struct DeviceBuffers {
+    std::vector<std::vector<float>> weights;  // one per gemm, as the model holds them
+    std::vector<float> vocab, a, out;
+  };
+  std::vector<DeviceBuffers> dev(kDevices);
+  Runtime& rt = *default_runtime();
+  rt.pool().parallel_for(kDevices, [&](size_t p) {
+    for (const Gemm& g : gemms) dev[p].weights.emplace_back(static_cast<size_t>(g.k) * g.n, 0.01f);
+    dev[p].vocab.assign(static_cast<size_t>(d) * vocab_shard, 0.01f);
+    dev[p].a.assign(max_a, 0.5f);
+    dev[p].out.assign(max_c, 0.0f);
+  });
+  Baseline b;
+  for (const Gemm& g : gemms) b.flops += 2.0 * m * g.k * g.n * kDevices;
+  b.flops += 2.0 * d * vocab_shard * kDevices;
+  b.seconds = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    b.seconds = std::min(b.seconds, seconds([&] {
+      rt.pool().parallel_for(kDevices, [&](size_t p) {
+        DeviceBuffers& x = dev[p];
+        for (size_t i = 0; i < gemms.size(); ++i) {
+          const Gemm& g = gemms[i];
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, g.n, g.k, 1.0f, x.a.data(), g.k,
+                      x.weights[i].data(), g.n, 0.0f, x.out.data(), g.n);
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, vocab_shard, d, 1.0f, x.a.data(), d,
+                    x.vocab.data(), vocab_shard, 0.0f, x.out.data(), vocab_shard);
+      });
+    }));
+  }
+  return b;
+}
+
+int arg(int argc, char** argv, const std::string& name, int fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (argv[i] == name) return std::atoi(argv[i + 1]);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = arg(argc, argv, "--reps", 3);
+  const int prompt_len = arg(argc, argv, "--prompt", 128);
+  const int new_tokens = arg(argc, argv, "--new", 16);
+  const int layers = arg(argc, argv, "--layers", 8);
+  set_device_count(kDevices);
+  const LlamaConfig config{.vocab_size = 32000, .hidden_size = 1024, .intermediate_size = 2816,
+                           .num_hidden_layers = layers, .num_attention_heads = 16,
+                           .num_key_value_heads = 8, .head_dim = 64, .rms_norm_eps = 1e-5,
+                           .max_position_embeddings = 2048};
+  RulesFile file = load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json");
+  file.mesh = DeviceMesh({1, kDevices}, {"batch", "model"});
+  const LayoutMap rules = file.to_layout_map();
+
+  std::optional<LlamaModel> model;
+  const double build = seconds([&] { model.emplace(config, rules); });
+  int64_t params = 0;
+  for (const VariablePtr& v : model->variables()) params += num_elements(v->shape());
+  fmt::print("llama: d={} layers={} heads={} kv_heads={} ff={} vocab={} ({:.1f}M parameters, F32), "
+             "mesh[batch=1,model={}] Megatron rules; built and initialised sharded in {:.2f} s\n",
+             config.hidden_size, layers, config.num_attention_heads, config.num_key_value_heads,
+             config.intermediate_size, config.vocab_size, static_cast<double>(params) / 1e6,
+             kDevices, build);
+  fmt::print("runtime thread pool: {} threads; OpenBLAS 1 thread per call (meshlayout and baseline)\n",
+             default_runtime()->pool().size());
+
+  std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
+  for (int i = 0; i < prompt_len; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % 32000;
+  double prefill = 1e300, decode = 1e300;
+  int64_t decode_tokens = 0;
+  for (int r = 0; r < reps; ++r) {
+    const GenerateResult g = generate(*model, {prompt}, {.max_new_tokens = new_tokens});
+    prefill = std::min(prefill, g.prefill_seconds);
+    decode = std::min(decode, g.decode_seconds);
+    decode_tokens = g.decode_tokens;
+    fmt::print("  run {}: prefill {:.3f} s, decode {:.3f} s ({} tokens), first tokens {} {} {}\n", r,
+               g.prefill_seconds, g.decode_seconds, g.decode_tokens, g.tokens[0][0], g.tokens[0][1],
+               g.tokens[0][2]);
+  }
+  const double prefill_tps = prompt_len / prefill;
+  const double decode_tps = static_cast<double>(decode_tokens) / decode;
+
+  const Baseline bp = run_baseline(config, prompt_len, reps);
+  const Baseline bd = run_baseline(config, 1, reps * 5);
+  const double prefill_ratio = bp.seconds / prefill;
+  const double decode_ratio = bd.seconds / (decode / static_cast<double>(decode_tokens));
+  fmt::print("prefill ({} tokens): meshlayout {:.1f} tokens/s ({:.3f} s, {:.1f} GFLOP/s of the linear "
+             "maps); cblas_sgemm of the same per-device matmuls {:.3f} s ({:.1f} GFLOP/s); ratio {:.2f}\n",
+             prompt_len, prefill_tps, prefill, bp.flops / prefill / 1e9, bp.seconds, bp.flops / bp.seconds / 1e9,
+             prefill_ratio);
+  fmt::print("decode (1 token/step): meshlayout {:.1f} tokens/s ({:.2f} ms/token, {:.1f} GFLOP/s); "
+             "cblas_sgemm of the same per-device matmuls {:.2f} ms ({:.1f} GFLOP/s); ratio {:.2f}\n",
+             decode_tps, 1e3 * decode / static_cast<double>(decode_tokens),
+             bd.flops * static_cast<double>(decode_tokens) / decode / 1e9, 1e3 * bd.seconds,
+             bd.flops / bd.seconds / 1e9, decode_ratio);
+  fmt::print("RESULT prefill_tokens_per_s={:.2f} decode_tokens_per_s={:.2f} prefill_ratio={:.3f} "
+             "decode_ratio={:.3f}\n",
+             prefill_tps, decode_tps, prefill_ratio, decode_ratio);
+  return 0;
+}
