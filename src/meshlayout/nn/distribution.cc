@@ -118,6 +118,38 @@ std::vector<HostTensor> Distribution::distribute_dataset(const HostTensor& data,
   return out;
 }
 
+std::vector<HostTensor> Distribution::distribute_dataset(const Checkpoint& dataset,
+                                                         std::string_view name,
+                                                         int64_t global_batch_size) const {
+  const auto [file, info] = dataset.find(name);
+  if (info == nullptr) {
+    throw NotFoundError(fmt::format("distribute_dataset: {} has no tensor {}",
+                                    quote(dataset.path()), quote(name)));
+  }
+  if (info->shape.empty() || !info->dtype) {
+    throw ValueError(fmt::format("distribute_dataset needs a tensor with a batch dimension of a "
+                                 "dtype meshlayout holds, got {} {} {}",
+                                 quote(name), info->dtype_name, shape_to_string(info->shape)));
+  }
+  const std::vector<RowRange> rows =
+      process_rows(info->shape[0], global_batch_size, num_model_replicas(), num_processes(),
+                   process_id(), auto_shard_dataset_);
+  std::vector<HostTensor> out;
+  out.reserve(rows.size());
+  for (const RowRange& r : rows) {
+    Shape shape = info->shape;
+    shape[0] = r.end - r.begin;
+    HostTensor part(*info->dtype, shape);
+    if (part.num_bytes() > 0) {
+      Box box{Shape(shape.size(), 0), shape};
+      box.offset[0] = r.begin;
+      file->read_box(*info, box, part.data());
+    }
+    out.push_back(std::move(part));
+  }
+  return out;
+}
+
 std::optional<TensorLayout> Distribution::get_tensor_layout(std::string_view) const {
   return std::nullopt;
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout_map/layout_map.h"
 #include "meshlayout/nn/variable.h"
 
@@ -84,6 +85,12 @@ class Distribution : public std::enable_shared_from_this<Distribution> {
   /// of `global_batch_size` rows (process_rows()), copying only those rows. ValueError (Keras'
   /// message) if the batch is not divisible by num_data_shards(), before anything is copied.
   std::vector<HostTensor> distribute_dataset(const HostTensor& data, int64_t global_batch_size) const;
+  /// The same rows of tensor `name` of a checkpoint (a dataset on disk): this process reads
+  /// only its rows of each batch, straight from the file, and nothing else. NotFoundError naming
+  /// the tensor if the checkpoint lacks it; ValueError for a scalar or a dtype meshlayout
+  /// cannot hold, or Keras' divisibility error, before anything is read.
+  std::vector<HostTensor> distribute_dataset(const Checkpoint& dataset, std::string_view name,
+                                             int64_t global_batch_size) const;
 
   /// Makes this distribution current on this thread while the scope lives.
   DistributionScope scope() const;

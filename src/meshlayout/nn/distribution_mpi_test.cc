@@ -1,8 +1,13 @@
 // Data sharding across processes under mpirun (np 2 and 4): each process gets exactly its rows
 // of every global batch, by Keras 3.15's replica-group rule, and the divisibility error.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <filesystem>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/io/array_io.h"
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/runtime/runtime.h"
 
@@ -83,6 +88,39 @@ TEST(DistributionMpiTest, MoreProcessesThanReplicasMustBeAMultiple) {
     EXPECT_EQ(mp.num_data_shards(), p);
     EXPECT_EQ(mp.data_shard_id(), rt->process_id());
   }
+}
+
+// A dataset on disk: each process reads exactly its rows of every batch, nothing more, and gets
+// what the in-memory dataset gives it.
+TEST(DistributionMpiTest, EachProcessReadsOnlyItsRowsOfADatasetFile) {
+  namespace fs = std::filesystem;
+  auto rt = default_runtime();
+  char name[128] = {};
+  if (rt->comm().rank() == 0) {
+    std::string tmpl = (fs::temp_directory_path() / "meshlayout_ds_mpi_XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) != nullptr) std::snprintf(name, sizeof name, "%s", tmpl.c_str());
+  }
+  rt->comm().broadcast(name, sizeof name, 0);
+  ASSERT_STRNE(name, "");
+  const std::string path = std::string(name) + "/data.safetensors";
+  const HostTensor data = row_numbers(44, 3);
+  {
+    DeviceMesh mesh({rt->global_device_count()}, {"x"});
+    const Array rows = distribute_tensor(data, TensorLayout({"x", None}, mesh));
+    const NamedArray arrays[] = {{"tokens", &rows}};
+    save_arrays(path, arrays);
+  }
+  const Checkpoint file = Checkpoint::open(path);
+  DataParallel dp;
+  const uint64_t before = file.bytes_read();
+  const std::vector<HostTensor> batches = dp.distribute_dataset(file, "tokens", 8);
+  uint64_t mine = 0;
+  for (const HostTensor& b : batches) mine += b.num_bytes();
+  EXPECT_EQ(file.bytes_read() - before, mine);
+  expect_rows(batches, 44, 8, rt->num_processes(), rt->process_id());
+  EXPECT_THROW((void)dp.distribute_dataset(file, "missing", 8), NotFoundError);
+  rt->comm().barrier();
+  if (rt->comm().rank() == 0) fs::remove_all(name);
 }
 
 }  // namespace
