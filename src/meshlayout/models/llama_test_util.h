@@ -12,30 +12,15 @@
 #include <vector>
 
 #include "meshlayout/models/llama.h"
+#include "meshlayout/nn/transformer_reference.h"
 
 namespace meshlayout::testing {
 
-using Vec = std::vector<double>;
 
 inline Vec gathered(const std::map<std::string, Array*>& vars, const std::string& path) {
   const HostTensor t = vars.at(path)->gather();
   const float* p = t.data_as<float>();
   return Vec(p, p + num_elements(t.shape()));
-}
-
-// (rows, k) · (k, n).
-inline Vec ref_matmul(const Vec& a, const Vec& b, int64_t rows, int64_t k, int64_t n) {
-  Vec out(static_cast<size_t>(rows * n), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < k; ++i) {
-      const double x = a[static_cast<size_t>(r * k + i)];
-      if (x == 0) continue;
-      const double* brow = b.data() + i * n;
-      double* orow = out.data() + r * n;
-      for (int64_t c = 0; c < n; ++c) orow[c] += x * brow[c];
-    }
-  }
-  return out;
 }
 
 inline Vec ref_rms_norm(const Vec& x, const Vec& scale, int64_t d, double eps) {
@@ -47,21 +32,6 @@ inline Vec ref_rms_norm(const Vec& x, const Vec& scale, int64_t d, double eps) {
     for (int64_t c = 0; c < d; ++c) out[r * d + c] = x[r * d + c] * inv * scale[static_cast<size_t>(c)];
   }
   return out;
-}
-
-inline void ref_rope(Vec& x, int64_t rows, int64_t T, int64_t H, int64_t D, double theta) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r % T;
-    for (int64_t h = 0; h < H; ++h) {
-      double* v = x.data() + (r * H + h) * D;
-      for (int64_t i = 0; i < D / 2; ++i) {
-        const double a = static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-        const double x1 = v[i], x2 = v[i + D / 2];
-        v[i] = x1 * std::cos(a) - x2 * std::sin(a);
-        v[i + D / 2] = x2 * std::cos(a) + x1 * std::sin(a);
-      }
-    }
-  }
 }
 
 /// Logits (B, T, V) of tokens (row-major B × T) in float64.
@@ -82,29 +52,9 @@ inline Vec reference_llama_logits(LlamaModel& model, const std::vector<int32_t>&
     Vec q = ref_matmul(n, gathered(vars, p + "self_attention/query/kernel"), rows, d, H * D);
     Vec k = ref_matmul(n, gathered(vars, p + "self_attention/key/kernel"), rows, d, Hkv * D);
     const Vec v = ref_matmul(n, gathered(vars, p + "self_attention/value/kernel"), rows, d, Hkv * D);
-    ref_rope(q, rows, T, H, D, c.rope_theta);
-    ref_rope(k, rows, T, Hkv, D, c.rope_theta);
-    Vec o(static_cast<size_t>(rows * H * D), 0.0);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t j = h / (H / Hkv);
-        for (int64_t t = 0; t < T; ++t) {
-          Vec w(static_cast<size_t>(t + 1));
-          double mx = -INFINITY, sum = 0;
-          for (int64_t s = 0; s <= t; ++s) {
-            double dot = 0;
-            for (int64_t e = 0; e < D; ++e) dot += q[static_cast<size_t>(((b * T + t) * H + h) * D + e)] * k[static_cast<size_t>(((b * T + s) * Hkv + j) * D + e)];
-            mx = std::max(mx, w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D)));
-          }
-          for (double& e : w) sum += (e = std::exp(e - mx));
-          for (int64_t s = 0; s <= t; ++s) {
-            for (int64_t e = 0; e < D; ++e) {
-              o[static_cast<size_t>(((b * T + t) * H + h) * D + e)] += w[static_cast<size_t>(s)] / sum * v[static_cast<size_t>(((b * T + s) * Hkv + j) * D + e)];
-            }
-          }
-        }
-      }
-    }
+    ref_rope(q, B, T, H, D, 0, c.rope_theta);
+    ref_rope(k, B, T, Hkv, D, 0, c.rope_theta);
+    const Vec o = ref_causal_attention(q, k, v, B, T, H, Hkv, D);
     const Vec a = ref_matmul(o, gathered(vars, p + "self_attention/attention_output/kernel"), rows, H * D, d);
     for (size_t e = 0; e < x.size(); ++e) x[e] += a[e];
     const Vec m = ref_rms_norm(x, gathered(vars, p + "feedforward_layernorm/scale"), d, c.rms_norm_eps);

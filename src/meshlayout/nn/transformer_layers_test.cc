@@ -14,13 +14,17 @@
 #include "meshlayout/nn/multi_head_attention.h"
 #include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/nn/rms_normalization.h"
+#include "meshlayout/nn/transformer_reference.h"
 #include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
 
 using testing::ValueErrorMessage;
-using Vec = std::vector<double>;
+using testing::ref_causal_attention;
+using testing::ref_matmul;
+using testing::ref_rope;
+using testing::Vec;
 
 class TransformerLayersTest : public NnTest {};
 
@@ -40,66 +44,18 @@ void expect_close(const HostTensor& got, const Vec& want, double tol, const std:
   EXPECT_LE(worst, tol * std::max(1.0, scale)) << what;
 }
 
-// (rows, k) · (k, n) in double.
-Vec matmul(const Vec& a, const Vec& b, int64_t rows, int64_t k, int64_t n) {
-  Vec out(static_cast<size_t>(rows * n), 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < k; ++i) {
-      const double x = a[static_cast<size_t>(r * k + i)];
-      for (int64_t c = 0; c < n; ++c) out[static_cast<size_t>(r * n + c)] += x * b[static_cast<size_t>(i * n + c)];
-    }
-  }
-  return out;
-}
-
-void rope(Vec& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t start, double theta) {
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t h = 0; h < H; ++h) {
-        double* v = x.data() + ((b * T + t) * H + h) * D;
-        for (int64_t i = 0; i < D / 2; ++i) {
-          const double a = static_cast<double>(start + t) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-          const double x1 = v[i], x2 = v[i + D / 2];
-          v[i] = x1 * std::cos(a) - x2 * std::sin(a);
-          v[i + D / 2] = x2 * std::cos(a) + x1 * std::sin(a);
-        }
-      }
-    }
-  }
-}
-
 // Causal grouped-query self-attention of x (B, T, d) in double, no biases.
 Vec reference_attention(const Vec& x, const MultiHeadAttention& m, int64_t B, int64_t T, int64_t d,
                         int64_t H, int64_t Hkv, int64_t D, double theta) {
-  Vec q = matmul(x, doubles(m.query()->kernel()->value().gather()), B * T, d, H * D);
-  Vec k = matmul(x, doubles(m.key()->kernel()->value().gather()), B * T, d, Hkv * D);
-  const Vec v = matmul(x, doubles(m.value()->kernel()->value().gather()), B * T, d, Hkv * D);
+  Vec q = ref_matmul(x, doubles(m.query()->kernel()->value().gather()), B * T, d, H * D);
+  Vec k = ref_matmul(x, doubles(m.key()->kernel()->value().gather()), B * T, d, Hkv * D);
+  const Vec v = ref_matmul(x, doubles(m.value()->kernel()->value().gather()), B * T, d, Hkv * D);
   if (theta > 0) {
-    rope(q, B, T, H, D, 0, theta);
-    rope(k, B, T, Hkv, D, 0, theta);
+    ref_rope(q, B, T, H, D, 0, theta);
+    ref_rope(k, B, T, Hkv, D, 0, theta);
   }
-  Vec o(static_cast<size_t>(B * T * H * D), 0.0);
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t j = h / (H / Hkv);
-      for (int64_t t = 0; t < T; ++t) {
-        Vec w(static_cast<size_t>(t + 1));
-        double mx = -INFINITY, sum = 0;
-        for (int64_t s = 0; s <= t; ++s) {
-          double dot = 0;
-          for (int64_t e = 0; e < D; ++e) dot += q[static_cast<size_t>(((b * T + t) * H + h) * D + e)] * k[static_cast<size_t>(((b * T + s) * Hkv + j) * D + e)];
-          mx = std::max(mx, w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D)));
-        }
-        for (double& e : w) sum += (e = std::exp(e - mx));
-        for (int64_t s = 0; s <= t; ++s) {
-          for (int64_t e = 0; e < D; ++e) {
-            o[static_cast<size_t>(((b * T + t) * H + h) * D + e)] += w[static_cast<size_t>(s)] / sum * v[static_cast<size_t>(((b * T + s) * Hkv + j) * D + e)];
-          }
-        }
-      }
-    }
-  }
-  return matmul(o, doubles(m.attention_output()->kernel()->value().gather()), B * T, H * D, d);
+  const Vec o = ref_causal_attention(q, k, v, B, T, H, Hkv, D);
+  return ref_matmul(o, doubles(m.attention_output()->kernel()->value().gather()), B * T, H * D, d);
 }
 
 struct AttentionCase {
@@ -236,7 +192,7 @@ TEST_F(TransformerLayersTest, EinsumDenseAndLoraMatchFloat64) {
     EXPECT_EQ(dense->kernel()->path(), "einsum_dense/kernel");
     EXPECT_EQ(dense->bias()->shape(), (Shape{3, 2}));
     const Array x = distribute_tensor(xh, TensorLayout({"data", None, None}, mesh_));
-    Vec want = matmul(doubles(xh), doubles(dense->kernel()->value().gather()), 12, 8, 6);
+    Vec want = ref_matmul(doubles(xh), doubles(dense->kernel()->value().gather()), 12, 8, 6);
     expect_close(dense->call_on(x).gather(), want, 1e-6, kernel_layout.to_string());
 
     dense->enable_lora(2, 4.0, Initializer::he_uniform(), Initializer::random_normal());
@@ -244,11 +200,11 @@ TEST_F(TransformerLayersTest, EinsumDenseAndLoraMatchFloat64) {
     EXPECT_EQ(dense->lora_kernel_a()->shape(), (Shape{8, 3, 2}));
     EXPECT_EQ(dense->lora_kernel_b()->shape(), (Shape{2, 2}));
     EXPECT_FALSE(dense->kernel()->trainable());
-    const Vec ab = matmul(doubles(dense->lora_kernel_a()->value().gather()),
+    const Vec ab = ref_matmul(doubles(dense->lora_kernel_a()->value().gather()),
                           doubles(dense->lora_kernel_b()->value().gather()), 24, 2, 2);
     Vec w = doubles(dense->kernel()->value().gather());
     for (size_t i = 0; i < w.size(); ++i) w[i] += 2.0 * ab[i];  // alpha / rank = 4 / 2
-    want = matmul(doubles(xh), w, 12, 8, 6);
+    want = ref_matmul(doubles(xh), w, 12, 8, 6);
     expect_close(dense->call_on(x).gather(), want, 1e-5, "lora " + kernel_layout.to_string());
     EXPECT_THROW(dense->enable_lora(2), ValueError);
   }
