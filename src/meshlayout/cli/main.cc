@@ -20,6 +20,7 @@
 #include "meshlayout/runtime/runtime.h"
 #ifdef MESHLAYOUT_WITH_MPI
 #include "meshlayout/runtime/mpi/initialize.h"
+#include "meshlayout/runtime/mpi/mpi_sanitizer_defaults.h"
 #endif
 
 int main(int argc, char** argv) {

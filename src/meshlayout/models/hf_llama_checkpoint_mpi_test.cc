@@ -100,6 +100,7 @@ TEST_F(HfLlamaMpiTest, EachProcessLoadsAndReadsOnlyItsShards) {
         for (const Array::Shard& s : a.local_shards()) {
           const std::vector<std::byte> want = testing::slice(expected, s.box);
           ASSERT_EQ(s.buffer.size(), want.size()) << path;
+          if (want.empty()) continue;  // an empty block has no buffer to compare
           EXPECT_EQ(std::memcmp(s.buffer.data(), want.data(), want.size()), 0)
               << path << " box " << s.box.to_string();
         }

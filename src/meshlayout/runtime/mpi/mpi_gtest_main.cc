@@ -41,15 +41,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 }  // namespace meshlayout
 
-#if defined(__SANITIZE_ADDRESS__)
-// Open MPI keeps allocations past MPI_Finalize; LeakSanitizer must not count them as ours.
-// Its libraries have no frame pointers, so leak stacks need the slow unwinder to reach them.
-extern "C" const char* __asan_default_options() { return "fast_unwind_on_malloc=0"; }
-extern "C" const char* __lsan_default_suppressions() {
-  return "leak:libmpi.so\nleak:libopen-pal.so\nleak:libopen-rte.so\nleak:libpmix.so\n"
-         "leak:libhwloc.so\nleak:libevent\nleak:mca_\n";
-}
-#endif
+#include "meshlayout/runtime/mpi/mpi_sanitizer_defaults.h"
 
 int main(int argc, char** argv) {
   auto runtime = meshlayout::initialize(&argc, &argv);
