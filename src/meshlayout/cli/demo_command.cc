@@ -1,8 +1,10 @@
 #include "meshlayout/cli/demo_command.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -12,12 +14,16 @@
 #include "meshlayout/cli/plan_render.h"
 #include "meshlayout/cli/progress_bar.h"
 #include "meshlayout/cli/text_format.h"
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/input_file.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/io/array_io.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout/layout_grid.h"
-#include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/embedding.h"
-#include "meshlayout/nn/layer_normalization.h"
-#include "meshlayout/nn/model_checkpoint.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/models/llama.h"
+#include "meshlayout/models/random_llama.h"
+#include "meshlayout/nn/layer.h"
 
 namespace meshlayout::cli {
 namespace {
@@ -25,112 +31,116 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// A small decoder-style model: token embedding, then per block a LayerNorm and a Megatron MLP
-// (up-projection with GELU, down-projection), a final LayerNorm and the lm_head.
-struct DemoConfig {
-  int64_t vocab = 8192, d_model = 256, d_ff = 1024, blocks = 2, batch = 8, seq = 32;
-};
+// A small Llama: grouped-query attention (8 query heads share 2 key/value heads), tied
+// embeddings (as Llama 3.2 1B), two blocks. Every dimension the keras-hub rules split divides
+// its axis on the 2x4 mesh; the Megatron reload splits the 2 key/value heads over 4 devices.
+LlamaConfig demo_config() {
+  return LlamaConfig{.vocab_size = 512, .hidden_size = 128, .intermediate_size = 256,
+                     .num_hidden_layers = 2, .num_attention_heads = 8,
+                     .num_key_value_heads = 2, .head_dim = 16, .rms_norm_eps = 1e-5,
+                     .rope_theta = 10000.0, .tie_word_embeddings = true,
+                     .max_position_embeddings = 64};
+}
+constexpr int64_t kBatch = 2, kPromptLength = 8, kNewTokens = 8;
 
-class TinyTransformer : public Model {
- public:
-  explicit TinyTransformer(const DemoConfig& c) : Model("tiny_transformer") {
-    embed = track("embed", std::make_shared<Embedding>(c.vocab, c.d_model));
-    for (int64_t b = 0; b < c.blocks; ++b) {
-      const std::string block = fmt::format("blocks.{}.", b);
-      norms.push_back(track(block + "norm", std::make_shared<LayerNormalization>()));
-      ups.push_back(track(block + "up", std::make_shared<Dense>(c.d_ff, DenseOptions{.activation = Activation::kGelu})));
-      downs.push_back(track(block + "down", std::make_shared<Dense>(c.d_model)));
-    }
-    final_norm = track("final_norm", std::make_shared<LayerNormalization>());
-    lm_head = track("lm_head", std::make_shared<Dense>(c.vocab, DenseOptions{.use_bias = false}));
-  }
-  Tensor call(const Tensor& tokens) override {
-    Tensor x = (*embed)(tokens);
-    for (size_t b = 0; b < ups.size(); ++b) x = (*downs[b])((*ups[b])((*norms[b])(x)));
-    return (*lm_head)((*final_norm)(x));
-  }
-  std::shared_ptr<Embedding> embed;
-  std::vector<std::shared_ptr<LayerNormalization>> norms;
-  std::vector<std::shared_ptr<Dense>> ups, downs;
-  std::shared_ptr<LayerNormalization> final_norm;
-  std::shared_ptr<Dense> lm_head;
-};
+// Megatron tensor parallelism for the Llama (examples/rules/llama_megatron.json): vocab-parallel
+// embeddings, column-parallel q/k/v, gate and up projections, row-parallel output projections.
+LayoutMap megatron_rules(const DeviceMesh& mesh) {
+  LayoutMap rules(mesh, MatchMode::kSearch);
+  rules["token_embedding/embeddings"] = {"model", None};
+  rules["token_embedding/reverse_embeddings"] = {None, "model"};
+  rules["transformer_layer.*self_attention.*(query|key|value).kernel"] = {None, "model", None};
+  rules["transformer_layer.*attention_output.kernel"] = {"model", None, None};
+  rules["transformer_layer.*feedforward_(gate|intermediate)_dense.kernel"] = {None, "model"};
+  rules["transformer_layer.*feedforward_output_dense.kernel"] = {"model", None};
+  return rules;
+}
 
-// The model's variables (object paths, shapes) from the config alone: what `plan` sees.
-std::vector<TensorInfo> planned_variables(const DemoConfig& c) {
+// The model's variables (keras-hub paths, shapes, F32) from the checkpoint's headers alone.
+std::vector<TensorInfo> planned_variables(const HfLlamaCheckpoint& checkpoint) {
   std::vector<TensorInfo> v;
-  auto add = [&](std::string name, Shape shape) {
+  for (const HfWeightMapping& m : checkpoint.mappings()) {
     TensorInfo t;
-    t.name = std::move(name);
+    t.name = m.keras_path;
     t.dtype_name = "F32";
     t.dtype = DType::kF32;
     t.element_size = 4;
-    t.shape = std::move(shape);
+    t.shape = m.keras_shape;
     t.end = static_cast<uint64_t>(num_elements(t.shape)) * 4;
     v.push_back(std::move(t));
-  };
-  add("embed.embeddings", {c.vocab, c.d_model});
-  for (int64_t b = 0; b < c.blocks; ++b) {
-    add(fmt::format("blocks.{}.norm.gamma", b), {c.d_model});
-    add(fmt::format("blocks.{}.norm.beta", b), {c.d_model});
-    add(fmt::format("blocks.{}.up.kernel", b), {c.d_model, c.d_ff});
-    add(fmt::format("blocks.{}.up.bias", b), {c.d_ff});
-    add(fmt::format("blocks.{}.down.kernel", b), {c.d_ff, c.d_model});
-    add(fmt::format("blocks.{}.down.bias", b), {c.d_model});
   }
-  add("final_norm.gamma", {c.d_model});
-  add("final_norm.beta", {c.d_model});
-  add("lm_head.kernel", {c.d_model, c.vocab});
   return v;
 }
 
-LayoutMap megatron_rules(const DeviceMesh& mesh) {
-  LayoutMap rules(mesh, MatchMode::kSearch);
-  rules["embed\\.embeddings"] = {"model", None};  // vocab-parallel
-  rules["up\\.kernel"] = {None, "model"};         // column-parallel
-  rules["up\\.bias"] = {"model"};
-  rules["down\\.kernel"] = {"model", None};       // row-parallel
-  rules["lm_head\\.kernel"] = {None, "model"};
-  rules["attention.*kernel"] = {None, "model"};   // this model has no attention
-  return rules;
-}
-
-// Another sharding of the same model, to reload the checkpoint into.
-LayoutMap grid_rules(const DeviceMesh& mesh) {
-  LayoutMap rules(mesh, MatchMode::kSearch);
-  rules["kernel|embeddings"] = {"data", "model"};
-  return rules;
-}
-
-HostTensor demo_tokens(const DemoConfig& c) {
-  HostTensor tokens(DType::kI32, {c.batch, c.seq});
-  for (int64_t i = 0; i < c.batch * c.seq; ++i) tokens.data_as<int32_t>()[i] = static_cast<int32_t>((i * 7919 + 13) % c.vocab);
-  return tokens;
-}
-
-// A model built under `rules` and run once on `tokens` (which materialises it).
-std::shared_ptr<TinyTransformer> build(const DemoConfig& c, const LayoutMap& rules, const HostTensor& tokens,
-                                       const TensorLayout& token_layout, HostTensor* logits = nullptr) {
-  std::shared_ptr<TinyTransformer> model;
-  {
-    LayoutMapScope scope = rules.scope();
-    model = std::make_shared<TinyTransformer>(c);
+std::vector<std::vector<int32_t>> demo_prompts(const LlamaConfig& c) {
+  std::vector<std::vector<int32_t>> prompts(kBatch);
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t t = 0; t < kPromptLength; ++t) {
+      prompts[static_cast<size_t>(b)].push_back(static_cast<int32_t>((b * 131 + t * 37 + 11) % c.vocab_size));
+    }
   }
-  Tensor y = (*model)(distribute_tensor(tokens, token_layout));
-  if (logits) *logits = y.value().gather();
-  return model;
+  return prompts;
 }
 
-double max_abs_diff(const HostTensor& a, const HostTensor& b) {
-  double worst = 0;
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += fmt::format("{}{}", i ? "," : "", ids[i]);
+  return s;
+}
+
+// Logits (batch, prompt, vocab) of the prompts, the tokens split over the mesh's first axis.
+HostTensor prompt_logits(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts) {
+  HostTensor tokens(DType::kI32, {kBatch, kPromptLength});
+  for (int64_t b = 0; b < kBatch; ++b) {
+    std::copy(prompts[static_cast<size_t>(b)].begin(), prompts[static_cast<size_t>(b)].end(),
+              tokens.data_as<int32_t>() + b * kPromptLength);
+  }
+  const std::string& first_axis = model.mesh().axis_names().front();
+  return model.logits(distribute_tensor(tokens, TensorLayout({first_axis, None}, model.mesh()))).gather();
+}
+
+// max |a - b| / max |b|: the relative error of logits a against the reference b.
+double relative_difference(const HostTensor& a, const HostTensor& b) {
+  double worst = 0, scale = 0;
   for (int64_t i = 0; i < a.num_elements(); ++i) {
-    worst = std::max(worst, static_cast<double>(std::abs(a.data_as<float>()[i] - b.data_as<float>()[i])));
+    const double x = a.data_as<float>()[i], y = b.data_as<float>()[i];
+    worst = std::max(worst, std::abs(x - y));
+    scale = std::max(scale, std::abs(y));
   }
-  return worst;
+  return scale > 0 ? worst / scale : worst;
 }
 
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// The --keep directory must be new or empty: the demo writes llama/ and llama.safetensors into
+// it and must not replace anything the user had.
+void check_keep_dir(const fs::path& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;  // created later
+  if (!S_ISDIR(st.st_mode)) {
+    throw ValueError(fmt::format("--keep {}: it exists and is {}, not a directory (give a new or empty "
+                                 "directory)", quote(dir.string()), file_kind(st.st_mode)));
+  }
+  if (!fs::is_empty(dir)) {
+    throw ValueError(fmt::format("--keep {}: the directory is not empty; the demo writes llama/ and "
+                                 "llama.safetensors into a new or empty directory so it replaces nothing",
+                                 quote(dir.string())));
+  }
+}
+
+// Removes a directory when it goes out of scope (the demo's temporary one, on success or error).
+struct RemoveOnExit {
+  fs::path dir;
+  ~RemoveOnExit() {
+    std::error_code ignored;
+    if (!dir.empty()) fs::remove_all(dir, ignored);
+  }
+};
+
+std::string tokens_per_second(int64_t tokens, double seconds) {
+  return seconds > 0 ? fmt::format("{:.0f} tokens/s", static_cast<double>(tokens) / seconds) : "-";
 }
 
 }  // namespace
@@ -148,98 +158,162 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
     out << fmt::format("   check: {}: {}\n", what, ok ? "ok" : "FAILED");
     if (!ok) ++failures;
   };
-  const DemoConfig config;
-  const DeviceMesh mesh({2, 4}, {"data", "model"}, std::vector<std::string>(devices.begin(), devices.begin() + 8));
+  const LlamaConfig config = demo_config();
+  const DeviceMesh mesh({2, 4}, {"batch", "model"}, std::vector<std::string>(devices.begin(), devices.begin() + 8));
   out << "1. A 2x4 mesh of virtual devices: " << mesh << "\n\n";
 
-  const LayoutMap rules = megatron_rules(mesh);
-  out << fmt::format("2. A LayoutMap of {} rules, keyed by object path (search mode, as Keras 3):\n", rules.size());
+  const bool keep = !options.keep_dir.empty();
+  if (keep) check_keep_dir(options.keep_dir);
+  const fs::path dir = keep ? fs::path(options.keep_dir)
+                            : fs::temp_directory_path() / fmt::format("meshlayout-demo-{}", ::getpid());
+  const RemoveOnExit cleanup{keep ? fs::path() : dir};
+  const fs::path model_dir = dir / "llama";
+  out << fmt::format("2. A small random Llama written in Hugging Face format to {}\n", model_dir.string());
+  out << fmt::format("   vocab {}, hidden {}, {} layers, {} query heads sharing {} key/value heads of {}, "
+                     "feed-forward {}, tied embeddings; BF16 in 2 files with an index\n",
+                     config.vocab_size, config.hidden_size, config.num_hidden_layers,
+                     config.num_attention_heads, config.num_key_value_heads, config.head_dim,
+                     config.intermediate_size);
+  clear_session();
+  write_random_hf_llama(model_dir.string(), config, {.kernel_scale = 8, .file_dtype = DType::kBF16, .num_shards = 2});
+  const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open(model_dir.string());
+  uint64_t file_bytes = 0;
+  for (const auto& f : checkpoint.checkpoint().files()) file_bytes += fs::file_size(f->path());
+  out << fmt::format("   {} tensors in {} files, {}\n", checkpoint.mappings().size(),
+                     checkpoint.checkpoint().files().size(), format_bytes(file_bytes));
+
+  const LayoutMap rules = llama_layout_map(mesh, "model", "batch");
+  out << fmt::format("\n3. keras-hub's LlamaBackbone.get_layout_map(mesh, \"model\", \"batch\"): {} rules, "
+                     "keyed by variable path (search mode, as Keras 3):\n", rules.size());
   for (size_t i = 0; i < rules.size(); ++i) {
-    out << fmt::format("   [{}] {:<20} -> {}\n", i, rules.rule(i).pattern, rules.rule(i).layout.to_string());
+    out << fmt::format("   [{}] {:<60} -> {}\n", i, rules.rule(i).pattern, rules.rule(i).layout.to_string());
   }
 
-  out << "\n3. The plan, from shapes alone (nothing allocated yet; `meshlayout plan` does this for a checkpoint):\n";
-  const std::vector<TensorInfo> specs = planned_variables(config);
+  out << "\n4. The plan, from the checkpoint's headers alone (nothing read or allocated yet; "
+         "`meshlayout plan` does this for any checkpoint):\n";
+  const std::vector<TensorInfo> specs = planned_variables(checkpoint);
   std::vector<const TensorInfo*> spec_ptrs;
   for (const TensorInfo& t : specs) spec_ptrs.push_back(&t);
   const CheckpointPlan plan = plan_tensors(spec_ptrs, rules);
   out << render_plan_text(plan);
 
-  out << "\n4. How blocks.0.up.kernel (256, 1024) is cut:\n";
-  out << render_layout_grid(ShardGeometry(*rules.get("blocks.0.up.kernel"), {config.d_model, config.d_ff}));
+  const std::string gate = "transformer_layer_0/feedforward_gate_dense/kernel";
+  out << fmt::format("\n5. How {} ({}, {}) is cut:\n", gate, config.hidden_size, config.intermediate_size);
+  out << render_layout_grid(ShardGeometry(*rules.get(gate), {config.hidden_size, config.intermediate_size}));
 
-  const HostTensor tokens = demo_tokens(config);
-  out << fmt::format("\n5. Materialise sharded and run: tokens {} on layout[data,None]\n", shape_to_string(tokens.shape()));
+  out << "\n6. Build the model sharded and load the checkpoint: each device reads only the bytes of its "
+         "own box, transposed and converted to F32 on the way\n";
   clear_session();
   auto start = Clock::now();
-  HostTensor logits;
-  auto model = build(config, rules, tokens, TensorLayout({"data", None}, mesh), &logits);
-  out << fmt::format("   built, materialised and ran in {:.1f} ms: logits {}\n", ms_since(start),
-                     shape_to_string(logits.shape()));
+  LlamaModel model(config, rules);
+  std::vector<VirtualDevice*> local = default_runtime()->local_devices();
+  for (VirtualDevice* d : local) d->memory().reset_peak();
+  // Staging for the transposed, converted pieces: at most 16 KiB per device at a time (larger
+  // boxes are read in pieces; the default is 64 MiB, enough that small models load in one go).
+  const uint64_t staging_budget = uint64_t{16} << 10;
+  const HfLoadReport loaded = load_hf_llama(checkpoint, model.variables_by_path(), {.max_piece_bytes = staging_budget});
+  out << fmt::format("   {} variables built and loaded in {:.1f} ms; read {} of its boxes' {} (ratio {:.3f})\n",
+                     loaded.tensors_loaded, ms_since(start), format_bytes(loaded.bytes_read),
+                     format_bytes(loaded.box_bytes),
+                     loaded.box_bytes ? static_cast<double>(loaded.bytes_read) / static_cast<double>(loaded.box_bytes) : 0.0);
   bool layouts_match = true;
-  for (const VariablePtr& v : model->variables()) {
-    const std::optional<TensorLayout> planned = rules.get(v->object_path());
+  for (const VariablePtr& v : model.variables()) {
+    const std::optional<TensorLayout> planned = rules.get(v->path());
     const TensorLayout want = planned ? *planned : TensorLayout::replicated(static_cast<int>(v->shape().size()), mesh);
     if (v->layout() != want) {
       out << fmt::format("   {} has {}, the plan said {}\n", v->describe(), v->layout()->to_string(), want.to_string());
       layouts_match = false;
     }
   }
-  check(layouts_match && model->variables().size() == specs.size(), "every variable has the layout the plan gave it");
+  check(layouts_match && model.variables().size() == specs.size(), "every variable has the layout the plan gave it");
   out << "   bytes each device holds (the whole model is " << format_bytes(plan.total_bytes) << "):\n  ";
-  bool memory_as_planned = true;
-  std::vector<VirtualDevice*> local = default_runtime()->local_devices();
+  bool memory_as_planned = true, peak_bounded = true;
   for (size_t p = 0; p < 8; ++p) {
-    const int64_t live = local[p]->memory().stats().bytes_live;
-    out << fmt::format(" {}={}", local[p]->name(), format_bytes(static_cast<uint64_t>(live)));
-    memory_as_planned = memory_as_planned && static_cast<uint64_t>(live) == plan.device_bytes[p];
+    const MemoryStats s = local[p]->memory().stats();
+    out << fmt::format(" {}={}", local[p]->name(), format_bytes(static_cast<uint64_t>(s.bytes_live)));
+    memory_as_planned = memory_as_planned && static_cast<uint64_t>(s.bytes_live) == plan.device_bytes[p];
+    peak_bounded = peak_bounded && static_cast<uint64_t>(s.peak_bytes - s.bytes_live) <= staging_budget;
   }
   out << "\n";
   check(memory_as_planned, "each device holds exactly the bytes the plan predicted");
+  check(peak_bounded, fmt::format("each device's peak while loading was its shards plus at most one piece in "
+                                  "flight (staging budget {}, largest piece {})", format_bytes(staging_budget),
+                                  format_bytes(loaded.max_piece_bytes)));
+  check(loaded.bytes_read <= loaded.box_bytes + loaded.box_bytes / 10,
+        "the process read at most 1.1x the bytes of its devices' boxes");
+
+  const std::vector<std::vector<int32_t>> prompts = demo_prompts(config);
+  out << fmt::format("\n7. Generate greedily on the 8 devices, a key/value cache sharded like the heads: "
+                     "{} prompts of {} tokens, {} new tokens each\n", kBatch, kPromptLength, kNewTokens);
+  const GenerateResult sharded = generate(model, prompts, {.max_new_tokens = kNewTokens});
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    out << fmt::format("   prompt {} -> {}\n", join_ids(prompts[b]), join_ids(sharded.tokens[b]));
+  }
+  out << fmt::format("   prefill {}, decode {}\n", tokens_per_second(sharded.prefill_tokens, sharded.prefill_seconds),
+                     tokens_per_second(sharded.decode_tokens, sharded.decode_seconds));
   start = Clock::now();
-  { Tensor again = (*model)(distribute_tensor(tokens, TensorLayout({"data", None}, mesh))); }
-  out << fmt::format("   forward pass on 8 devices: {:.1f} ms\n", ms_since(start));
-  const fs::path file = options.checkpoint.empty()
-                            ? fs::temp_directory_path() / fmt::format("meshlayout-demo-{}.safetensors", ::getpid())
-                            : fs::path(options.checkpoint);
-  out << "\n6. Save a checkpoint, shard by shard, to " << file.string() << "\n";
+  const HostTensor logits = prompt_logits(model, prompts);
+  out << fmt::format("   forward pass of the prompts on 8 devices: {:.1f} ms\n", ms_since(start));
+
+  out << "\n8. Check against one device: the same checkpoint loaded on cpu:0 alone\n";
+  const DeviceMesh single({1}, {"single"}, std::vector<std::string>{devices.front()});
+  HostTensor want_logits;
+  GenerateResult reference;
+  {
+    LlamaModel one(config, LayoutMap(single));
+    load_hf_llama(checkpoint, one.variables_by_path());
+    start = Clock::now();
+    want_logits = prompt_logits(one, prompts);
+    out << fmt::format("   forward pass on 1 device: {:.1f} ms\n", ms_since(start));
+    reference = generate(one, prompts, {.max_new_tokens = kNewTokens});
+  }
+  const double diff = relative_difference(logits, want_logits);
+  check(diff <= 1e-4, fmt::format("8-device logits equal the 1-device logits (relative difference {:.2e}, "
+                                  "tolerance 1e-4)", diff));
+  check(sharded.tokens == reference.tokens, "the greedy tokens are the same on 8 devices and on 1");
+
+  const fs::path keras_file = dir / "llama.safetensors";
+  out << "\n9. Save the loaded model shard by shard under its Keras paths to " << keras_file.string() << "\n";
+  std::vector<NamedArray> named;
+  for (const auto& [path, array] : model.variables_by_path()) named.push_back({path, array});
   start = Clock::now();
   ProgressBar save_bar(std::cerr, "saving", options.progress);
-  SaveReport saved = save_model(*model, file.string(), {.metadata = {{"format", "pt"}}, .progress = save_bar.callback()});
+  const SaveReport saved = save_arrays(keras_file.string(), named, {.metadata = {{"format", "keras-hub"}},
+                                                                   .progress = save_bar.callback()});
   save_bar.finish();
-  out << fmt::format("   {} written ({} of tensors) in {:.1f} ms\n", format_bytes(saved.file_bytes),
-                     format_bytes(saved.bytes_written), ms_since(start));
+  out << fmt::format("   {} written in {:.1f} ms\n", format_bytes(saved.file_bytes), ms_since(start));
 
-  out << "\n7. Check against one device: the same model on cpu:0 alone, loaded from the checkpoint\n";
-  const DeviceMesh single({1}, {"single"}, std::vector<std::string>{devices.front()});
-  auto reference = build(config, LayoutMap(single), tokens, TensorLayout({None, None}, single));
-  Checkpoint checkpoint = Checkpoint::open(file.string());
-  load_model(*reference, checkpoint);
-  start = Clock::now();
-  HostTensor want = (*reference)(distribute_tensor(tokens, TensorLayout({None, None}, single))).value().gather();
-  out << fmt::format("   forward pass on 1 device: {:.1f} ms\n", ms_since(start));
-  const double diff = max_abs_diff(logits, want);
-  check(diff <= 1e-4, fmt::format("8-device logits equal the 1-device logits (max |diff| {:.2e}, tolerance 1e-4)", diff));
+  const LayoutMap megatron = megatron_rules(mesh);
+  out << "\n10. Reload it into another sharding, Megatron's tensor parallelism "
+         "(examples/rules/llama_megatron.json):\n";
+  const CheckpointPlan megatron_plan = plan_tensors(spec_ptrs, megatron);
+  for (const PlanIssue& issue : megatron_plan.issues) {
+    out << fmt::format("   plan {}: {}\n", plan_issue_kind_name(issue.kind), issue.message);
+  }
+  {
+    LlamaModel resharded(config, megatron);
+    std::vector<LoadTarget> targets;
+    for (const auto& [path, array] : resharded.variables_by_path()) targets.push_back({path, array});
+    const Checkpoint keras_checkpoint = Checkpoint::open(keras_file.string());
+    start = Clock::now();
+    const LoadReport reloaded = load_arrays(keras_checkpoint, targets);
+    out << fmt::format("   {} variables loaded in {:.1f} ms, reading {} (each distinct shard once)\n",
+                       targets.size(), ms_since(start), format_bytes(reloaded.bytes_read));
+    const double diff2 = relative_difference(prompt_logits(resharded, prompts), want_logits);
+    check(diff2 <= 1e-4, fmt::format("its logits equal the 1-device logits (relative difference {:.2e})", diff2));
+    const GenerateResult again = generate(resharded, prompts, {.max_new_tokens = kNewTokens});
+    check(again.tokens == reference.tokens, "so do its greedy tokens");
+  }
 
-  out << "\n8. Reload the checkpoint into another sharding (every kernel on layout[data,model])\n";
-  const LayoutMap other = grid_rules(mesh);
-  auto resharded = build(config, other, tokens, TensorLayout({"data", None}, mesh));
-  start = Clock::now();
-  ProgressBar load_bar(std::cerr, "loading", options.progress);
-  ModelLoadReport loaded = load_model(*resharded, checkpoint, {.progress = load_bar.callback()});
-  load_bar.finish();
-  out << fmt::format("   {} variables loaded in {:.1f} ms, reading {} (each distinct shard once)\n",
-                     loaded.loaded, ms_since(start), format_bytes(loaded.io.bytes_read));
-  HostTensor reloaded = (*resharded)(distribute_tensor(tokens, TensorLayout({"data", None}, mesh))).value().gather();
-  const double diff2 = max_abs_diff(logits, reloaded);
-  check(diff2 <= 1e-4, fmt::format("its logits equal the first model's (max |diff| {:.2e})", diff2));
-  if (options.checkpoint.empty()) fs::remove(file);
-
-  out << "\n9. Rules that match none of the model's variables (usually a typo or a renamed layer):\n";
+  out << "\n11. Rules that match none of the model's variables (usually a typo or a renamed layer):\n";
   std::vector<std::string> paths;
   for (const TensorInfo& t : specs) paths.push_back(t.name);
-  for (size_t i : rules.unused_rules(paths)) {
-    out << fmt::format("   rule {} '{}' matches nothing\n", i, rules.rule(i).pattern);
+  for (const auto& [name, map] : {std::pair{"keras-hub", &rules}, std::pair{"Megatron", &megatron}}) {
+    const std::vector<size_t> unused = map->unused_rules(paths);
+    if (unused.empty()) out << fmt::format("   {}: every rule matches a variable\n", name);
+    for (size_t i : unused) {
+      out << fmt::format("   {}: rule {} '{}' matches nothing\n", name, i, map->rule(i).pattern);
+    }
   }
   out << (failures == 0 ? "\nall checks passed\n" : fmt::format("\n{} checks FAILED\n", failures));
   return failures == 0 ? 0 : 1;
@@ -248,12 +322,14 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
 void add_demo_command(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "demo",
-      "The main job: a small transformer on a 2x4 mesh of virtual devices — plan, materialise "
-      "sharded, run, check against one device, save and reload a checkpoint.");
+      "The main job: a small random Llama written in Hugging Face format, planned and loaded "
+      "sharded under keras-hub's rules on a 2x4 mesh of virtual devices, generating text, "
+      "checked against one device, saved and reloaded into Megatron's sharding.");
   auto options = std::make_shared<DemoOptions>();
   options->progress = stderr_is_terminal();
-  cmd->add_option("--checkpoint", options->checkpoint,
-                  "Keep the checkpoint at this path (default: a temporary file, removed)");
+  cmd->add_option("--keep", options->keep_dir,
+                  "Write the model and the checkpoint into this directory and keep them "
+                  "(default: a temporary directory, removed)");
   cmd->add_flag("--no-progress", [options](int64_t) { options->progress = false; },
                 "No progress bars (they are drawn only when stderr is a terminal)");
   cmd->callback([exit_code, options] { *exit_code = run_demo(std::cout, *options); });

@@ -1,13 +1,15 @@
-// demo_command.h — `meshlayout demo`: the README's main job. A small transformer-style model
-// (embedding, LayerNorm + MLP blocks, lm_head) on a 2x4 mesh of virtual devices under regex
-// rules: prints the plan (from shapes alone) and a layout grid, materialises the model sharded,
-// runs a forward pass and checks it against the same model on one device (loaded from the
-// checkpoint it saves), reloads the checkpoint into another sharding and checks again, and
-// prints timings and per-device memory. Exits non-zero if a check fails.
+// demo_command.h — `meshlayout demo`: the README's main job. On a 2x4 mesh of virtual devices
+// (batch=2, model=4): writes a small random Llama (grouped-query attention, tied embeddings) in
+// Hugging Face format, prints keras-hub's layout rules, the plan from the headers alone and a
+// layout grid, builds the model sharded and loads it (each device reading only its boxes),
+// generates greedily, checks logits and tokens against the same checkpoint on one device, saves
+// the model shard by shard under its Keras paths and reloads it into Megatron's sharding (2
+// key/value heads over 4 devices) and checks again, and lists rules that match nothing.
+// Prints timings and per-device memory. Exits non-zero if a check fails.
 //
 // Example:
-//   meshlayout demo                              # MESHLAYOUT_CPU_DEVICES=8 is the default
-//   meshlayout demo --checkpoint /tmp/tiny.safetensors   # keep the checkpoint it writes
+//   meshlayout demo                          # MESHLAYOUT_CPU_DEVICES=8 is the default
+//   meshlayout demo --keep /tmp/demo         # keep /tmp/demo/llama/ and /tmp/demo/llama.safetensors
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -17,7 +19,8 @@
 namespace meshlayout::cli {
 
 struct DemoOptions {
-  std::string checkpoint;  // where to save; empty: a temporary file, removed at the end
+  std::string keep_dir;   // where to write the model and checkpoint; empty: a temporary
+                          // directory, removed at the end
   bool progress = false;   // progress bars on stderr
 };
 

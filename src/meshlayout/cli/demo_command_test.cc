@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
+#include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
 
 namespace meshlayout::cli {
 namespace {
@@ -17,28 +20,64 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-TEST(DemoCommandTest, RunsTheModelShardedAndPassesEveryCheck) {
+TEST(DemoCommandTest, RunsTheLlamaShardedAndPassesEveryCheck) {
   set_device_count(8);
-  const std::string file =
-      (std::filesystem::temp_directory_path() / ("demo_test_" + std::to_string(::getpid()) + ".safetensors")).string();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("demo_test_" + std::to_string(::getpid()));
   std::ostringstream out;
-  EXPECT_EQ(run_demo(out, {.checkpoint = file}), 0) << out.str();
+  EXPECT_EQ(run_demo(out, {.keep_dir = dir.string()}), 0) << out.str();
   const std::string text = out.str();
-  EXPECT_THAT(text, HasSubstr("1. A 2x4 mesh of virtual devices: mesh[data=2,model=4]"));
-  EXPECT_THAT(text, ContainsRegex("blocks\\.1\\.up\\.kernel"));
+  EXPECT_THAT(text, HasSubstr("1. A 2x4 mesh of virtual devices: mesh[batch=2,model=4]"));
+  EXPECT_THAT(text, ContainsRegex("transformer_layer_1/self_attention/query/kernel"));
   EXPECT_THAT(text, HasSubstr("check: every variable has the layout the plan gave it: ok"));
-  EXPECT_THAT(text, HasSubstr("check: 8-device logits equal the 1-device logits"));
-  EXPECT_THAT(text, HasSubstr("check: its logits equal the first model's"));
   EXPECT_THAT(text, HasSubstr("check: each device holds exactly the bytes the plan predicted: ok"));
-  EXPECT_THAT(text, HasSubstr("rule 5 'attention.*kernel' matches nothing"));
+  EXPECT_THAT(text, ContainsRegex("check: each device's peak while loading was its shards plus at most one piece in flight .*: ok"));
+  EXPECT_THAT(text, HasSubstr("check: the process read at most 1.1x the bytes of its devices' boxes: ok"));
+  EXPECT_THAT(text, ContainsRegex("check: 8-device logits equal the 1-device logits .*: ok"));
+  EXPECT_THAT(text, HasSubstr("check: the greedy tokens are the same on 8 devices and on 1: ok"));
+  EXPECT_THAT(text, ContainsRegex("check: its logits equal the 1-device logits .*: ok"));
+  EXPECT_THAT(text, HasSubstr("check: so do its greedy tokens: ok"));
+  // Megatron's rules split 2 key/value heads over 4 devices: the plan says so.
+  EXPECT_THAT(text, ContainsRegex("plan uneven: .*self_attention/key/kernel"));
+  EXPECT_THAT(text, HasSubstr("keras-hub: every rule matches a variable"));
+  EXPECT_THAT(text, HasSubstr("Megatron: rule 1 'token_embedding/reverse_embeddings' matches nothing"));
   EXPECT_THAT(text, HasSubstr("all checks passed"));
   EXPECT_THAT(text, Not(HasSubstr("FAILED")));
-  // The checkpoint it kept is a standard file holding every variable by object path.
-  Checkpoint ckpt = Checkpoint::open(file);
-  EXPECT_EQ(ckpt.tensors().size(), 16u);
-  ASSERT_NE(ckpt.find("blocks.0.up.kernel").second, nullptr);
-  EXPECT_EQ(ckpt.find("lm_head.kernel").second->shape, (Shape{256, 8192}));
-  std::filesystem::remove(file);
+  // What it kept: a Hugging Face directory and a checkpoint of every variable by Keras path.
+  const HfLlamaCheckpoint hf = HfLlamaCheckpoint::open((dir / "llama").string());
+  EXPECT_EQ(hf.checkpoint().files().size(), 2u);
+  EXPECT_TRUE(hf.config().tie_word_embeddings);
+  Checkpoint keras = Checkpoint::open((dir / "llama.safetensors").string());
+  EXPECT_EQ(keras.tensors().size(), hf.mappings().size());
+  ASSERT_NE(keras.find("transformer_layer_0/self_attention/key/kernel").second, nullptr);
+  EXPECT_EQ(keras.find("transformer_layer_0/self_attention/key/kernel").second->shape, (Shape{128, 2, 16}));
+  std::filesystem::remove_all(dir);
+  reset_device_count();
+}
+
+// --keep never replaces what the user had: a non-empty directory or a file is refused before
+// anything is written.
+TEST(DemoCommandTest, RefusesAKeepPathThatIsNotANewOrEmptyDirectory) {
+  set_device_count(8);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("demo_keep_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir / "notes.txt") << "mine"; }
+  std::ostringstream out;
+  try {
+    run_demo(out, {.keep_dir = dir.string()});
+    FAIL() << "a non-empty --keep directory was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the directory is not empty")) << e.what();
+  }
+  try {
+    run_demo(out, {.keep_dir = (dir / "notes.txt").string()});
+    FAIL() << "a file as --keep was accepted";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("it exists and is a regular file, not a directory")) << e.what();
+  }
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  std::filesystem::remove_all(dir);
   reset_device_count();
 }
 

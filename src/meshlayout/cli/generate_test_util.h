@@ -12,6 +12,7 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama.h"
+#include "meshlayout/models/random_llama.h"
 #include "meshlayout/nn/layer.h"
 
 namespace meshlayout::testing {
@@ -25,25 +26,11 @@ inline LlamaConfig tiny_generate_config() {
 }
 
 /// Writes `dir`/config.json and `dir`/model.safetensors (F32; `num_shards` > 1: sharded with
-/// an index) of tiny_generate_config(): the model's own random initial weights on one device,
-/// kernels and embeddings scaled by 8 so the logits are far from uniform (greedy choices then
-/// have margins far above float rounding, on any layout).
+/// an index) of tiny_generate_config(): the model's own random initial weights, kernels and
+/// embeddings scaled by 8 (write_random_hf_llama).
 inline void write_tiny_llama(const std::string& dir, int num_shards = 1) {
   clear_session();
-  const DeviceMesh one({1}, {"model"}, std::vector<std::string>{list_devices()[0]});
-  LlamaModel model(tiny_generate_config(), LayoutMap(one));
-  std::map<std::string, Array> scaled;
-  for (const auto& [path, array] : model.variables_by_path()) {
-    HostTensor t = array->gather();
-    if (path.find("/scale") == std::string::npos) {
-      float* p = t.data_as<float>();
-      for (int64_t i = 0; i < t.num_elements(); ++i) p[i] *= 8.0f;
-    }
-    scaled.emplace(path, distribute_tensor(t, TensorLayout::replicated(static_cast<int>(t.shape().size()), one)));
-  }
-  std::map<std::string, const Array*> arrays;
-  for (const auto& [path, array] : scaled) arrays.emplace(path, &array);
-  save_hf_llama(dir, model.config(), arrays, DType::kF32, num_shards);
+  write_random_hf_llama(dir, tiny_generate_config(), {.kernel_scale = 8, .num_shards = num_shards});
 }
 
 }  // namespace meshlayout::testing

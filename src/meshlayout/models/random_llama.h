@@ -1,0 +1,33 @@
+// random_llama.h — a Llama with random weights written as a Hugging Face directory
+// (config.json + safetensors): the demo's model, and a fixture for tests and benchmarks.
+//
+// The weights are LlamaModel(config)'s own initial values, drawn on one device; kernels and
+// embeddings may be scaled up so that the logits are far from uniform (greedy choices then
+// have margins far above float rounding, on any layout). Norm scales stay 1.
+//
+// Example:
+//   write_random_hf_llama("/tmp/llama", config, {.kernel_scale = 8, .file_dtype = DType::kBF16});
+//   HfLlamaCheckpoint ckpt = HfLlamaCheckpoint::open("/tmp/llama");
+#pragma once
+
+#include <string>
+
+#include "meshlayout/core/dtype.h"
+#include "meshlayout/models/hf_llama_config.h"
+
+namespace meshlayout {
+
+struct RandomLlamaOptions {
+  float kernel_scale = 1;         // multiplies every kernel and embedding (not the norm scales)
+  DType file_dtype = DType::kF32;  // F32, BF16 or F16
+  int num_shards = 1;              // > 1: model-0000k-of-0000n.safetensors with an index
+};
+
+/// Writes `dir` (created if missing) as save_hf_llama does. The model is drawn on the first
+/// device of the default runtime, so the same config and session seed give the same weights.
+/// ValueError from config.validate() or save_hf_llama; a kernel_scale that is not finite is a
+/// ValueError naming it. Collective (every process passes the same arguments).
+void write_random_hf_llama(const std::string& dir, const LlamaConfig& config,
+                           const RandomLlamaOptions& options = {});
+
+}  // namespace meshlayout
