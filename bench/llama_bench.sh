@@ -3,13 +3,14 @@
 # cblas_sgemm baseline) and bench/llama_torch_bench.py (the same model in PyTorch, 2 threads),
 # then prints meshlayout / PyTorch tokens/s for prefill and decode.
 #
-#   bench/llama_bench.sh [BUILD_DIR]      # default: build; needs Debian's python3-torch
+#   bench/llama_bench.sh [BUILD_DIR]      # default: build; installs Debian's python3-torch
 # Extra arguments for both programs go in LLAMA_BENCH_ARGS, e.g. "--reps 5 --prompt 64".
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../build}
 args=${LLAMA_BENCH_ARGS:-}
 python=${PYTHON:-/usr/bin/python3}
+bash "$here/../scripts/install-deps.sh" --bench
 
 echo "== meshlayout ($build/bench/llama_bench $args)"
 ours=$("$build/bench/llama_bench" $args)

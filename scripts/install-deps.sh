@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs, from Debian's packages, what meshlayout needs to build, test and benchmark.
+#   bash scripts/install-deps.sh [--fuzz] [--bench]
 # Idempotent: does nothing when every package is already installed. Needs root (or sudo).
 set -euo pipefail
 packages=(
@@ -9,9 +10,13 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   pybind11-dev python3-dev python3-numpy python3-pytest
 )
-if [[ "${1:-}" == "--fuzz" ]]; then
-  packages+=(clang libclang-rt-14-dev)
-fi
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) packages+=(clang libclang-rt-14-dev) ;;      # the fuzz stage (libFuzzer)
+    --bench) packages+=(python3-torch) ;;                # the PyTorch peers of bench/*.sh
+    *) echo "install-deps: unknown option '$arg'; expected --fuzz or --bench" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
