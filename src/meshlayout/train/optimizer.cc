@@ -1,0 +1,373 @@
+// optimizer.cc — the base Optimizer: variables, build, apply (clipping, weight decay, the
+// per-shard loop). See optimizer.h; the update rules are in optimizers.cc.
+#include "meshlayout/train/optimizer.h"
+
+#include <fmt/format.h>
+#include <re2/re2.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/nn/name_scope.h"
+
+namespace meshlayout {
+namespace {
+
+std::string layout_text(const TensorLayout& layout) {
+  return layout.device_mesh() ? fmt::format("{} on {}", layout.to_string(), layout.device_mesh()->to_string())
+                              : layout.to_string();
+}
+
+std::string format_opt(const std::optional<double>& v) { return v ? fmt::format("{}", *v) : "None"; }
+
+// The gradient of one box in T: cast, then clipped (clipvalue elementwise, or scaled by
+// `scale` for clipnorm/global_clipnorm: Keras' g·c / max(‖g‖, c) and g·scale).
+template <typename T>
+const T* prepared_gradient(const Array::Shard& g, DType dtype, int64_t n,
+                           const std::optional<double>& clipvalue,
+                           const std::optional<std::pair<double, double>>& norm_clip,
+                           std::vector<T>& buffer) {
+  const bool same = dtype == (sizeof(T) == 4 ? DType::kF32 : DType::kF64);
+  if (same && !clipvalue && !norm_clip) return reinterpret_cast<const T*>(g.buffer.data());
+  buffer.resize(static_cast<size_t>(n));
+  if (dtype == DType::kF32) {
+    const float* src = reinterpret_cast<const float*>(g.buffer.data());
+    for (int64_t k = 0; k < n; ++k) buffer[k] = static_cast<T>(src[k]);
+  } else {
+    const double* src = reinterpret_cast<const double*>(g.buffer.data());
+    for (int64_t k = 0; k < n; ++k) buffer[k] = static_cast<T>(src[k]);
+  }
+  if (clipvalue) {
+    const T c = static_cast<T>(*clipvalue);
+    for (T& x : buffer) x = std::clamp(x, -c, c);
+  } else if (norm_clip) {
+    // (multiplier, divisor): clipnorm → (c, max(norm, c)); global → (scale, 1).
+    const T mul = static_cast<T>(norm_clip->first), div = static_cast<T>(norm_clip->second);
+    for (T& x : buffer) x = x * mul / div;
+  }
+  return buffer.data();
+}
+
+// Positions of a geometry whose box no earlier position holds (each box counted once).
+std::vector<bool> first_holders(const ShardGeometry& g) {
+  const int64_t n = g.mesh().size();
+  std::vector<Box> boxes;
+  std::vector<bool> first(static_cast<size_t>(n), true);
+  for (int64_t p = 0; p < n; ++p) {
+    Box b = g.box(p);
+    for (const Box& seen : boxes) {
+      if (seen == b) {
+        first[static_cast<size_t>(p)] = false;
+        break;
+      }
+    }
+    if (first[static_cast<size_t>(p)]) boxes.push_back(std::move(b));
+  }
+  return first;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::string_view default_name, double default_lr, const OptimizerOptions& options)
+    : name_(options.name.empty() ? std::string(default_name) : options.name),
+      lr_(static_cast<float>(options.learning_rate.value_or(default_lr))),
+      weight_decay_(options.weight_decay),
+      clipnorm_(options.clipnorm),
+      clipvalue_(options.clipvalue),
+      global_clipnorm_(options.global_clipnorm) {
+  check_path_component(name_);
+  const int clips = int(clipnorm_.has_value()) + int(clipvalue_.has_value()) + int(global_clipnorm_.has_value());
+  if (clips > 1) {
+    throw ValueError(fmt::format(
+        "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: "
+        "clipnorm={}, clipvalue={}, global_clipnorm={}",
+        format_opt(clipnorm_), format_opt(clipvalue_), format_opt(global_clipnorm_)));
+  }
+  for (const auto& [what, v] : {std::pair{"clipnorm", clipnorm_}, std::pair{"clipvalue", clipvalue_},
+                                std::pair{"global_clipnorm", global_clipnorm_}}) {
+    if (v && !(*v > 0 && std::isfinite(*v))) {
+      throw ValueError(fmt::format("`{}` must be a positive finite float. Received: {}={}", what, what, *v));
+    }
+  }
+  if (weight_decay_ && !std::isfinite(*weight_decay_)) {
+    throw ValueError(fmt::format("`weight_decay` must be a finite float. Received: weight_decay={}", *weight_decay_));
+  }
+  if (!std::isfinite(lr_)) {
+    throw ValueError(fmt::format("`learning_rate` must be a finite float. Received: learning_rate={}",
+                                 options.learning_rate.value_or(default_lr)));
+  }
+  NameScope scope(name_, this, std::nullopt);
+  iteration_var_ = std::make_shared<Variable>(
+      VariableSpec{.name = "iteration", .shape = {}, .dtype = DType::kI32, .trainable = false});
+  learning_rate_var_ = std::make_shared<Variable>(VariableSpec{.name = "learning_rate",
+                                                               .shape = {},
+                                                               .dtype = DType::kF32,
+                                                               .initializer = Initializer::constant(lr_),
+                                                               .trainable = false});
+}
+
+void Optimizer::set_learning_rate(double value) {
+  if (!std::isfinite(value)) {
+    throw ValueError(fmt::format("`learning_rate` must be a finite float. Received: learning_rate={}", value));
+  }
+  lr_ = static_cast<float>(value);
+  if (learning_rate_var_->is_lazy()) return;
+  for (Array::Shard& s : learning_rate_var_->mutable_value().local_shards()) {
+    std::memcpy(s.buffer.data(), &lr_, sizeof(lr_));
+  }
+}
+
+std::vector<VariablePtr> Optimizer::variables() const {
+  std::vector<VariablePtr> out{iteration_var_, learning_rate_var_};
+  out.insert(out.end(), slot_order_.begin(), slot_order_.end());
+  return out;
+}
+
+std::vector<VariablePtr> Optimizer::slots_of(const Variable& variable) const {
+  for (const Tracked& t : tracked_) {
+    if (t.variable.get() != &variable) continue;
+    std::vector<VariablePtr> out;
+    for (const std::string& n : slot_names()) out.push_back(t.slots.at(n));
+    return out;
+  }
+  throw NotFoundError(fmt::format("{} is not tracked by optimizer {}: it was built with {} variable(s)",
+                                  variable.describe(), quote(name_), tracked_.size()));
+}
+
+void Optimizer::build(std::span<const VariablePtr> variables) {
+  if (built_) return;
+  std::set<const Variable*> seen;
+  for (const VariablePtr& v : variables) {
+    if (!v) throw ValueError(fmt::format("optimizer {}: build got a null variable", quote(name_)));
+    if (!seen.insert(v.get()).second) {
+      throw ValueError(fmt::format("optimizer {}: {} is given twice", quote(name_), v->describe()));
+    }
+    if (v->is_lazy()) {
+      throw ValueError(fmt::format("optimizer {}: {} has no value yet (lazy); build the model first",
+                                   quote(name_), v->describe()));
+    }
+    if (v->dtype() != DType::kF32 && v->dtype() != DType::kF64) {
+      throw ValueError(fmt::format("optimizer {} updates F32 or F64 variables; {} is {}", quote(name_),
+                                   v->describe(), dtype_name(v->dtype())));
+    }
+  }
+  if (!variables.empty()) {
+    const Array& first = variables.front()->value();
+    const TensorLayout scalar({}, first.mesh());
+    iteration_var_->materialize(scalar, first.runtime_ptr());
+    learning_rate_var_->materialize(scalar, first.runtime_ptr());
+  }
+  for (const VariablePtr& v : variables) tracked_.push_back({v, {}});
+  build_slots(variables);
+  built_ = true;
+}
+
+void Optimizer::add_optimizer_variables(std::span<const VariablePtr> variables,
+                                        const std::vector<std::string>& names) {
+  NameScope scope(name_, this, std::nullopt);
+  for (const VariablePtr& ref : variables) {
+    Tracked* tracked = nullptr;
+    for (Tracked& t : tracked_) {
+      if (t.variable == ref) tracked = &t;
+    }
+    if (tracked == nullptr) {
+      throw InternalError(fmt::format("optimizer {}: slot for untracked {}", quote(name_), ref->describe()));
+    }
+    std::string base = !ref->path().empty() ? ref->path() : ref->name();
+    std::replace(base.begin(), base.end(), '/', '_');
+    const TensorLayout layout = ref->value().layout();
+    for (const std::string& slot : names) {
+      auto v = std::make_shared<Variable>(VariableSpec{.name = base + "_" + slot,
+                                                       .shape = ref->shape(),
+                                                       .dtype = ref->dtype(),
+                                                       .initializer = Initializer::zeros(),
+                                                       .trainable = false,
+                                                       .layout = layout});
+      v->materialize(layout, ref->value().runtime_ptr());
+      tracked->slots[slot] = v;
+      slot_order_.push_back(std::move(v));
+    }
+  }
+}
+
+void Optimizer::exclude_from_weight_decay(std::vector<std::string> var_names) {
+  for (const std::string& pattern : var_names) {
+    RE2 re(pattern, RE2::Quiet);
+    if (!re.ok()) {
+      throw ValueError(fmt::format("exclude_from_weight_decay: {} is not a valid regex: {}", quote(pattern),
+                                   re.error()));
+    }
+  }
+  exclude_names_ = std::move(var_names);
+}
+
+bool Optimizer::use_weight_decay(const Variable& v) const {
+  if (!weight_decay_ || *weight_decay_ == 0.0) return false;
+  for (const std::string& pattern : exclude_names_) {
+    if (RE2::PartialMatch(v.name(), RE2(pattern))) return false;
+  }
+  return true;
+}
+
+std::map<int64_t, int64_t> Optimizer::slot_bytes_per_device(std::span<const SlotFootprint> variables) const {
+  std::map<int64_t, int64_t> out;
+  const int64_t slots = static_cast<int64_t>(slot_names().size());
+  for (const SlotFootprint& f : variables) {
+    ShardGeometry g(f.layout, f.shape, {}, "optimizer slot");
+    const std::vector<int64_t>& ids = g.mesh().device_ids();
+    for (int64_t p = 0; p < g.mesh().size(); ++p) {
+      out[ids[static_cast<size_t>(p)]] += slots * g.box(p).num_elements() * static_cast<int64_t>(dtype_size(f.dtype));
+    }
+  }
+  return out;
+}
+
+void Optimizer::apply_gradients(std::span<const std::pair<const Array*, VariablePtr>> grads_and_vars) {
+  std::vector<const Array*> grads;
+  std::vector<VariablePtr> vars;
+  for (const auto& [g, v] : grads_and_vars) {
+    grads.push_back(g);
+    vars.push_back(v);
+  }
+  apply(grads, vars);
+}
+
+void Optimizer::apply(std::span<const Array* const> gradients, std::span<const VariablePtr> variables) {
+  if (gradients.size() != variables.size()) {
+    throw ValueError(fmt::format("optimizer {}: got {} gradient(s) for {} variable(s); expected one per variable",
+                                 quote(name_), gradients.size(), variables.size()));
+  }
+  if (variables.empty()) return;
+  struct Pair {
+    const Array* grad;
+    Variable* var;
+    size_t tracked;
+  };
+  std::vector<Pair> pairs;
+  for (size_t i = 0; i < variables.size(); ++i) {
+    const VariablePtr& v = variables[i];
+    if (!v) throw ValueError(fmt::format("optimizer {}: variable {} is null", quote(name_), i));
+    if (gradients[i] == nullptr) continue;  // Keras' _filter_empty_gradients
+    const Array& g = *gradients[i];
+    if (!v->trainable()) {
+      throw ValueError(fmt::format("optimizer {}: {} is not trainable; pass only trainable variables",
+                                   quote(name_), v->describe()));
+    }
+    if (v->is_lazy()) {
+      throw ValueError(fmt::format("optimizer {}: {} has no value yet (lazy)", quote(name_), v->describe()));
+    }
+    const Array& x = v->value();
+    if (g.shape() != x.shape() || !(g.layout() == x.layout()) ||
+        (g.dtype() != DType::kF32 && g.dtype() != DType::kF64)) {
+      throw ValueError(fmt::format(
+          "optimizer {}: the gradient of {} must have its shape {} and layout {} (F32 or F64); got "
+          "shape {}, layout {}, dtype {}",
+          quote(name_), v->describe(), shape_to_string(x.shape()), layout_text(x.layout()),
+          shape_to_string(g.shape()), layout_text(g.layout()), dtype_name(g.dtype())));
+    }
+    pairs.push_back({&g, v.get(), 0});
+  }
+  if (pairs.empty()) {
+    throw ValueError(fmt::format("No gradients provided for any variable (optimizer {}, {} variable(s))",
+                                 quote(name_), variables.size()));
+  }
+  build(variables);
+  for (Pair& p : pairs) {
+    size_t k = 0;
+    while (k < tracked_.size() && tracked_[k].variable.get() != p.var) ++k;
+    if (k == tracked_.size()) {
+      throw NotFoundError(fmt::format(
+          "optimizer {}: unknown {}: the optimizer was built with {} other variable(s); use a new "
+          "optimizer for a new set of variables",
+          quote(name_), p.var->describe(), tracked_.size()));
+    }
+    p.tracked = k;
+  }
+
+  // Clipping by norm: sums of squares over each box once, across processes.
+  std::vector<std::optional<std::pair<double, double>>> norm_clip(pairs.size());
+  if (clipnorm_ || global_clipnorm_) {
+    std::vector<double> sums(pairs.size(), 0.0);
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const Array& g = *pairs[i].grad;
+      const std::vector<bool> first = first_holders(g.geometry());
+      for (const Array::Shard& s : g.local_shards()) {
+        if (!first[static_cast<size_t>(s.position)]) continue;
+        const int64_t n = s.box.num_elements();
+        for (int64_t k = 0; k < n; ++k) {
+          const double x = g.dtype() == DType::kF32 ? reinterpret_cast<const float*>(s.buffer.data())[k]
+                                                    : reinterpret_cast<const double*>(s.buffer.data())[k];
+          sums[i] += x * x;
+        }
+      }
+    }
+    Runtime& rt = pairs.front().grad->runtime();
+    if (rt.num_processes() > 1) rt.comm().all_reduce_sum(sums.data(), sums.size(), DType::kF64);
+    if (clipnorm_) {
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        norm_clip[i] = std::pair{*clipnorm_, std::max(std::sqrt(sums[i]), *clipnorm_)};
+      }
+    } else {
+      double total = 0;
+      for (double s : sums) total += s;
+      const double scale = *global_clipnorm_ * std::min(1.0 / std::sqrt(total), 1.0 / *global_clipnorm_);
+      for (auto& nc : norm_clip) nc = std::pair{scale, 1.0};
+    }
+  }
+
+  // One task per (variable, local shard); every slot shard sits on the variable shard's device.
+  struct Task {
+    size_t pair;
+    size_t shard;
+  };
+  std::vector<Task> tasks;
+  std::vector<std::vector<Variable*>> slots(pairs.size());
+  const std::vector<std::string> names = slot_names();
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    for (const std::string& n : names) slots[i].push_back(tracked_[pairs[i].tracked].slots.at(n).get());
+    for (size_t s = 0; s < pairs[i].var->value().local_shards().size(); ++s) tasks.push_back({i, s});
+  }
+  std::vector<bool> decay(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) decay[i] = use_weight_decay(*pairs[i].var);
+  const float lr = lr_;
+  const int64_t iterations = iterations_;
+  auto run = [&]<typename T>(const Task& t, T* /*tag*/) {
+    const Pair& p = pairs[t.pair];
+    Array::Shard& x = p.var->mutable_value().local_shards()[t.shard];
+    const Array::Shard* g = p.grad->shard_at(x.position);
+    const int64_t n = x.box.num_elements();
+    std::vector<T> buffer;
+    const T* grad = prepared_gradient<T>(*g, p.grad->dtype(), n, clipvalue_, norm_clip[t.pair], buffer);
+    T* theta = reinterpret_cast<T*>(x.buffer.data());
+    const T lr_t = static_cast<T>(lr);
+    if (decay[t.pair]) {
+      const T wd = static_cast<T>(*weight_decay_);
+      for (int64_t k = 0; k < n; ++k) theta[k] = theta[k] - theta[k] * wd * lr_t;
+    }
+    std::vector<T*> slot_ptrs;
+    for (Variable* s : slots[t.pair]) {
+      slot_ptrs.push_back(reinterpret_cast<T*>(s->mutable_value().shard_at(x.position)->buffer.data()));
+    }
+    update_shard(ShardStep<T>{theta, grad, n, slot_ptrs, lr_t, iterations});
+  };
+  pairs.front().var->value().runtime().pool().parallel_for(tasks.size(), [&](size_t k) {
+    const Task& t = tasks[k];
+    if (pairs[t.pair].var->dtype() == DType::kF32) {
+      run(t, static_cast<float*>(nullptr));
+    } else {
+      run(t, static_cast<double*>(nullptr));
+    }
+  });
+
+  ++iterations_;
+  const int32_t it = static_cast<int32_t>(iterations_);
+  for (Array::Shard& s : iteration_var_->mutable_value().local_shards()) {
+    std::memcpy(s.buffer.data(), &it, sizeof(it));
+  }
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,207 @@
+// optimizer.h — Keras 3 optimizers on distributed variables: the base Optimizer, SGD, Adam,
+// AdamW and make_optimizer(name, options) (keras.optimizers.get).
+//
+// Exactly as Keras 3 (keras/src/optimizers/{base_optimizer,sgd,adam,adamw}.py):
+//  * variables `<name>/iteration` (I32, non-trainable) and `<name>/learning_rate` (F32) made
+//    at construction under the optimizer's name scope; default names are Keras' constructor
+//    defaults "SGD", "adam", "adamw" (Keras passes them explicitly, so no auto-numbering);
+//  * slots from add_variable_from_reference: `<name>/<ref path, '/'→'_'>_<slot>`, created per
+//    add_optimizer_variables call, interleaved per variable within a call: Adam
+//    [m0, v0, m1, v1, …] then (amsgrad) [vhat0, vhat1, …]; SGD `momentum` only if momentum != 0;
+//  * every slot is born in its variable's layout (same mesh, same boxes, zeros), never matched
+//    against a LayoutMap (Keras >= 3.10: layout=ref._layout);
+//  * a step: clip gradients → decoupled weight decay θ ← θ − θ·wd·lr (pre-update θ) →
+//    update_step → iteration += 1. The update runs shard by shard on the runtime's thread pool,
+//    with no communication (clipnorm/global_clipnorm sum squares across processes).
+// Decision: a non-trainable variable passed to apply() is a ValueError (Keras' trainer never
+// passes one; an update to a frozen weight is a bug). A null gradient is skipped, as Keras'
+// _filter_empty_gradients; all null is a ValueError.
+//
+// Example:
+//   auto opt = make_optimizer("adam", {.learning_rate = 1e-3});
+//   const Array* grads[] = {&g_kernel, &g_bias};       // same shapes and layouts as the weights
+//   VariablePtr vars[] = {dense->kernel(), dense->bias()};
+//   opt->apply(grads, vars);      // builds on the first call: adam/dense_kernel_momentum, …
+//   opt->iterations() == 1;
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "meshlayout/array/array.h"
+#include "meshlayout/nn/variable.h"
+
+namespace meshlayout {
+
+/// Arguments of the Keras optimizers. Unset optional ones take the optimizer's default; an
+/// argument the optimizer does not have (beta_1 on SGD) is a ValueError.
+struct OptimizerOptions {
+  std::string name;                     // Keras' default ("SGD", "adam", "adamw") when empty
+  std::optional<double> learning_rate;  // SGD 0.01, Adam/AdamW 0.001
+  std::optional<double> weight_decay;   // decoupled; AdamW 0.004, others none
+  std::optional<double> clipnorm, clipvalue, global_clipnorm;  // at most one
+  // SGD
+  std::optional<double> momentum;  // 0.0, in [0, 1]
+  std::optional<bool> nesterov;    // false
+  // Adam, AdamW
+  std::optional<double> beta_1, beta_2, epsilon;  // 0.9, 0.999, 1e-7
+  std::optional<bool> amsgrad;                    // false
+};
+
+/// Shape, dtype and layout of a model variable: enough to size its slots without allocating.
+struct SlotFootprint {
+  Shape shape;
+  DType dtype = DType::kF32;
+  TensorLayout layout;
+};
+
+/// The arguments of one local shard's update, in the variable's element type T.
+template <typename T>
+struct ShardStep {
+  T* theta;                     // the variable's shard
+  const T* grad;                // the (cast, clipped) gradient of that box
+  int64_t n;                    // elements
+  std::span<T* const> slots;    // this variable's slots of this shard, in slot_names() order
+  T lr;                         // learning_rate cast to T
+  int64_t iterations;           // before this step
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  const std::string& name() const { return name_; }
+  /// The learning rate as stored (F32, as Keras' variable).
+  double learning_rate() const { return static_cast<double>(lr_); }
+  /// optimizer.learning_rate = value (also written into the variable once it has a value).
+  void set_learning_rate(double value);
+  /// Steps applied so far (optimizer.iterations).
+  int64_t iterations() const { return iterations_; }
+  std::optional<double> weight_decay() const { return weight_decay_; }
+  bool built() const { return built_; }
+
+  /// Every optimizer variable in Keras' order: iteration, learning_rate, then the slots.
+  std::vector<VariablePtr> variables() const;
+  /// The slots of `variable` in slot_names() order; NotFoundError if it is not tracked.
+  std::vector<VariablePtr> slots_of(const Variable& variable) const;
+  /// Slot names per variable, in the order update kernels see them ("momentum", "velocity").
+  virtual std::vector<std::string> slot_names() const = 0;
+
+  /// Creates the slots of `variables` (each in its variable's layout) and gives iteration and
+  /// learning_rate their values (replicated on the first variable's mesh). Once only: later
+  /// calls do nothing, as Keras. ValueError for a lazy variable, a dtype other than F32/F64, or
+  /// a variable given twice.
+  void build(std::span<const VariablePtr> variables);
+
+  /// One step: builds on the first call, then updates each variable from its gradient.
+  /// \error ValueError naming the variable if the counts differ, a gradient's shape, dtype
+  ///   (F32/F64) or layout differs from its variable's, or the variable is not trainable;
+  ///   NotFoundError for a variable the optimizer was not built with. All checks are made on
+  ///   replicated metadata before anything is written.
+  void apply(std::span<const Array* const> gradients, std::span<const VariablePtr> variables);
+  /// apply() on (gradient, variable) pairs (optimizer.apply_gradients).
+  void apply_gradients(std::span<const std::pair<const Array*, VariablePtr>> grads_and_vars);
+
+  /// Keras exclude_from_weight_decay(var_names=…): a variable whose name (the leaf, e.g.
+  /// "bias") matches one of these regexes anywhere (re.search) gets no weight decay.
+  void exclude_from_weight_decay(std::vector<std::string> var_names);
+
+  /// Bytes of the slots on each device (global device id → bytes) for variables of these
+  /// footprints, without allocating: each slot's shard is its variable's shard.
+  std::map<int64_t, int64_t> slot_bytes_per_device(std::span<const SlotFootprint> variables) const;
+
+  /// The update of one shard; the base has already applied clipping and weight decay.
+  virtual void update_shard(const ShardStep<float>& step) const = 0;
+  virtual void update_shard(const ShardStep<double>& step) const = 0;
+
+ protected:
+  /// `default_name` is Keras' constructor default; `default_lr` the learning rate's.
+  Optimizer(std::string_view default_name, double default_lr, const OptimizerOptions& options);
+  /// Keras build(): calls add_optimizer_variables, in Keras' order.
+  virtual void build_slots(std::span<const VariablePtr> variables) = 0;
+  /// Keras add_optimizer_variables(variables, names): for each variable, one slot per name
+  /// (interleaved), under the optimizer's name scope, born in the variable's layout.
+  void add_optimizer_variables(std::span<const VariablePtr> variables,
+                               const std::vector<std::string>& names);
+
+ private:
+  struct Tracked {
+    VariablePtr variable;
+    std::map<std::string, VariablePtr> slots;
+  };
+  bool use_weight_decay(const Variable& v) const;
+
+  std::string name_;
+  float lr_;
+  int64_t iterations_ = 0;
+  std::optional<double> weight_decay_, clipnorm_, clipvalue_, global_clipnorm_;
+  std::vector<std::string> exclude_names_;
+  VariablePtr iteration_var_, learning_rate_var_;
+  std::vector<VariablePtr> slot_order_;  // creation order
+  std::vector<Tracked> tracked_;
+  bool built_ = false;
+};
+
+/// keras.optimizers.SGD: m ← μ·m − lr·g; θ += m (nesterov: θ += μ·m − lr·g with the new m);
+/// μ = 0: θ −= lr·g (no slot).
+class SGD : public Optimizer {
+ public:
+  explicit SGD(const OptimizerOptions& options = {});
+  double momentum() const { return momentum_; }
+  bool nesterov() const { return nesterov_; }
+  std::vector<std::string> slot_names() const override;
+  void update_shard(const ShardStep<float>& step) const override;
+  void update_shard(const ShardStep<double>& step) const override;
+
+ protected:
+  void build_slots(std::span<const VariablePtr> variables) override;
+
+ private:
+  double momentum_;
+  bool nesterov_;
+};
+
+/// keras.optimizers.Adam: m += (g−m)(1−β1); v += (g²−v)(1−β2); α = lr·√(1−β2^t)/(1−β1^t);
+/// θ −= α·m/(√v + ε) (amsgrad: v̂ = max(v̂, v) in place of v), t = iterations + 1.
+class Adam : public Optimizer {
+ public:
+  explicit Adam(const OptimizerOptions& options = {});
+  double beta_1() const { return beta_1_; }
+  double beta_2() const { return beta_2_; }
+  double epsilon() const { return epsilon_; }
+  bool amsgrad() const { return amsgrad_; }
+  std::vector<std::string> slot_names() const override;
+  void update_shard(const ShardStep<float>& step) const override;
+  void update_shard(const ShardStep<double>& step) const override;
+
+ protected:
+  Adam(std::string_view default_name, const OptimizerOptions& options);
+  void build_slots(std::span<const VariablePtr> variables) override;
+
+ private:
+  double beta_1_, beta_2_, epsilon_;
+  bool amsgrad_;
+};
+
+/// keras.optimizers.AdamW: Adam with weight_decay (default 0.004) applied first.
+class AdamW : public Adam {
+ public:
+  explicit AdamW(const OptimizerOptions& options = {});
+};
+
+/// The names make_optimizer accepts, in order: "sgd", "adam", "adamw".
+std::vector<std::string> optimizer_names();
+
+/// keras.optimizers.get(name) with arguments. ValueError listing the valid names otherwise.
+std::unique_ptr<Optimizer> make_optimizer(std::string_view name, const OptimizerOptions& options = {});
+
+}  // namespace meshlayout

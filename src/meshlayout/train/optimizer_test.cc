@@ -1,0 +1,253 @@
+// Optimizer formulas against a float64 reference over several steps, Keras variable paths and
+// order, and the errors. Layouts of the slots: optimizer_layout_test.cc.
+#include <gtest/gtest.h>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/nn/nn_test_util.h"
+#include "meshlayout/train/optimizer.h"
+#include "meshlayout/train/optimizer_test_util.h"
+
+namespace meshlayout {
+namespace {
+
+class OptimizerTest : public NnTest {
+ protected:
+  // kernel (6, 8) over 'model', bias (8,) replicated, both under the scope "dense".
+  std::vector<VariablePtr> make_vars(DType dtype = DType::kF32) {
+    std::vector<VariablePtr> vars;
+    NameScope scope("dense");
+    vars.push_back(std::make_shared<Variable>(VariableSpec{
+        .name = "kernel", .shape = {6, 8}, .dtype = dtype, .initializer = Initializer::random_normal()}));
+    vars.push_back(std::make_shared<Variable>(VariableSpec{
+        .name = "bias", .shape = {8}, .dtype = dtype, .initializer = Initializer::random_normal()}));
+    vars[0]->materialize(TensorLayout({None, "model"}, mesh_));
+    vars[1]->materialize(TensorLayout({None}, mesh_));
+    return vars;
+  }
+
+  // Runs `steps` steps of `kind` with `options` on make_vars() and checks values and slots.
+  void check_against_reference(const std::string& kind, const OptimizerOptions& options,
+                               DType dtype = DType::kF32, std::vector<std::string> exclude = {}) {
+    SCOPED_TRACE(kind);
+    std::vector<VariablePtr> vars = make_vars(dtype);
+    std::vector<RefVar> ref_vars;
+    for (const VariablePtr& v : vars) ref_vars.push_back({to_doubles(v->value().gather()), v->name(), {}});
+    auto opt = make_optimizer(kind, options);
+    if (!exclude.empty()) opt->exclude_from_weight_decay(exclude);
+    RefOptimizer ref(kind, options, exclude);
+    const double tol = dtype == DType::kF32 ? 2e-5 : 1e-12;
+    for (int step = 0; step < 6; ++step) {
+      std::vector<Array> grads;
+      std::vector<std::vector<double>> ref_grads;
+      for (size_t i = 0; i < vars.size(); ++i) {
+        HostTensor g = test_gradient(vars[i]->shape(), dtype, step, static_cast<int>(i));
+        ref_grads.push_back(to_doubles(g));
+        grads.push_back(distribute_tensor(g, vars[i]->value().layout()));
+      }
+      const Array* gp[] = {&grads[0], &grads[1]};
+      opt->apply(gp, vars);
+      ref.step(ref_vars, ref_grads);
+      EXPECT_EQ(opt->iterations(), step + 1);
+      for (size_t i = 0; i < vars.size(); ++i) {
+        EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref_vars[i].theta), tol)
+            << vars[i]->path() << " step " << step;
+        std::vector<VariablePtr> slots = opt->slots_of(*vars[i]);
+        ASSERT_EQ(slots.size(), ref_vars[i].slots.size());
+        for (size_t s = 0; s < slots.size(); ++s) {
+          EXPECT_LT(max_rel_error(to_doubles(slots[s]->value().gather()), ref_vars[i].slots[s]), tol)
+              << slots[s]->path() << " step " << step;
+        }
+      }
+    }
+    EXPECT_EQ(opt->variables()[0]->value().gather().data_as<int32_t>()[0], 6);
+  }
+};
+
+TEST_F(OptimizerTest, SgdMatchesTheReference) {
+  check_against_reference("sgd", {});
+  check_against_reference("sgd", {.learning_rate = 0.05, .momentum = 0.9});
+  check_against_reference("sgd", {.learning_rate = 0.05, .momentum = 0.9, .nesterov = true});
+  check_against_reference("sgd", {.weight_decay = 0.1, .momentum = 0.5});
+  check_against_reference("sgd", {.clipvalue = 0.5, .momentum = 0.3});
+  check_against_reference("sgd", {.momentum = 0.9, .nesterov = true}, DType::kF64);
+}
+
+TEST_F(OptimizerTest, AdamMatchesTheReference) {
+  check_against_reference("adam", {});
+  check_against_reference("adam", {.learning_rate = 0.01, .amsgrad = true});
+  check_against_reference("adam", {.weight_decay = 0.05});
+  check_against_reference("adam", {.clipnorm = 1.0});
+  check_against_reference("adam", {.global_clipnorm = 0.7, .beta_1 = 0.8, .epsilon = 1e-3});
+  check_against_reference("adam", {.learning_rate = 0.01, .amsgrad = true}, DType::kF64);
+}
+
+TEST_F(OptimizerTest, AdamWMatchesTheReference) {
+  check_against_reference("adamw", {});
+  check_against_reference("adamw", {.learning_rate = 0.01, .weight_decay = 0.1});
+  check_against_reference("adamw", {.learning_rate = 0.01, .weight_decay = 0.1}, DType::kF32, {"bias"});
+  check_against_reference("adamw", {.learning_rate = 0.01, .weight_decay = 0.1}, DType::kF64);
+}
+
+// One element, one step, by hand: the decay uses the pre-update θ and comes first.
+TEST_F(OptimizerTest, AdamWDecaysThePreUpdateValueFirst) {
+  auto v = std::make_shared<Variable>(VariableSpec{
+      .name = "w", .shape = {1}, .dtype = DType::kF64, .initializer = Initializer::constant(2.0)});
+  v->materialize(TensorLayout({None}, mesh_));
+  AdamW opt({.learning_rate = 0.1, .weight_decay = 0.5});
+  Array g = distribute_tensor(test_gradient({1}, DType::kF64, 0, 1), v->value().layout());  // 1.5 sin 0.7
+  const double grad = to_doubles(g.gather())[0];
+  const Array* gp[] = {&g};
+  VariablePtr vp[] = {v};
+  opt.apply(gp, vp);
+  const double lr = static_cast<float>(0.1);
+  const double m = 0.1 * grad, vel = 0.001 * grad * grad;
+  const double adam = lr * std::sqrt(1 - 0.999) / (1 - 0.9) * m / (std::sqrt(vel) + 1e-7);
+  const double decay_first = 2.0 - 2.0 * 0.5 * lr - adam;
+  const double decay_after = (2.0 - adam) * (1 - 0.5 * lr);
+  const double got = to_doubles(v->value().gather())[0];
+  EXPECT_NEAR(got, decay_first, 1e-12);
+  EXPECT_GT(std::abs(got - decay_after), 1e-3);
+}
+
+std::vector<std::string> paths(const Optimizer& opt) {
+  std::vector<std::string> out;
+  for (const VariablePtr& v : opt.variables()) out.push_back(v->path());
+  return out;
+}
+
+TEST_F(OptimizerTest, VariablePathsAndOrderAreKeras) {
+  std::vector<VariablePtr> vars = make_vars();
+  Adam adam;
+  EXPECT_EQ(paths(adam), (std::vector<std::string>{"adam/iteration", "adam/learning_rate"}));
+  adam.build(vars);
+  EXPECT_EQ(paths(adam), (std::vector<std::string>{
+                             "adam/iteration", "adam/learning_rate", "adam/dense_kernel_momentum",
+                             "adam/dense_kernel_velocity", "adam/dense_bias_momentum", "adam/dense_bias_velocity"}));
+  Adam ams({.amsgrad = true});
+  ams.build(vars);
+  EXPECT_EQ(paths(ams), (std::vector<std::string>{
+                            "adam/iteration", "adam/learning_rate", "adam/dense_kernel_momentum",
+                            "adam/dense_kernel_velocity", "adam/dense_bias_momentum", "adam/dense_bias_velocity",
+                            "adam/dense_kernel_velocity_hat", "adam/dense_bias_velocity_hat"}));
+  SGD plain;
+  plain.build(vars);
+  EXPECT_EQ(paths(plain), (std::vector<std::string>{"SGD/iteration", "SGD/learning_rate"}));
+  SGD momentum({.name = "sgd_m", .momentum = 0.9});
+  momentum.build(vars);
+  EXPECT_EQ(paths(momentum), (std::vector<std::string>{"sgd_m/iteration", "sgd_m/learning_rate",
+                                                       "sgd_m/dense_kernel_momentum", "sgd_m/dense_bias_momentum"}));
+  AdamW adamw;
+  EXPECT_EQ(paths(adamw)[0], "adamw/iteration");
+  EXPECT_EQ(adamw.weight_decay(), 0.004);
+  // iteration is an int, non-trainable; learning_rate the F32 value; slots zeros, non-trainable.
+  const std::vector<VariablePtr> all = adam.variables();
+  EXPECT_EQ(all[0]->dtype(), DType::kI32);
+  EXPECT_FALSE(all[0]->trainable());
+  EXPECT_EQ(all[1]->value().gather().data_as<float>()[0], 0.001f);
+  for (size_t i = 2; i < all.size(); ++i) {
+    EXPECT_FALSE(all[i]->trainable());
+    for (double x : to_doubles(all[i]->value().gather())) EXPECT_EQ(x, 0.0);
+  }
+  // build is once only, as Keras.
+  adam.build(vars);
+  EXPECT_EQ(adam.variables().size(), 6u);
+}
+
+TEST_F(OptimizerTest, IterationAndLearningRateVariablesFollowTheSteps) {
+  std::vector<VariablePtr> vars = make_vars();
+  SGD opt({.learning_rate = 0.5});
+  Array g0 = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0), vars[0]->value().layout());
+  Array g1 = distribute_tensor(test_gradient({8}, DType::kF32, 0, 1), vars[1]->value().layout());
+  const Array* gp[] = {&g0, &g1};
+  opt.apply(gp, vars);
+  opt.set_learning_rate(0.25);
+  opt.apply(gp, vars);
+  EXPECT_EQ(opt.iterations(), 2);
+  EXPECT_EQ(opt.variables()[0]->value().gather().data_as<int32_t>()[0], 2);
+  EXPECT_EQ(opt.variables()[1]->value().gather().data_as<float>()[0], 0.25f);
+  EXPECT_EQ(opt.learning_rate(), 0.25);
+}
+
+TEST_F(OptimizerTest, NullGradientsAreSkipped) {
+  std::vector<VariablePtr> vars = make_vars();
+  const std::vector<double> bias_before = to_doubles(vars[1]->value().gather());
+  const std::vector<double> kernel_before = to_doubles(vars[0]->value().gather());
+  Adam opt;
+  Array g0 = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0), vars[0]->value().layout());
+  const Array* gp[] = {&g0, nullptr};
+  opt.apply(gp, vars);
+  EXPECT_EQ(to_doubles(vars[1]->value().gather()), bias_before);
+  EXPECT_NE(to_doubles(vars[0]->value().gather()), kernel_before);
+  EXPECT_EQ(opt.variables().size(), 6u);  // built with every variable given
+  const Array* none[] = {nullptr, nullptr};
+  EXPECT_THROW(opt.apply(none, vars), ValueError);
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_F(OptimizerTest, GradientMismatchesNameTheVariableAndBothSides) {
+  std::vector<VariablePtr> vars = make_vars();
+  Adam opt;
+  Array bias_grad = distribute_tensor(test_gradient({8}, DType::kF32, 0, 1), vars[1]->value().layout());
+  Array wrong_shape = distribute_tensor(test_gradient({6, 4}, DType::kF32, 0, 0), TensorLayout({None, "model"}, mesh_));
+  const Array* gp[] = {&wrong_shape, &bias_grad};
+  std::string msg = error_of([&] { opt.apply(gp, vars); });
+  EXPECT_NE(msg.find("'dense/kernel'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(6, 8)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(6, 4)"), std::string::npos) << msg;
+  Array wrong_layout = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0), TensorLayout({"data", None}, mesh_));
+  const Array* gl[] = {&wrong_layout, &bias_grad};
+  msg = error_of([&] { opt.apply(gl, vars); });
+  EXPECT_NE(msg.find("layout[None,model]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("layout[data,None]"), std::string::npos) << msg;
+  EXPECT_FALSE(opt.built()) << "checks come before build";
+  EXPECT_EQ(opt.iterations(), 0);
+  const Array* one[] = {&bias_grad};
+  EXPECT_THROW(opt.apply(one, vars), ValueError);
+}
+
+TEST_F(OptimizerTest, NonTrainableAndUnknownVariablesAreRefused) {
+  std::vector<VariablePtr> vars = make_vars();
+  Array g0 = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0), vars[0]->value().layout());
+  Array g1 = distribute_tensor(test_gradient({8}, DType::kF32, 0, 1), vars[1]->value().layout());
+  const Array* gp[] = {&g0, &g1};
+  vars[1]->set_trainable(false);
+  SGD opt;
+  std::string msg = error_of([&] { opt.apply(gp, vars); });
+  EXPECT_NE(msg.find("'dense/bias' is not trainable"), std::string::npos) << msg;
+  vars[1]->set_trainable(true);
+  const Array* first[] = {&g0};
+  opt.apply(first, std::span<const VariablePtr>(vars).first(1));
+  const Array* second[] = {&g1};
+  EXPECT_THROW(opt.apply(second, std::span<const VariablePtr>(vars).subspan(1)), NotFoundError);
+}
+
+TEST_F(OptimizerTest, ArgumentErrors) {
+  std::string msg = error_of([] { Adam({.clipnorm = 1.0, .clipvalue = 0.5}); });
+  EXPECT_NE(msg.find("Only one of `clipnorm`, `clipvalue` and `global_clipnorm`"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("clipvalue=0.5"), std::string::npos) << msg;
+  msg = error_of([] { SGD({.momentum = 1.5}); });
+  EXPECT_NE(msg.find("momentum=1.5"), std::string::npos) << msg;
+  EXPECT_THROW(SGD({.momentum = -0.1}), ValueError);
+  msg = error_of([] { make_optimizer("rmsprop"); });
+  EXPECT_NE(msg.find("'rmsprop'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'sgd', 'adam', 'adamw'"), std::string::npos) << msg;
+  msg = error_of([] { make_optimizer("sgd", {.beta_1 = 0.5}); });
+  EXPECT_NE(msg.find("beta_1=0.5"), std::string::npos) << msg;
+  EXPECT_THROW(make_optimizer("adam", {.momentum = 0.9}), ValueError);
+  EXPECT_THROW(Adam({.name = "a/b"}), ValueError);
+  EXPECT_EQ(make_optimizer("AdamW")->name(), "adamw");
+  EXPECT_EQ(make_optimizer("sgd")->name(), "SGD");
+  EXPECT_THROW(Adam().exclude_from_weight_decay({"("}), ValueError);
+}
+
+}  // namespace
+}  // namespace meshlayout

@@ -1,0 +1,140 @@
+// optimizer_test_util.h — a float64 reference of the Keras 3 optimizers (clipping, decoupled
+// weight decay, SGD/Adam/AdamW update_step, written from keras/src/optimizers/*.py), and
+// helpers to run the same steps on distributed variables, for optimizer_test.cc and the
+// mpirun test.
+//
+// Example:
+//   RefOptimizer ref("adam", options);
+//   std::vector<RefVar> vars = {{theta0, "kernel"}};
+//   ref.step(vars, {grad});     // theta, slots updated in float64
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "meshlayout/array/array.h"
+#include "meshlayout/train/optimizer.h"
+
+namespace meshlayout {
+
+struct RefVar {
+  std::vector<double> theta;
+  std::string name;                       // the leaf name (weight-decay exclusion)
+  std::vector<std::vector<double>> slots;  // in slot_names() order, created on first step
+};
+
+class RefOptimizer {
+ public:
+  RefOptimizer(std::string kind, OptimizerOptions o, std::vector<std::string> exclude = {})
+      : kind_(std::move(kind)), o_(std::move(o)), exclude_(std::move(exclude)) {
+    const bool sgd = kind_ == "sgd";
+    lr_ = static_cast<float>(o_.learning_rate.value_or(sgd ? 0.01 : 0.001));  // an F32 variable
+    if (kind_ == "adamw" && !o_.weight_decay) o_.weight_decay = 0.004;
+  }
+
+  void step(std::vector<RefVar>& vars, std::vector<std::vector<double>> grads) {
+    const double lr = lr_;
+    // Clip.
+    if (o_.clipvalue) {
+      for (auto& g : grads) for (double& x : g) x = std::clamp(x, -*o_.clipvalue, *o_.clipvalue);
+    } else if (o_.clipnorm) {
+      for (auto& g : grads) {
+        double s = 0;
+        for (double x : g) s += x * x;
+        const double d = std::max(std::sqrt(s), *o_.clipnorm);
+        for (double& x : g) x = x * *o_.clipnorm / d;
+      }
+    } else if (o_.global_clipnorm) {
+      double s = 0;
+      for (auto& g : grads) for (double x : g) s += x * x;
+      const double scale = *o_.global_clipnorm * std::min(1.0 / std::sqrt(s), 1.0 / *o_.global_clipnorm);
+      for (auto& g : grads) for (double& x : g) x *= scale;
+    }
+    // Decoupled weight decay on the pre-update θ.
+    if (o_.weight_decay) {
+      for (RefVar& v : vars) {
+        bool excluded = false;
+        for (const std::string& e : exclude_) excluded |= v.name.find(e) != std::string::npos;
+        if (excluded) continue;
+        for (double& x : v.theta) x = x - x * *o_.weight_decay * lr;
+      }
+    }
+    const double t = static_cast<double>(iterations_ + 1);
+    for (size_t i = 0; i < vars.size(); ++i) {
+      RefVar& v = vars[i];
+      const std::vector<double>& g = grads[i];
+      const size_t n = v.theta.size();
+      if (kind_ == "sgd") {
+        const double mu = o_.momentum.value_or(0.0);
+        if (mu == 0.0) {
+          for (size_t k = 0; k < n; ++k) v.theta[k] -= g[k] * lr;
+          continue;
+        }
+        if (v.slots.empty()) v.slots.assign(1, std::vector<double>(n, 0.0));
+        auto& m = v.slots[0];
+        for (size_t k = 0; k < n; ++k) {
+          m[k] = mu * m[k] - lr * g[k];
+          v.theta[k] += o_.nesterov.value_or(false) ? mu * m[k] - lr * g[k] : m[k];
+        }
+      } else {
+        const double b1 = o_.beta_1.value_or(0.9), b2 = o_.beta_2.value_or(0.999);
+        const double eps = o_.epsilon.value_or(1e-7);
+        const bool ams = o_.amsgrad.value_or(false);
+        if (v.slots.empty()) v.slots.assign(ams ? 3 : 2, std::vector<double>(n, 0.0));
+        auto &m = v.slots[0], &vel = v.slots[1];
+        const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+        for (size_t k = 0; k < n; ++k) {
+          m[k] += (g[k] - m[k]) * (1 - b1);
+          vel[k] += (g[k] * g[k] - vel[k]) * (1 - b2);
+          double d = vel[k];
+          if (ams) d = v.slots[2][k] = std::max(v.slots[2][k], vel[k]);
+          v.theta[k] -= m[k] * alpha / (std::sqrt(d) + eps);
+        }
+      }
+    }
+    ++iterations_;
+  }
+
+ private:
+  std::string kind_;
+  OptimizerOptions o_;
+  std::vector<std::string> exclude_;
+  float lr_;
+  int64_t iterations_ = 0;
+};
+
+/// The whole tensor as float64 (F32 or F64).
+inline std::vector<double> to_doubles(const HostTensor& t) {
+  std::vector<double> out(static_cast<size_t>(t.num_elements()));
+  for (size_t k = 0; k < out.size(); ++k) {
+    out[k] = t.dtype() == DType::kF32 ? t.data_as<float>()[k] : t.data_as<double>()[k];
+  }
+  return out;
+}
+
+/// A deterministic gradient of `shape` for step `step` of variable `which` (values in ±1.5).
+inline HostTensor test_gradient(const Shape& shape, DType dtype, int step, int which) {
+  HostTensor t(dtype, shape);
+  for (int64_t k = 0; k < t.num_elements(); ++k) {
+    const double x = 1.5 * std::sin(0.37 * static_cast<double>(k) + 1.3 * step + 0.7 * which);
+    if (dtype == DType::kF32) {
+      t.data_as<float>()[k] = static_cast<float>(x);
+    } else {
+      t.data_as<double>()[k] = x;
+    }
+  }
+  return t;
+}
+
+/// Largest |a−b| / max(1, |b|).
+inline double max_rel_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = a.size() == b.size() ? 0.0 : 1e300;
+  for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) {
+    worst = std::max(worst, std::abs(a[k] - b[k]) / std::max(1.0, std::abs(b[k])));
+  }
+  return worst;
+}
+
+}  // namespace meshlayout
