@@ -131,11 +131,11 @@ void LlamaDecoderLayer::build(const Shape& input_shape) {
 Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start, int64_t max_length) {
   NameScope scope = open_name_scope();
   const Array n = attention_norm_->call_on(x);
-  const Array a = cache ? attention_->call_cached(n, *cache, start, max_length) : attention_->call_on(n);
-  const Array h = add(x, a);
+  // The residual sums and the gating are computed into the fresh outputs they consume.
+  const Array h = add(cache ? attention_->call_cached(n, *cache, start, max_length) : attention_->call_on(n), x);
   const Array m = feedforward_norm_->call_on(h);
   const Array ff = multiply(gate_->call_on(m), up_->call_on(m));
-  return add(h, down_->call_on(ff));
+  return add(down_->call_on(ff), h);
 }
 
 LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules)

@@ -229,7 +229,7 @@ Array EinsumDense::call(const Array& x) {
     });
   }
   if (options_.activation == Activation::kLinear) return y;
-  return apply_activation(options_.activation, y);
+  return apply_activation(options_.activation, std::move(y));
 }
 
 }  // namespace meshlayout

@@ -236,19 +236,10 @@ Activation parse_activation(std::string_view name) {
                                quote(name)));
 }
 
-Array apply_activation(Activation activation, const Array& x) {
-  if (activation == Activation::kLinear) return distribute_tensor(x, x.layout());
-  if (x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("activations run on F32 tensors, got {}", dtype_name(x.dtype())));
-  }
-  // Softmax needs whole rows: gather the last dimension first if it is split.
-  TensorLayout layout = x.layout();
-  if (activation == Activation::kSoftmax && layout.rank() > 0 && layout.axes().back().is_sharded()) {
-    std::vector<DimSharding> axes = layout.axes();
-    axes.back() = DimSharding();
-    layout = TensorLayout(axes, x.mesh());
-  }
-  Array y = distribute_tensor(x, layout);
+namespace {
+
+// Applies `activation` to y's local shards in place (softmax: y's last dimension is whole).
+void activate_in_place(Activation activation, Array& y) {
   const int64_t row = y.shape().empty() ? 1 : y.shape().back();
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
     Array::Shard& s = y.local_shards()[i];
@@ -276,13 +267,47 @@ Array apply_activation(Activation activation, const Array& x) {
           for (int64_t k = 0; k < row; ++k) v[k] = static_cast<float>(v[k] / sum);
         }
         break;
-      case Activation::kSilu:  // x · sigmoid(x), in double (keras-hub runs it in fp32)
-        for (int64_t k = 0; k < n; ++k) p[k] = static_cast<float>(p[k] / (1.0 + std::exp(-static_cast<double>(p[k]))));
+      case Activation::kSilu:  // x · sigmoid(x) in float, as keras-hub runs it (fp32)
+        for (int64_t k = 0; k < n; ++k) p[k] = p[k] / (1.0f + std::exp(-p[k]));
         break;
       case Activation::kLinear:
         break;
     }
   });
+}
+
+void check_activation_dtype(Activation activation, const Array& x) {
+  if (activation != Activation::kLinear && x.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("activations run on F32 tensors, got {}", dtype_name(x.dtype())));
+  }
+}
+
+// Softmax needs whole rows: the layout with the last dimension gathered if it is split.
+TensorLayout activation_layout(Activation activation, const Array& x) {
+  TensorLayout layout = x.layout();
+  if (activation == Activation::kSoftmax && layout.rank() > 0 && layout.axes().back().is_sharded()) {
+    std::vector<DimSharding> axes = layout.axes();
+    axes.back() = DimSharding();
+    layout = TensorLayout(axes, x.mesh());
+  }
+  return layout;
+}
+
+}  // namespace
+
+Array apply_activation(Activation activation, const Array& x) {
+  check_activation_dtype(activation, x);
+  Array y = distribute_tensor(x, activation_layout(activation, x));
+  activate_in_place(activation, y);
+  return y;
+}
+
+Array apply_activation(Activation activation, Array&& x) {
+  check_activation_dtype(activation, x);
+  const TensorLayout layout = activation_layout(activation, x);
+  if (layout != x.layout()) return apply_activation(activation, static_cast<const Array&>(x));
+  Array y = std::move(x);
+  activate_in_place(activation, y);
   return y;
 }
 
@@ -340,7 +365,7 @@ Array Dense::call(const Array& x) {
     });
   }
   if (options_.activation == Activation::kLinear) return y;
-  return apply_activation(options_.activation, y);
+  return apply_activation(options_.activation, std::move(y));
 }
 
 }  // namespace meshlayout

@@ -169,7 +169,11 @@ void clear_session();
 /// Activations, applied shard by shard (softmax first gathers its last dimension).
 enum class Activation { kLinear, kRelu, kGelu, kTanh, kSoftmax, kSilu };
 Activation parse_activation(std::string_view name);
+/// A new array; x is unchanged.
 Array apply_activation(Activation activation, const Array& x);
+/// The same, computed in x's own buffers when the layout stays (every activation but a
+/// softmax over a split last dimension): no copy.
+Array apply_activation(Activation activation, Array&& x);
 
 struct DenseOptions {
   std::string name;  // automatic ("dense", "dense_1", …) when empty

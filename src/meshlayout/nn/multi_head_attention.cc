@@ -94,8 +94,8 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
   Array k = key_->call_on(x);
   Array v = value_->call_on(x);
   if (options_.rope_theta > 0) {
-    q = apply_rotary_embedding(q, start, options_.rope_theta);
-    k = apply_rotary_embedding(k, start, options_.rope_theta);
+    q = apply_rotary_embedding(std::move(q), start, options_.rope_theta);
+    k = apply_rotary_embedding(std::move(k), start, options_.rope_theta);
   }
   const int64_t t = x.shape()[1];
   Array o = [&] {

@@ -50,10 +50,17 @@ Array RMSNormalization::call(const Array& x) {
     const float* g = reinterpret_cast<const float*>(scale.shard_at(s.position)->buffer.data());
     for (int64_t r = 0; r < s.box.num_elements() / row; ++r) {
       float* v = p + r * row;
+      // Eight float lanes (vectorised), summed in double: within float rounding of a double sum.
+      float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 8 <= row; k += 8) {
+        for (int j = 0; j < 8; ++j) lanes[j] += v[k + j] * v[k + j];
+      }
       double squares = 0;
-      for (int64_t k = 0; k < row; ++k) squares += static_cast<double>(v[k]) * v[k];
-      const double inv = 1.0 / std::sqrt(squares / static_cast<double>(row) + epsilon);
-      for (int64_t k = 0; k < row; ++k) v[k] = static_cast<float>(v[k] * inv * g[k]);
+      for (; k < row; ++k) squares += static_cast<double>(v[k]) * v[k];
+      for (float lane : lanes) squares += lane;
+      const float inv = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(row) + epsilon));
+      for (k = 0; k < row; ++k) v[k] = v[k] * inv * g[k];
     }
   });
   return y;

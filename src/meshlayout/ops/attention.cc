@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -148,30 +149,39 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
     std::vector<float> p(static_cast<size_t>(T * L));
     gemm_nt<float>(T, L, D, qp, nh * D, kp, nkh * D, p.data(), L);
     const Array::Shard* ms = mt ? mt->shard_at(os.position) : nullptr;
+    constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+    const float fscale = static_cast<float>(scale);
     for (int64_t t = 0; t < T; ++t) {
       float* row = p.data() + t * L;
-      const int64_t visible = options.causal ? std::min(L, t + options.query_offset + 1) : L;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t s = 0; s < L; ++s) {
-        const bool keep = s < visible && (!ms || mask_value(*ms, mt->dtype(), task.b * S + s) != 0);
-        row[s] = keep ? static_cast<float>(row[s] * scale) : -std::numeric_limits<float>::infinity();
-        m = std::max(m, row[s]);
+      // Keys past `visible` (causal) are masked: only [0, visible) is scaled and exponentiated.
+      const int64_t visible = options.causal ? std::max<int64_t>(0, std::min(L, t + options.query_offset + 1)) : L;
+      std::fill(row + visible, row + L, 0.0f);
+      float m = kMinusInf;
+      if (ms) {
+        for (int64_t s = 0; s < visible; ++s) {
+          row[s] = mask_value(*ms, mt->dtype(), task.b * S + s) != 0 ? row[s] * fscale : kMinusInf;
+          m = std::max(m, row[s]);
+        }
+      } else {
+        for (int64_t s = 0; s < visible; ++s) m = std::max(m, row[s] *= fscale);
       }
-      if (m == -std::numeric_limits<float>::infinity()) {  // nothing to attend: zeros
-        std::fill(row, row + L, 0.0f);
+      if (m == kMinusInf) {  // nothing to attend: zeros
+        std::fill(row, row + visible, 0.0f);
         continue;
       }
-      double sum = 0;
-      for (int64_t s = 0; s < L; ++s) sum += (row[s] = std::exp(row[s] - m));
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t s = 0; s < L; ++s) row[s] *= inv;
+      float sum = 0;
+      for (int64_t s = 0; s < visible; ++s) sum += (row[s] = std::exp(row[s] - m));
+      const float inv = 1.0f / sum;
+      for (int64_t s = 0; s < visible; ++s) row[s] *= inv;
     }
     gemm<float>(T, D, L, p.data(), L, vp, nkh * D, op, nh * D);
   });
   return out;
 }
 
-Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta) {
+namespace {
+
+void check_rotary(const Array& x, int64_t start_position, double theta) {
   if (x.shape().size() != 4 || x.dtype() != DType::kF32 || x.shape()[3] % 2 != 0) {
     throw ValueError(fmt::format("rotary embedding needs an F32 (batch, seq, heads, head_dim) tensor "
                                  "with an even head_dim, got {} {}",
@@ -181,43 +191,67 @@ Array apply_rotary_embedding(const Array& x, int64_t start_position, double thet
     throw ValueError(fmt::format("rotary embedding needs theta > 0 and start_position >= 0, got {} "
                                  "and {}", theta, start_position));
   }
-  std::vector<DimSharding> axes = x.layout().axes();
-  axes[3] = DimSharding();
-  Array y = distribute_tensor(x, TensorLayout(axes, x.mesh()));
+}
+
+// Rotates y (head_dim whole on every device) in place.
+void rotate_in_place(Array& y, int64_t start_position, double theta) {
+  const Array& x = y;
   const int64_t D = x.shape()[3], half = D / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
+  // cos and sin of every position the local shards hold, computed once and shared by them.
+  int64_t first = x.shape()[1], last = 0;
+  for (const Array::Shard& s : y.local_shards()) {
+    if (s.box.empty()) continue;
+    first = std::min(first, s.box.offset[1]);
+    last = std::max(last, s.box.offset[1] + s.box.shape[1]);
+  }
+  const int64_t positions = std::max<int64_t>(0, last - first);
+  std::vector<float> cs(static_cast<size_t>(positions * half)), sn(static_cast<size_t>(positions * half));
   for (int64_t i = 0; i < half; ++i) {
-    inv_freq[static_cast<size_t>(i)] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    for (int64_t t = 0; t < positions; ++t) {
+      const double angle = static_cast<double>(start_position + first + t) * inv_freq;
+      cs[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(angle));
+      sn[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(angle));
+    }
   }
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t n) {
     Array::Shard& s = y.local_shards()[n];
     if (s.box.empty()) return;
     const int64_t nb = s.box.shape[0], nt = s.box.shape[1], nh = s.box.shape[2];
-    std::vector<double> cs(static_cast<size_t>(nt * half)), sn(static_cast<size_t>(nt * half));
-    for (int64_t t = 0; t < nt; ++t) {
-      const double pos = static_cast<double>(start_position + s.box.offset[1] + t);
-      for (int64_t i = 0; i < half; ++i) {
-        const double angle = pos * inv_freq[static_cast<size_t>(i)];
-        cs[static_cast<size_t>(t * half + i)] = std::cos(angle);
-        sn[static_cast<size_t>(t * half + i)] = std::sin(angle);
-      }
-    }
     float* p = f32(s);
     for (int64_t b = 0; b < nb; ++b) {
       for (int64_t t = 0; t < nt; ++t) {
-        const double* c = cs.data() + t * half;
-        const double* si = sn.data() + t * half;
+        const float* c = cs.data() + (s.box.offset[1] - first + t) * half;
+        const float* si = sn.data() + (s.box.offset[1] - first + t) * half;
         for (int64_t h = 0; h < nh; ++h) {
           float* v = p + ((b * nt + t) * nh + h) * D;
           for (int64_t i = 0; i < half; ++i) {
-            const double x1 = v[i], x2 = v[i + half];
-            v[i] = static_cast<float>(x1 * c[i] - x2 * si[i]);
-            v[i + half] = static_cast<float>(x2 * c[i] + x1 * si[i]);
+            const float x1 = v[i], x2 = v[i + half];
+            v[i] = x1 * c[i] - x2 * si[i];
+            v[i + half] = x2 * c[i] + x1 * si[i];
           }
         }
       }
     }
   });
+}
+
+}  // namespace
+
+Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta) {
+  check_rotary(x, start_position, theta);
+  std::vector<DimSharding> axes = x.layout().axes();
+  axes[3] = DimSharding();
+  Array y = distribute_tensor(x, TensorLayout(axes, x.mesh()));
+  rotate_in_place(y, start_position, theta);
+  return y;
+}
+
+Array apply_rotary_embedding(Array&& x, int64_t start_position, double theta) {
+  check_rotary(x, start_position, theta);
+  if (x.layout().axes()[3].is_sharded()) return apply_rotary_embedding(static_cast<const Array&>(x), start_position, theta);
+  Array y = std::move(x);
+  rotate_in_place(y, start_position, theta);
   return y;
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,21 +19,26 @@ void check_float(DType dtype, std::string_view op) {
   }
 }
 
-template <typename Combine>
-Array binary(const Array& a, const Array& b, std::string_view op, Combine combine) {
+void check_binary(const Array& a, const Array& b, std::string_view op) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
     throw ValueError(fmt::format("{} needs operands of one shape and dtype, got {} {} and {} {}", op,
                                  shape_to_string(a.shape()), dtype_name(a.dtype()),
                                  shape_to_string(b.shape()), dtype_name(b.dtype())));
   }
   check_float(a.dtype(), op);
-  Array out = distribute_tensor(a, a.layout());  // a's values, in a's layout
-  const Array aligned = distribute_tensor(b, a.layout());
+}
+
+// out = combine(out, b) shard by shard, b brought to out's layout first when it differs.
+template <typename Combine>
+void combine_into(Array& out, const Array& b, Combine combine) {
+  std::optional<Array> moved;
+  const Array& aligned = b.layout() == out.layout() ? b : moved.emplace(distribute_tensor(b, out.layout()));
+  const DType dtype = out.dtype();
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& o = out.local_shards()[i];
     const Array::Shard* s = aligned.shard_at(o.position);
     const int64_t n = o.box.num_elements();
-    if (a.dtype() == DType::kF32) {
+    if (dtype == DType::kF32) {
       float* y = reinterpret_cast<float*>(o.buffer.data());
       const float* x = reinterpret_cast<const float*>(s->buffer.data());
       for (int64_t k = 0; k < n; ++k) y[k] = combine(y[k], x[k]);
@@ -42,18 +48,34 @@ Array binary(const Array& a, const Array& b, std::string_view op, Combine combin
       for (int64_t k = 0; k < n; ++k) y[k] = combine(y[k], x[k]);
     }
   });
+}
+
+template <typename Combine>
+Array binary(const Array& a, const Array& b, std::string_view op, Combine combine) {
+  check_binary(a, b, op);
+  Array out = distribute_tensor(a, a.layout());  // a's values, in a's layout
+  combine_into(out, b, combine);
   return out;
 }
 
+template <typename Combine>
+Array binary_in_place(Array&& a, const Array& b, std::string_view op, Combine combine) {
+  if (&a == &b) return binary(static_cast<const Array&>(a), b, op, combine);  // add(std::move(x), x)
+  check_binary(a, b, op);
+  Array out = std::move(a);
+  combine_into(out, b, combine);
+  return out;
+}
+
+constexpr auto kPlus = [](auto x, auto y) { return x + y; };
+constexpr auto kTimes = [](auto x, auto y) { return x * y; };
+
 }  // namespace
 
-Array add(const Array& a, const Array& b) {
-  return binary(a, b, "add", [](auto x, auto y) { return x + y; });
-}
-
-Array multiply(const Array& a, const Array& b) {
-  return binary(a, b, "multiply", [](auto x, auto y) { return x * y; });
-}
+Array add(const Array& a, const Array& b) { return binary(a, b, "add", kPlus); }
+Array multiply(const Array& a, const Array& b) { return binary(a, b, "multiply", kTimes); }
+Array add(Array&& a, const Array& b) { return binary_in_place(std::move(a), b, "add", kPlus); }
+Array multiply(Array&& a, const Array& b) { return binary_in_place(std::move(a), b, "multiply", kTimes); }
 
 Array concatenate(std::span<const Array* const> inputs, int64_t axis) {
   if (inputs.empty()) throw ValueError("concatenate needs at least one input, got none");

@@ -28,6 +28,11 @@ Array add(const Array& a, const Array& b);
 /// a * b, element by element, in a's layout. Collective. Errors as add.
 Array multiply(const Array& a, const Array& b);
 
+/// The same, computed in a's own buffers (no copy of a; b is used as it is when it has a's
+/// layout). `a` must own its buffers, not borrow another array's shards (array_view.h).
+Array add(Array&& a, const Array& b);
+Array multiply(Array&& a, const Array& b);
+
 /// The inputs joined along `axis` (negative counts from the end). Collective.
 /// \error ValueError for no inputs, differing ranks, dtypes or extents off the axis (naming the
 ///   input and its shape), an axis out of range, or a dtype other than F32/F64.
