@@ -1,0 +1,152 @@
+// sparse categorical cross-entropy (cross_entropy.h) in one process, with one pool thread, and
+// as 2 and 4 threads-as-processes: the table of cross_entropy_test_util.h plus a hand-computed
+// value, bit-identical replicas and a bad label seen by one process only.
+#include "meshlayout/ops/cross_entropy.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/ops/cross_entropy_test_util.h"
+#include "meshlayout/testing/test_util.h"
+
+namespace meshlayout {
+namespace {
+
+class CrossEntropyTest : public ::testing::Test {
+ protected:
+  void SetUp() override { set_device_count(8); }
+  void TearDown() override { reset_device_count(); }
+};
+
+// Runs `body(runtime of process p)` on `procs` threads, each a process of one in-process group
+// with its own pool of two threads; returns each process's failure ("" for none).
+std::vector<std::string> run_as_processes(int procs,
+                                          const std::function<void(std::shared_ptr<Runtime>)>& body) {
+  std::vector<std::unique_ptr<Communicator>> comms = make_in_process_group(procs);
+  std::vector<std::thread> workers;
+  std::vector<std::string> failures(static_cast<size_t>(procs));
+  for (int p = 0; p < procs; ++p) {
+    auto rt = std::make_shared<Runtime>(
+        std::shared_ptr<Communicator>(std::move(comms[static_cast<size_t>(p)])), 8 / procs,
+        std::make_shared<ThreadPool>(2));
+    workers.emplace_back([rt, &body, &failures, p] {
+      try {
+        body(rt);
+      } catch (const std::exception& e) {
+        failures[static_cast<size_t>(p)] = e.what();
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  return failures;
+}
+
+TEST_F(CrossEntropyTest, HandComputedValue) {
+  DeviceMesh mesh({2, 4}, {"data", "model"});
+  HostTensor x(DType::kF32, {1, 3}), y(DType::kI32, {1});
+  for (int j = 0; j < 3; ++j) x.data_as<float>()[j] = static_cast<float>(j + 1);
+  y.data_as<int32_t>()[0] = 2;
+  const Array lx = distribute_tensor(x, TensorLayout({None, "model"}, mesh));
+  const Array ly = distribute_tensor(y, TensorLayout({None}, mesh));
+  const double want = std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)) - 3.0;
+  EXPECT_NEAR(sparse_categorical_crossentropy(lx, ly), want, 1e-15);
+  const HostTensor g = sparse_categorical_crossentropy_backward(lx, ly).gather();
+  EXPECT_NEAR(g.data_as<float>()[2], std::exp(3.0 - 3.0 - want) - 1.0, 1e-7);
+  EXPECT_NEAR(g.data_as<float>()[0], std::exp(1.0 - 3.0 - want), 1e-7);
+}
+
+TEST_F(CrossEntropyTest, EveryLayoutMatchesTheFloat64ReferenceInOneProcess) {
+  const uint64_t seed = testing::test_seed(9301);
+  SCOPED_TRACE("MESHLAYOUT_TEST_SEED=" + std::to_string(seed));
+  EXPECT_NO_THROW(testing::run_all_cross_entropy_cases(Runtime::single_process(8), seed));
+}
+
+TEST_F(CrossEntropyTest, EveryLayoutMatchesTheFloat64ReferenceWithOnePoolThread) {
+  auto rt = std::make_shared<Runtime>(std::shared_ptr<Communicator>(make_single_process_communicator()),
+                                      8, std::make_shared<ThreadPool>(1));
+  EXPECT_NO_THROW(testing::run_all_cross_entropy_cases(rt, testing::test_seed(9302)));
+}
+
+TEST_F(CrossEntropyTest, EveryLayoutMatchesTheFloat64ReferenceAsTwoAndFourProcesses) {
+  const uint64_t seed = testing::test_seed(9303);
+  for (int procs : {2, 4}) {
+    SCOPED_TRACE(fmt::format("{} processes, MESHLAYOUT_TEST_SEED={}", procs, seed));
+    for (const std::string& f : run_as_processes(procs, [&](std::shared_ptr<Runtime> rt) {
+           testing::run_all_cross_entropy_cases(rt, seed);
+         })) {
+      EXPECT_EQ(f, "");
+    }
+  }
+}
+
+TEST_F(CrossEntropyTest, ProcessesAndReplicasAgreeBitForBit) {
+  const Shape shape{4, 6, 10};
+  const HostTensor hx = testing::ce_logits(DType::kF32, shape, 3), hy = testing::ce_labels(shape, 4);
+  std::mutex mu;
+  std::vector<double> losses;
+  const auto failures = run_as_processes(4, [&](std::shared_ptr<Runtime> rt) {
+    const DeviceMesh mesh({2, 4}, {"data", "model"});
+    const Array x = testing::ce_distribute(rt, hx, "None,None,model", mesh);  // replicated over data
+    const Array y = testing::ce_distribute(rt, hy, "data,None", mesh);
+    CrossEntropyResult r = sparse_categorical_crossentropy_with_grad(x, y);
+    {
+      std::lock_guard lock(mu);
+      losses.push_back(r.loss);
+    }
+  });
+  for (const std::string& f : failures) EXPECT_EQ(f, "");
+  ASSERT_EQ(losses.size(), 4u);
+  for (double l : losses) EXPECT_EQ(std::memcmp(&l, &losses[0], sizeof l), 0) << l << " vs " << losses[0];
+
+  auto rt = Runtime::single_process(8);
+  const DeviceMesh mesh({2, 4}, {"data", "model"});
+  const Array x = testing::ce_distribute(rt, hx, "None,None,model", mesh);
+  const Array y = testing::ce_distribute(rt, hy, "None,model", mesh);
+  const Array g = sparse_categorical_crossentropy_backward(x, y);
+  for (int64_t p = 0; p < 4; ++p) {
+    const Array::Shard& a = *g.shard_at(p);
+    const Array::Shard& b = *g.shard_at(p + 4);
+    ASSERT_EQ(a.buffer.size(), b.buffer.size());
+    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()), 0) << "position " << p;
+  }
+}
+
+TEST_F(CrossEntropyTest, ABadLabelOneProcessSeesIsThrownByEveryProcess) {
+  const Shape shape{4, 6, 10};
+  const HostTensor hx = testing::ce_logits(DType::kF32, shape, 3);
+  HostTensor hy = testing::ce_labels(shape, 4);
+  hy.data_as<int32_t>()[3 * 6 + 5] = 12;  // row 3: data coordinate 1, processes 1 (of 2)
+  const auto failures = run_as_processes(2, [&](std::shared_ptr<Runtime> rt) {
+    const DeviceMesh mesh({2, 4}, {"data", "model"});
+    const Array x = testing::ce_distribute(rt, hx, "data,None,model", mesh);
+    const Array y = testing::ce_distribute(rt, hy, "data,None", mesh);
+    try {
+      sparse_categorical_crossentropy(x, y);
+    } catch (const ValueError& e) {
+      throw Error(e.what());  // reported as the process's failure
+    }
+  });
+  for (const std::string& f : failures) {
+    EXPECT_EQ(f, "rank 1: sparse_categorical_crossentropy: label 12 at labels[3, 5] is outside "
+                 "[0, 10): V = 10 is the last dimension of logits (4, 6, 10)");
+  }
+}
+
+TEST_F(CrossEntropyTest, NoPositionsGiveZero) {
+  DeviceMesh mesh({2, 4}, {"data", "model"});
+  const Array x = distribute_tensor(HostTensor(DType::kF32, {0, 5}), TensorLayout({"data", "model"}, mesh));
+  const Array y = distribute_tensor(HostTensor(DType::kI32, {0}), TensorLayout({"data"}, mesh));
+  EXPECT_EQ(sparse_categorical_crossentropy(x, y), 0.0);
+  EXPECT_EQ(sparse_categorical_crossentropy_backward(x, y).shape(), (Shape{0, 5}));
+}
+
+}  // namespace
+}  // namespace meshlayout
