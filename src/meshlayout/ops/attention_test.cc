@@ -153,6 +153,10 @@ TEST(RotaryEmbeddingTest, RotateHalfMatchesFloat64) {
   const HostTensor x = HostTensor::random(DType::kF32, {2, 5, 4, 8}, 9);
   for (const TensorLayout& l : {TensorLayout({"batch", "model", None, None}, mesh),
                                 TensorLayout({None, None, "model", "batch"}, mesh)}) {
+    // The copying form, and the in-place one (a temporary: head_dim whole in the first layout,
+    // split in the second, where it falls back to the copy).
+    const Array input = distribute_tensor(x, l);
+    const Array copied = apply_rotary_embedding(input, /*start_position=*/3, 10000.0);
     const Array y = apply_rotary_embedding(distribute_tensor(x, l), /*start_position=*/3, 10000.0);
     std::vector<double> want(static_cast<size_t>(num_elements(x.shape())));
     for (int64_t b = 0; b < 2; ++b) {
@@ -169,6 +173,9 @@ TEST(RotaryEmbeddingTest, RotateHalfMatchesFloat64) {
       }
     }
     expect_close(y.gather(), want, l.to_string());
+    expect_close(copied.gather(), want, l.to_string() + " (copy)");
+    expect_close(input.gather(), std::vector<double>(x.data_as<float>(), x.data_as<float>() + x.num_elements()),
+                 l.to_string() + " (input unchanged)");
   }
 }
 

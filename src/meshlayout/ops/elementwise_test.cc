@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/ops/elementwise_test_util.h"
@@ -29,6 +31,34 @@ TEST_F(ElementwiseTest, SameLayoutsMoveNothing) {
   Array b = testing::distribute_on(rt, HostTensor::random(DType::kF32, {8, 8}, 2), "data,model", mesh);
   EXPECT_EQ(plan_distribute(b, a.layout()).bytes_moved, 0);
   EXPECT_EQ(add(a, b).layout(), a.layout());
+}
+
+// The in-place forms reuse a's buffers and give the copying forms' values bit for bit, with b in
+// a's layout or another; add(std::move(x), x) still sees x whole.
+TEST_F(ElementwiseTest, InPlaceFormsReuseTheFirstOperandAndMatchTheCopyingForms) {
+  auto rt = Runtime::single_process(8);
+  DeviceMesh mesh({2, 4}, {"data", "model"});
+  const HostTensor ha = HostTensor::random(DType::kF32, {8, 8}, 1), hb = HostTensor::random(DType::kF32, {8, 8}, 2);
+  for (const char* b_layout : {"data,model", "None,data", "None,None"}) {
+    SCOPED_TRACE(b_layout);
+    const Array b = testing::distribute_on(rt, hb, b_layout, mesh);
+    const Array a = testing::distribute_on(rt, ha, "data,model", mesh);
+    for (bool is_add : {true, false}) {
+      const HostTensor want = (is_add ? add(a, b) : multiply(a, b)).gather();
+      Array moved = testing::distribute_on(rt, ha, "data,model", mesh);
+      const std::byte* first = moved.local_shards()[0].buffer.data();
+      Array got = is_add ? add(std::move(moved), b) : multiply(std::move(moved), b);
+      EXPECT_EQ(got.local_shards()[0].buffer.data(), first) << "the first operand's buffers were not reused";
+      EXPECT_EQ(got.layout(), a.layout());
+      const HostTensor g = got.gather();
+      ASSERT_EQ(std::memcmp(g.data(), want.data(), want.num_bytes()), 0);
+    }
+  }
+  Array x = testing::distribute_on(rt, ha, "data,model", mesh);
+  const HostTensor doubled = add(x, x).gather();
+  Array& same = x;
+  const HostTensor got = add(std::move(x), same).gather();
+  EXPECT_EQ(std::memcmp(got.data(), doubled.data(), doubled.num_bytes()), 0);
 }
 
 TEST_F(ElementwiseTest, BadOperandsNameTheirShapesAndDtypes) {
