@@ -5,15 +5,15 @@
 //                 into x's layout (Megatron's f: identity forward, all-reduce backward).
 //   dw = xᵀ · dy  in w's layout. x's leading dims are flattened to M rows; with the batch split
 //                 over 'data' the contraction over M is a partial sum over 'data' reduced into
-//                 w's layout: the gradient summed over the data replicas (ZeRO-free DP).
+//                 w's layout: the gradient summed over the data replicas (data parallelism's all-reduce).
 // Both run through matmul (matmul.h), so every rule of matmul_plan.h applies (reshards are
 // chosen by bytes; a MatmulPlan* reports the plan). transpose() flips a 2-D array shard by shard
 // without communication: layout (a, b) becomes (b, a).
 //
 // Example:
-//   Array y = matmul(x, w);                                   // forward
-//   auto [dlogits_loss, dy] = ...;                            // e.g. cross_entropy.h
-//   DenseGrads g = matmul_backward(x, w, dy);                 // g.dx ~ x, g.dw ~ w (layouts)
+//   Array y = matmul(x, w);                                          // logits (B, T, V)
+//   Array dy = sparse_categorical_crossentropy_backward(y, labels);  // cross_entropy.h
+//   DenseGrads g = matmul_backward(x, w, dy);   // g.dx in x's layout, g.dw in w's
 #pragma once
 
 #include "meshlayout/array/array.h"
