@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
@@ -39,7 +40,11 @@ Array RMSNormalization::call(const Array& x) {
   std::vector<DimSharding> axes =
       x.mesh() == mesh ? x.layout().axes() : std::vector<DimSharding>(static_cast<size_t>(rank));
   axes.back() = DimSharding();  // whole rows
-  Array y = distribute_tensor(x, TensorLayout(axes, mesh));
+  // Normalised straight from x into a new output when x already has whole rows (no copy).
+  const TensorLayout target(axes, mesh);
+  std::optional<Array> moved;
+  const Array& src = x.layout() == target ? x : moved.emplace(distribute_tensor(x, target));
+  Array y = allocate_agreed(target, x.shape(), DType::kF32, src.runtime_ptr());
   const Array scale = distribute_tensor(scale_->value(), TensorLayout({DimSharding()}, mesh));
   const int64_t row = features_;
   const double epsilon = options_.epsilon;
@@ -47,9 +52,11 @@ Array RMSNormalization::call(const Array& x) {
     Array::Shard& s = y.local_shards()[i];
     if (row == 0 || s.box.num_elements() == 0) return;
     float* p = reinterpret_cast<float*>(s.buffer.data());
+    const float* in = reinterpret_cast<const float*>(src.shard_at(s.position)->buffer.data());
     const float* g = reinterpret_cast<const float*>(scale.shard_at(s.position)->buffer.data());
     for (int64_t r = 0; r < s.box.num_elements() / row; ++r) {
-      float* v = p + r * row;
+      const float* v = in + r * row;
+      float* out = p + r * row;
       // Eight float lanes (vectorised), summed in double: within float rounding of a double sum.
       float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       int64_t k = 0;
@@ -60,7 +67,7 @@ Array RMSNormalization::call(const Array& x) {
       for (; k < row; ++k) squares += static_cast<double>(v[k]) * v[k];
       for (float lane : lanes) squares += lane;
       const float inv = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(row) + epsilon));
-      for (k = 0; k < row; ++k) v[k] = v[k] * inv * g[k];
+      for (k = 0; k < row; ++k) out[k] = v[k] * inv * g[k];
     }
   });
   return y;
