@@ -82,12 +82,6 @@ std::vector<std::vector<int32_t>> demo_prompts(const LlamaConfig& c) {
   return prompts;
 }
 
-std::string join_ids(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += fmt::format("{}{}", i ? "," : "", ids[i]);
-  return s;
-}
-
 // Logits (batch, prompt, vocab) of the prompts, the tokens split over the mesh's first axis.
 HostTensor prompt_logits(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts) {
   HostTensor tokens(DType::kI32, {kBatch, kPromptLength});

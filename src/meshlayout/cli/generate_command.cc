@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "meshlayout/cli/text_format.h"
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
@@ -37,12 +38,6 @@ void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure) {
     return;
   }
   agree_on_failure(runtime.comm(), failure);
-}
-
-std::string join_ids(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += fmt::format("{}{}", i ? "," : "", ids[i]);
-  return s;
 }
 
 // A JSON number for a double, with every digit needed to read it back exactly (JSON has no

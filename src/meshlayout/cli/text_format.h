@@ -20,12 +20,16 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "meshlayout/core/byte_size.h"
 
 namespace meshlayout::cli {
 
 using meshlayout::format_bytes;  // core/byte_size.h
+
+/// Token ids as `5,17,42` (the form --prompt takes).
+std::string join_ids(const std::vector<int32_t>& ids);
 
 /// `1 tensor`, `2 tensors`.
 std::string plural(size_t n, std::string_view word);

@@ -1,6 +1,6 @@
 // rms_normalization.h — keras.layers.RMSNormalization (and keras-hub's LlamaLayerNorm) over the
-// last axis, on distributed arrays: y = x · rsqrt(mean(x²) + epsilon) · scale, per row, the
-// statistics in float64 and the product rounded once to float32. Weight `scale` (ones), shape
+// last axis, on distributed arrays: y = x · rsqrt(mean(x²) + epsilon) · scale, per row; the
+// squares summed in eight float32 lanes added in float64, the product in float32. Weight `scale` (ones), shape
 // (features,), created in build: path "rms_normalization/scale".
 //
 // Layout: as LayerNormalization — rows must be whole, so a split last dimension is gathered

@@ -53,7 +53,8 @@ TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_hea
 
 /// x (B, T, H, D) rotated at positions start_position + t: the first and second halves of D are
 /// (x1·cos − x2·sin, x2·cos + x1·sin) with angle (position) · theta^(−2i/D), i < D/2 (angles
-/// and their cos/sin in double, the rotation in float). Keeps x's layout (D gathered first if split). ValueError if D is odd or x not F32.
+/// and their cos/sin in double, the rotation in float). Keeps x's layout (D gathered first if
+/// split). ValueError if D is odd or x not F32.
 Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta);
 /// The same, in x's own buffers when head_dim is whole on every device (no copy). `x` must own
 /// its buffers, not borrow another array's shards (array_view.h).
