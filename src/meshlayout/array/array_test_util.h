@@ -155,15 +155,17 @@ inline void check_random_reshards(const std::shared_ptr<Runtime>& rt, uint64_t s
     if (!(back.gather() == x)) throw InternalError("A->B->A is not the identity; " + where);
   }
 }
-// Runs `body(rank runtime)` on `procs` threads, each a process of one in-process group.
-inline void run_as_processes(int procs, int64_t local_devices,
-                      const std::function<void(std::shared_ptr<Runtime>)>& body) {
+// Runs `body(rank runtime)` on `procs` threads, each a process of one in-process group with
+// `local_devices` devices and a pool of `pool_threads` threads; returns each process's failure
+// message ("" for none).
+inline std::vector<std::string> run_processes(int procs, int64_t local_devices, size_t pool_threads,
+                                              const std::function<void(std::shared_ptr<Runtime>)>& body) {
   std::vector<std::unique_ptr<Communicator>> comms = make_in_process_group(procs);
   std::vector<std::thread> threads;
   std::vector<std::string> failures(static_cast<size_t>(procs));
   for (int p = 0; p < procs; ++p) {
     auto rt = std::make_shared<Runtime>(std::shared_ptr<Communicator>(std::move(comms[static_cast<size_t>(p)])),
-                                        local_devices, std::make_shared<ThreadPool>(1));
+                                        local_devices, std::make_shared<ThreadPool>(pool_threads));
     threads.emplace_back([rt, &body, &failures, p] {
       try {
         body(rt);
@@ -173,6 +175,14 @@ inline void run_as_processes(int procs, int64_t local_devices,
     });
   }
   for (std::thread& t : threads) t.join();
+  return failures;
+}
+
+// The same, expecting every process to succeed (pool of `pool_threads`, default 1).
+inline void run_as_processes(int procs, int64_t local_devices,
+                             const std::function<void(std::shared_ptr<Runtime>)>& body,
+                             size_t pool_threads = 1) {
+  const std::vector<std::string> failures = run_processes(procs, local_devices, pool_threads, body);
   for (int p = 0; p < procs; ++p) {
     EXPECT_EQ(failures[static_cast<size_t>(p)], "") << "process " << p;
   }

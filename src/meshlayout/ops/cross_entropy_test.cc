@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "meshlayout/array/array_test_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/ops/cross_entropy_test_util.h"
@@ -30,23 +31,7 @@ class CrossEntropyTest : public ::testing::Test {
 // with its own pool of two threads; returns each process's failure ("" for none).
 std::vector<std::string> run_as_processes(int procs,
                                           const std::function<void(std::shared_ptr<Runtime>)>& body) {
-  std::vector<std::unique_ptr<Communicator>> comms = make_in_process_group(procs);
-  std::vector<std::thread> workers;
-  std::vector<std::string> failures(static_cast<size_t>(procs));
-  for (int p = 0; p < procs; ++p) {
-    auto rt = std::make_shared<Runtime>(
-        std::shared_ptr<Communicator>(std::move(comms[static_cast<size_t>(p)])), 8 / procs,
-        std::make_shared<ThreadPool>(2));
-    workers.emplace_back([rt, &body, &failures, p] {
-      try {
-        body(rt);
-      } catch (const std::exception& e) {
-        failures[static_cast<size_t>(p)] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : workers) t.join();
-  return failures;
+  return testing::run_processes(procs, 8 / procs, 2, body);
 }
 
 TEST_F(CrossEntropyTest, HandComputedValue) {

@@ -28,23 +28,7 @@ class MatmulTest : public ::testing::Test {
 // with its own pool of `threads` threads.
 void run_as_processes(int procs, size_t threads,
                       const std::function<void(std::shared_ptr<Runtime>)>& body) {
-  std::vector<std::unique_ptr<Communicator>> comms = make_in_process_group(procs);
-  std::vector<std::thread> workers;
-  std::vector<std::string> failures(static_cast<size_t>(procs));
-  for (int p = 0; p < procs; ++p) {
-    auto rt = std::make_shared<Runtime>(
-        std::shared_ptr<Communicator>(std::move(comms[static_cast<size_t>(p)])), 8 / procs,
-        std::make_shared<ThreadPool>(threads));
-    workers.emplace_back([rt, &body, &failures, p] {
-      try {
-        body(rt);
-      } catch (const std::exception& e) {
-        failures[static_cast<size_t>(p)] = e.what();
-      }
-    });
-  }
-  for (std::thread& t : workers) t.join();
-  for (int p = 0; p < procs; ++p) EXPECT_EQ(failures[static_cast<size_t>(p)], "") << "process " << p;
+  testing::run_as_processes(procs, 8 / procs, body, threads);
 }
 
 TEST_F(MatmulTest, EveryRuleMatchesTheFloat64ReferenceInOneProcess) {
