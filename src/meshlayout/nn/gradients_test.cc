@@ -5,6 +5,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/nn/layer.h"
 
 namespace meshlayout {
 namespace {
@@ -67,6 +68,28 @@ TEST_F(GradientsTest, RefusesAGradientOfAnotherShapeOrDtypeNamingTheVariable) {
   HostTensor f64(DType::kF64, {6, 8});
   EXPECT_THROW(grads.accumulate(*v, distribute_tensor(f64, TensorLayout::replicated(2, mesh_))), ValueError);
   EXPECT_EQ(grads.find(*v), nullptr);  // nothing was kept
+}
+
+class Doubler : public Layer {
+ public:
+  Doubler() : Layer("doubler", "") {}
+  Shape compute_output_shape(const Shape& s) const override { return s; }
+
+ protected:
+  void build(const Shape&) override { set_built(); }
+  Array call(const Array& x) override { return distribute_tensor(x, x.layout()); }
+};
+
+TEST_F(GradientsTest, ALayerWithoutABackwardSaysSoByName) {
+  Doubler layer;
+  const Array x = distribute_tensor(filled({2, 3}, 0), TensorLayout::replicated(2, mesh_));
+  Gradients grads;
+  try {
+    layer.backward(x, x, grads);
+    FAIL();
+  } catch (const FailedPreconditionError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("layer 'doubler' (Doubler) has no backward pass"));
+  }
 }
 
 }  // namespace

@@ -165,6 +165,11 @@ Array Layer::call_on(const Array& x) {
   return call(x);
 }
 
+Array Layer::backward(const Array&, const Array&, Gradients&) {
+  throw FailedPreconditionError(fmt::format("layer {} ({}) has no backward pass: it cannot be trained yet",
+                                            quote(name()), unqualified_class_name(typeid(*this))));
+}
+
 Tensor Layer::apply(const std::vector<Tensor>& inputs) {
   if (inputs.size() != 1) {
     throw ValueError(fmt::format("layer {} takes one input, got a list of {}", quote(name()),

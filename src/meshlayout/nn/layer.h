@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/nn/gradients.h"
 #include "meshlayout/nn/name_scope.h"
 #include "meshlayout/nn/variable.h"
 
@@ -92,6 +93,12 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// The forward pass on a concrete array, in the layer's scope, building it first if needed:
   /// for layers composed inside another layer's call (attention's projections).
   Array call_on(const Array& x);
+
+  /// The backward of a call (gradients.h): x the call's input, dy = dL/dy in the call's output
+  /// layout; returns dL/dx in x's layout and accumulates dL/dw of every weight (own and of
+  /// sub-layers) into `grads`, summed over data-parallel replicas. Recomputes what it needs
+  /// from x. Collective. Default: FailedPreconditionError naming the layer (no backward yet).
+  virtual Array backward(const Array& x, const Array& dy, Gradients& grads);
 
   /// (attribute name, variable) of the weights this layer created itself, in creation order.
   const std::vector<std::pair<std::string, VariablePtr>>& own_weights() const { return weights_; }
