@@ -1,5 +1,6 @@
 // llama_test_util.h — a float64 Llama written from the formulas (HF LlamaForCausalLM /
-// keras-hub LlamaCausalLM), fed the model's own gathered weights, for the Llama tests. Test-only.
+// keras-hub LlamaCausalLM), fed the model's own gathered weights, for the Llama tests, and the
+// RMSNorm backward used by the training reference (llama_train_reference.h). Test-only.
 //
 // Example:
 //   LlamaModel model(config, rules);
@@ -32,6 +33,27 @@ inline Vec ref_rms_norm(const Vec& x, const Vec& scale, int64_t d, double eps) {
     for (int64_t c = 0; c < d; ++c) out[r * d + c] = x[r * d + c] * inv * scale[static_cast<size_t>(c)];
   }
   return out;
+}
+
+/// The backward of ref_rms_norm (y = x·r·scale, r = 1/sqrt(mean(x²) + eps) per row): returns
+/// dx = r·scale·dy − x·r³/d·Σ(dy·scale·x) and adds Σ_rows dy·x·r to dscale.
+inline Vec ref_rms_norm_backward(const Vec& x, const Vec& scale, const Vec& dy, int64_t d, double eps, Vec& dscale) {
+  Vec dx(x.size());
+  for (size_t r = 0; r < x.size() / static_cast<size_t>(d); ++r) {
+    const double* xr = x.data() + r * d;
+    const double* dyr = dy.data() + r * d;
+    double ss = 0, dot = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      ss += xr[c] * xr[c];
+      dot += dyr[c] * scale[static_cast<size_t>(c)] * xr[c];
+    }
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
+    for (int64_t c = 0; c < d; ++c) {
+      dscale[static_cast<size_t>(c)] += dyr[c] * xr[c] * inv;
+      dx[r * d + c] = inv * scale[static_cast<size_t>(c)] * dyr[c] - xr[c] * inv * inv * inv / static_cast<double>(d) * dot;
+    }
+  }
+  return dx;
 }
 
 /// Logits (B, T, V) of tokens (row-major B × T) in float64.
