@@ -1,0 +1,395 @@
+#include "meshlayout/ops/attention_backward.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/ops/blas.h"
+#include "meshlayout/ops/partial_sum.h"
+
+namespace meshlayout {
+namespace {
+
+using internal_ops::gemm;
+using internal_ops::gemm_nt;
+
+const float* f32(const Array::Shard& s) { return reinterpret_cast<const float*>(s.buffer.data()); }
+float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
+
+// `a` itself when it already has `layout`, else a resharded copy kept in `storage`.
+const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional<Array>& storage) {
+  if (a.layout() == layout) return a;
+  storage.emplace(distribute_tensor(a, layout));
+  return *storage;
+}
+
+int64_t mask_value(const Array::Shard& s, DType dtype, int64_t index) {
+  const std::byte* p = s.buffer.data();
+  switch (dtype) {
+    case DType::kI32: return reinterpret_cast<const int32_t*>(p)[index];
+    case DType::kI64: return reinterpret_cast<const int64_t*>(p)[index];
+    default: return static_cast<int64_t>(reinterpret_cast<const uint8_t*>(p)[index]);
+  }
+}
+
+// attention's checks (attention.cc), then d_out against q.
+void check_backward(const Array& q, const Array& k, const Array& v, const Array& d_out,
+                    const AttentionOptions& o) {
+  const auto shapes = [&] {
+    return fmt::format("q {}, k {}, v {}", shape_to_string(q.shape()), shape_to_string(k.shape()),
+                       shape_to_string(v.shape()));
+  };
+  if (q.shape().size() != 4 || k.shape().size() != 4 || v.shape() != k.shape()) {
+    throw ValueError(fmt::format("attention_backward needs q (batch, seq, heads, head_dim) and k, v "
+                                 "(batch, keys, kv_heads, head_dim) of equal shapes, got {}", shapes()));
+  }
+  if (q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || v.dtype() != DType::kF32 ||
+      d_out.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("attention_backward runs on F32, got q {}, k {}, v {}, d_out {}",
+                                 dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()),
+                                 dtype_name(d_out.dtype())));
+  }
+  if (q.shape()[0] != k.shape()[0] || q.shape()[3] != k.shape()[3]) {
+    throw ValueError(fmt::format("attention_backward: q and k must agree on batch and head_dim, got {}",
+                                 shapes()));
+  }
+  if (k.shape()[2] == 0 || q.shape()[2] % k.shape()[2] != 0) {
+    throw ValueError(fmt::format("attention_backward: the query heads ({}) must be a multiple of the "
+                                 "key/value heads ({}), got {}", q.shape()[2], k.shape()[2], shapes()));
+  }
+  if (d_out.shape() != q.shape()) {
+    throw ValueError(fmt::format("attention_backward: d_out must have q's shape {}, got d_out {} ({})",
+                                 shape_to_string(q.shape()), shape_to_string(d_out.shape()), shapes()));
+  }
+  if (o.key_length < -1 || o.key_length > k.shape()[1]) {
+    throw ValueError(fmt::format("attention_backward: key_length {} is outside [0, {}] (the keys of k {})",
+                                 o.key_length, k.shape()[1], shape_to_string(k.shape())));
+  }
+  if (o.query_offset < 0) {
+    throw ValueError(fmt::format("attention_backward: query_offset must be >= 0, got {}", o.query_offset));
+  }
+  if (!(q.mesh() == k.mesh()) || !(q.mesh() == v.mesh()) || !(q.mesh() == d_out.mesh())) {
+    throw ValueError(fmt::format("attention_backward: q, k, v and d_out must be on one mesh, got {}, {}, "
+                                 "{} and {}", q.mesh().to_string(), k.mesh().to_string(),
+                                 v.mesh().to_string(), d_out.mesh().to_string()));
+  }
+  if (o.key_mask) {
+    const Array& m = *o.key_mask;
+    const DType d = m.dtype();
+    if (m.shape() != Shape{k.shape()[0], k.shape()[1]} ||
+        !(d == DType::kI32 || d == DType::kI64 || d == DType::kU8 || d == DType::kBool)) {
+      throw ValueError(fmt::format("attention_backward: key_mask must be (batch, keys) = {} of I32, I64, "
+                                   "U8 or BOOL, got {} {}", shape_to_string({k.shape()[0], k.shape()[1]}),
+                                   shape_to_string(m.shape()), dtype_name(d)));
+    }
+    if (!(m.mesh() == q.mesh())) {
+      throw ValueError(fmt::format("attention_backward: key_mask is on {}, q on {}", m.mesh().to_string(),
+                                   q.mesh().to_string()));
+    }
+  }
+}
+
+std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
+  std::vector<int64_t> block(static_cast<size_t>(g.rank()));
+  for (int d = 0; d < g.rank(); ++d) block[static_cast<size_t>(d)] = g.block_index(position, d);
+  return block;
+}
+
+// Where one distinct q block of this process is computed: its dq shard, and the dk/dv buffers
+// (a kv_layout shard or a partial) holding the key/value heads of `kv_box`.
+struct Unit {
+  int64_t position;
+  std::byte* dq;
+  Box q_box;
+  std::byte* dk;
+  std::byte* dv;
+  Box kv_box;
+  std::vector<int64_t> replicas;  // other local positions holding the same q block
+};
+
+struct Dims {
+  int64_t T, S, D, L, r;
+  float scale;
+  const AttentionOptions* options;
+};
+
+// The gradients of key/value head j (global) of batch row b (local) of `u`, and dq of the
+// unit's query heads in j's group.
+void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Array& qt, const Array& dot,
+                   const Array& kt, const Array& vt, const Array* mt) {
+  const int64_t T = d.T, S = d.S, D = d.D, L = d.L;
+  const int64_t nh = u.q_box.shape[2], nkd = u.kv_box.shape[2];
+  const int64_t h0 = std::max(u.q_box.offset[2], j * d.r);
+  const int64_t h1 = std::min(u.q_box.offset[2] + nh, (j + 1) * d.r);
+  const int64_t n = std::max<int64_t>(0, h1 - h0), nT = n * T;
+  float* dkp = f32(u.dk) + (b * S * nkd + (j - u.kv_box.offset[2])) * D;
+  float* dvp = f32(u.dv) + (b * S * nkd + (j - u.kv_box.offset[2])) * D;
+  for (int64_t s = L; s < S; ++s) {  // keys past key_length: no gradient
+    std::fill(dkp + s * nkd * D, dkp + s * nkd * D + D, 0.0f);
+    std::fill(dvp + s * nkd * D, dvp + s * nkd * D + D, 0.0f);
+  }
+  float* dq_base = f32(u.dq) + b * T * nh * D;
+  if (L == 0) {
+    for (int64_t h = h0; h < h1; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        float* row = dq_base + (t * nh + h - u.q_box.offset[2]) * D;
+        std::fill(row, row + D, 0.0f);
+      }
+    }
+    return;
+  }
+  const Array::Shard& qs = *qt.shard_at(u.position);
+  const Array::Shard& ds = *dot.shard_at(u.position);
+  const Array::Shard& ks = *kt.shard_at(u.position);
+  const Array::Shard& vs = *vt.shard_at(u.position);
+  const Array::Shard* ms = mt ? mt->shard_at(u.position) : nullptr;
+  const int64_t nkh = ks.box.shape[2];
+  const float* kp = f32(ks) + (b * S * nkh + (j - ks.box.offset[2])) * D;
+  const float* vp = f32(vs) + (b * S * nkh + (j - ks.box.offset[2])) * D;
+
+  std::vector<float> p(static_cast<size_t>(T * L)), dp(static_cast<size_t>(T * L));
+  // Pᵀ and dSᵀ of the group's heads side by side (L × nT), d_out and q stacked (nT × D): one
+  // product each gives dv and dk summed over the group.
+  std::vector<float> pt(static_cast<size_t>(L * nT)), dst(static_cast<size_t>(L * nT));
+  std::vector<float> doc(static_cast<size_t>(nT * D)), qc(static_cast<size_t>(nT * D));
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t hl = h0 + i - u.q_box.offset[2];
+    const float* qp = f32(qs) + (b * T * nh + hl) * D;
+    const float* dop = f32(ds) + (b * T * nh + hl) * D;
+    gemm_nt<float>(T, L, D, qp, nh * D, kp, nkh * D, p.data(), L);
+    gemm_nt<float>(T, L, D, dop, nh * D, vp, nkh * D, dp.data(), L);
+    for (int64_t t = 0; t < T; ++t) {
+      float* row = p.data() + t * L;
+      float* drow = dp.data() + t * L;
+      const int64_t visible =
+          d.options->causal ? std::max<int64_t>(0, std::min(L, t + d.options->query_offset + 1)) : L;
+      std::fill(row + visible, row + L, 0.0f);
+      std::fill(drow + visible, drow + L, 0.0f);
+      float m = kMinusInf;
+      for (int64_t s = 0; s < visible; ++s) {
+        const bool keep = !ms || mask_value(*ms, mt->dtype(), b * S + s) != 0;
+        row[s] = keep ? row[s] * d.scale : kMinusInf;
+        m = std::max(m, row[s]);
+      }
+      if (m == kMinusInf) {  // nothing attended: zero probabilities, zero gradient
+        std::fill(row, row + visible, 0.0f);
+        std::fill(drow, drow + visible, 0.0f);
+        continue;
+      }
+      float sum = 0;
+      for (int64_t s = 0; s < visible; ++s) sum += (row[s] = std::exp(row[s] - m));
+      const float inv = 1.0f / sum;
+      double delta = 0;  // rowsum(P ⊙ dP) = d_out_t · out_t
+      for (int64_t s = 0; s < visible; ++s) delta += static_cast<double>(row[s] *= inv) * drow[s];
+      const float fdelta = static_cast<float>(delta);
+      for (int64_t s = 0; s < visible; ++s) drow[s] = d.scale * row[s] * (drow[s] - fdelta);
+    }
+    gemm<float>(T, D, L, dp.data(), L, kp, nkh * D, dq_base + hl * D, nh * D);  // dq = dS·k
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t s = 0; s < L; ++s) {
+        pt[static_cast<size_t>(s * nT + i * T + t)] = p[static_cast<size_t>(t * L + s)];
+        dst[static_cast<size_t>(s * nT + i * T + t)] = dp[static_cast<size_t>(t * L + s)];
+      }
+      std::memcpy(doc.data() + (i * T + t) * D, dop + t * nh * D, static_cast<size_t>(D) * sizeof(float));
+      std::memcpy(qc.data() + (i * T + t) * D, qp + t * nh * D, static_cast<size_t>(D) * sizeof(float));
+    }
+  }
+  // No query head of the group here (n = 0): the products write zeros.
+  gemm<float>(L, D, nT, pt.data(), nT, doc.data(), D, dvp, nkd * D);   // dv = Σ Pᵀ·d_out
+  gemm<float>(L, D, nT, dst.data(), nT, qc.data(), D, dkp, nkd * D);   // dk = Σ dSᵀ·q
+}
+
+}  // namespace
+
+AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v, const Array& d_out,
+                                  const AttentionOptions& options) {
+  check_backward(q, k, v, d_out, options);
+  const int64_t Hq = q.shape()[2], D = q.shape()[3], S = k.shape()[1], Hkv = k.shape()[2];
+  const double scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  const Dims dims{q.shape()[1], S, D, options.key_length < 0 ? S : options.key_length, Hq / Hkv,
+                  static_cast<float>(scale), &options};
+  const DeviceMesh& mesh = q.mesh();
+  Runtime& rt = q.runtime();
+
+  const TensorLayout q_layout({q.layout().axes()[0], None, q.layout().axes()[2], None}, mesh);
+  bool heads_replicated = false;
+  const TensorLayout kv_layout = attention_kv_layout(q_layout, Hq, Hkv, &heads_replicated);
+  std::optional<Array> q_store, d_store, k_store, v_store, m_store;
+  const Array& qt = in_layout(q, q_layout, q_store);
+  const Array& dot = in_layout(d_out, q_layout, d_store);
+  const Array& kt = in_layout(k, kv_layout, k_store);
+  const Array& vt = in_layout(v, kv_layout, v_store);
+  const Array* mt =
+      options.key_mask
+          ? &in_layout(*options.key_mask, TensorLayout({q_layout.axes()[0], None}, mesh), m_store)
+          : nullptr;
+  Array dq = allocate_agreed(q_layout, q.shape(), DType::kF32, q.runtime_ptr());
+
+  // dk and dv: complete blocks in kv_layout, or (heads replicated) partial sums over the head
+  // axes, one per distinct (batch block, query-head block) of the process.
+  std::optional<Array> dk_full, dv_full;
+  std::optional<internal_ops::PartialLayout> partial_layout;
+  internal_ops::LocalPartials dk_parts, dv_parts;
+  if (heads_replicated) {
+    std::vector<int> head_axes;
+    for (const std::string& a : q_layout.axes()[2].axes()) head_axes.push_back(*mesh.axis_index(a));
+    partial_layout.emplace(internal_ops::PartialLayout{ShardGeometry(kv_layout, k.shape()), head_axes, Hq});
+    dk_parts = internal_ops::allocate_local_partials(*partial_layout, qt, sizeof(float));
+    dv_parts = internal_ops::allocate_local_partials(*partial_layout, qt, sizeof(float));
+  } else {
+    dk_full.emplace(allocate_agreed(kv_layout, k.shape(), DType::kF32, q.runtime_ptr()));
+    dv_full.emplace(allocate_agreed(kv_layout, k.shape(), DType::kF32, q.runtime_ptr()));
+  }
+
+  std::vector<Unit> units;
+  std::map<std::vector<int64_t>, size_t> first;  // q block → unit
+  for (Array::Shard& s : dq.local_shards()) {
+    auto [it, added] = first.emplace(block_of(dq.geometry(), s.position), units.size());
+    if (!added) {
+      units[it->second].replicas.push_back(s.position);
+      continue;
+    }
+    Unit u{s.position, s.buffer.data(), s.box, nullptr, nullptr, {}, {}};
+    if (heads_replicated) {
+      const std::vector<int64_t> block = partial_layout->product_block_of(s.position);
+      const int64_t kb = partial_layout->k_block_of(s.position);
+      for (size_t i = 0; i < dk_parts.size(); ++i) {
+        if (dk_parts[i].block == block && dk_parts[i].k_block == kb) {
+          u.dk = dk_parts[i].buffer.data();
+          u.dv = dv_parts[i].buffer.data();
+          u.kv_box = dk_parts[i].box;
+        }
+      }
+      // An empty query-head block has no partial (u.dk stays null): nothing to compute.
+    } else {
+      Array::Shard* ks = dk_full->shard_at(s.position);
+      u.dk = ks->buffer.data();
+      u.dv = dv_full->shard_at(s.position)->buffer.data();
+      u.kv_box = ks->box;
+    }
+    units.push_back(std::move(u));
+  }
+  // One task per (unit, batch row, key/value head): a head's dk and dv rows have one writer.
+  struct Task { size_t unit; int64_t b, j; };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const Unit& u = units[i];
+    if (u.dk == nullptr) continue;
+    for (int64_t b = 0; b < u.kv_box.shape[0]; ++b) {
+      for (int64_t j = 0; j < u.kv_box.shape[2]; ++j) tasks.push_back({i, b, u.kv_box.offset[2] + j});
+    }
+  }
+  internal_ops::use_single_threaded_blas();
+  rt.pool().parallel_for(tasks.size(), [&](size_t n) {
+    const Task& t = tasks[n];
+    backward_task(units[t.unit], t.b, t.j, dims, qt, dot, kt, vt, mt);
+  });
+  for (const Unit& u : units) {  // replicas of a block get the primary's bytes
+    for (int64_t position : u.replicas) {
+      const size_t bytes = dq.shard_at(position)->buffer.size();
+      if (bytes > 0) std::memcpy(dq.shard_at(position)->buffer.data(), u.dq, bytes);
+      if (heads_replicated) continue;
+      for (Array* a : {&*dk_full, &*dv_full}) {
+        Array::Shard* s = a->shard_at(position);
+        const std::byte* src = a == &*dk_full ? u.dk : u.dv;
+        if (s->buffer.size() > 0) std::memcpy(s->buffer.data(), src, s->buffer.size());
+      }
+    }
+  }
+
+  const auto finish = [&](std::optional<Array>& full, const internal_ops::LocalPartials& parts,
+                          const Array& like) {
+    if (!heads_replicated) {
+      if (full->layout() == like.layout()) return std::move(*full);
+      return distribute_tensor(*full, like.layout());
+    }
+    Array out = allocate_agreed(like.layout(), like.shape(), DType::kF32, q.runtime_ptr());
+    const internal_ops::ReductionPlan plan =
+        internal_ops::plan_reduction(*partial_layout, out.geometry(), sizeof(float), rt.local_device_count());
+    internal_ops::reduce_partials(parts, plan, out);
+    return out;
+  };
+  Array dk = finish(dk_full, dk_parts, k);
+  dk_parts.clear();
+  Array dv = finish(dv_full, dv_parts, v);
+  dv_parts.clear();
+  if (!(dq.layout() == q.layout())) dq = distribute_tensor(dq, q.layout());
+  return AttentionGrads{std::move(dq), std::move(dk), std::move(dv)};
+}
+
+namespace {
+
+void check_rotary(const Array& x, int64_t start_position, double theta) {
+  if (x.shape().size() != 4 || x.dtype() != DType::kF32 || x.shape()[3] % 2 != 0) {
+    throw ValueError(fmt::format("rotary embedding backward needs an F32 (batch, seq, heads, head_dim) "
+                                 "gradient with an even head_dim, got {} {}",
+                                 shape_to_string(x.shape()), dtype_name(x.dtype())));
+  }
+  if (!(theta > 0) || start_position < 0) {
+    throw ValueError(fmt::format("rotary embedding backward needs theta > 0 and start_position >= 0, got "
+                                 "{} and {}", theta, start_position));
+  }
+}
+
+// Rotates y (head_dim whole on every device) in place by −angle: (x1·cos + x2·sin,
+// x2·cos − x1·sin), the transpose of the forward's rotation.
+void rotate_back_in_place(Array& y, int64_t start_position, double theta) {
+  const int64_t D = y.shape()[3], half = D / 2;
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t n) {
+    Array::Shard& s = y.local_shards()[n];
+    if (s.box.empty()) return;
+    const int64_t nb = s.box.shape[0], nt = s.box.shape[1], nh = s.box.shape[2];
+    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    float* p = f32(s.buffer.data());
+    for (int64_t t = 0; t < nt; ++t) {
+      for (int64_t i = 0; i < half; ++i) {  // as the forward: angle in double, rotation in float
+        const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+        const double angle = static_cast<double>(start_position + s.box.offset[1] + t) * inv_freq;
+        cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(angle));
+        sn[static_cast<size_t>(i)] = static_cast<float>(std::sin(angle));
+      }
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t h = 0; h < nh; ++h) {
+          float* v = p + ((b * nt + t) * nh + h) * D;
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = v[i], x2 = v[i + half];
+            v[i] = x1 * cs[static_cast<size_t>(i)] + x2 * sn[static_cast<size_t>(i)];
+            v[i + half] = x2 * cs[static_cast<size_t>(i)] - x1 * sn[static_cast<size_t>(i)];
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+Array apply_rotary_embedding_backward(const Array& dy, int64_t start_position, double theta) {
+  check_rotary(dy, start_position, theta);
+  std::vector<DimSharding> axes = dy.layout().axes();
+  axes[3] = DimSharding();
+  Array dx = distribute_tensor(dy, TensorLayout(axes, dy.mesh()));
+  rotate_back_in_place(dx, start_position, theta);
+  return dx;
+}
+
+Array apply_rotary_embedding_backward(Array&& dy, int64_t start_position, double theta) {
+  check_rotary(dy, start_position, theta);
+  if (dy.layout().axes()[3].is_sharded()) {
+    return apply_rotary_embedding_backward(static_cast<const Array&>(dy), start_position, theta);
+  }
+  Array dx = std::move(dy);
+  rotate_back_in_place(dx, start_position, theta);
+  return dx;
+}
+
+}  // namespace meshlayout
