@@ -9,30 +9,13 @@
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/distribution.h"
+#include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/ops/elementwise.h"
 #include "meshlayout/ops/matmul.h"
+#include "meshlayout/ops/matmul_backward.h"
 
 namespace meshlayout {
 namespace {
-
-// `a` as `shape` without moving data where its layout allows, else after a reshard to a
-// layout that does (array_view.h). `storage` keeps what the result borrows from.
-Array reshaped(const Array& a, const Shape& shape, std::optional<Array>& storage) {
-  if (const auto layout = local_reshape_layout(a.layout(), a.shape(), shape)) {
-    return view_shards(a, shape, *layout);
-  }
-  storage.emplace(distribute_tensor(a, viewable_layout(a.layout(), a.shape(), shape)));
-  return view_shards(*storage, shape, *local_reshape_layout(storage->layout(), a.shape(), shape));
-}
-
-Array reshaped(Array&& a, const Shape& shape) {
-  if (const auto layout = local_reshape_layout(a.layout(), a.shape(), shape)) {
-    return reshape_shards(std::move(a), shape, *layout);
-  }
-  Array moved = distribute_tensor(a, viewable_layout(a.layout(), a.shape(), shape));
-  const TensorLayout layout = *local_reshape_layout(moved.layout(), moved.shape(), shape);
-  return reshape_shards(std::move(moved), shape, layout);
-}
 
 void scale_in_place(Array& a, double factor) {
   a.runtime().pool().parallel_for(a.local_shards().size(), [&](size_t i) {
@@ -64,8 +47,8 @@ Array contract_trailing(const Array& x, const Array& kernel, int contracted) {
     x_on_mesh.emplace(distribute_tensor(x, TensorLayout::replicated(xr, kernel.mesh())));
     xs = &*x_on_mesh;
   }
-  const Array xv = reshaped(*xs, x2, x_store);
-  const Array wv = reshaped(kernel, {k, n}, w_store);
+  const Array xv = reshaped_view(*xs, x2, x_store);
+  const Array wv = reshaped_view(kernel, {k, n}, w_store);
   Shape out = lead;
   out.insert(out.end(), outer.begin(), outer.end());
   return reshaped(matmul(xv, wv), out);
@@ -203,14 +186,23 @@ void EinsumDense::enable_lora(int64_t rank, std::optional<double> lora_alpha, In
   lora_scale_ = lora_alpha.value_or(static_cast<double>(rank)) / static_cast<double>(rank);
 }
 
+const Array& EinsumDense::effective_kernel(std::optional<Array>& storage) const {
+  if (!lora_a_) return kernel_->value();
+  // kernel + (alpha / rank) · A @ B, in the kernel's layout
+  Array delta = matmul(lora_a_->value(), lora_b_->value());
+  scale_in_place(delta, lora_scale_);
+  return storage.emplace(add(kernel_->value(), delta));
+}
+
 Array EinsumDense::call(const Array& x) {
   std::optional<Array> effective;
-  if (lora_a_) {  // kernel + (alpha / rank) · A @ B, in the kernel's layout
-    Array delta = matmul(lora_a_->value(), lora_b_->value());
-    scale_in_place(delta, lora_scale_);
-    effective.emplace(add(kernel_->value(), delta));
-  }
-  Array y = contract_trailing(x, effective ? *effective : kernel_->value(), contracted_);
+  Array y = pre_activation(x, effective_kernel(effective));
+  if (options_.activation == Activation::kLinear) return y;
+  return apply_activation(options_.activation, std::move(y));
+}
+
+Array EinsumDense::pre_activation(const Array& x, const Array& kernel) const {
+  Array y = contract_trailing(x, kernel, contracted_);
   if (bias_) {
     const int rank = static_cast<int>(y.shape().size());
     const int nb = static_cast<int>(bias_->shape().size());
@@ -228,8 +220,74 @@ Array EinsumDense::call(const Array& x) {
       }
     });
   }
-  if (options_.activation == Activation::kLinear) return y;
-  return apply_activation(options_.activation, std::move(y));
+  return y;
+}
+
+Array EinsumDense::backward(const Array& x, const Array& dy, Gradients& grads) {
+  if (!kernel_) {
+    throw FailedPreconditionError(fmt::format("EinsumDense layer {} is not built: call it before its "
+                                              "backward", quote(name())));
+  }
+  const Shape& ks = kernel_->shape();
+  const int xr = static_cast<int>(x.shape().size());
+  if (x.dtype() != DType::kF32 || xr < contracted_ ||
+      !std::equal(x.shape().end() - contracted_, x.shape().end(), ks.begin())) {
+    throw ValueError(fmt::format("backward of EinsumDense layer {} ({}): x must be F32 ending in the "
+                                 "kernel's contracted sizes {}, got {} {}",
+                                 quote(name()), quote(equation_),
+                                 shape_to_string(Shape(ks.begin(), ks.begin() + contracted_)),
+                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
+  }
+  check_output_gradient(name(), dy, compute_output_shape(x.shape()));
+  std::optional<Array> effective;
+  const Array& kernel = effective_kernel(effective);
+  const DeviceMesh& mesh = kernel.mesh();
+  // x and dy on the kernel's mesh, as the call runs.
+  std::optional<Array> x_on, dy_on, dz_store;
+  const Array& xk = x.mesh() == mesh ? x : x_on.emplace(distribute_tensor(x, TensorLayout::replicated(xr, mesh)));
+  if (options_.activation != Activation::kLinear) {
+    dz_store.emplace(apply_activation_backward(options_.activation, pre_activation(x, kernel), dy));
+  }
+  const Array& dz = dz_store ? *dz_store
+                    : dy.mesh() == mesh
+                        ? dy
+                        : dy_on.emplace(distribute_tensor(
+                              dy, TensorLayout::replicated(static_cast<int>(dy.shape().size()), mesh)));
+  // The product as (P…, K) · (K, N) → (P…, N), as contract_trailing runs it.
+  Shape x2(x.shape().begin(), x.shape().end() - contracted_), dz2 = x2;
+  const int64_t k = num_elements(Shape(ks.begin(), ks.begin() + contracted_));
+  const int64_t n = num_elements(ks) / std::max<int64_t>(1, k);
+  x2.push_back(k);
+  dz2.push_back(n);
+  std::optional<Array> x_store, w_store, dz_view_store;
+  const Array xv = reshaped_view(xk, x2, x_store);
+  const Array wv = reshaped_view(kernel, {k, n}, w_store);
+  const Array dzv = reshaped_view(dz, dz2, dz_view_store);
+  if (kernel_->trainable() || lora_a_) {
+    Array dk = reshaped(matmul_backward_weight(xv, dzv, wv.layout()), ks);
+    if (lora_a_) {  // K + s·A@B: dA = s · dK·Bᵀ, dB = s · Aᵀ·dK
+      const Array& a = lora_a_->value();
+      const Array& b = lora_b_->value();
+      if (lora_a_->trainable()) {
+        Array da = matmul_backward_input(dk, b, a.layout());
+        scale_in_place(da, lora_scale_);
+        grads.accumulate(*lora_a_, std::move(da));
+      }
+      if (lora_b_->trainable()) {
+        Array db = matmul_backward_weight(a, dk, b.layout());
+        scale_in_place(db, lora_scale_);
+        grads.accumulate(*lora_b_, std::move(db));
+      }
+    }
+    if (kernel_->trainable()) grads.accumulate(*kernel_, std::move(dk));
+  }
+  if (bias_ && bias_->trainable()) {
+    grads.accumulate(*bias_, sum_over_leading(dz, static_cast<int>(bias_->shape().size()),
+                                              bias_->value().layout()));
+  }
+  Array dx = reshaped(matmul_backward_input(dzv, wv, xv.layout()), x.shape());
+  if (dx.layout() == x.layout()) return dx;
+  return distribute_tensor(dx, x.layout());
 }
 
 }  // namespace meshlayout

@@ -18,6 +18,8 @@
 //                                              EinsumDenseOptions{.name = "query"});
 //   Tensor q = (*query)(x);          // x (batch, seq, 512) → (batch, seq, 8, 64)
 //   query->enable_lora(4);           // query/lora_kernel_a (512, 8, 4), lora_kernel_b (4, 64)
+//   Gradients grads;
+//   Array dx = query->backward(x, dq, grads);   // grads.find(*query->lora_kernel_a()), …
 #pragma once
 
 #include <optional>
@@ -53,12 +55,26 @@ class EinsumDense : public Layer {
                    Initializer a_initializer = Initializer::he_uniform(),
                    Initializer b_initializer = Initializer::zeros());
   Shape compute_output_shape(const Shape& input_shape) const override;
+  /// The backward of a call (Layer::backward), for every equation the call supports: with dz =
+  /// dy through the activation (z recomputed when it is not linear) and the kernel seen as the
+  /// matrix W (contracted, output), dx = dz·Wᵀ in x's layout and d kernel = xᵀ·dz in the
+  /// kernel's layout (matmul_backward: column-parallel q/k/v kernels give dx partial sums over
+  /// 'model', row-parallel output kernels get dz split like their rows; a batch over 'data'
+  /// sums d kernel over 'data'); d bias = dz summed over every other dimension in the bias's
+  /// layout. With LoRA (effective kernel K + s·A@B, s = alpha / rank) the frozen kernel gets
+  /// nothing, d A = s · dK·Bᵀ in A's layout and d B = s · Aᵀ·dK in B's. Collective.
+  /// \error ValueError if x is not F32 of the built input shape or dy not F32 of the output's.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   void build(const Shape& input_shape) override;
   Array call(const Array& x) override;
 
  private:
+  /// The effective kernel (with LoRA's delta) in `storage`, or the kernel's value.
+  const Array& effective_kernel(std::optional<Array>& storage) const;
+  /// x · kernel + bias, before the activation.
+  Array pre_activation(const Array& x, const Array& kernel) const;
   std::string equation_;
   std::string input_spec_, kernel_spec_, output_spec_;
   int contracted_ = 0;  // input's trailing dims contracted with the kernel's leading ones

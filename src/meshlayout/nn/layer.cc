@@ -170,6 +170,34 @@ Array Layer::backward(const Array&, const Array&, Gradients&) {
                                             quote(name()), unqualified_class_name(typeid(*this))));
 }
 
+std::vector<Array> Layer::backward_inputs(std::span<const Array* const> inputs, const Array& dy,
+                                          Gradients& grads) {
+  if (inputs.size() != 1) {
+    throw FailedPreconditionError(fmt::format("layer {} ({}) takes one input: it has no backward for "
+                                              "a call on {} inputs",
+                                              quote(name()), unqualified_class_name(typeid(*this)),
+                                              inputs.size()));
+  }
+  std::vector<Array> out;
+  out.push_back(backward(*inputs[0], dy, grads));
+  return out;
+}
+
+Array Layer::recompute(const Array& x) {
+  NameScope scope = open_name_scope();
+  if (!built_) {
+    throw FailedPreconditionError(fmt::format("layer {} is not built: call it before its backward",
+                                              quote(name())));
+  }
+  Array y = call(x);
+  if (auto d = distribution()) {
+    if (std::optional<TensorLayout> layout = d->get_tensor_layout(path() + "/output")) {
+      return distribute_tensor(y, *layout);
+    }
+  }
+  return y;
+}
+
 Tensor Layer::apply(const std::vector<Tensor>& inputs) {
   if (inputs.size() != 1) {
     throw ValueError(fmt::format("layer {} takes one input, got a list of {}", quote(name()),
@@ -346,14 +374,25 @@ void Dense::build(const Shape& input_shape) {
   }
 }
 
+const Array& Dense::on_kernel_mesh(const Array& x, std::optional<Array>& storage) const {
+  const DeviceMesh& mesh = kernel_->value().mesh();
+  if (x.mesh() == mesh) return x;
+  // An input on another mesh of the same devices follows the kernel's mesh.
+  return storage.emplace(distribute_tensor(x, TensorLayout::replicated(static_cast<int>(x.shape().size()), mesh)));
+}
+
 Array Dense::call(const Array& x) {
+  Array y = pre_activation(x);
+  if (options_.activation == Activation::kLinear) return y;
+  return apply_activation(options_.activation, std::move(y));
+}
+
+// Dense::backward and apply_activation_backward: dense_backward.cc.
+
+Array Dense::pre_activation(const Array& x) const {
   const Array& kernel = kernel_->value();
-  Array y = x.mesh() == kernel.mesh()
-                ? matmul(x, kernel)
-                // An input on another mesh of the same devices follows the kernel's mesh.
-                : matmul(distribute_tensor(x, TensorLayout::replicated(
-                                                  static_cast<int>(x.shape().size()), kernel.mesh())),
-                         kernel);
+  std::optional<Array> moved;
+  Array y = matmul(on_kernel_mesh(x, moved), kernel);
   if (bias_) {
     // Bias laid out like y's last dimension, so each device holds the columns it adds to.
     Array b = distribute_tensor(bias_->value(), TensorLayout({y.layout().axes().back()}, y.mesh()));
@@ -369,8 +408,7 @@ Array Dense::call(const Array& x) {
       }
     });
   }
-  if (options_.activation == Activation::kLinear) return y;
-  return apply_activation(options_.activation, std::move(y));
+  return y;
 }
 
 }  // namespace meshlayout

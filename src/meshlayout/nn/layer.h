@@ -19,6 +19,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,6 +100,16 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// sub-layers) into `grads`, summed over data-parallel replicas. Recomputes what it needs
   /// from x. Collective. Default: FailedPreconditionError naming the layer (no backward yet).
   virtual Array backward(const Array& x, const Array& dy, Gradients& grads);
+  /// The backward of a call on several inputs (merge layers, functional models of several
+  /// inputs): dL/d input i in input i's layout, in order. Default: one input →
+  /// {backward(*inputs[0], dy, grads)}; more → FailedPreconditionError naming the layer.
+  virtual std::vector<Array> backward_inputs(std::span<const Array* const> inputs, const Array& dy,
+                                             Gradients& grads);
+  /// The forward pass again on a concrete input, for a backward pass that needs the outputs of
+  /// a model's inner layers: as calling the layer on x (its "<path>/output" relayout included)
+  /// but without side effects — Dropout reuses the mask of its last training call instead of
+  /// drawing a new one. The layer must be built. Collective.
+  virtual Array recompute(const Array& x);
 
   /// (attribute name, variable) of the weights this layer created itself, in creation order.
   const std::vector<std::pair<std::string, VariablePtr>>& own_weights() const { return weights_; }
@@ -181,6 +192,12 @@ Array apply_activation(Activation activation, const Array& x);
 /// The same, computed in x's own buffers when the layout stays (every activation but a
 /// softmax over a split last dimension): no copy.
 Array apply_activation(Activation activation, Array&& x);
+/// The backward of y = apply_activation(activation, z): dL/dz from dy = dL/dy, in z's layout
+/// (dy is brought to it). relu: dy·[z > 0]; gelu (exact, erf): dy·(Φ(z) + z·φ(z)); tanh:
+/// dy·(1 - tanh²z); silu: dy·σ(z)·(1 + z·(1 - σ(z))); softmax over the last dim (gathered if
+/// split, as the forward): y·(dy - Σ dy·y), the row sums in double; linear: dy. Collective.
+/// \error ValueError naming both if z and dy differ in shape or are not F32.
+Array apply_activation_backward(Activation activation, const Array& z, const Array& dy);
 
 struct DenseOptions {
   std::string name;  // automatic ("dense", "dense_1", …) when empty
@@ -203,12 +220,23 @@ class Dense : public Layer {
   const VariablePtr& kernel() const { return kernel_; }
   const VariablePtr& bias() const { return bias_; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  /// dx = dz·kernelᵀ in x's layout, d kernel = xᵀ·dz in the kernel's layout (summed over the
+  /// batch: a partial sum over 'data' for a batch-split x), d bias = dz summed over every
+  /// leading dimension in the bias's layout, where dz = dy through the activation (z = x·kernel
+  /// + bias recomputed when the activation is not linear). Column- and row-parallel kernels
+  /// run through matmul_backward's conjugate collectives. A non-trainable weight gets no
+  /// gradient. \error ValueError if dy is not F32 of the call's output shape.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   void build(const Shape& input_shape) override;
   Array call(const Array& x) override;
 
  private:
+  /// x on the kernel's mesh (replicated onto it when x is on another mesh, as the call does).
+  const Array& on_kernel_mesh(const Array& x, std::optional<Array>& storage) const;
+  /// x·kernel + bias, before the activation.
+  Array pre_activation(const Array& x) const;
   int64_t units_;
   DenseOptions options_;
   VariablePtr kernel_, bias_;
