@@ -53,8 +53,15 @@ std::vector<int32_t> random_tokens(testing::Random& rng, int64_t n, int64_t voca
 TEST(LlamaTrainReferenceTest, GradientsMatchCentralFiniteDifferences) {
   const int64_t B = 2, T = 5;
   double worst_overall = 0;
-  for (const bool tied : {false, true}) {
-    const LlamaConfig config = tiny(tied);
+  // head_dim 2 has one RoPE frequency (1, whatever rope_theta); head_dim 4 and rope_theta 50
+  // give two, so the rotation's dependence on theta is checked too.
+  LlamaConfig two_frequencies = tiny(false);
+  two_frequencies.num_attention_heads = 2;
+  two_frequencies.num_key_value_heads = 1;
+  two_frequencies.head_dim = 4;
+  two_frequencies.rope_theta = 50.0;
+  for (const LlamaConfig& config : {tiny(false), tiny(true), two_frequencies}) {
+    const bool tied = config.tie_word_embeddings;
     ReferenceLlama ref = random_reference(config, tied ? 7 : 3);
     testing::Random rng(tied ? 11 : 5);
     const std::vector<int32_t> inputs = random_tokens(rng, B * T, config.vocab_size);
@@ -80,7 +87,7 @@ TEST(LlamaTrainReferenceTest, GradientsMatchCentralFiniteDifferences) {
       }
       // Relative to the largest gradient element of the weight (some elements are exactly 0:
       // unused embedding rows).
-      EXPECT_LE(worst / scale, 1e-6) << path << (tied ? " (tied)" : " (untied)");
+      EXPECT_LE(worst / scale, 1e-6) << path << (tied ? " (tied)" : " (untied)") << " head_dim " << config.head_dim;
       EXPECT_GT(scale, 1e-4) << path << ": a gradient this small checks nothing";
       worst_overall = std::max(worst_overall, worst / scale);
     }
