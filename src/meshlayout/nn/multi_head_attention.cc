@@ -7,6 +7,8 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/ops/attention.h"
+#include "meshlayout/ops/attention_backward.h"
+#include "meshlayout/ops/elementwise.h"
 
 namespace meshlayout {
 namespace {
@@ -121,6 +123,47 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
                      {.causal = options_.causal, .query_offset = start, .key_length = start + t});
   }();
   return output_->call_on(o);
+}
+
+Array MultiHeadAttention::backward(const Array& x, const Array& dy, Gradients& grads) {
+  if (!output_ || !built()) {
+    throw FailedPreconditionError(fmt::format("MultiHeadAttention layer {} is not built: call it before "
+                                              "its backward", quote(name())));
+  }
+  const int64_t features = query_->kernel()->shape()[0];
+  if (x.shape().size() != 3 || x.dtype() != DType::kF32 || x.shape()[2] != features) {
+    throw ValueError(fmt::format("backward of MultiHeadAttention layer {}: x must be F32 (batch, seq, {}), "
+                                 "got {} {}", quote(name()), features, dtype_name(x.dtype()),
+                                 shape_to_string(x.shape())));
+  }
+  if (dy.shape() != x.shape() || dy.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("backward of MultiHeadAttention layer {}: dy must be F32 of the output's "
+                                 "shape {}, got {} {}", quote(name()), shape_to_string(x.shape()),
+                                 dtype_name(dy.dtype()), shape_to_string(dy.shape())));
+  }
+  NameScope scope = open_name_scope();
+  // The forward again (attend without a cache), keeping what the backward needs.
+  Array q = query_->call_on(x);
+  Array k = key_->call_on(x);
+  const Array v = value_->call_on(x);
+  const double theta = options_.rope_theta;
+  if (theta > 0) {
+    q = apply_rotary_embedding(std::move(q), 0, theta);
+    k = apply_rotary_embedding(std::move(k), 0, theta);
+  }
+  const AttentionOptions attention_options{.causal = options_.causal};
+  const Array d_o = [&] {
+    const Array o = attention(q, k, v, attention_options);
+    return output_->backward(o, dy, grads);
+  }();
+  AttentionGrads g = attention_backward(q, k, v, d_o, attention_options);
+  if (theta > 0) {
+    g.dq = apply_rotary_embedding_backward(std::move(g.dq), 0, theta);
+    g.dk = apply_rotary_embedding_backward(std::move(g.dk), 0, theta);
+  }
+  Array dx = query_->backward(x, g.dq, grads);
+  dx = add(std::move(dx), key_->backward(x, g.dk, grads));
+  return add(std::move(dx), value_->backward(x, g.dv, grads));
 }
 
 }  // namespace meshlayout

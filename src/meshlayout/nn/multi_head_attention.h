@@ -22,6 +22,8 @@
 //   KVCache cache;                                           // generation:
 //   Array y0 = attn->call_cached(prompt, cache, 0, /*max_length=*/64);
 //   Array y1 = attn->call_cached(next_token, cache, prompt_len, 64);
+//   Gradients grads;                                         // training (uncached):
+//   Array dx = attn->backward(x, dy, grads);                 // grads.find(*attn->query()->kernel())
 #pragma once
 
 #include <optional>
@@ -64,6 +66,16 @@ class MultiHeadAttention : public Layer {
   /// for `max_length` positions on first use) and returns (batch, seq, d). ValueError if
   /// start != cache.length or the positions pass max_length.
   Array call_cached(const Array& x, KVCache& cache, int64_t start, int64_t max_length);
+
+  /// The backward of an uncached self-attention call (Layer::backward): recomputes the q, k, v
+  /// projections (and RoPE) and the attention from x, then backpropagates through the output
+  /// projection, attention (ops/attention_backward.h: GQA sums, replicated KV heads' partial
+  /// sums over the head axes), RoPE and the three projections (EinsumDense::backward: kernel and
+  /// bias gradients in their variables' layouts into `grads`). Returns dL/dx in x's layout: the
+  /// sum of the three projections' input gradients. Collective.
+  /// \error FailedPreconditionError if not built; ValueError naming the shapes if x is not F32
+  ///   (batch, seq, features) of the built features or dy is not F32 of x's shape.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   void build(const Shape& input_shape) override;
