@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "meshlayout/cli/llama_command_setup.h"
 #include "meshlayout/cli/text_format.h"
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
@@ -31,59 +32,11 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// In one process the error as it is; across processes, agreed (every process throws it).
-void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure) {
-  if (runtime.num_processes() == 1) {
-    if (failure) std::rethrow_exception(failure);
-    return;
-  }
-  agree_on_failure(runtime.comm(), failure);
-}
-
-// A JSON number for a double, with every digit needed to read it back exactly (JSON has no
-// NaN or infinity: those are null).
-std::string json_double(double x) { return std::isfinite(x) ? fmt::format("{:.17g}", x) : "null"; }
-
 std::string rate(int64_t tokens, double seconds) {
   if (tokens == 0) return "none";
   if (seconds <= 0) return fmt::format("{} tokens in < 1 µs", tokens);
   return fmt::format("{} tokens in {:.4f} s = {:.1f} tokens/s", tokens, seconds,
                      static_cast<double>(tokens) / seconds);
-}
-
-// "  cpu:0  live 1.0 MiB  peak 2.0 MiB\n" for every device of every process, in process order
-// (collective: each process describes its own devices).
-std::string device_memory_lines(Runtime& runtime) {
-  std::string mine;
-  for (VirtualDevice* d : runtime.local_devices()) {
-    const MemoryStats s = d->memory().stats();
-    mine += fmt::format("  {:<8} live {:>10}  peak {:>10}\n", d->name(),
-                        format_bytes(static_cast<uint64_t>(s.bytes_live)),
-                        format_bytes(static_cast<uint64_t>(s.peak_bytes)));
-  }
-  const int n = runtime.num_processes();
-  if (n == 1) return mine;
-  uint64_t size = mine.size();
-  std::vector<uint64_t> sizes(static_cast<size_t>(n));
-  runtime.comm().all_gather(&size, sizeof size, sizes.data());
-  uint64_t longest = 0;
-  for (uint64_t s : sizes) longest = std::max(longest, s);
-  mine.resize(longest, '\0');
-  std::vector<char> all(static_cast<size_t>(longest) * static_cast<size_t>(n));
-  runtime.comm().all_gather(mine.data(), longest, all.data());
-  std::string text;
-  for (int p = 0; p < n; ++p) text.append(all.data() + p * longest, sizes[static_cast<size_t>(p)]);
-  return text;
-}
-
-int64_t parameter_count(const LlamaModel& model) {
-  int64_t n = 0;
-  for (const VariablePtr& v : model.variables()) {
-    int64_t e = 1;
-    for (int64_t d : v->shape()) e *= d;
-    n += e;
-  }
-  return n;
 }
 
 }  // namespace
@@ -125,10 +78,7 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   // Every process checks its own options and opens the checkpoint (headers only); all fail
   // together if one does, and all fail with one message if they were given different options.
   std::vector<int32_t> prompt;
-  std::optional<DeviceMesh> mesh;
-  std::optional<LayoutMap> rules;
-  std::optional<HfLlamaCheckpoint> checkpoint;
-  std::string rules_text = "none: every variable replicated";
+  LlamaSetup setup;
   std::exception_ptr failure;
   try {
     if (options.model_dir.empty()) {
@@ -138,40 +88,15 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
     if (options.max_new_tokens < 1) {
       throw ValueError(fmt::format("--max-new-tokens must be at least 1, got {}", options.max_new_tokens));
     }
-    std::error_code ec;
-    const auto status = std::filesystem::status(options.model_dir, ec);
-    if (!std::filesystem::exists(status)) {
-      throw NotFoundError(fmt::format("--model {}: no such directory (expected a Hugging Face Llama "
-                                      "directory holding config.json and model.safetensors)",
-                                      quote(options.model_dir)));
-    }
-    if (!std::filesystem::is_directory(status)) {
-      throw ValueError(fmt::format("--model {} is not a directory (expected a Hugging Face Llama "
-                                   "directory holding config.json and model.safetensors)",
-                                   quote(options.model_dir)));
-    }
-    std::optional<RulesFile> file;
-    if (!options.rules_path.empty()) file = load_rules_file(options.rules_path);
-    if (options.mesh) {
-      mesh = DeviceMesh::from_string(*options.mesh);
-    } else if (file && file->mesh) {
-      mesh = file->mesh;
-    } else {
-      mesh = default_generate_mesh();
-    }
-    if (file) {
-      file->mesh = *mesh;
-      rules = file->to_layout_map();
-      rules_text = fmt::format("{} ({} rules, {} mode)", quote(options.rules_path), rules->size(),
-                               match_mode_name(file->mode));
-    } else {
-      rules.emplace(*mesh);
-    }
-    checkpoint = HfLlamaCheckpoint::open(options.model_dir);
+    setup = open_llama_setup(options.model_dir, options.rules_path, options.mesh, default_generate_mesh);
   } catch (...) {
     failure = std::current_exception();
   }
   agree_or_rethrow(*runtime, failure);
+  const std::optional<DeviceMesh>& mesh = setup.mesh;
+  const std::optional<LayoutMap>& rules = setup.rules;
+  const std::optional<HfLlamaCheckpoint>& checkpoint = setup.checkpoint;
+  const std::string& rules_text = setup.rules_text;
   const LlamaConfig& config = checkpoint->config();
   if (runtime->num_processes() > 1) {
     agree_on_operation(

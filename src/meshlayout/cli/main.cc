@@ -16,6 +16,7 @@
 #include "meshlayout/cli/match_command.h"
 #include "meshlayout/cli/plan_command.h"
 #include "meshlayout/cli/reshard_command.h"
+#include "meshlayout/cli/train_command.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/runtime/runtime.h"
 #ifdef MESHLAYOUT_WITH_MPI
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_inspect_command(app, &exit_code);
   meshlayout::cli::add_plan_command(app, &exit_code);
   meshlayout::cli::add_generate_command(app, &exit_code);
+  meshlayout::cli::add_train_command(app, &exit_code);
   std::string where;  // "process 2: " when several processes run the command
   try {
 #ifdef MESHLAYOUT_WITH_MPI

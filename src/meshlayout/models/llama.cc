@@ -12,26 +12,12 @@
 #include "meshlayout/nn/materialize.h"
 #include "meshlayout/ops/elementwise.h"
 #include "meshlayout/ops/matmul.h"
+#include "meshlayout/ops/matmul_backward.h"
+#include "meshlayout/ops/swiglu.h"
+#include "meshlayout/ops/cross_entropy.h"
 
 namespace meshlayout {
 namespace {
-
-// a (r, c) → aᵀ (c, r) laid out with a's splits swapped: each device transposes its own box.
-Array transpose_2d(const Array& a) {
-  const TensorLayout layout({a.layout().axes()[1], a.layout().axes()[0]}, a.mesh());
-  Array t = allocate_agreed(layout, {a.shape()[1], a.shape()[0]}, a.dtype(), a.runtime_ptr());
-  t.runtime().pool().parallel_for(t.local_shards().size(), [&](size_t i) {
-    Array::Shard& d = t.local_shards()[i];
-    const Array::Shard& s = *a.shard_at(d.position);
-    const int64_t rows = s.box.shape[0], cols = s.box.shape[1];
-    const float* src = reinterpret_cast<const float*>(s.buffer.data());
-    float* dst = reinterpret_cast<float*>(d.buffer.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
-    }
-  });
-  return t;
-}
 
 // h (batch, seq, d) → its last position (batch, 1, d), the sequence gathered first if split.
 Array last_position(const Array& h) {
@@ -89,7 +75,20 @@ void ReversibleEmbedding::build(const Shape& input_shape) {
 
 Array ReversibleEmbedding::reverse(const Array& x) const {
   if (!tie_) return matmul(x, reverse_->value());
-  return matmul(x, transpose_2d(embeddings()->value()));
+  return matmul(x, transpose(embeddings()->value()));
+}
+
+Array ReversibleEmbedding::reverse_backward(const Array& x, const Array& dlogits, Gradients& grads) const {
+  if (!tie_) {
+    const Array& w = reverse_->value();
+    grads.accumulate(*reverse_, matmul_backward_weight(x, dlogits, w.layout()));
+    return matmul_backward_input(dlogits, w, x.layout());
+  }
+  // logits = x · Eᵀ: the table's gradient is (xᵀ · dlogits)ᵀ, computed in Eᵀ's layout and
+  // transposed back shard by shard into E's.
+  const Array w = transpose(embeddings()->value());
+  grads.accumulate(*embeddings(), transpose(matmul_backward_weight(x, dlogits, w.layout())));
+  return matmul_backward_input(dlogits, w, x.layout());
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
@@ -138,12 +137,48 @@ Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start, 
   return add(down_->call_on(ff), h);
 }
 
+Array LlamaDecoderLayer::forward_for_training(const Array& x, Saved& saved) {
+  NameScope scope = open_name_scope();
+  saved.h.emplace(add(attention_->call_on(attention_norm_->call_on(x)), x));
+  const Array m = feedforward_norm_->call_on(*saved.h);
+  saved.gate.emplace(matmul(m, gate_->kernel()->value()));
+  saved.up.emplace(matmul(m, up_->kernel()->value()));
+  return add(matmul(swiglu(*saved.gate, *saved.up), down_->kernel()->value()), *saved.h);
+}
+
+Array LlamaDecoderLayer::backward_saved(const Array& x, const Saved& saved, const Array& dy, Gradients& grads) {
+  NameScope scope = open_name_scope();
+  const Array& h = *saved.h;
+  // y = h + ff · W_down, ff = silu(z_gate) · z_up, z = m · W, m = norm(h).
+  const Array ff = swiglu(*saved.gate, *saved.up);
+  const Array& w_down = down_->kernel()->value();
+  grads.accumulate(*down_->kernel(), matmul_backward_weight(ff, dy, w_down.layout()));
+  const SwigluGrads dz = swiglu_backward(*saved.gate, *saved.up, matmul_backward_input(dy, w_down, ff.layout()));
+  const Array m = feedforward_norm_->call_on(h);
+  const Array& w_gate = gate_->kernel()->value();
+  const Array& w_up = up_->kernel()->value();
+  grads.accumulate(*gate_->kernel(), matmul_backward_weight(m, dz.dg, w_gate.layout()));
+  grads.accumulate(*up_->kernel(), matmul_backward_weight(m, dz.du, w_up.layout()));
+  Array dm = add(matmul_backward_input(dz.dg, w_gate, m.layout()), matmul_backward_input(dz.du, w_up, m.layout()));
+  // h = x + attn(n), n = norm(x).
+  const Array dh = add(feedforward_norm_->backward(h, dm, grads), dy);
+  const Array n = attention_norm_->call_on(x);
+  const Array dn = attention_->backward(n, dh, grads);
+  return add(attention_norm_->backward(x, dn, grads), dh);
+}
+
+Array LlamaDecoderLayer::backward(const Array& x, const Array& dy, Gradients& grads) {
+  Saved saved;
+  forward_for_training(x, saved);
+  return backward_saved(x, saved, dy, grads);
+}
+
 LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules)
     : config_(config), mesh_(*rules.device_mesh()) {
   config_.validate();
-  auto distribution = std::make_shared<ModelParallel>(rules);
+  distribution_ = std::make_shared<ModelParallel>(rules);
   {
-    DistributionScope scope(distribution);  // variables are lazy until every layout is known
+    DistributionScope scope(distribution_);  // variables are lazy until every layout is known
     const Shape tokens{1, 1}, hidden{1, 1, config_.hidden_size};
     embedding_ = std::make_shared<ReversibleEmbedding>(config_.vocab_size, config_.hidden_size,
                                                        config_.tie_word_embeddings, "token_embedding");
@@ -163,7 +198,7 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules)
   }
   std::vector<KeyedVariable> norm = keyed_variables(*final_norm_, final_norm_->name());
   keyed.insert(keyed.end(), norm.begin(), norm.end());
-  materialize_lazy(keyed, std::nullopt, distribution);
+  materialize_lazy(keyed, std::nullopt, distribution_);
 }
 
 std::vector<VariablePtr> LlamaModel::variables() const {
@@ -191,6 +226,31 @@ Array LlamaModel::hidden_states(const Array& tokens, std::vector<KVCache>* cache
     x = layers_[i]->forward(x, caches ? &(*caches)[i] : nullptr, start, max_length);
   }
   return final_norm_->call_on(x);
+}
+
+double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets, Gradients& grads) {
+  // Forward, keeping each block's input and what its backward needs (sharded like the
+  // activations: nothing whole).
+  std::vector<Array> xs;
+  std::vector<LlamaDecoderLayer::Saved> saved(layers_.size());
+  xs.reserve(layers_.size() + 1);
+  xs.push_back(embedding_->call_on(inputs));
+  for (size_t i = 0; i < layers_.size(); ++i) xs.push_back(layers_[i]->forward_for_training(xs.back(), saved[i]));
+  const Array f = final_norm_->call_on(xs.back());
+  CrossEntropyResult ce = sparse_categorical_crossentropy_with_grad(embedding_->reverse(f), targets);
+  // Backward, block by block from the top, freeing each block's activations as it goes.
+  Array dx = final_norm_->backward(xs.back(), embedding_->reverse_backward(f, ce.dlogits, grads), grads);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    dx = layers_[i]->backward_saved(xs[i], saved[i], dx, grads);
+    saved[i] = {};
+    xs.pop_back();
+  }
+  embedding_->backward(inputs, dx, grads);
+  return ce.loss;
+}
+
+double LlamaModel::loss(const Array& inputs, const Array& targets) {
+  return sparse_categorical_crossentropy(logits(inputs), targets);
 }
 
 Array LlamaModel::logits(const Array& tokens) { return embedding_->reverse(hidden_states(tokens)); }

@@ -32,6 +32,7 @@
 
 #include "meshlayout/layout_map/layout_map.h"
 #include "meshlayout/models/hf_llama_config.h"
+#include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/embedding.h"
 #include "meshlayout/nn/multi_head_attention.h"
 #include "meshlayout/nn/rms_normalization.h"
@@ -51,6 +52,9 @@ class ReversibleEmbedding : public Embedding {
   const VariablePtr& reverse_embeddings() const { return reverse_; }
   /// x (…, d) → logits (…, V). Collective.
   Array reverse(const Array& x) const;
+  /// The backward of reverse(): dL/dx in x's layout; accumulates the table's gradient (tied: added
+  /// to the lookup's) or reverse_embeddings'. Collective.
+  Array reverse_backward(const Array& x, const Array& dlogits, Gradients& grads) const;
 
  protected:
   void build(const Shape& input_shape) override;
@@ -69,6 +73,19 @@ class LlamaDecoderLayer : public Layer {
   Array forward(const Array& x, KVCache* cache, int64_t start, int64_t max_length);
   const std::shared_ptr<MultiHeadAttention>& self_attention() const { return attention_; }
 
+  /// What backward_saved needs from the forward, in the activations' layouts.
+  struct Saved {
+    std::optional<Array> h;           // x + attention(norm(x))
+    std::optional<Array> gate, up;    // the feed-forward projections before the SwiGLU gate
+  };
+  /// The block's forward (as call) keeping `saved`. Collective.
+  Array forward_for_training(const Array& x, Saved& saved);
+  /// dL/dx in x's layout given the block's input x, its `saved` and dy; accumulates the
+  /// gradient of every weight of the block. Recomputes the two norms and the attention. Collective.
+  Array backward_saved(const Array& x, const Saved& saved, const Array& dy, Gradients& grads);
+  /// Layer::backward: forward_for_training then backward_saved.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
+
  protected:
   void build(const Shape& input_shape) override;
   Array call(const Array& x) override { return forward(x, nullptr, 0, 0); }
@@ -76,7 +93,7 @@ class LlamaDecoderLayer : public Layer {
  private:
   std::shared_ptr<RMSNormalization> attention_norm_, feedforward_norm_;
   std::shared_ptr<MultiHeadAttention> attention_;
-  std::shared_ptr<Layer> gate_, up_, down_;
+  std::shared_ptr<Dense> gate_, up_, down_;
 };
 
 class LlamaModel {
@@ -88,6 +105,8 @@ class LlamaModel {
 
   const LlamaConfig& config() const { return config_; }
   const DeviceMesh& mesh() const { return mesh_; }
+  /// The ModelParallel of the rules: its data layout splits a batch over the mesh's first axis.
+  const Distribution& distribution() const { return *distribution_; }
   /// Every variable, keyed by its keras-hub path (load_hf_llama's targets).
   std::map<std::string, Array*> variables_by_path();
   /// Every variable in keras-hub's order.
@@ -99,12 +118,21 @@ class LlamaModel {
                       int64_t max_length = 0);
   /// Logits (batch, seq, vocab) of tokens. Collective.
   Array logits(const Array& tokens);
+  /// The mean sparse categorical cross-entropy of logits(inputs) against targets (batch, seq)
+  /// over every position, as every process sees it. Collective.
+  double loss(const Array& inputs, const Array& targets);
+  /// The same loss, and its gradient for every variable accumulated into `grads` (each in its
+  /// variable's layout, summed over the data-parallel replicas; a tied table gets the lookup's
+  /// and the output projection's parts). Keeps each block's input and feed-forward activations
+  /// until its backward; recomputes the norms and the attention. Collective.
+  double loss_and_gradients(const Array& inputs, const Array& targets, Gradients& grads);
   /// Logits of the last position only, (batch, 1, vocab), appending to the caches.
   Array last_logits(const Array& tokens, std::vector<KVCache>& caches, int64_t start, int64_t max_length);
 
  private:
   LlamaConfig config_;
   DeviceMesh mesh_;
+  std::shared_ptr<ModelParallel> distribution_;
   std::shared_ptr<ReversibleEmbedding> embedding_;
   std::vector<std::shared_ptr<LlamaDecoderLayer>> layers_;
   std::shared_ptr<RMSNormalization> final_norm_;

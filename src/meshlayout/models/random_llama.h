@@ -8,10 +8,12 @@
 // Example:
 //   write_random_hf_llama("/tmp/llama", config, {.kernel_scale = 8, .file_dtype = DType::kBF16});
 //   HfLlamaCheckpoint ckpt = HfLlamaCheckpoint::open("/tmp/llama");
+//   write_token_file("/tmp/tokens.safetensors", random_token_rows(64, 17, config.vocab_size, 1));
 #pragma once
 
 #include <string>
 
+#include "meshlayout/array/host_tensor.h"
 #include "meshlayout/core/dtype.h"
 #include "meshlayout/models/hf_llama_config.h"
 
@@ -29,5 +31,13 @@ struct RandomLlamaOptions {
 /// ValueError naming it. Collective (every process passes the same arguments).
 void write_random_hf_llama(const std::string& dir, const LlamaConfig& config,
                            const RandomLlamaOptions& options = {});
+
+/// `rows` rows of `columns` token ids drawn uniformly from [0, vocab) (a fixed generator keyed
+/// by `seed`): I32 (rows, columns). ValueError for non-positive sizes.
+HostTensor random_token_rows(int64_t rows, int64_t columns, int64_t vocab, uint64_t seed);
+
+/// Writes `tokens` (I32, rank 2) as the training data `meshlayout train` reads: a safetensors
+/// file with the one tensor "tokens", written atomically by process 0. Collective.
+void write_token_file(const std::string& path, const HostTensor& tokens);
 
 }  // namespace meshlayout

@@ -150,6 +150,51 @@ std::vector<HostTensor> Distribution::distribute_dataset(const Checkpoint& datas
   return out;
 }
 
+RowRange Distribution::process_batch_rows(int64_t global_batch_size) const {
+  return process_rows(global_batch_size, global_batch_size, num_model_replicas(), num_processes(), process_id(),
+                      auto_shard_dataset_)
+      .at(0);
+}
+
+Array Distribution::distribute_process_batch(const HostTensor& local, int64_t global_batch_size,
+                                             std::shared_ptr<Runtime> runtime) const {
+  if (local.shape().empty()) {
+    throw ValueError("distribute_process_batch needs rows with a batch dimension, got a scalar");
+  }
+  if (!runtime) runtime = default_runtime();
+  const RowRange rows = process_rows(global_batch_size, global_batch_size, num_model_replicas(),
+                                     runtime->num_processes(), runtime->process_id(), auto_shard_dataset_)
+                            .at(0);
+  if (local.shape()[0] != rows.end - rows.begin) {
+    throw ValueError(fmt::format("distribute_process_batch: process {} feeds rows [{}, {}) of each global batch "
+                                 "of {}, so its part must have {} rows, got {}",
+                                 runtime->process_id(), rows.begin, rows.end, global_batch_size, rows.end - rows.begin,
+                                 local.shape()[0]));
+  }
+  Shape shape = local.shape();
+  shape[0] = global_batch_size;
+  Array out = allocate_agreed(get_data_layout(shape), shape, local.dtype(), runtime);
+  const int64_t row_bytes = local.shape()[0] == 0 ? 0 : static_cast<int64_t>(local.num_bytes()) / local.shape()[0];
+  std::string problem;
+  for (const Array::Shard& s : out.local_shards()) {
+    const int64_t begin = s.box.offset[0], end = begin + s.box.shape[0];
+    if (begin < end && (begin < rows.begin || end > rows.end) && problem.empty()) {
+      problem = fmt::format("device {} of process {} holds rows [{}, {}) of the batch, but the process feeds "
+                            "rows [{}, {}): mesh {} does not split its batch axis {} along the processes",
+                            s.device_id, runtime->process_id(), begin, end, rows.begin, rows.end, mesh_.to_string(),
+                            quote(batch_dim_name_));
+    }
+  }
+  agree_on_failure(runtime->comm(),
+                   problem.empty() ? std::exception_ptr() : std::make_exception_ptr(ValueError(problem)));
+  for (Array::Shard& s : out.local_shards()) {
+    if (s.box.shape[0] == 0 || row_bytes == 0) continue;
+    std::memcpy(s.buffer.data(), local.data() + (s.box.offset[0] - rows.begin) * row_bytes,
+                static_cast<size_t>(s.box.shape[0] * row_bytes));
+  }
+  return out;
+}
+
 std::optional<TensorLayout> Distribution::get_tensor_layout(std::string_view) const {
   return std::nullopt;
 }

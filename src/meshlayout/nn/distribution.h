@@ -92,6 +92,19 @@ class Distribution : public std::enable_shared_from_this<Distribution> {
   std::vector<HostTensor> distribute_dataset(const Checkpoint& dataset, std::string_view name,
                                              int64_t global_batch_size) const;
 
+  /// The rows [begin, end) of one global batch of `global_batch_size` rows that this process
+  /// feeds (Keras' rule, as distribute_dataset: the whole batch with one process or one replica).
+  RowRange process_batch_rows(int64_t global_batch_size) const;
+  /// This process's rows of a global batch (process_batch_rows, e.g. one element of
+  /// distribute_dataset()) → the global batch (global_batch_size, …) laid out by
+  /// get_data_layout, each device taking its rows from `local`
+  /// (jax.make_array_from_process_local_data, as Keras' JAX backend feeds a batch). Collective.
+  /// ValueError if `local` has another number of rows, or if a device of this process needs a
+  /// row outside them (a mesh whose batch axis does not follow the processes as Keras assumes),
+  /// naming the device and the rows.
+  Array distribute_process_batch(const HostTensor& local, int64_t global_batch_size,
+                                 std::shared_ptr<Runtime> runtime = nullptr) const;
+
   /// Makes this distribution current on this thread while the scope lives.
   DistributionScope scope() const;
 

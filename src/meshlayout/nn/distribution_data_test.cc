@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "meshlayout/array/array_test_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/layout/devices.h"
@@ -153,6 +154,53 @@ TEST_F(DistributionApiTest, StandaloneLayerBuiltInADistributionScopeTakesItsLayo
   (*d)(mp->distribute_input(HostTensor(DType::kF32, {4, 3})));
   EXPECT_EQ(d->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
   EXPECT_EQ(d->bias()->layout(), TensorLayout({None}, mesh_));
+}
+
+// Each process feeds only its rows of a global batch; the array holds the global batch laid
+// out over the batch axis. 2 thread-processes x 4 devices.
+TEST_F(DistributionApiTest, ProcessLocalRowsMakeTheGlobalBatch) {
+  const int64_t B = 6, T = 3;
+  testing::run_as_processes(2, 4, [&](std::shared_ptr<Runtime> rt) {
+    const DeviceMesh mesh({2, 4}, {"batch", "model"});
+    ModelParallel mp{LayoutMap(mesh)};
+    const int p = rt->process_id();
+    HostTensor local(DType::kI32, {B / 2, T});
+    for (int64_t i = 0; i < local.num_elements(); ++i) local.data_as<int32_t>()[i] = static_cast<int32_t>(p * 100 + i);
+    const Array batch = mp.distribute_process_batch(local, B, rt);
+    if (batch.shape() != Shape{B, T} || !(batch.layout() == mp.get_data_layout({B, T}))) throw ValueError("layout");
+    for (const Array::Shard& s : batch.local_shards()) {
+      const int32_t* v = reinterpret_cast<const int32_t*>(s.buffer.data());
+      for (int64_t i = 0; i < s.box.num_elements(); ++i) {
+        const int64_t row = s.box.offset[0] + i / T;
+        if (v[i] != static_cast<int32_t>(p * 100 + (row - p * B / 2) * T + i % T)) throw ValueError("wrong value");
+      }
+    }
+    HostTensor wrong(DType::kI32, {B, T});
+    try {
+      mp.distribute_process_batch(wrong, B, rt);
+      throw InternalError("accepted 6 rows");
+    } catch (const ValueError& e) {
+      if (std::string(e.what()).find("must have 3 rows, got 6") == std::string::npos) throw;
+    }
+    // A batch axis that does not follow the processes: process 0's devices need every row.
+    const DeviceMesh crossed({2, 4}, {"model", "batch"});
+    ModelParallel mp2{LayoutMap(crossed), std::string("batch")};
+    try {
+      mp2.distribute_process_batch(local, B, rt);
+      throw InternalError("accepted a crossed mesh");
+    } catch (const ValueError& e) {
+      if (std::string(e.what()).find("does not split its batch axis 'batch' along the processes") == std::string::npos) throw;
+    }
+  });
+}
+
+TEST_F(DistributionApiTest, OneProcessFeedsTheWholeBatch) {
+  ModelParallel mp{LayoutMap(mesh_)};
+  const HostTensor x = HostTensor::random(DType::kF32, {4, 3}, 5);
+  EXPECT_EQ(mp.process_batch_rows(4), (RowRange{0, 4}));
+  const Array a = mp.distribute_process_batch(x, 4);
+  EXPECT_EQ(a.layout(), mp.distribute_input(x).layout());
+  EXPECT_EQ(a.gather(), x);
 }
 
 }  // namespace

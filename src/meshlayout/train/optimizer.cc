@@ -121,6 +121,22 @@ void Optimizer::set_learning_rate(double value) {
   }
 }
 
+void Optimizer::restore_from_variables() {
+  if (!built_ || iteration_var_->is_lazy()) {
+    throw FailedPreconditionError(fmt::format("optimizer {} has no state to restore until it is built", quote(name_)));
+  }
+  const HostTensor it = iteration_var_->value().gather();
+  const HostTensor lr = learning_rate_var_->value().gather();
+  const int32_t iterations = *it.data_as<int32_t>();
+  const float rate = *lr.data_as<float>();
+  if (iterations < 0 || !std::isfinite(rate)) {
+    throw ValueError(fmt::format("optimizer {}: restored state has iteration {} and learning_rate {}; expected "
+                                 "iteration >= 0 and a finite learning rate", quote(name_), iterations, rate));
+  }
+  iterations_ = iterations;
+  lr_ = rate;
+}
+
 std::vector<VariablePtr> Optimizer::variables() const {
   std::vector<VariablePtr> out{iteration_var_, learning_rate_var_};
   out.insert(out.end(), slot_order_.begin(), slot_order_.end());

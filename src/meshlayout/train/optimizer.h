@@ -111,6 +111,12 @@ class Optimizer {
   /// apply() on (gradient, variable) pairs (optimizer.apply_gradients).
   void apply_gradients(std::span<const std::pair<const Array*, VariablePtr>> grads_and_vars);
 
+  /// After variables() were overwritten (a checkpoint loaded into them): takes the step count
+  /// and the learning rate back from the `iteration` and `learning_rate` variables, so the
+  /// next step continues the saved trajectory. FailedPreconditionError before build();
+  /// ValueError for a negative iteration or a non-finite learning rate in the variables.
+  void restore_from_variables();
+
   /// Keras exclude_from_weight_decay(var_names=…): a variable whose name (the leaf, e.g.
   /// "bias") matches one of these regexes anywhere (re.search) gets no weight decay.
   void exclude_from_weight_decay(std::vector<std::string> var_names);

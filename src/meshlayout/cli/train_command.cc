@@ -1,0 +1,209 @@
+// train_command.cc — see train_command.h.
+#include "meshlayout/cli/train_command.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "meshlayout/cli/llama_command_setup.h"
+#include "meshlayout/core/byte_size.h"
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/io/array_io.h"
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/models/llama_train.h"
+#include "meshlayout/runtime/operation_agreement.h"
+
+namespace meshlayout::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// batch=<all devices>,model=1: pure data parallel, and both axis names keras-hub's rules use exist.
+DeviceMesh default_train_mesh() {
+  const std::vector<std::string> devices = list_devices();
+  return DeviceMesh({static_cast<int64_t>(devices.size()), 1}, {"batch", "model"}, devices);
+}
+
+// --save must be new or empty, so the command replaces nothing the user had.
+void check_save_dir(const std::string& dir, const std::string& model_dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec)) {
+    throw ValueError(fmt::format("--save {}: it exists and is not a directory (give a new or empty directory)",
+                                 quote(dir)));
+  }
+  if (fs::equivalent(dir, model_dir, ec)) {
+    throw ValueError(fmt::format("--save {} is the --model directory; save to a new or empty directory so the "
+                                 "model you started from is kept", quote(dir)));
+  }
+  if (!fs::is_empty(dir, ec)) {
+    throw ValueError(fmt::format("--save {}: the directory is not empty; train writes config.json, "
+                                 "model.safetensors and {} into a new or empty directory so it replaces nothing",
+                                 quote(dir), kOptimizerStateFile));
+  }
+}
+
+// Loads a saved optimizer state from the model directory into `optimizer` (built for
+// `variables`), when the directory has one. Its tensors must be exactly this optimizer's
+// variables (by Keras path); ValueError naming the difference otherwise.
+bool resume_optimizer(const std::string& model_dir, Optimizer& optimizer, const std::vector<VariablePtr>& variables) {
+  const fs::path path = fs::path(model_dir) / kOptimizerStateFile;
+  if (!fs::exists(path)) return false;
+  const Checkpoint state = Checkpoint::open(path.string());
+  optimizer.build(variables);
+  std::vector<LoadTarget> targets;
+  std::set<std::string> wanted;
+  for (const VariablePtr& v : optimizer.variables()) {
+    targets.push_back({v->path(), &v->mutable_value()});
+    wanted.insert(v->path());
+  }
+  std::set<std::string> present;
+  for (const auto& [file, info] : state.tensors()) present.insert(info->name);
+  if (present != wanted) {
+    std::string missing, unexpected;
+    for (const std::string& n : wanted) {
+      if (!present.count(n) && missing.empty()) missing = n;
+    }
+    for (const std::string& n : present) {
+      if (!wanted.count(n) && unexpected.empty()) unexpected = n;
+    }
+    throw ValueError(fmt::format(
+        "{} holds the state of another optimizer than --optimizer {} ({} tensors, {} expected; e.g. {} {}): "
+        "pass the optimizer it was saved with, or train from a directory without {}",
+        quote(path.string()), quote(optimizer.name()), present.size(), wanted.size(),
+        missing.empty() ? "unexpected" : "missing", quote(missing.empty() ? unexpected : missing), kOptimizerStateFile));
+  }
+  load_arrays(state, targets);
+  optimizer.restore_from_variables();
+  return true;
+}
+
+}  // namespace
+
+int run_train(const TrainCommandOptions& options, std::ostream& out) {
+  const std::shared_ptr<Runtime> runtime = default_runtime();
+  const bool leader = runtime->process_id() == 0;
+  LlamaSetup setup;
+  std::optional<TokenDataset> data;
+  std::unique_ptr<Optimizer> optimizer;
+  std::exception_ptr failure;
+  try {
+    if (options.data_path.empty()) {
+      throw ValueError("--data is required: a safetensors file with one I32 tensor tokens (rows, seq + 1)");
+    }
+    if (options.batch_size < 1) throw ValueError(fmt::format("--batch-size must be at least 1, got {}", options.batch_size));
+    if (options.steps < 1) throw ValueError(fmt::format("--steps must be at least 1, got {}", options.steps));
+    OptimizerOptions optimizer_options;
+    optimizer_options.learning_rate = options.learning_rate;
+    optimizer_options.weight_decay = options.weight_decay;
+    optimizer = make_optimizer(options.optimizer, optimizer_options);
+    if (!options.save_dir.empty()) check_save_dir(options.save_dir, options.model_dir);
+    setup = open_llama_setup(options.model_dir, options.rules_path, options.mesh, default_train_mesh);
+    data.emplace(TokenDataset::open(options.data_path));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  agree_or_rethrow(*runtime, failure);
+  const LlamaConfig& config = setup.checkpoint->config();
+  if (runtime->num_processes() > 1) {
+    agree_on_operation(
+        runtime->comm(), "the train command",
+        describe_fields({fmt::format("--model={}", options.model_dir), fmt::format("--data={}", options.data_path),
+                         fmt::format("--rules={}", options.rules_path),
+                         fmt::format("--mesh={}", setup.mesh->to_string()),
+                         fmt::format("--batch-size={}", options.batch_size), fmt::format("--steps={}", options.steps),
+                         fmt::format("--optimizer={}", options.optimizer),
+                         fmt::format("--learning-rate={}", optimizer->learning_rate()),
+                         fmt::format("--save={}", options.save_dir), fmt::format("--json={}", options.json),
+                         fmt::format("local devices per process={}", runtime->local_device_count())}));
+  }
+
+  LlamaModel model(config, *setup.rules);
+  const HfLoadReport load = load_hf_llama(*setup.checkpoint, model.variables_by_path());
+  const std::vector<VariablePtr> variables = model.variables();
+  const bool resumed = resume_optimizer(options.model_dir, *optimizer, variables);
+  if (resumed && options.learning_rate) optimizer->set_learning_rate(*options.learning_rate);
+
+  std::ostringstream log;
+  if (!options.json) {
+    log << fmt::format("model: {} (Llama: vocab {}, hidden {}, {} layers, {} heads / {} key-value heads, ff {}, "
+                       "{} parameters{})\n",
+                       quote(options.model_dir), config.vocab_size, config.hidden_size, config.num_hidden_layers,
+                       config.num_attention_heads, config.num_key_value_heads, config.intermediate_size,
+                       parameter_count(model), config.tie_word_embeddings ? ", tied embeddings" : "");
+    log << fmt::format("mesh: {} ({} process{} x {} local devices); batch axis {}\n", model.mesh().to_string(),
+                       runtime->num_processes(), runtime->num_processes() == 1 ? "" : "es",
+                       runtime->local_device_count(), quote(model.distribution().batch_dim_name()));
+    log << "rules: " << setup.rules_text << "\n";
+    log << fmt::format("loaded {} tensors ({} read by process 0)\n", load.tensors_loaded, format_bytes(load.bytes_read));
+    log << fmt::format("data: {} ({} rows of {} positions); batch {}, {} steps\n", quote(options.data_path),
+                       data->rows(), data->sequence_length(), options.batch_size, options.steps);
+    log << fmt::format("optimizer: {} (learning rate {}{}){}\n", optimizer->name(), optimizer->learning_rate(),
+                       optimizer->weight_decay() ? fmt::format(", weight decay {}", *optimizer->weight_decay()) : "",
+                       resumed ? fmt::format("; resumed at iteration {}", optimizer->iterations()) : "");
+  }
+  LlamaTrainOptions train_options{.batch_size = options.batch_size, .steps = options.steps,
+                                  .first_step = optimizer->iterations()};
+  train_options.on_step = [&](int64_t step, double loss) {
+    if (options.json) {
+      if (leader) out << fmt::format("{{\"step\": {}, \"loss\": {}}}\n", step, json_double(loss)) << std::flush;
+    } else {
+      log << fmt::format("step {:>4}  loss {:.6f}\n", step, loss);
+    }
+  };
+  const LlamaTrainResult result = train_llama(model, *data, *optimizer, train_options);
+
+  if (!options.save_dir.empty()) {
+    fs::create_directories(options.save_dir);
+    std::map<std::string, const Array*> weights;
+    for (const auto& [path, array] : model.variables_by_path()) weights[path] = array;
+    save_hf_llama(options.save_dir, config, weights);
+    std::vector<NamedArray> state;
+    for (const VariablePtr& v : optimizer->variables()) state.push_back({v->path(), &v->value()});
+    save_arrays((fs::path(options.save_dir) / kOptimizerStateFile).string(), state);
+  }
+  if (options.json) return 0;
+  log << fmt::format("trained {} tokens in {:.3f} s = {:.1f} tokens/s\n", result.tokens, result.seconds,
+                     result.seconds > 0 ? static_cast<double>(result.tokens) / result.seconds : 0.0);
+  if (!options.save_dir.empty()) {
+    log << fmt::format("saved the model and the {} optimizer state ({} variables) to {}\n", optimizer->name(),
+                       optimizer->variables().size(), quote(options.save_dir));
+  }
+  log << "memory per device (live now, peak since start):\n" << device_memory_lines(*runtime);
+  if (leader) out << log.str() << std::flush;
+  return 0;
+}
+
+void add_train_command(CLI::App& app, int* exit_code) {
+  auto o = std::make_shared<TrainCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Trains a Hugging Face Llama sharded on a mesh under a rules file, on token rows of a safetensors file "
+      "(works under mpirun: each process reads only its rows and holds only its devices' shards).");
+  cmd->add_option("--model", o->model_dir,
+                  "Hugging Face Llama directory: config.json and model.safetensors; with an optimizer.safetensors "
+                  "saved by --save, training resumes from it")
+      ->required();
+  cmd->add_option("--data", o->data_path, "safetensors file with one I32 tensor tokens of shape (rows, seq + 1)")
+      ->required();
+  cmd->add_option("--rules", o->rules_path,
+                  "JSON rules file (e.g. examples/rules/llama_megatron.json); default: every variable replicated");
+  cmd->add_option("--mesh", o->mesh,
+                  "mesh, e.g. batch=2,model=4; default: the rules file's \"mesh\", else batch=<all devices>,model=1");
+  cmd->add_option("--batch-size", o->batch_size, "global batch: rows per step")->required();
+  cmd->add_option("--steps", o->steps, "training steps")->required();
+  cmd->add_option("--optimizer", o->optimizer, "sgd, adam or adamw (Keras 3 defaults)")->default_str("adamw");
+  cmd->add_option("--learning-rate", o->learning_rate, "default: the optimizer's (sgd 0.01, adam/adamw 0.001)");
+  cmd->add_option("--weight-decay", o->weight_decay, "decoupled weight decay; default: adamw 0.004, others none");
+  cmd->add_option("--save", o->save_dir,
+                  "new or empty directory: writes config.json, model.safetensors and optimizer.safetensors");
+  cmd->add_flag("--json", o->json, "print one JSON object per step: {\"step\", \"loss\"}");
+  cmd->callback([o, exit_code] { *exit_code = run_train(*o, std::cout); });
+}
+
+}  // namespace meshlayout::cli

@@ -1,0 +1,62 @@
+// train_command.h — `meshlayout train`: trains a Hugging Face Llama sharded on a device mesh
+// under a rules file, on token rows from a safetensors file, with a Keras optimizer whose
+// slots live in their variables' layouts. Works unchanged under mpirun (each process reads only
+// its rows and holds only its devices' shards; process 0 prints).
+//
+//   meshlayout train --model DIR --data FILE --batch-size B --steps N
+//       [--rules FILE] [--mesh SPEC] [--optimizer adamw] [--learning-rate 1e-3]
+//       [--weight-decay 0.004] [--save DIR] [--json]
+//
+// FILE holds one I32 tensor `tokens` (rows, seq + 1); step k uses rows [k·B, (k+1)·B), inputs
+// tokens[:, :-1], targets tokens[:, 1:]; the loss is the mean sparse categorical cross-entropy
+// over all B·seq positions. --json prints {"step": k, "loss": x} per step (the loss before that
+// step's update); otherwise a report with the losses, tokens/s and per-device memory.
+// --save DIR (new or empty) writes the trained model in Hugging Face form (config.json,
+// model.safetensors) and the optimizer's variables under their Keras paths
+// (optimizer.safetensors: "adamw/iteration", "adamw/<variable>_momentum", …). Given such a
+// directory as --model with the same --optimizer, training resumes: the optimizer's state is
+// loaded into its slots in the current layouts (any mesh or process count) and step numbering
+// and rows continue from its iteration.
+//
+// Example:
+//   TrainCommandOptions o{.model_dir = dir, .data_path = "tokens.safetensors", .batch_size = 4,
+//                         .steps = 10};
+//   int code = run_train(o, std::cout);   // 0; errors are thrown (main.cc prints them)
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+namespace meshlayout::cli {
+
+struct TrainCommandOptions {
+  std::string model_dir;
+  std::string data_path;
+  std::string rules_path;           // empty: every variable replicated (pure data parallel)
+  std::optional<std::string> mesh;  // default: the rules file's, else batch=<all devices>
+  int64_t batch_size = 0;
+  int64_t steps = 0;
+  std::string optimizer = "adamw";
+  std::optional<double> learning_rate;  // the optimizer's default when unset
+  std::optional<double> weight_decay;   // the optimizer's default when unset
+  std::string save_dir;                 // empty: nothing saved
+  bool json = false;
+};
+
+/// The name of the file --save writes the optimizer state to, inside the directory.
+inline constexpr const char* kOptimizerStateFile = "optimizer.safetensors";
+
+/// Runs the command on the default runtime (every process calls it; output from process 0
+/// only); returns the exit code (0). Errors are thrown by every process alike: bad options, a
+/// missing or invalid model directory or data file (dtype, rank), a batch not divisible by
+/// the data shards, too few rows, a token id outside the vocabulary, an unknown optimizer, a
+/// non-finite loss, a --save directory that is not new or empty, optimizer state of another
+/// optimizer in the model directory.
+int run_train(const TrainCommandOptions& options, std::ostream& out);
+
+void add_train_command(CLI::App& app, int* exit_code);
+
+}  // namespace meshlayout::cli

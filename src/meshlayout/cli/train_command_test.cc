@@ -1,0 +1,163 @@
+// `meshlayout train` on a tiny random Llama: the JSON lines give train_llama's losses on a
+// replicated model, the same losses under the Megatron and keras-hub rules files; --save then
+// --model of the saved directory continues the run exactly (steps, rows and optimizer state);
+// and each refusal.
+#include "meshlayout/cli/train_command.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "meshlayout/cli/generate_test_util.h"
+#include "meshlayout/core/errors.h"
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/models/llama_train.h"
+#include "meshlayout/models/random_llama.h"
+
+namespace meshlayout::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+const std::string kRulesDir = std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/";
+
+class TrainCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_device_count(8);
+    dir_ = fs::temp_directory_path() / ("train_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    testing::write_tiny_llama((dir_ / "llama").string());
+    write_token_file(data(), random_token_rows(32, 9, testing::tiny_generate_config().vocab_size, 3));
+    clear_session();
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    reset_device_count();
+  }
+  std::string model() const { return (dir_ / "llama").string(); }
+  std::string data() const { return (dir_ / "tokens.safetensors").string(); }
+
+  // (step, loss) of each --json line.
+  static std::vector<std::pair<int64_t, double>> run_json(TrainCommandOptions o) {
+    o.json = true;
+    std::ostringstream out;
+    EXPECT_EQ(run_train(o, out), 0);
+    std::vector<std::pair<int64_t, double>> steps;
+    std::istringstream lines(out.str());
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      steps.emplace_back(j.at("step").get<int64_t>(), j.at("loss").get<double>());
+    }
+    return steps;
+  }
+  fs::path dir_;
+};
+
+TEST_F(TrainCommandTest, JsonLossesAreTrainLlamasOnEveryRulesFile) {
+  // The same training in process, replicated on the default mesh.
+  LlamaModel reference(testing::tiny_generate_config(), LayoutMap(DeviceMesh({8, 1}, {"batch", "model"})));
+  load_hf_llama(HfLlamaCheckpoint::open(model()), reference.variables_by_path());
+  auto optimizer = make_optimizer("adamw", {.learning_rate = 1e-2});
+  const LlamaTrainResult want = train_llama(reference, TokenDataset::open(data()), *optimizer,
+                                            {.batch_size = 8, .steps = 4});
+  for (const char* rules : {"", "llama_megatron.json", "llama_keras_hub.json"}) {
+    SCOPED_TRACE(rules);
+    clear_session();
+    const auto got = run_json({.model_dir = model(), .data_path = data(),
+                               .rules_path = *rules ? kRulesDir + rules : "", .mesh = "batch=2,model=4",
+                               .batch_size = 8, .steps = 4, .learning_rate = 1e-2});
+    ASSERT_EQ(got.size(), 4u);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].first, static_cast<int64_t>(i));
+      EXPECT_NEAR(got[i].second, want.losses[i], 1e-4 * want.losses[i]) << "step " << i;
+    }
+  }
+}
+
+TEST_F(TrainCommandTest, SavedRunsResumeOnAnotherMeshAndContinueTheTrajectory) {
+  const auto whole = run_json({.model_dir = model(), .data_path = data(), .mesh = "batch=2,model=4",
+                               .batch_size = 4, .steps = 6, .optimizer = "adam"});
+  clear_session();
+  const std::string saved = (dir_ / "saved").string();
+  const auto first = run_json({.model_dir = model(), .data_path = data(), .mesh = "batch=2,model=4",
+                               .batch_size = 4, .steps = 3, .optimizer = "adam", .save_dir = saved});
+  EXPECT_TRUE(fs::exists(fs::path(saved) / "config.json"));
+  EXPECT_TRUE(fs::exists(fs::path(saved) / kOptimizerStateFile));
+  clear_session();
+  // Resumed with Megatron rules on a 4x2 mesh: steps 3..5 on rows 12..23.
+  const auto rest = run_json({.model_dir = saved, .data_path = data(), .rules_path = kRulesDir + "llama_megatron.json",
+                              .mesh = "batch=4,model=2", .batch_size = 4, .steps = 3, .optimizer = "adam"});
+  ASSERT_EQ(whole.size(), 6u);
+  ASSERT_EQ(first.size(), 3u);
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(first[i], whole[i]);  // the same layouts: bit for bit
+    EXPECT_EQ(rest[i].first, whole[i + 3].first);
+    EXPECT_NEAR(rest[i].second, whole[i + 3].second, 1e-5 * whole[i + 3].second) << "step " << i + 3;
+  }
+  // Another optimizer than the saved state's is refused, naming both.
+  clear_session();
+  try {
+    run_json({.model_dir = saved, .data_path = data(), .batch_size = 4, .steps = 1, .optimizer = "sgd"});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("holds the state of another optimizer than --optimizer 'SGD'"));
+  }
+}
+
+TEST_F(TrainCommandTest, TextReportGivesLossesRateAndMemory) {
+  std::ostringstream out;
+  EXPECT_EQ(run_train({.model_dir = model(), .data_path = data(), .batch_size = 8, .steps = 2}, out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("mesh: mesh[batch=8,model=1]"));
+  EXPECT_THAT(out.str(), HasSubstr("optimizer: adamw (learning rate 0.001"));
+  EXPECT_THAT(out.str(), ::testing::ContainsRegex("step +1  loss [0-9.]+"));
+  EXPECT_THAT(out.str(), ::testing::ContainsRegex("trained 128 tokens in [0-9.]+ s"));
+  EXPECT_THAT(out.str(), HasSubstr("memory per device"));
+}
+
+TEST_F(TrainCommandTest, RefusesBadOptionsAndDataNamingThem) {
+  const auto refused = [&](TrainCommandOptions o) -> std::string {
+    std::ostringstream out;
+    try {
+      run_train(o, out);
+    } catch (const Error& e) {
+      EXPECT_EQ(out.str(), "");
+      return e.what();
+    }
+    ADD_FAILURE() << "accepted";
+    return "";
+  };
+  const TrainCommandOptions ok{.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 1};
+  TrainCommandOptions o = ok;
+  o.optimizer = "adagrad";
+  EXPECT_THAT(refused(o), HasSubstr("adagrad"));
+  o = ok;
+  o.batch_size = 0;
+  EXPECT_THAT(refused(o), HasSubstr("--batch-size must be at least 1, got 0"));
+  o = ok;
+  o.steps = 9;
+  EXPECT_THAT(refused(o), HasSubstr("has 32 rows, but steps 0 to 8 of batch 4 need 36"));
+  o = ok;
+  o.data_path = (dir_ / "missing.safetensors").string();
+  EXPECT_THAT(refused(o), HasSubstr("missing.safetensors"));
+  o = ok;
+  o.data_path = (dir_ / "llama" / "model.safetensors").string();
+  EXPECT_THAT(refused(o), HasSubstr("has no tensor \"tokens\""));
+  o = ok;
+  o.save_dir = model();
+  EXPECT_THAT(refused(o), HasSubstr("is the --model directory"));
+  o = ok;
+  o.save_dir = dir_.string();  // not empty
+  EXPECT_THAT(refused(o), HasSubstr("the directory is not empty"));
+  EXPECT_TRUE(fs::exists(dir_ / "tokens.safetensors"));  // nothing the user had is touched
+}
+
+}  // namespace
+}  // namespace meshlayout::cli

@@ -1,0 +1,248 @@
+// Training a Llama sharded against the float64 reference (llama_train_reference.h): the
+// gradient of every weight, and ten optimizer steps' losses, on one device, keras-hub's 2-D
+// rules, Megatron's rules and pure data parallelism, MHA and GQA (2 KV heads on a 4-way axis),
+// tied and untied; the training data's checks.
+#include "meshlayout/models/llama_train.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/io/array_io.h"
+#include "meshlayout/layout/devices.h"
+#include "meshlayout/models/llama_train_reference.h"
+#include "meshlayout/testing/test_util.h"
+
+namespace meshlayout {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Vec;
+
+LlamaConfig tiny(int64_t heads, int64_t kv_heads, bool tied) {
+  return LlamaConfig{.vocab_size = 48, .hidden_size = heads * 4, .intermediate_size = 24, .num_hidden_layers = 2,
+                     .num_attention_heads = heads, .num_key_value_heads = kv_heads, .head_dim = 4,
+                     .rms_norm_eps = 1e-5, .rope_theta = 10000.0, .tie_word_embeddings = tied,
+                     .max_position_embeddings = 64};
+}
+
+LayoutMap megatron(const DeviceMesh& mesh) {
+  LayoutMap rules(mesh);
+  rules["token_embedding/embeddings"] = TensorLayout({"model", None});
+  rules["(query|key|value)/kernel"] = TensorLayout({None, "model", None});
+  rules["attention_output/kernel"] = TensorLayout({"model", None, None});
+  rules["feedforward_(gate|intermediate)_dense/kernel"] = TensorLayout({None, "model"});
+  rules["feedforward_output_dense/kernel"] = TensorLayout({"model", None});
+  rules["reverse_embeddings"] = TensorLayout({None, "model"});
+  return rules;
+}
+
+struct Layouts {
+  std::string what;
+  LayoutMap rules;
+};
+
+std::vector<Layouts> every_layout() {
+  const DeviceMesh one({1, 1}, {"batch", "model"}, std::vector<std::string>{"cpu:0"});
+  const DeviceMesh m24({2, 4}, {"batch", "model"}), m42({4, 2}, {"batch", "model"}), dp({8, 1}, {"batch", "model"});
+  return {{"one device", LayoutMap(one)},
+          {"keras-hub rules on 2x4", llama_layout_map(m24)},
+          {"Megatron rules on 4x2", megatron(m42)},
+          {"Megatron rules on 2x4", megatron(m24)},
+          {"data parallel on 8", LayoutMap(dp)}};
+}
+
+// Rows of random token ids (rows, seq + 1), row-major.
+std::vector<int32_t> random_rows(int64_t rows, int64_t columns, int64_t vocab, uint64_t seed) {
+  testing::Random r(seed);
+  std::vector<int32_t> out(static_cast<size_t>(rows * columns));
+  for (int32_t& t : out) t = static_cast<int32_t>(r.uniform(vocab));
+  return out;
+}
+
+double relative_difference(const HostTensor& got, const Vec& want) {
+  const float* g = got.data_as<float>();
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (g[i] - want[i]) * (g[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+class LlamaTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_device_count(8);
+    clear_session();
+  }
+  void TearDown() override { reset_device_count(); }
+
+  static std::pair<Array, Array> batch(const LlamaModel& model, const std::vector<int32_t>& inputs,
+                                       const std::vector<int32_t>& targets, int64_t B, int64_t T) {
+    HostTensor x(DType::kI32, {B, T}), y(DType::kI32, {B, T});
+    std::copy(inputs.begin(), inputs.end(), x.data_as<int32_t>());
+    std::copy(targets.begin(), targets.end(), y.data_as<int32_t>());
+    return {model.distribution().distribute_process_batch(x, B), model.distribution().distribute_process_batch(y, B)};
+  }
+};
+
+TEST_F(LlamaTrainTest, EveryGradientMatchesTheFloat64ReferenceOnEveryLayout) {
+  const int64_t B = 8, T = 5;
+  for (const LlamaConfig& config : {tiny(8, 2, true), tiny(4, 4, false)}) {
+    const std::vector<int32_t> rows = random_rows(B, T + 1, config.vocab_size, 5);
+    std::vector<int32_t> inputs, targets;
+    for (int64_t b = 0; b < B; ++b) {
+      inputs.insert(inputs.end(), rows.begin() + b * (T + 1), rows.begin() + b * (T + 1) + T);
+      targets.insert(targets.end(), rows.begin() + b * (T + 1) + 1, rows.begin() + (b + 1) * (T + 1));
+    }
+    for (const Layouts& l : every_layout()) {
+      SCOPED_TRACE(l.what + (config.tie_word_embeddings ? ", GQA tied" : ", MHA untied"));
+      LlamaModel model(config, l.rules);
+      const auto [want_loss, want] = testing::ReferenceLlama(model).loss_and_gradients(inputs, targets, B, T);
+      const auto [x, y] = batch(model, inputs, targets, B, T);
+      Gradients grads;
+      const double loss = model.loss_and_gradients(x, y, grads);
+      EXPECT_NEAR(loss, want_loss, 1e-5 * want_loss);
+      EXPECT_NEAR(model.loss(x, y), want_loss, 1e-5 * want_loss);
+      ASSERT_EQ(grads.size(), want.size());
+      for (const VariablePtr& v : model.variables()) {
+        const Array* g = grads.find(*v);
+        ASSERT_NE(g, nullptr) << v->path();
+        EXPECT_EQ(g->layout(), v->value().layout()) << v->path();
+        EXPECT_LT(relative_difference(g->gather(), want.at(v->path())), 1e-4) << v->path();
+      }
+    }
+  }
+}
+
+TEST_F(LlamaTrainTest, TenStepsGiveTheFloat64ReferencesLosses) {
+  const int64_t B = 8, T = 6, steps = 10;
+  const LlamaConfig config = tiny(8, 2, true);
+  // Learnable rows: each an arithmetic sequence (step 5 modulo the vocabulary) from a random start.
+  std::vector<int32_t> rows = random_rows(B * steps, T + 1, config.vocab_size, 9);
+  for (int64_t r = 0; r < B * steps; ++r) {
+    for (int64_t t = 1; t <= T; ++t) rows[r * (T + 1) + t] = (rows[r * (T + 1)] + 5 * static_cast<int32_t>(t)) % 48;
+  }
+  struct Run {
+    std::string optimizer;
+    OptimizerOptions options;
+  };
+  const Run runs[] = {{"adamw", {.learning_rate = 1e-2}}, {"adam", {.learning_rate = 1e-2}},
+                      {"sgd", {.learning_rate = 0.5, .momentum = 0.9}}};
+  std::vector<Layouts> layouts = every_layout();
+  for (size_t r = 0; r < std::size(runs); ++r) {
+    for (size_t li = 0; li < layouts.size(); ++li) {
+      if (r > 0 && li != 1) continue;  // the other optimizers on one sharded layout
+      const Layouts& l = layouts[li];
+      SCOPED_TRACE(runs[r].optimizer + " on " + l.what);
+      clear_session();
+      LlamaModel model(config, l.rules);
+      const std::vector<double> want = testing::train_losses(testing::ReferenceLlama(model), rows, B * steps, T + 1, B,
+                                                             steps, {.name = runs[r].optimizer, .options = runs[r].options});
+      auto optimizer = make_optimizer(runs[r].optimizer, runs[r].options);
+      for (int64_t step = 0; step < steps; ++step) {
+        std::vector<int32_t> inputs, targets;
+        for (int64_t b = step * B; b < (step + 1) * B; ++b) {
+          inputs.insert(inputs.end(), rows.begin() + b * (T + 1), rows.begin() + b * (T + 1) + T);
+          targets.insert(targets.end(), rows.begin() + b * (T + 1) + 1, rows.begin() + (b + 1) * (T + 1));
+        }
+        const auto [x, y] = batch(model, inputs, targets, B, T);
+        const double loss = llama_train_step(model, *optimizer, x, y);
+        EXPECT_NEAR(loss, want[static_cast<size_t>(step)], 1e-3 * want[static_cast<size_t>(step)]) << "step " << step;
+      }
+      EXPECT_LT(want.back(), want.front());  // it learns
+      // Every slot lives in its variable's layout.
+      for (const VariablePtr& v : model.variables()) {
+        for (const VariablePtr& slot : optimizer->slots_of(*v)) {
+          EXPECT_EQ(slot->value().layout(), v->value().layout()) << slot->path();
+        }
+      }
+    }
+  }
+}
+
+class TokenFileTest : public LlamaTrainTest {
+ protected:
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    LlamaTrainTest::TearDown();
+  }
+  std::string write(const HostTensor& tokens, const std::string& name = "tokens") {
+    std::filesystem::create_directories(dir_);
+    const DeviceMesh one({1}, {"x"}, std::vector<std::string>{"cpu:0"});
+    const Array a = distribute_tensor(tokens, TensorLayout::replicated(static_cast<int>(tokens.shape().size()), one));
+    const std::string path = dir_ + "/" + name + ".safetensors";
+    const NamedArray named[] = {{name, &a}};
+    save_arrays(path, named);
+    return path;
+  }
+  std::string dir_ = (std::filesystem::temp_directory_path() / ("llama_train_test_" + std::to_string(::getpid()))).string();
+};
+
+TEST_F(TokenFileTest, RefusesDataOfTheWrongNameDtypeRankOrLength) {
+  try {
+    TokenDataset::open(write(HostTensor(DType::kF32, {4, 6})));
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("tokens must be I32 of shape (rows, seq + 1) with seq >= 1, got F32 (4, 6)"));
+  }
+  EXPECT_THROW(TokenDataset::open(write(HostTensor(DType::kI32, {24}))), ValueError);
+  EXPECT_THROW(TokenDataset::open(write(HostTensor(DType::kI32, {4, 1}))), ValueError);
+  EXPECT_THROW(TokenDataset::open(write(HostTensor(DType::kI32, {4, 6}), "ids")), NotFoundError);
+
+  const LlamaConfig config = tiny(4, 4, false);
+  LlamaModel model(config, llama_layout_map(DeviceMesh({2, 4}, {"batch", "model"})));
+  HostTensor rows(DType::kI32, {6, 5});
+  for (int64_t i = 0; i < rows.num_elements(); ++i) rows.data_as<int32_t>()[i] = static_cast<int32_t>(i % 40);
+  const TokenDataset data = TokenDataset::open(write(rows));
+  EXPECT_EQ(data.rows(), 6);
+  EXPECT_EQ(data.sequence_length(), 4);
+  auto optimizer = make_optimizer("adamw");
+  try {
+    train_llama(model, data, *optimizer, {.batch_size = 4, .steps = 2});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has 6 rows, but steps 0 to 1 of batch 4 need 8"));
+  }
+  EXPECT_THROW(train_llama(model, data, *optimizer, {.batch_size = 0, .steps = 1}), ValueError);
+  EXPECT_EQ(optimizer->iterations(), 0);  // nothing ran
+
+  const LlamaTrainResult r = train_llama(model, data, *optimizer, {.batch_size = 2, .steps = 3});
+  EXPECT_EQ(r.losses.size(), 3u);
+  EXPECT_EQ(r.tokens, 3 * 2 * 4);
+  EXPECT_EQ(optimizer->iterations(), 3);
+}
+
+TEST_F(TokenFileTest, ATokenOutsideTheVocabularyIsNamed) {
+  const LlamaConfig config = tiny(4, 4, false);
+  LlamaModel model(config, LayoutMap(DeviceMesh({2, 4}, {"batch", "model"})));
+  HostTensor rows(DType::kI32, {2, 5});
+  for (int64_t i = 0; i < rows.num_elements(); ++i) rows.data_as<int32_t>()[i] = 1;
+  rows.data_as<int32_t>()[7] = 48;  // row 1, column 2: an input
+  const TokenDataset data = TokenDataset::open(write(rows));
+  auto optimizer = make_optimizer("sgd");
+  try {
+    train_llama(model, data, *optimizer, {.batch_size = 2, .steps = 1});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("48"));
+  }
+  rows.data_as<int32_t>()[7] = 1;
+  rows.data_as<int32_t>()[9] = 60;  // row 1, last column: only a target
+  const TokenDataset targets_only = TokenDataset::open(write(rows, "tokens"));
+  try {
+    train_llama(model, targets_only, *optimizer, {.batch_size = 2, .steps = 1});
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("60"));
+  }
+  EXPECT_EQ(optimizer->iterations(), 0);
+}
+
+}  // namespace
+}  // namespace meshlayout
