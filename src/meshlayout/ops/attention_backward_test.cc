@@ -197,6 +197,7 @@ TEST_F(AttentionBackwardTest, GradientsMatchFiniteDifferencesOnEveryLayout) {
       {{2, 5, 5, 4, 2, 4}, {.causal = false}},
       {{2, 5, 5, 8, 4, 4}, {.causal = false}},                                    // GQA aligned with the split
       {{2, 5, 5, 4, 1, 4}, {.causal = true}},                                     // one KV head
+      {{3, 4, 4, 6, 3, 2}, {.causal = true}},                                     // uneven batch and heads
       {{2, 5, 7, 4, 2, 4}, {.causal = false}, /*masked=*/true},                  // padding, a row with no key
       {{2, 3, 8, 4, 2, 6}, {.causal = true, .query_offset = 3, .key_length = 6}},  // decode-like
       {{2, 4, 6, 8, 2, 4}, {.causal = true, .query_offset = 2, .key_length = 5, .scale = 0.3}, true},
