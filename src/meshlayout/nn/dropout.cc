@@ -8,6 +8,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/init/philox.h"
+#include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
 
@@ -73,6 +74,12 @@ Array Dropout::call(const Array& x) {
   Array y = distribute_tensor(x, x.layout());
   if (!training_ || !seed_generator_) return y;
   const auto [seed, step] = seed_generator_->next();
+  last_draw_.emplace(seed, step);
+  apply_mask(y, seed, step);
+  return y;
+}
+
+void Dropout::apply_mask(Array& y, int64_t seed, int64_t step) const {
   const uint64_t key = static_cast<uint64_t>(seed);
   const uint64_t high = static_cast<uint64_t>(step);
   // keep iff word < keep_prob * 2^32 (exact in double).
@@ -110,7 +117,33 @@ Array Dropout::call(const Array& x) {
       }
     }
   });
+}
+
+Array Dropout::recompute(const Array& x) {
+  if (!training_ || !seed_generator_ || !last_draw_) return Layer::recompute(x);
+  if (x.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("Dropout layer {} runs on F32 tensors, got {}", quote(name()),
+                                 dtype_name(x.dtype())));
+  }
+  Array y = distribute_tensor(x, x.layout());
+  apply_mask(y, last_draw_->first, last_draw_->second);
   return y;
+}
+
+Array Dropout::backward(const Array& x, const Array& dy, Gradients&) {
+  if (x.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("backward of Dropout layer {}: x must be F32, got {}", quote(name()),
+                                 dtype_name(x.dtype())));
+  }
+  check_output_gradient(name(), dy, x.shape());
+  Array dx = distribute_tensor(dy, x.layout());
+  if (!training_ || !seed_generator_) return dx;
+  if (!last_draw_) {
+    throw FailedPreconditionError(fmt::format("backward of Dropout layer {} in training mode before any "
+                                              "training call: there is no mask to reuse", quote(name())));
+  }
+  apply_mask(dx, last_draw_->first, last_draw_->second);
+  return dx;
 }
 
 }  // namespace meshlayout

@@ -27,6 +27,7 @@
 //   auto drop = std::make_shared<Dropout>(0.1, DropoutOptions{.seed = 42});
 //   drop->set_training(true);
 //   Tensor y = (*drop)(x);   // state [42, 0] → [42, 1]
+//   Array dx = drop->backward(x, dy, grads);   // dy through the same mask (step 0)
 #pragma once
 
 #include <cstdint>
@@ -77,6 +78,14 @@ class Dropout : public Layer {
   const std::shared_ptr<SeedGenerator>& seed_generator() const { return seed_generator_; }
   std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const override;
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  /// The backward of the last call (Layer::backward): dy with the mask of the last training
+  /// call — the (seed, step) it drew, so the same elements — zeroed and the kept ones divided
+  /// by (1 - rate), in x's layout; the identity (a copy in x's layout) in inference mode or at
+  /// rate 0. Draws nothing. FailedPreconditionError in training mode before any training call;
+  /// ValueError for x or dy not F32 of one shape.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
+  /// The last training call's output again (its mask, no new draw): for a model's backward.
+  Array recompute(const Array& x) override;
 
  protected:
   void build(const Shape&) override {}
@@ -84,9 +93,12 @@ class Dropout : public Layer {
   Array call(const Array& x) override;
 
  private:
+  /// Scales y in place by the mask of (seed, step).
+  void apply_mask(Array& y, int64_t seed, int64_t step) const;
   double rate_;
   DropoutOptions options_;
   bool training_ = false;
+  std::optional<std::pair<int64_t, int64_t>> last_draw_;  // (seed, step) of the last training call
   std::shared_ptr<SeedGenerator> seed_generator_;
 };
 

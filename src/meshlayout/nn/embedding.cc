@@ -12,6 +12,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/ops/partial_sum.h"
 
 namespace meshlayout {
@@ -125,6 +126,39 @@ std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
   return block;
 }
 
+/// Tokens on the table's mesh, with no dimension split over an axis the table uses (a mesh
+/// axis can appear once in the output layout).
+TensorLayout token_layout_for(const Array& x, const Array& table) {
+  const DeviceMesh& mesh = table.mesh();
+  std::set<std::string> table_axes;
+  for (const DimSharding& d : table.layout().axes()) table_axes.insert(d.axes().begin(), d.axes().end());
+  std::vector<DimSharding> token_axes =
+      x.mesh() == mesh ? x.layout().axes() : std::vector<DimSharding>(x.shape().size());
+  for (DimSharding& d : token_axes) {
+    if (std::any_of(d.axes().begin(), d.axes().end(), [&](const std::string& a) { return table_axes.count(a) > 0; })) {
+      d = DimSharding();
+    }
+  }
+  return TensorLayout(token_axes, mesh);
+}
+
+/// One scatter-add: the dy rows (tokens × the table shard's columns) of the tokens whose ids lie
+/// in the table shard's rows, added into `out` (the table shard's box, zeroed first).
+void scatter_add(DType id_dtype, const Array::Shard& tokens, const Array::Shard& dy, const Box& table_box,
+                 float* out) {
+  const int64_t r0 = table_box.offset[0], r1 = r0 + table_box.shape[0], cols = table_box.shape[1];
+  std::fill(out, out + table_box.num_elements(), 0.0f);
+  const float* g = reinterpret_cast<const float*>(dy.buffer.data());
+  const int64_t n = tokens.box.num_elements();
+  for (int64_t t = 0; cols > 0 && t < n; ++t) {
+    const int64_t id = id_at(tokens, id_dtype, t);
+    if (id < r0 || id >= r1) continue;
+    float* row = out + (id - r0) * cols;
+    const float* src = g + t * cols;
+    for (int64_t c = 0; c < cols; ++c) row[c] += src[c];
+  }
+}
+
 }  // namespace
 
 Embedding::Embedding(int64_t input_dim, int64_t output_dim, EmbeddingOptions options)
@@ -160,24 +194,12 @@ Array Embedding::call(const Array& x) {
   check_ids(x, input_dim_, name());
   const Array& table = embeddings_->value();
   const DeviceMesh& mesh = table.mesh();
-  const int rank = static_cast<int>(x.shape().size());
-
-  // Tokens on the table's mesh, with no dimension split over an axis the table uses.
-  std::set<std::string> table_axes;
-  for (const DimSharding& d : table.layout().axes()) table_axes.insert(d.axes().begin(), d.axes().end());
-  std::vector<DimSharding> token_axes =
-      x.mesh() == mesh ? x.layout().axes() : std::vector<DimSharding>(static_cast<size_t>(rank));
-  for (DimSharding& d : token_axes) {
-    if (std::any_of(d.axes().begin(), d.axes().end(), [&](const std::string& a) { return table_axes.count(a) > 0; })) {
-      d = DimSharding();
-    }
-  }
-  const TensorLayout token_layout(token_axes, mesh);
+  const TensorLayout token_layout = token_layout_for(x, table);
   std::optional<Array> moved;
   if (!(x.mesh() == mesh) || !(x.layout() == token_layout)) moved.emplace(distribute_tensor(x, token_layout));
   const Array& tokens = moved ? *moved : x;
 
-  std::vector<DimSharding> out_axes = token_axes;
+  std::vector<DimSharding> out_axes = token_layout.axes();
   out_axes.push_back(table.layout().axes()[1]);
   const TensorLayout product_layout(out_axes, mesh);
   const Shape out_shape = compute_output_shape(x.shape());
@@ -218,6 +240,53 @@ Array Embedding::call(const Array& x) {
       internal_ops::plan_reduction(layout, out.geometry(), sizeof(float), rt.local_device_count());
   internal_ops::reduce_partials(partials, reduction, out);
   return out;
+}
+
+Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
+  if (!embeddings_) {
+    throw FailedPreconditionError(fmt::format("Embedding layer {} is not built: call it before its "
+                                              "backward", quote(name())));
+  }
+  if (x.dtype() != DType::kI32 && x.dtype() != DType::kI64) {
+    throw ValueError(fmt::format("Embedding layer {} takes integer token ids (I32 or I64), got {}",
+                                 quote(name()), dtype_name(x.dtype())));
+  }
+  check_output_gradient(name(), dy, compute_output_shape(x.shape()));
+  const Array& table = embeddings_->value();
+  const std::shared_ptr<Runtime>& rt = table.runtime_ptr();
+  const TensorLayout none_layout = TensorLayout::replicated(1, table.mesh());
+  if (!embeddings_->trainable()) return allocate_agreed(none_layout, {0}, DType::kF32, rt);
+  check_ids(x, input_dim_, name());
+  const DeviceMesh& mesh = table.mesh();
+  // Tokens and dy as the call's product: tokens off the table's axes, dy's columns like the
+  // table's, so each device scatters its tokens' rows into its own table block.
+  const TensorLayout token_layout = token_layout_for(x, table);
+  std::optional<Array> moved_tokens, moved_dy;
+  const Array& tokens = x.mesh() == mesh && x.layout() == token_layout
+                            ? x : moved_tokens.emplace(distribute_tensor(x, token_layout));
+  std::vector<DimSharding> dy_axes = token_layout.axes();
+  dy_axes.push_back(table.layout().axes()[1]);
+  const Array& g = in_layout(dy, TensorLayout(dy_axes, mesh), moved_dy);
+  // Each device's partial table block; the partials of different token blocks are summed over
+  // the token axes (NOTE [Partial sums]), straight into the table's layout.
+  std::vector<int> k_axes;
+  for (const DimSharding& d : token_layout.axes()) {
+    for (const std::string& a : d.axes()) k_axes.push_back(*mesh.axis_index(a));
+  }
+  internal_ops::PartialLayout layout{table.geometry(), k_axes, 0};
+  layout.k_extent = layout.k_blocks();  // one K block per token block, none empty
+  internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, tokens, sizeof(float));
+  table.runtime().pool().parallel_for(partials.size(), [&](size_t i) {
+    internal_ops::LocalPartial& p = partials[i];
+    scatter_add(tokens.dtype(), *tokens.shard_at(p.position), *g.shard_at(p.position), p.box,
+                reinterpret_cast<float*>(p.buffer.data()));
+  });
+  Array d_table = allocate_agreed(table.layout(), table.shape(), DType::kF32, rt);
+  const internal_ops::ReductionPlan plan =
+      internal_ops::plan_reduction(layout, d_table.geometry(), sizeof(float), table.runtime().local_device_count());
+  internal_ops::reduce_partials(partials, plan, d_table);
+  grads.accumulate(*embeddings_, std::move(d_table));
+  return allocate_agreed(none_layout, {0}, DType::kF32, rt);
 }
 
 }  // namespace meshlayout

@@ -24,6 +24,7 @@
 // Example:
 //   auto emb = std::make_shared<Embedding>(32000, 512);
 //   Tensor y = (*emb)(tokens);   // tokens I32 (batch, seq) → y F32 (batch, seq, 512)
+//   (void)emb->backward(tokens, dy, grads);   // grads.find(*emb->embeddings()): (32000, 512)
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,16 @@ class Embedding : public Layer {
   const VariablePtr& embeddings() const { return embeddings_; }
   /// input_shape + (output_dim,).
   Shape compute_output_shape(const Shape& input_shape) const override;
+  /// The backward of a call (Layer::backward): d embeddings, the scatter-add of dy's rows into
+  /// the rows of their ids, in the table's layout without gathering it — each device adds the
+  /// tokens it holds whose ids fall in its row block (vocab-parallel) into its column block
+  /// (column-parallel), and the blocks of different tokens (batch over 'data', other
+  /// processes) are summed by the partial-sum machinery. Integer tokens have no gradient: it
+  /// returns an empty F32 array of shape (0,) that callers ignore. Nothing is accumulated for a
+  /// non-trainable table. Collective.
+  /// \error ValueError if x is not I32/I64, dy not F32 of the call's output shape, or an id is
+  ///   out of range (every process alike).
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   void build(const Shape& input_shape) override;

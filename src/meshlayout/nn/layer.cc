@@ -198,6 +198,14 @@ Array Layer::recompute(const Array& x) {
   return y;
 }
 
+Array Layer::recompute_inputs(std::span<const Array* const> inputs) {
+  if (inputs.size() != 1) {
+    throw FailedPreconditionError(fmt::format("layer {} ({}) takes one input, got {}", quote(name()),
+                                              unqualified_class_name(typeid(*this)), inputs.size()));
+  }
+  return recompute(*inputs[0]);
+}
+
 Tensor Layer::apply(const std::vector<Tensor>& inputs) {
   if (inputs.size() != 1) {
     throw ValueError(fmt::format("layer {} takes one input, got a list of {}", quote(name()),

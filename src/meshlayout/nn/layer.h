@@ -15,6 +15,8 @@
 //   Tensor inputs = Input({10}, /*batch_size=*/10);
 //   auto d1 = std::make_shared<Dense>(20, DenseOptions{.name = "d1"});
 //   Tensor x = (*d1)(inputs);            // builds d1: kernel (10, 20), bias (20,)
+//   Gradients grads;                     // training (gradients.h): the backward of a call
+//   Array dx = d1->backward(xa, dy, grads);   // dx in xa's layout; grads.find(*d1->kernel())
 #pragma once
 
 #include <memory>
@@ -110,6 +112,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// but without side effects — Dropout reuses the mask of its last training call instead of
   /// drawing a new one. The layer must be built. Collective.
   virtual Array recompute(const Array& x);
+  /// recompute for a call on several inputs (merge layers, functional models). Default: one
+  /// input → recompute(*inputs[0]); more → FailedPreconditionError naming the layer.
+  virtual Array recompute_inputs(std::span<const Array* const> inputs);
 
   /// (attribute name, variable) of the weights this layer created itself, in creation order.
   const std::vector<std::pair<std::string, VariablePtr>>& own_weights() const { return weights_; }

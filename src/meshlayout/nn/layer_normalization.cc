@@ -7,6 +7,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
 
@@ -34,7 +35,7 @@ void LayerNormalization::build(const Shape& input_shape) {
   }
 }
 
-Array LayerNormalization::call(const Array& x) {
+void LayerNormalization::check_input(const Array& x) const {
   if (x.dtype() != DType::kF32) {
     throw ValueError(fmt::format("LayerNormalization layer {} runs on F32 tensors, got {}",
                                  quote(name()), dtype_name(x.dtype())));
@@ -44,6 +45,10 @@ Array LayerNormalization::call(const Array& x) {
                                  "dimension), got an input of shape {}",
                                  quote(name()), features_, shape_to_string(x.shape())));
   }
+}
+
+Array LayerNormalization::call(const Array& x) {
+  check_input(x);
   // The data go to the weights' mesh when it differs (the weights define where the layer runs).
   const VariablePtr& any_weight = gamma_ ? gamma_ : beta_;
   const DeviceMesh mesh = any_weight ? any_weight->value().mesh() : x.mesh();
@@ -84,6 +89,69 @@ Array LayerNormalization::call(const Array& x) {
     }
   });
   return y;
+}
+
+Array LayerNormalization::backward(const Array& x, const Array& dy, Gradients& grads) {
+  if (!built()) {
+    throw FailedPreconditionError(fmt::format("LayerNormalization layer {} is not built: call it "
+                                              "before its backward", quote(name())));
+  }
+  check_input(x);
+  check_output_gradient(name(), dy, x.shape());
+  const VariablePtr& any_weight = gamma_ ? gamma_ : beta_;
+  const DeviceMesh mesh = any_weight ? any_weight->value().mesh() : x.mesh();
+  const int rank = static_cast<int>(x.shape().size());
+  std::vector<DimSharding> axes =
+      x.mesh() == mesh ? x.layout().axes() : std::vector<DimSharding>(static_cast<size_t>(rank));
+  axes.back() = DimSharding();  // whole rows, as the call
+  const TensorLayout target(axes, mesh);
+  std::optional<Array> x_moved, dy_moved, gamma, xhat_dy;
+  const Array& src = in_layout(x, target, x_moved);
+  const Array& d_in = in_layout(dy, target, dy_moved);
+  Array dx = allocate_agreed(target, x.shape(), DType::kF32, src.runtime_ptr());
+  if (gamma_) gamma.emplace(distribute_tensor(gamma_->value(), TensorLayout({DimSharding()}, mesh)));
+  if (gamma_ && gamma_->trainable()) {
+    xhat_dy.emplace(allocate_agreed(target, x.shape(), DType::kF32, src.runtime_ptr()));
+  }
+  const int64_t row = features_;
+  const double epsilon = options_.epsilon;
+  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+    Array::Shard& s = dx.local_shards()[i];
+    if (row == 0 || s.box.num_elements() == 0) return;
+    float* out = reinterpret_cast<float*>(s.buffer.data());
+    float* c = xhat_dy ? reinterpret_cast<float*>(xhat_dy->shard_at(s.position)->buffer.data()) : nullptr;
+    const float* v = reinterpret_cast<const float*>(src.shard_at(s.position)->buffer.data());
+    const float* d = reinterpret_cast<const float*>(d_in.shard_at(s.position)->buffer.data());
+    const float* g = gamma ? reinterpret_cast<const float*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
+    for (int64_t r = 0; r < s.box.num_elements() / row; ++r) {
+      const int64_t o = r * row;
+      double mean = 0;
+      for (int64_t k = 0; k < row; ++k) mean += v[o + k];
+      mean /= static_cast<double>(row);
+      double var = 0;
+      for (int64_t k = 0; k < row; ++k) var += (v[o + k] - mean) * (v[o + k] - mean);
+      var /= static_cast<double>(row);
+      const double inv = 1.0 / std::sqrt(var + epsilon);
+      double mean_d = 0, mean_dx = 0;  // mean(d), mean(d·x̂), d = dy·gamma
+      for (int64_t k = 0; k < row; ++k) {
+        const double dk = g ? static_cast<double>(d[o + k]) * g[k] : d[o + k];
+        mean_d += dk;
+        mean_dx += dk * (v[o + k] - mean) * inv;
+      }
+      mean_d /= static_cast<double>(row);
+      mean_dx /= static_cast<double>(row);
+      for (int64_t k = 0; k < row; ++k) {
+        const double xhat = (v[o + k] - mean) * inv;
+        const double dk = g ? static_cast<double>(d[o + k]) * g[k] : d[o + k];
+        out[o + k] = static_cast<float>(inv * (dk - mean_d - xhat * mean_dx));
+        if (c) c[o + k] = static_cast<float>(d[o + k] * xhat);
+      }
+    }
+  });
+  if (xhat_dy) grads.accumulate(*gamma_, sum_over_leading(*xhat_dy, 1, gamma_->value().layout()));
+  if (beta_ && beta_->trainable()) grads.accumulate(*beta_, sum_over_leading(d_in, 1, beta_->value().layout()));
+  if (dx.layout() == x.layout()) return dx;
+  return distribute_tensor(dx, x.layout());
 }
 
 }  // namespace meshlayout

@@ -14,6 +14,7 @@
 // Example:
 //   auto ln = std::make_shared<LayerNormalization>(LayerNormalizationOptions{.epsilon = 1e-6});
 //   Tensor y = (*ln)(x);   // x F32 (batch, seq, d) → y, same shape
+//   Array dx = ln->backward(x, dy, grads);   // grads.find(*ln->gamma()), find(*ln->beta())
 #pragma once
 
 #include <string>
@@ -43,6 +44,12 @@ class LayerNormalization : public Layer {
   const VariablePtr& gamma() const { return gamma_; }
   const VariablePtr& beta() const { return beta_; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  /// The backward of a call (Layer::backward), rows whole as the call (statistics in double):
+  /// with x̂ = (x - mean)·r, r = 1/sqrt(var + epsilon), and d = dy·gamma, dx = r·(d - mean(d) -
+  /// x̂·mean(d·x̂)) in x's layout; d gamma = Σ dy·x̂ and d beta = Σ dy over every row, summed
+  /// across devices and processes into their layouts. Collective.
+  /// \error ValueError for x or dy not F32 of the built shape.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   /// ValueError for a rank-0 input.
@@ -51,6 +58,7 @@ class LayerNormalization : public Layer {
   Array call(const Array& x) override;
 
  private:
+  void check_input(const Array& x) const;
   LayerNormalizationOptions options_;
   int64_t features_ = 0;
   VariablePtr gamma_, beta_;

@@ -7,6 +7,8 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/layout/box_ops.h"
+#include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/ops/elementwise.h"
 
 namespace meshlayout {
@@ -109,6 +111,72 @@ Shape Concatenate::merged_shape(const std::vector<Shape>& shapes) const {
 
 Array Concatenate::merge(const std::vector<const Array*>& inputs) const {
   return concatenate(inputs, axis_);
+}
+
+std::vector<Array> MergeLayer::backward_inputs(std::span<const Array* const> inputs, const Array& dy,
+                                               Gradients&) {
+  if (inputs.empty()) {
+    throw ValueError(fmt::format("backward of merge layer {}: no inputs", quote(name())));
+  }
+  std::vector<Shape> shapes;
+  for (const Array* a : inputs) shapes.push_back(a->shape());
+  check_output_gradient(name(), dy, merged_shape(shapes));
+  return input_gradients(inputs, dy);
+}
+
+Array MergeLayer::recompute_inputs(std::span<const Array* const> inputs) {
+  return merge(std::vector<const Array*>(inputs.begin(), inputs.end()));
+}
+
+Array MergeLayer::backward(const Array& x, const Array& dy, Gradients& grads) {
+  const Array* inputs[] = {&x};
+  return std::move(backward_inputs(inputs, dy, grads)[0]);
+}
+
+std::vector<Array> Add::input_gradients(std::span<const Array* const> inputs, const Array& dy) const {
+  std::vector<Array> out;
+  for (const Array* a : inputs) out.push_back(distribute_tensor(dy, a->layout()));
+  return out;
+}
+
+std::vector<Array> Multiply::input_gradients(std::span<const Array* const> inputs, const Array& dy) const {
+  std::vector<Array> out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Array g = distribute_tensor(dy, inputs[i]->layout());
+    for (size_t j = 0; j < inputs.size(); ++j) {
+      if (j != i) g = multiply(std::move(g), *inputs[j]);
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<Array> Concatenate::input_gradients(std::span<const Array* const> inputs, const Array& dy) const {
+  const int64_t rank = static_cast<int64_t>(dy.shape().size());
+  const size_t axis = static_cast<size_t>(axis_ < 0 ? axis_ + rank : axis_);
+  // dy with the joined axis whole; each input's slice is cut from it by every device, in the
+  // same layout, then brought to the input's layout.
+  std::vector<DimSharding> axes = dy.layout().axes();
+  axes[axis] = DimSharding();
+  const TensorLayout whole(axes, dy.mesh());
+  std::optional<Array> moved;
+  const Array& g = in_layout(dy, whole, moved);
+  const size_t elem = dtype_size(dy.dtype());
+  std::vector<Array> out;
+  int64_t offset = 0;
+  for (const Array* a : inputs) {
+    Array slice = allocate_agreed(whole, a->shape(), dy.dtype(), dy.runtime_ptr());
+    slice.runtime().pool().parallel_for(slice.local_shards().size(), [&](size_t i) {
+      Array::Shard& s = slice.local_shards()[i];
+      const Array::Shard& from = *g.shard_at(s.position);
+      Box in_dy = s.box;  // the slice's box in dy's coordinates
+      in_dy.offset[axis] += offset;
+      if (s.box.num_elements() > 0) copy_box(from.buffer.data(), from.box, s.buffer.data(), in_dy, in_dy, elem);
+    });
+    offset += a->shape()[axis];
+    out.push_back(slice.layout() == a->layout() ? std::move(slice) : distribute_tensor(slice, a->layout()));
+  }
+  return out;
 }
 
 }  // namespace meshlayout

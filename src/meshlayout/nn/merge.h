@@ -9,8 +9,11 @@
 //   Tensor h = (*std::make_shared<Dense>(16))(x);
 //   Tensor y = std::make_shared<Add>()->apply({x, h});
 //   auto model = Model::functional(x, y);
+//   const Array* ins[] = {&xa, &ha};
+//   std::vector<Array> d = add->backward_inputs(ins, dy, grads);   // d[0] in xa's layout, …
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,12 +32,23 @@ class MergeLayer : public Layer {
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
   /// The output shape for these input shapes; ValueError naming them if they do not fit.
   virtual Shape merged_shape(const std::vector<Shape>& shapes) const;
+  /// dL/d input i in input i's layout, in order (no weights): Add passes dy to each input,
+  /// Multiply gives dy·Π_{j≠i} x_j, Concatenate the slice of dy along its axis. Collective.
+  /// \error ValueError for no inputs, shapes that do not fit, or dy not F32 of the merged shape.
+  std::vector<Array> backward_inputs(std::span<const Array* const> inputs, const Array& dy,
+                                     Gradients& grads) override;
+  /// The merge again (no side effects): for a model's backward.
+  Array recompute_inputs(std::span<const Array* const> inputs) override;
+  /// One input: backward_inputs({&x}).
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   MergeLayer(std::string_view class_name, std::string name) : Layer(class_name, std::move(name)) {}
   void build(const Shape&) override {}
   Array call(const Array& x) override;
   virtual Array merge(const std::vector<const Array*>& inputs) const = 0;
+  /// backward_inputs once the shapes are checked.
+  virtual std::vector<Array> input_gradients(std::span<const Array* const> inputs, const Array& dy) const = 0;
 };
 
 /// keras.layers.Add: the element-wise sum of inputs of one shape.
@@ -44,6 +58,7 @@ class Add : public MergeLayer {
 
  protected:
   Array merge(const std::vector<const Array*>& inputs) const override;
+  std::vector<Array> input_gradients(std::span<const Array* const> inputs, const Array& dy) const override;
 };
 
 /// keras.layers.Multiply: the element-wise product of inputs of one shape.
@@ -53,6 +68,7 @@ class Multiply : public MergeLayer {
 
  protected:
   Array merge(const std::vector<const Array*>& inputs) const override;
+  std::vector<Array> input_gradients(std::span<const Array* const> inputs, const Array& dy) const override;
 };
 
 /// keras.layers.Concatenate(axis=-1): inputs joined along `axis`, equal elsewhere.
@@ -65,6 +81,7 @@ class Concatenate : public MergeLayer {
 
  protected:
   Array merge(const std::vector<const Array*>& inputs) const override;
+  std::vector<Array> input_gradients(std::span<const Array* const> inputs, const Array& dy) const override;
 
  private:
   int64_t axis_;

@@ -3,13 +3,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <span>
 #include <optional>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/nn/materialize.h"
+#include "meshlayout/ops/elementwise.h"
 
 namespace meshlayout {
 namespace {
@@ -116,6 +120,35 @@ Tensor Model::call(const Tensor& x) {
   return t;
 }
 
+Array Model::recompute(const Array& x) {
+  if (kind_ != Kind::kSequential) return Layer::recompute(x);
+  NameScope scope = open_name_scope();
+  std::optional<Array> t;
+  for (const auto& layer : layers_) t.emplace(layer->recompute(t ? *t : x));
+  if (!t) return distribute_tensor(x, x.layout());
+  return std::move(*t);
+}
+
+Array Model::backward(const Array& x, const Array& dy, Gradients& grads) {
+  if (kind_ != Kind::kSequential) return Layer::backward(x, dy, grads);
+  if (!built()) {
+    throw FailedPreconditionError(fmt::format("model {} is not built: call it before its backward",
+                                              quote(name())));
+  }
+  if (layers_.empty()) return distribute_tensor(dy, x.layout());
+  NameScope scope = open_name_scope();
+  // inputs[k]: the input of layer k + 1 (layer 0 reads x).
+  std::deque<Array> inputs;
+  for (size_t k = 0; k + 1 < layers_.size(); ++k) inputs.push_back(layers_[k]->recompute(k == 0 ? x : inputs.back()));
+  std::optional<Array> g;
+  for (size_t k = layers_.size(); k-- > 0;) {
+    const Array& in = k == 0 ? x : inputs[k - 1];
+    g.emplace(layers_[k]->backward(in, g ? *g : dy, grads));
+    if (k > 0) inputs.pop_back();  // no longer needed
+  }
+  return std::move(*g);
+}
+
 namespace {
 
 /// keras Functional: the layer graph between the inputs and the output, replayed in order.
@@ -152,6 +185,59 @@ class FunctionalModel : public Model {
   using Model::materialize_variables;
 
   Tensor call(const Tensor& x) override { return run({x}); }
+
+  Array recompute(const Array& x) override {
+    const Array* in[] = {&x};
+    return recompute_inputs(in);
+  }
+
+  Array recompute_inputs(std::span<const Array* const> xs) override {
+    check_input_count(xs.size());
+    NameScope scope = open_name_scope();
+    std::deque<Array> owned;
+    std::vector<const Array*> values = replay(xs, owned);
+    return distribute_tensor(*values[output_node_], values[output_node_]->layout());
+  }
+
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override {
+    const Array* in[] = {&x};
+    return std::move(backward_inputs(in, dy, grads)[0]);
+  }
+
+  std::vector<Array> backward_inputs(std::span<const Array* const> xs, const Array& dy,
+                                     Gradients& grads) override {
+    check_input_count(xs.size());
+    NameScope scope = open_name_scope();
+    std::deque<Array> owned;
+    const std::vector<const Array*> values = replay(xs, owned);
+    // d[k]: dL/d value of node k, summed over the nodes reading it; the output's is dy.
+    std::vector<std::optional<Array>> d(nodes_.size());
+    auto accumulate = [&](size_t node, Array g) {
+      if (!d[node]) {
+        d[node].emplace(std::move(g));
+      } else {
+        d[node] = add(std::move(*d[node]), g);
+      }
+    };
+    for (size_t k = nodes_.size(); k-- > 0;) {
+      const Node& node = nodes_[k];
+      if (k == output_node_ && node.is_input) accumulate(k, distribute_tensor(dy, dy.layout()));
+      if (node.is_input) continue;
+      const Array* g = k == output_node_ ? &dy : d[k] ? &*d[k] : nullptr;
+      if (!g) continue;  // the output does not depend on this node
+      std::vector<const Array*> ins;
+      for (size_t i : node.inputs) ins.push_back(values[i]);
+      std::vector<Array> gi = node.layer->backward_inputs(ins, *g, grads);
+      d[k].reset();
+      for (size_t j = 0; j < node.inputs.size(); ++j) accumulate(node.inputs[j], std::move(gi[j]));
+    }
+    std::vector<Array> out;
+    for (size_t i = 0; i < xs.size(); ++i) {
+      std::optional<Array>& di = d[input_nodes_[i]];
+      out.push_back(di ? std::move(*di) : filled(xs[i]->layout(), xs[i]->shape(), 0.0f, xs[i]->runtime_ptr()));
+    }
+    return out;
+  }
 
   Tensor apply(const std::vector<Tensor>& xs) override {
     if (xs.size() == 1) return (*this)(xs[0]);
@@ -262,6 +348,21 @@ class FunctionalModel : public Model {
       }
     }
     return *values[output_node_];
+  }
+
+  /// Every node's value for inputs xs (pointers into xs or `owned`), by the layers' recompute.
+  std::vector<const Array*> replay(std::span<const Array* const> xs, std::deque<Array>& owned) {
+    std::vector<const Array*> values(nodes_.size(), nullptr);
+    for (size_t i = 0; i < xs.size(); ++i) values[input_nodes_[i]] = xs[i];
+    for (size_t k = 0; k < nodes_.size(); ++k) {
+      const Node& node = nodes_[k];
+      if (node.is_input) continue;
+      std::vector<const Array*> in;
+      for (size_t i : node.inputs) in.push_back(values[i]);
+      owned.push_back(node.layer->recompute_inputs(in));
+      values[k] = &owned.back();
+    }
+    return values;
   }
 
   std::vector<Node> nodes_;  // in an order where every node follows its inputs

@@ -25,6 +25,8 @@
 //   { LayoutMapScope scope = layout_map.scope(); model = std::make_shared<SubclassModel>(); }
 //   Tensor results = (*model)(inputs);                       // builds, materialises, runs
 //   model->d1->kernel()->layout() == layout_1;
+//   Gradients grads;
+//   Array dx = sequential->backward(x, dy, grads);   // every layer's weights in grads
 #pragma once
 
 #include <memory>
@@ -68,6 +70,16 @@ class Model : public Layer {
 
   /// The forward pass; subclassed models override it, composing their tracked layers.
   virtual Tensor call(const Tensor& x);
+
+  /// The backward of a call of a Sequential or functional model (Layer::backward): recomputes
+  /// every layer's input by a forward pass (Layer::recompute: Dropout reuses its last mask),
+  /// then runs the layers' backward in reverse order — a node of several inputs through
+  /// backward_inputs, the gradients of a value read by several nodes summed — so every
+  /// variable's gradient comes from one call. Subclassed models: FailedPreconditionError (their
+  /// call is arbitrary code; they override backward). Collective.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
+  /// The layers' recompute in order (Sequential); Layer::recompute otherwise.
+  Array recompute(const Array& x) override;
 
  protected:
   /// `class_name` gives the automatic name ("sequential"); empty: the C++ class name in snake

@@ -6,6 +6,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
 namespace {
@@ -86,5 +87,24 @@ Shape Flatten::compute_output_shape(const Shape& input_shape) const {
 }
 
 Array Flatten::call(const Array& x) { return reshape_keeping_batch(x, compute_output_shape(x.shape())); }
+
+namespace {
+
+Array reshape_backward(const std::string& layer, const Shape& out_shape, const Array& x, const Array& dy) {
+  check_output_gradient(layer, dy, out_shape);
+  Array dx = reshape_keeping_batch(dy, x.shape());
+  if (dx.layout() == x.layout()) return dx;
+  return distribute_tensor(dx, x.layout());
+}
+
+}  // namespace
+
+Array Reshape::backward(const Array& x, const Array& dy, Gradients&) {
+  return reshape_backward(name(), compute_output_shape(x.shape()), x, dy);
+}
+
+Array Flatten::backward(const Array& x, const Array& dy, Gradients&) {
+  return reshape_backward(name(), compute_output_shape(x.shape()), x, dy);
+}
 
 }  // namespace meshlayout

@@ -10,6 +10,7 @@
 // Example:
 //   auto flat = std::make_shared<Flatten>();
 //   Tensor y = (*flat)(x);   // x (8, 4, 4, 3) laid out (data, None, None, None) → (8, 48)
+//   Array dx = flat->backward(x, dy, grads);   // dy (8, 48) → (8, 4, 4, 3) in x's layout
 #pragma once
 
 #include <string>
@@ -29,6 +30,8 @@ class Reshape : public Layer {
   const Shape& target_shape() const { return target_shape_; }
   /// ValueError naming both shapes if the element counts differ.
   Shape compute_output_shape(const Shape& input_shape) const override;
+  /// dy reshaped back to x's shape, in x's layout. ValueError for dy not F32 of the output shape.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   void build(const Shape& input_shape) override { (void)compute_output_shape(input_shape); }
@@ -47,6 +50,8 @@ class Flatten : public Layer {
   explicit Flatten(FlattenOptions options = {});
   /// ValueError for a rank-0 input.
   Shape compute_output_shape(const Shape& input_shape) const override;
+  /// As Reshape::backward.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   void build(const Shape& input_shape) override { (void)compute_output_shape(input_shape); }

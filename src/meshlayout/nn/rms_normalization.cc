@@ -7,6 +7,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
 
@@ -28,13 +29,17 @@ void RMSNormalization::build(const Shape& input_shape) {
                        .layout = options_.scale_layout});
 }
 
-Array RMSNormalization::call(const Array& x) {
+void RMSNormalization::check_input(const Array& x) const {
   if (x.dtype() != DType::kF32 || x.shape().empty() || x.shape().back() != features_) {
     throw ValueError(fmt::format("RMSNormalization layer {} was built for F32 inputs of {} features "
                                  "(the last dimension), got {} {}",
                                  quote(name()), features_, dtype_name(x.dtype()),
                                  shape_to_string(x.shape())));
   }
+}
+
+Array RMSNormalization::call(const Array& x) {
+  check_input(x);
   const DeviceMesh mesh = scale_->value().mesh();
   const int rank = static_cast<int>(x.shape().size());
   std::vector<DimSharding> axes =
@@ -71,6 +76,57 @@ Array RMSNormalization::call(const Array& x) {
     }
   });
   return y;
+}
+
+Array RMSNormalization::backward(const Array& x, const Array& dy, Gradients& grads) {
+  if (!scale_) {
+    throw FailedPreconditionError(fmt::format("RMSNormalization layer {} is not built: call it before "
+                                              "its backward", quote(name())));
+  }
+  check_input(x);
+  check_output_gradient(name(), dy, x.shape());
+  const DeviceMesh mesh = scale_->value().mesh();
+  const int rank = static_cast<int>(x.shape().size());
+  std::vector<DimSharding> axes =
+      x.mesh() == mesh ? x.layout().axes() : std::vector<DimSharding>(static_cast<size_t>(rank));
+  axes.back() = DimSharding();  // whole rows, as the call
+  const TensorLayout target(axes, mesh);
+  std::optional<Array> x_moved, dy_moved;
+  const Array& src = in_layout(x, target, x_moved);
+  const Array& g_in = in_layout(dy, target, dy_moved);
+  Array dx = allocate_agreed(target, x.shape(), DType::kF32, src.runtime_ptr());
+  const bool want_scale = scale_->trainable();
+  std::optional<Array> contrib;  // dy·x·r, summed over rows below
+  if (want_scale) contrib.emplace(allocate_agreed(target, x.shape(), DType::kF32, src.runtime_ptr()));
+  const Array scale = distribute_tensor(scale_->value(), TensorLayout({DimSharding()}, mesh));
+  const int64_t row = features_;
+  const double epsilon = options_.epsilon;
+  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+    Array::Shard& s = dx.local_shards()[i];
+    if (row == 0 || s.box.num_elements() == 0) return;
+    float* out = reinterpret_cast<float*>(s.buffer.data());
+    float* c = contrib ? reinterpret_cast<float*>(contrib->shard_at(s.position)->buffer.data()) : nullptr;
+    const float* in = reinterpret_cast<const float*>(src.shard_at(s.position)->buffer.data());
+    const float* d = reinterpret_cast<const float*>(g_in.shard_at(s.position)->buffer.data());
+    const float* g = reinterpret_cast<const float*>(scale.shard_at(s.position)->buffer.data());
+    for (int64_t r = 0; r < s.box.num_elements() / row; ++r) {
+      const int64_t o = r * row;
+      double squares = 0, dot = 0;  // Σ x², Σ g·dy·x
+      for (int64_t k = 0; k < row; ++k) {
+        squares += static_cast<double>(in[o + k]) * in[o + k];
+        dot += static_cast<double>(g[k]) * d[o + k] * in[o + k];
+      }
+      const double inv = 1.0 / std::sqrt(squares / static_cast<double>(row) + epsilon);
+      const double coef = inv * inv * inv * dot / static_cast<double>(row);
+      for (int64_t k = 0; k < row; ++k) {
+        out[o + k] = static_cast<float>(inv * g[k] * d[o + k] - coef * in[o + k]);
+        if (c) c[o + k] = static_cast<float>(static_cast<double>(d[o + k]) * in[o + k] * inv);
+      }
+    }
+  });
+  if (contrib) grads.accumulate(*scale_, sum_over_leading(*contrib, 1, scale_->value().layout()));
+  if (dx.layout() == x.layout()) return dx;
+  return distribute_tensor(dx, x.layout());
 }
 
 }  // namespace meshlayout

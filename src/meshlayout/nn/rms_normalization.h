@@ -10,6 +10,7 @@
 // Example:
 //   auto norm = std::make_shared<RMSNormalization>(RMSNormalizationOptions{.epsilon = 1e-6});
 //   Tensor y = (*norm)(x);   // x F32 (batch, seq, d) → y, same shape
+//   Array dx = norm->backward(x, dy, grads);   // grads.find(*norm->scale()): (d,)
 #pragma once
 
 #include <optional>
@@ -32,6 +33,11 @@ class RMSNormalization : public Layer {
   explicit RMSNormalization(RMSNormalizationOptions options = {});
   const VariablePtr& scale() const { return scale_; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  /// The backward of a call (Layer::backward), rows whole as the call: with r = rsqrt(mean(x²)
+  /// + epsilon) per row, dx = r·(g·dy) - x·r³·Σ(g·dy·x)/n (row sums in double) in x's layout,
+  /// d scale = Σ over every row of dy·x·r, summed across devices and processes into the
+  /// scale's layout. Collective. \error ValueError for x or dy not F32 of the built shape.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   /// ValueError for a rank-0 input.
@@ -40,6 +46,7 @@ class RMSNormalization : public Layer {
   Array call(const Array& x) override;
 
  private:
+  void check_input(const Array& x) const;
   RMSNormalizationOptions options_;
   int64_t features_ = 0;
   VariablePtr scale_;
