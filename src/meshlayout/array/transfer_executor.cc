@@ -8,7 +8,8 @@
 #include "meshlayout/core/errors.h"
 
 namespace meshlayout::internal_array {
-void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationResolver& dst) {
+void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationResolver& dst,
+                  const std::function<void()>& before_exchange) {
   Runtime& rt = src.runtime();
   const int me = rt.process_id();
   const size_t elem = dtype_size(src.dtype());
@@ -39,11 +40,16 @@ void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationRe
       }
     }
   }
-  // The exchange runs on this thread while the pool's workers do the local copies.
-  rt.pool().parallel_for_after(
-      several ? std::function<void()>([&] { rt.comm().exchange_boxes(sends, recvs, elem); })
-              : std::function<void()>(),
-      local.size(), [&](size_t i) {
+  // The agreement, then the exchange, run on this thread while the pool's workers do the
+  // local copies.
+  std::function<void()> first;
+  if (before_exchange || several) {
+    first = [&] {
+      if (before_exchange) before_exchange();
+      if (several) rt.comm().exchange_boxes(sends, recvs, elem);
+    };
+  }
+  rt.pool().parallel_for_after(first, local.size(), [&](size_t i) {
         const Transfer& t = *local[i];
         const Array::Shard* s = src.shard_at(t.src_position);
         auto [dst_data, dst_box] = dst(t.dst_index);

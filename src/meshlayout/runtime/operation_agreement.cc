@@ -14,8 +14,9 @@ namespace {
 struct Record {
   uint64_t hash = 0;
   uint64_t bytes = 0;
+  uint64_t failed = 0;  // agree_on_operation with a local error: 1 if this rank failed
 };
-static_assert(sizeof(Record) == 16, "exchanged as raw bytes");
+static_assert(sizeof(Record) == 24, "exchanged as raw bytes");
 
 // FNV-1a, 64 bits: the same on every process and compiler, which std::hash is not.
 uint64_t fnv1a(std::string_view text) {
@@ -66,12 +67,27 @@ std::string describe_fields(std::initializer_list<std::string> fields) {
   return out;
 }
 
-void agree_on_operation(Communicator& comm, std::string_view what, std::string_view description) {
+namespace {
+
+void agree(Communicator& comm, std::string_view what, std::string_view description,
+           const std::exception_ptr* local_error) {
   const int n = comm.size();
-  if (n == 1) return;
-  const Record mine{fnv1a(description), description.size()};
+  if (n == 1) {
+    if (local_error != nullptr) agree_on_failure(comm, *local_error);
+    return;
+  }
+  const Record mine{fnv1a(description), description.size(),
+                    local_error != nullptr && *local_error ? uint64_t{1} : uint64_t{0}};
   std::vector<Record> all(static_cast<size_t>(n));
   comm.all_gather(&mine, sizeof mine, all.data());
+  for (const Record& x : all) {
+    if (x.failed == 0) continue;
+    // Every rank saw the flag, so every rank takes part; this throws on every rank.
+    agree_on_failure(comm, local_error != nullptr ? *local_error : std::exception_ptr());
+    throw InternalError(fmt::format("agree_on_operation ({}): a rank reported a failure that "
+                                    "agree_on_failure lost",
+                                    what));
+  }
   std::vector<int> differ;
   for (int r = 1; r < n; ++r) {
     const Record& x = all[static_cast<size_t>(r)];
@@ -96,6 +112,17 @@ void agree_on_operation(Communicator& comm, std::string_view what, std::string_v
   message += "; every process must run the same operation with the same arguments and "
              "environment";
   throw ValueError(message);
+}
+
+}  // namespace
+
+void agree_on_operation(Communicator& comm, std::string_view what, std::string_view description) {
+  agree(comm, what, description, nullptr);
+}
+
+void agree_on_operation(Communicator& comm, std::string_view what, std::string_view description,
+                        const std::exception_ptr& local_error) {
+  agree(comm, what, description, &local_error);
 }
 
 }  // namespace meshlayout

@@ -13,6 +13,7 @@
 //   //   process 0 has to=layout[None,model]; …
 #pragma once
 
+#include <exception>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,16 @@ namespace meshlayout {
 /// every rank throws the same ValueError naming `what`, the first rank whose description
 /// differs from rank 0's, the first field that differs, and how many other ranks differ.
 void agree_on_operation(Communicator& comm, std::string_view what, std::string_view description);
+
+/// agree_on_failure(comm, local_error) and then agree_on_operation, in the one all_gather
+/// agree_on_operation makes when no rank failed (a second agreement runs only if one did).
+/// A failure wins over a disagreement, as it would calling the two in that order. A group of
+/// one rank runs agree_on_failure alone.
+/// Why: every collective is a synchronisation point that costs a scheduling round when
+/// processes outnumber cores; a reshard used to make three before moving any data.
+/// Example: agree_on_operation(comm, "reshard", description, allocation_error);
+void agree_on_operation(Communicator& comm, std::string_view what, std::string_view description,
+                        const std::exception_ptr& local_error);
 
 /// The description fields joined: fields({"a=1", "b=2"}) == "a=1; b=2". Values should not
 /// contain "; " (it separates fields in the message; the hash covers every byte anyway).

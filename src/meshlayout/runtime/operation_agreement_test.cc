@@ -74,6 +74,48 @@ TEST(AgreeOnOperationTest, GroupStaysUsableAfterADisagreement) {
   });
 }
 
+// agree_on_operation with a local error: one all_gather decides both; a failure wins.
+TEST(AgreeOnOperationTest, WithAnErrorAFailureWinsOverADisagreementOnEveryRank) {
+  std::vector<std::string> seen(4);
+  run_in_process_group(4, [&](Communicator& comm) {
+    std::exception_ptr error;
+    if (comm.rank() == 2) error = std::make_exception_ptr(DataLossError("disk gone"));
+    try {
+      agree_on_operation(comm, "reshard", comm.rank() == 3 ? "to=a" : "to=b", error);
+      seen[static_cast<size_t>(comm.rank())] = "ok";
+    } catch (const DataLossError& e) {
+      seen[static_cast<size_t>(comm.rank())] = e.what();
+    }
+  });
+  EXPECT_EQ(seen, std::vector<std::string>(4, "rank 2: disk gone"));
+}
+
+TEST(AgreeOnOperationTest, WithoutAnErrorItChecksTheDescriptionsAndStaysUsable) {
+  const auto seen = agree(3, [](int r) { return r == 1 ? "to=a" : "to=b"; });
+  std::vector<std::string> with_null(3);
+  run_in_process_group(3, [&](Communicator& comm) {
+    try {
+      agree_on_operation(comm, "reshard", comm.rank() == 1 ? "to=a" : "to=b", nullptr);
+      with_null[static_cast<size_t>(comm.rank())] = "ok";
+    } catch (const ValueError& e) {
+      with_null[static_cast<size_t>(comm.rank())] = e.what();
+    }
+    agree_on_operation(comm, "reshard", "same", nullptr);  // returns on every rank
+  });
+  EXPECT_EQ(with_null, seen);
+}
+
+TEST(AgreeOnOperationTest, SingleRankWithAnErrorThrowsIt) {
+  std::unique_ptr<Communicator> comm = make_single_process_communicator();
+  agree_on_operation(*comm, "x", "anything", nullptr);
+  try {
+    agree_on_operation(*comm, "x", "anything", std::make_exception_ptr(ValueError("bad")));
+    FAIL() << "expected a ValueError";
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "rank 0: bad");
+  }
+}
+
 TEST(AgreeOnOperationTest, SingleRankNeverCommunicates) {
   std::unique_ptr<Communicator> comm = make_single_process_communicator();
   agree_on_operation(*comm, "x", "anything");

@@ -356,9 +356,22 @@ void MpiCommunicator::exchange_boxes(std::span<const BoxRegion> sends,
       if (t.derived) MPI_Type_free(&t.type);
     }
   };
+  // Peers in rotated order (NOTE [Exchange order]); regions of one pair keep their order.
+  auto rotated = [&](std::span<const BoxRegion> regions, bool forward) {
+    std::vector<const BoxRegion*> order;
+    order.reserve(regions.size());
+    for (const BoxRegion& g : regions) order.push_back(&g);
+    const int n = size_, me = rank_;
+    std::stable_sort(order.begin(), order.end(), [&](const BoxRegion* a, const BoxRegion* b) {
+      auto distance = [&](int peer) { return forward ? (peer - me + n) % n : (me - peer + n) % n; };
+      return distance(a->peer) < distance(b->peer);
+    });
+    return order;
+  };
   try {
     // Receives first, so large messages find their buffers posted.
-    for (const BoxRegion& r : recvs) {
+    for (const BoxRegion* rp : rotated(recvs, false)) {
+      const BoxRegion& r = *rp;
       if (r.piece.num_elements() == 0) continue;
       types.push_back(describe(r));
       requests.emplace_back();
@@ -366,7 +379,8 @@ void MpiCommunicator::exchange_boxes(std::span<const BoxRegion> sends,
                       kExchangeTag, comm_, &requests.back()),
             "MPI_Irecv (exchange_boxes)");
     }
-    for (const BoxRegion& s : sends) {
+    for (const BoxRegion* sp : rotated(sends, true)) {
+      const BoxRegion& s = *sp;
       if (s.piece.num_elements() == 0) continue;
       types.push_back(describe(s));
       requests.emplace_back();
