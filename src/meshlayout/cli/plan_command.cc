@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "meshlayout/cli/plan_render.h"
+#include "meshlayout/cli/training_plan.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/safetensors_file.h"
@@ -15,6 +16,9 @@
 namespace meshlayout::cli {
 
 int run_plan(const PlanCommandOptions& options, std::ostream& out) {
+  // An unknown optimizer is refused before anything is read.
+  std::unique_ptr<Optimizer> optimizer;
+  if (options.optimizer) optimizer = make_optimizer(*options.optimizer);
   RulesFile rules = load_rules_file(options.rules_path);
   if (options.mesh) rules.mesh = DeviceMesh::from_string(*options.mesh);
   if (!rules.mesh) {
@@ -31,7 +35,17 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
       checkpoint, map,
       {.strict = options.strict, .replicated_warn_bytes = options.replicated_warn_bytes},
       options.path);
-  const std::string text = options.json ? render_plan_json(plan) : render_plan_text(plan);
+  std::string text = options.json ? render_plan_json(plan) : render_plan_text(plan);
+  if (optimizer) {
+    const TrainingPlan training = plan_training(plan, map, *optimizer);
+    if (options.json) {
+      nlohmann::json j = nlohmann::json::parse(text);
+      j["training"] = training_json(training, plan.mesh);
+      text = j.dump() + "\n";
+    } else {
+      text += render_training_text(training, plan.mesh);
+    }
+  }
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.flush();
   return plan.ok() ? 0 : kPlanHasErrorsExitCode;
@@ -60,6 +74,9 @@ void add_plan_command(CLI::App& app, int* exit_code) {
                   "(Keras 2); overrides the file's \"mode\"");
   cmd->add_flag("--json", options->json, "print one JSON object instead of text");
   cmd->add_flag("--strict", options->strict, "uneven splits are errors, not warnings");
+  cmd->add_option("--optimizer", options->optimizer,
+                  "also show what training with this optimizer (sgd, adam, adamw) holds per device: "
+                  "weights, gradients and optimizer slots, in float32");
   cmd->add_option("--replicated-warn-bytes", *warn_bytes,
                   "warn about tensors of at least this size that no rule matches (each device "
                   "holds all of them); 0 turns the warning off. Default 16MiB");

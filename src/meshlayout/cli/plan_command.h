@@ -3,6 +3,7 @@
 //
 //   meshlayout plan model.safetensors --rules rules.json [--mesh data=2,model=4]
 //       [--mode search|fullmatch|first] [--json] [--strict] [--replicated-warn-bytes 16MiB]
+//       [--optimizer sgd|adam|adamw]
 //
 // FILE is a .safetensors file, a *.safetensors.index.json or a directory holding either.
 // The mesh is --mesh if given, else the rules file's "mesh"; neither is an error. The mesh
@@ -22,6 +23,8 @@
 //    "totals": {"tensors", "bytes", "sharded", "replicated", "errors", "warnings",
 //               "device_bytes_sum", "device_bytes_max"},
 //    "warnings": [{"kind", "tensor"?, "rule"?, "message"}], "errors": [same]}
+// With --optimizer, the training footprint per device follows (training_plan.h): weights,
+// gradients and optimizer slots in float32; in JSON under "training".
 // ("rule", "pattern" and "layout" are null for a tensor no rule matches; a tensor that cannot
 // be placed has no shard fields and has "error".)
 //
@@ -50,6 +53,7 @@ struct PlanCommandOptions {
   bool json = false;
   bool strict = false;
   uint64_t replicated_warn_bytes = kDefaultReplicatedWarnBytes;
+  std::optional<std::string> optimizer;  // also plan training with this optimizer
 };
 
 /// Exit code when the plan was printed but has errors.

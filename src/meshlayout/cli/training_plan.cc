@@ -1,0 +1,73 @@
+// training_plan.cc — see training_plan.h.
+#include "meshlayout/cli/training_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "meshlayout/core/byte_size.h"
+#include "meshlayout/layout/shard_geometry.h"
+#include "meshlayout/layout_map/layout_map.h"
+
+namespace meshlayout::cli {
+
+TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map, const Optimizer& optimizer) {
+  TrainingPlan out{.optimizer = optimizer.name(), .slot_names = optimizer.slot_names()};
+  out.devices.resize(static_cast<size_t>(plan.mesh.size()));
+  std::vector<SlotFootprint> footprints;
+  for (const PlannedTensor& t : plan.tensors) {
+    if (!t.ok() || !t.info->dtype || !is_floating(*t.info->dtype)) continue;
+    const int rank = static_cast<int>(t.info->shape.size());
+    const TensorLayout layout = map.get(t.info->name).value_or(TensorLayout::replicated(rank, plan.mesh));
+    footprints.push_back({t.info->shape, DType::kF32, layout});
+    const ShardGeometry g(layout, t.info->shape, {}, t.info->name);
+    for (int64_t p = 0; p < plan.mesh.size(); ++p) {
+      const uint64_t bytes = static_cast<uint64_t>(g.box(p).num_elements()) * 4;
+      out.devices[static_cast<size_t>(p)].weights += bytes;
+      out.devices[static_cast<size_t>(p)].gradients += bytes;
+    }
+  }
+  out.trained_tensors = footprints.size();
+  const std::map<int64_t, int64_t> slots = optimizer.slot_bytes_per_device(footprints);
+  const std::vector<int64_t>& ids = plan.mesh.device_ids();
+  for (int64_t p = 0; p < plan.mesh.size(); ++p) {
+    const auto it = slots.find(ids[static_cast<size_t>(p)]);
+    if (it != slots.end()) out.devices[static_cast<size_t>(p)].slots = static_cast<uint64_t>(it->second);
+  }
+  return out;
+}
+
+std::string render_training_text(const TrainingPlan& training, const DeviceMesh& mesh) {
+  std::string out = fmt::format(
+      "\ntraining with {} ({} tensors as float32; slots per variable: {}; activations not counted):\n",
+      training.optimizer, training.trained_tensors,
+      training.slot_names.empty() ? std::string("none") : fmt::format("{}", fmt::join(training.slot_names, ", ")));
+  size_t width = 6;
+  for (const std::string& d : mesh.devices()) width = std::max(width, d.size());
+  out += fmt::format("  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", "device", width, "weights", "gradients", "slots",
+                     "total");
+  uint64_t most = 0;
+  size_t most_at = 0;
+  for (size_t p = 0; p < training.devices.size(); ++p) {
+    const TrainingPlan::Device& d = training.devices[p];
+    out += fmt::format("  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", mesh.devices()[p], width, format_bytes(d.weights),
+                       format_bytes(d.gradients), format_bytes(d.slots), format_bytes(d.total()));
+    if (d.total() > most) most = d.total(), most_at = p;
+  }
+  out += fmt::format("  the most, {} ({} bytes), is on {}\n", format_bytes(most), most,
+                     training.devices.empty() ? std::string("-") : mesh.devices()[most_at]);
+  return out;
+}
+
+nlohmann::json training_json(const TrainingPlan& training, const DeviceMesh& mesh) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (size_t p = 0; p < training.devices.size(); ++p) {
+    const TrainingPlan::Device& d = training.devices[p];
+    devices.push_back({{"device", mesh.devices()[p]}, {"weights", d.weights}, {"gradients", d.gradients},
+                       {"slots", d.slots}, {"total", d.total()}});
+  }
+  return {{"optimizer", training.optimizer}, {"slot_names", training.slot_names},
+          {"tensors", training.trained_tensors}, {"devices", devices}};
+}
+
+}  // namespace meshlayout::cli
