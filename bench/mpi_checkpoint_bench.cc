@@ -1,19 +1,24 @@
 // Checkpoint loads under MPI: each load against a raw pread of the same number of bytes in the
 // same run, the bytes each process read, and each device's peak memory.
 //
-//   mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/mpi_checkpoint_bench [MIB] [MODE]
-//   (also -np 2; MODE = auto (default), never or always: LoadOptions::two_phase)
+//   mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/mpi_checkpoint_bench [MIB] [MODE] [REPS]
+//   (also -np 2.) MODE: auto (LoadOptions defaults), map (every box copied from a mapping),
+//   pread (every box read with preadv), 2ph (two-phase wherever it can), never / always (only
+//   LoadOptions::two_phase), or compare (pread, map, 2ph and auto, interleaved in one run).
 //
 // Process 0 saves a checkpoint of MIB MiB (default 512; f32 tensors of 8192 x 4096) from
 // row-sharded arrays; then for each layout every process loads it into its devices' shards.
-// Columns: shard_MiB and read_MiB of the process reading most; read/shard (largest over the
-// processes; the target is <= 1.1 for direct reads) and read/file (all processes' reads over
-// the file's tensor bytes; the target for two-phase loads is <= 1.1); load and raw times, best
-// and median of 5 (the slowest process of each run); ratio = raw / load (best of 5, and of the
-// medians); peak_MiB = the largest device peak during a load (shards included) and stage_MiB
-// the two-phase staging slab. The baseline: each process preads a contiguous slice of the file
-// of its shard bytes, 16 MiB at a time, into a pre-touched buffer. The file is warm in the page
-// cache (the processes share it).
+// The raw baseline: each process preads a contiguous slice of the file of its shard bytes,
+// 16 MiB at a time, into a pre-touched buffer. The file is warm in the page cache (the
+// processes share it). Loads and the baseline are timed alternately (raw, then each method, 5
+// times over, or REPS), so a noisy machine slows both alike; each time is the slowest process's.
+// Columns: how the bytes were read (pread, map, 2ph or a mix); shard_MiB and read_MiB of the
+// process reading most; read/shard (largest over the processes; the target is <= 1.1 for
+// direct and mapped reads) and read/file (all processes' reads over the file's tensor bytes;
+// the target for two-phase loads is <= 1.1); load and raw times, best and median of the runs; ratio =
+// raw / load (of the bests, and of the medians; the target is >= 0.8); peak_MiB = the largest
+// device peak during a load (shards included) and stage_MiB the staging account's peak. Below
+// the table: the bytes each process read and each device's peak, per case.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <mpi.h>
@@ -37,19 +42,19 @@ struct Timing {
   double best, median;
 };
 
-// Best and median of `reps` runs; each run's time is the slowest process's.
-Timing time_runs(int reps, const std::function<void()>& fn) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = MPI_Wtime();
-    fn();
-    double t = MPI_Wtime() - t0;
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    times.push_back(t);
-  }
+Timing summarize(std::vector<double> times) {
   std::sort(times.begin(), times.end());
   return {times.front(), times[times.size() / 2]};
+}
+
+// One run's time: the slowest process's.
+double time_once(const std::function<void()>& fn) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double t0 = MPI_Wtime();
+  fn();
+  double t = MPI_Wtime() - t0;
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return t;
 }
 
 void read_slice(const std::string& path, uint64_t offset, std::vector<std::byte>& into) {
@@ -72,13 +77,31 @@ double sum_over_processes(double v) {
   MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   return v;
 }
+// Every process's `values` (the same count each), on process 0.
+std::vector<double> gather(const std::vector<double>& values, int procs) {
+  std::vector<double> all(values.size() * static_cast<size_t>(procs));
+  MPI_Gather(values.data(), static_cast<int>(values.size()), MPI_DOUBLE, all.data(),
+             static_cast<int>(values.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return all;
+}
 
-TwoPhaseMode parse_mode(const char* text) {
-  const std::string m = text;
-  if (m == "never") return TwoPhaseMode::kNever;
-  if (m == "always") return TwoPhaseMode::kAlways;
-  if (m != "auto") std::fprintf(stderr, "unknown mode '%s' (auto, never, always); using auto\n", text);
-  return TwoPhaseMode::kAuto;
+struct Method {
+  const char* name;
+  LoadOptions options;
+};
+
+std::vector<Method> parse_mode(const std::string& m) {
+  const Method pread{"pread", {.two_phase = TwoPhaseMode::kNever, .map = MapMode::kNever}};
+  const Method map{"map", {.two_phase = TwoPhaseMode::kNever, .map = MapMode::kAlways}};
+  const Method two_phase{"2ph", {.two_phase = TwoPhaseMode::kAlways}};
+  const Method automatic{"auto", {}};
+  if (m == "compare") return {pread, map, two_phase, automatic};
+  if (m == "pread") return {pread};
+  if (m == "map") return {map};
+  if (m == "2ph" || m == "always") return {two_phase};
+  if (m == "never") return {{"never", {.two_phase = TwoPhaseMode::kNever}}};
+  if (m != "auto") std::fprintf(stderr, "unknown mode '%s' (auto, map, pread, 2ph, never, always, compare); using auto\n", m.c_str());
+  return {automatic};
 }
 
 }  // namespace
@@ -88,9 +111,10 @@ int main(int argc, char** argv) {
   const int me = rt->process_id(), procs = rt->num_processes();
   const int64_t devices = rt->global_device_count();
   const int64_t mib = argc > 1 ? std::atoll(argv[1]) : 512;
-  const TwoPhaseMode mode = parse_mode(argc > 2 ? argv[2] : "auto");
+  const std::vector<Method> methods = parse_mode(argc > 2 ? argv[2] : "auto");
   const int64_t rows_per_tensor = 8192, cols = 4096;  // 128 MiB per f32 tensor
   const int64_t tensors = std::max<int64_t>(1, mib / 128);
+  const int reps = argc > 3 ? std::max(1, std::atoi(argv[3])) : 5;
 
   char path[256] = {};
   if (me == 0) {
@@ -118,7 +142,7 @@ int main(int argc, char** argv) {
                 procs, static_cast<long long>(rt->local_device_count()),
                 static_cast<long long>(tensors * 128), static_cast<long long>(tensors),
                 static_cast<long long>(rows_per_tensor), static_cast<long long>(cols));
-    std::printf("%-24s %3s %9s %8s %10s %9s %8s %8s %7s %7s %6s %6s %8s %9s\n", "case", "how",
+    std::printf("%-24s %-5s %9s %8s %10s %9s %8s %8s %7s %7s %6s %6s %8s %9s\n", "case", "how",
                 "shard_MiB", "read_MiB", "read/shard", "read/file", "load_ms", "load_med",
                 "raw_ms", "raw_med", "ratio", "r_med", "peak_MiB", "stage_MiB");
   }
@@ -132,48 +156,83 @@ int main(int argc, char** argv) {
                         {"replicated [None, None]", TensorLayout({None, None}, line)}};
   bool row_target_met = true;
   const double file_tensor_bytes = static_cast<double>(tensors) * rows_per_tensor * cols * 4;
+  std::vector<std::string> details;
   for (const Case& c : cases) {
     std::vector<Array> targets;
     std::vector<LoadTarget> to_load;
     for (int64_t t = 0; t < tensors; ++t) targets.push_back(Array::allocate(c.layout, {rows_per_tensor, cols}, DType::kF32, rt));
     for (int64_t t = 0; t < tensors; ++t) to_load.push_back({names[static_cast<size_t>(t)], &targets[static_cast<size_t>(t)]});
-    const LoadOptions options{.two_phase = mode};
-    load_arrays(Checkpoint::open(path), to_load, options);  // touches the shards
-    for (VirtualDevice* d : rt->local_devices()) d->memory().reset_peak();
-    LoadReport report;
-    uint64_t read_bytes = 0;
-    const Timing load = time_runs(5, [&] {
-      Checkpoint ckpt = Checkpoint::open(path);
-      const uint64_t header = ckpt.bytes_read();
-      report = load_arrays(ckpt, to_load, options);
-      read_bytes = ckpt.bytes_read() - header;
-    });
-    double peak = 0;
-    for (VirtualDevice* d : rt->local_devices()) peak = std::max(peak, static_cast<double>(d->memory().stats().peak_bytes));
-    std::vector<std::byte> buffer(report.shard_bytes, std::byte{1});
-    const uint64_t slice = (report.shard_bytes * static_cast<uint64_t>(me)) % (static_cast<uint64_t>(tensors) << 27);
-    const Timing raw = time_runs(5, [&] { read_slice(path, slice, buffer); });
-
-    const double shard = static_cast<double>(report.shard_bytes), read = static_cast<double>(read_bytes);
-    const double max_read_ratio = max_over_processes(read / shard);
-    const double read_file_ratio = sum_over_processes(read) / file_tensor_bytes;
-    const double max_read = max_over_processes(read), max_shard = max_over_processes(shard);
-    peak = max_over_processes(peak);
-    const double staging = max_over_processes(static_cast<double>(report.staging_bytes));
-    const bool two_phase = max_over_processes(static_cast<double>(report.two_phase_bytes)) > 0;
-    if (std::string(c.name).starts_with("rows") && max_read_ratio > 1.1) row_target_met = false;
-    if (me == 0) {
-      std::printf("%-24s %3s %9.1f %8.1f %10.3f %9.3f %8.1f %8.1f %7.1f %7.1f %6.2f %6.2f %8.1f %9.1f\n",
-                  c.name, two_phase ? "2ph" : "dir", max_shard / (1 << 20), max_read / (1 << 20),
-                  max_read_ratio, read_file_ratio, load.best * 1e3, load.median * 1e3,
-                  raw.best * 1e3, raw.median * 1e3, raw.best / load.best, raw.median / load.median,
-                  peak / (1 << 20), staging / (1 << 20));
+    // Per method: times, the last report and bytes read, each device's and staging's peak.
+    struct Result {
+      std::vector<double> times;
+      LoadReport report;
+      uint64_t read_bytes = 0;
+      std::vector<double> device_peak;
+      double staging_peak = 0;
+    };
+    std::vector<Result> results(methods.size());
+    const uint64_t shard_bytes = load_arrays(Checkpoint::open(path), to_load, methods[0].options).shard_bytes;  // touches the shards
+    std::vector<std::byte> buffer(shard_bytes, std::byte{1});
+    const uint64_t slice = (shard_bytes * static_cast<uint64_t>(me)) % (static_cast<uint64_t>(tensors) << 27);
+    std::vector<double> raw_times;
+    for (int r = 0; r < reps; ++r) {
+      raw_times.push_back(time_once([&] { read_slice(path, slice, buffer); }));
+      for (size_t m = 0; m < methods.size(); ++m) {
+        Result& res = results[m];
+        for (VirtualDevice* d : rt->local_devices()) d->memory().reset_peak();
+        rt->staging().reset_peak();
+        res.times.push_back(time_once([&] {
+          Checkpoint ckpt = Checkpoint::open(path);
+          const uint64_t header = ckpt.bytes_read();
+          res.report = load_arrays(ckpt, to_load, methods[m].options);
+          res.read_bytes = ckpt.bytes_read() - header;
+        }));
+        res.device_peak.resize(rt->local_devices().size());
+        for (size_t d = 0; d < res.device_peak.size(); ++d) {
+          res.device_peak[d] = std::max(res.device_peak[d], static_cast<double>(rt->local_devices()[d]->memory().stats().peak_bytes));
+        }
+        res.staging_peak = std::max(res.staging_peak, static_cast<double>(rt->staging().stats().peak_bytes));
+      }
+    }
+    const Timing raw = summarize(raw_times);
+    for (size_t m = 0; m < methods.size(); ++m) {
+      const Result& res = results[m];
+      const Timing load = summarize(res.times);
+      const double shard = static_cast<double>(res.report.shard_bytes), read = static_cast<double>(res.read_bytes);
+      const double max_read_ratio = max_over_processes(read / shard);
+      const double read_file_ratio = sum_over_processes(read) / file_tensor_bytes;
+      const double max_read = max_over_processes(read), max_shard = max_over_processes(shard);
+      const double peak = max_over_processes(*std::max_element(res.device_peak.begin(), res.device_peak.end()));
+      const double staging = max_over_processes(res.staging_peak);
+      const double two_phase = sum_over_processes(static_cast<double>(res.report.two_phase_bytes));
+      const double mapped = sum_over_processes(static_cast<double>(res.report.mapped_bytes));
+      const double direct = sum_over_processes(shard) - two_phase - mapped;
+      const int kinds = (two_phase > 0) + (mapped > 0) + (direct > 0);
+      const char* how = kinds > 1 ? "mix" : two_phase > 0 ? "2ph" : mapped > 0 ? "map" : "pread";
+      const std::vector<double> reads = gather({read / (1 << 20)}, procs);
+      std::vector<double> peaks = res.device_peak;
+      for (double& p : peaks) p /= 1 << 20;
+      const std::vector<double> all_peaks = gather(peaks, procs);
+      if (std::string(c.name).starts_with("rows") && max_read_ratio > 1.1) row_target_met = false;
+      if (me == 0) {
+        const std::string name = methods.size() > 1 ? fmt::format("{} {}", c.name, methods[m].name) : c.name;
+        std::printf("%-24s %-5s %9.1f %8.1f %10.3f %9.3f %8.1f %8.1f %7.1f %7.1f %6.2f %6.2f %8.1f %9.1f\n",
+                    name.c_str(), how, max_shard / (1 << 20), max_read / (1 << 20),
+                    max_read_ratio, read_file_ratio, load.best * 1e3, load.median * 1e3,
+                    raw.best * 1e3, raw.median * 1e3, raw.best / load.best, raw.median / load.median,
+                    peak / (1 << 20), staging / (1 << 20));
+        details.push_back(fmt::format("{}: read MiB by process [{:.1f}]; peak MiB by device [{:.1f}]",
+                                      name, fmt::join(reads, ", "), fmt::join(all_peaks, ", ")));
+      }
     }
   }
   rt->comm().barrier();
   if (me == 0) {
     fs::remove(path);
-    std::printf("\n(how: dir = each process read its boxes, 2ph = two-phase; times: the slowest process)\n");
+    std::printf("\n");
+    for (const std::string& line : details) std::printf("%s\n", line.c_str());
+    std::printf("\n(how: pread = each process preadv'd its boxes, map = copied them from a mapping of the file,\n"
+                " 2ph = two-phase; times: the slowest process; ratio target >= 0.8)\n");
     std::printf("row-sharded: every process read <= 1.1x its shard bytes: %s\n", row_target_met ? "met" : "NOT met");
   }
   finalize_mpi();

@@ -12,6 +12,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/init/float_convert.h"
+#include "meshlayout/io/mapped_read.h"
 #include "meshlayout/io/save_target.h"
 #include "meshlayout/io/vectored_io.h"
 #include "meshlayout/layout/box_ops.h"
@@ -337,14 +338,18 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     Array::Shard* reader;
     std::vector<Array::Shard*> copies;  // local replicas of the same box
     bool two_phase;                     // read by load_two_phase instead
+    bool mapped;                        // copied from a mapping of the file (mapped_read.h)
+    bool direct() const { return !two_phase && !mapped; }
   };
   std::vector<Job> jobs;
   LoadReport report;
   std::vector<io_internal::TwoPhaseTensor> two_phase;
   for (const LoadTarget& t : targets) {
     const auto [file, info] = checkpoint.find(t.name);
-    const bool slabs = io_internal::wants_two_phase(*t.array, *info, options.two_phase);
+    const bool slabs =
+        io_internal::wants_two_phase(*t.array, *info, options.two_phase, options.map);
     if (slabs) two_phase.push_back({file, info, t.array});
+    const bool mapped = !slabs && io_internal::wants_mapped(*t.array, *info, options.map);
     const size_t first_job = jobs.size();  // this target's jobs start here
     for (Array::Shard& shard : t.array->local_shards()) {
       if (shard.box.empty()) continue;
@@ -354,7 +359,7 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
         same->copies.push_back(&shard);
         continue;
       }
-      jobs.push_back(Job{file, info, t.array, &shard, {}, slabs});
+      jobs.push_back(Job{file, info, t.array, &shard, {}, slabs, mapped});
       report.shard_bytes += static_cast<uint64_t>(shard.box.num_elements()) * info->element_size;
     }
   }
@@ -364,8 +369,13 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     ThreadPool& pool = runtime->pool();
     ReadBatch batch;
     size_t runs = 0;
+    std::vector<io_internal::MappedBox> mapped;
     for (const Job& j : jobs) {
-      if (j.two_phase) continue;
+      if (j.mapped) {
+        mapped.push_back({j.file, j.info, j.reader->box, {j.reader->buffer.data()}});
+        for (Array::Shard* copy : j.copies) mapped.back().destinations.push_back(copy->buffer.data());
+      }
+      if (!j.direct()) continue;
       const Box whole{Shape(j.info->shape.size(), 0), j.info->shape};
       runs += static_cast<size_t>(count_contiguous_runs(j.reader->box, whole, j.reader->box));
     }
@@ -384,7 +394,7 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
       });
       pool.parallel_for(batch_end - batch_begin, [&](size_t i) {
         const Job& j = jobs[batch_begin + i];
-        if (j.two_phase) return;
+        if (!j.direct()) return;
         for (Array::Shard* copy : j.copies) {
           std::memcpy(copy->buffer.data(), j.reader->buffer.data(), j.reader->buffer.size());
         }
@@ -396,7 +406,7 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     };
     for (size_t k = 0; k < jobs.size(); ++k) {
       const Job& j = jobs[k];
-      if (j.two_phase) continue;
+      if (!j.direct()) continue;
       if (*j.info->dtype == j.array->dtype()) {
         batch.add(*j.file, *j.info, j.reader->box, j.reader->buffer.data());
       } else {
@@ -410,6 +420,10 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
       }
     }
     flush(jobs.size());
+    const io_internal::MappedReadReport m =
+        io_internal::read_mapped(mapped, pool, progress.callback());
+    report.bytes_read += m.bytes_read;
+    report.mapped_bytes = m.mapped_bytes;
   }, [] {});
   // Agrees on its own failures (every process leaves at the same point).
   const io_internal::TwoPhaseReport slabs = io_internal::load_two_phase(

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/io/mapped_read.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/io/two_phase_load.h"
 
@@ -79,6 +80,11 @@ struct LoadOptions {
   /// Under several processes: read fragmented (column-, 2-D-sharded) tensors two-phase, in
   /// contiguous slabs redistributed over the communicator (kAuto), always, or never.
   TwoPhaseMode two_phase = TwoPhaseMode::kAuto;
+  /// Boxes read directly are copied from a read-only mmap of the file (kAlways), read with
+  /// preadv (kNever), or (kAuto) mapped when fragmented in the file or held by several local
+  /// devices and preadv'd otherwise: measured fastest per case (mapped_read.h). With map
+  /// kAuto or kAlways, two_phase kAuto reads nothing two-phase (mapping measured faster).
+  MapMode map = MapMode::kAuto;
 };
 
 struct LoadReport {
@@ -88,6 +94,8 @@ struct LoadReport {
   /// its boxes (over all processes, each byte of those tensors is read once).
   uint64_t two_phase_bytes = 0;
   uint64_t staging_bytes = 0;  // the two-phase staging slab this process held (0: none)
+  /// Of bytes_read, those copied from a mapping of the file (mapped_read.h).
+  uint64_t mapped_bytes = 0;
 };
 
 /// Fills every target from `checkpoint`. Collective. Checked on every process before any byte

@@ -335,15 +335,22 @@ void save_and_load_as_processes(const fs::path& dir, int procs, int64_t local_de
         throw InternalError(fmt::format("round {}: processes wrote {} bytes, data is {}", round,
                                         total, x.num_bytes() + y.num_bytes()));
       }
-      // Direct reads, two-phase (slabs exchanged; tiny staging: many rounds) and the default.
-      for (TwoPhaseMode mode : {TwoPhaseMode::kNever, TwoPhaseMode::kAlways, TwoPhaseMode::kAuto}) {
+      // preadv, two-phase (slabs exchanged; tiny staging: many rounds), mapped, two-phase's
+      // auto choice without mapping, and the defaults.
+      const std::pair<TwoPhaseMode, MapMode> modes[] = {
+          {TwoPhaseMode::kNever, MapMode::kNever}, {TwoPhaseMode::kAlways, MapMode::kNever},
+          {TwoPhaseMode::kNever, MapMode::kAlways}, {TwoPhaseMode::kAuto, MapMode::kNever},
+          {TwoPhaseMode::kAuto, MapMode::kAuto}};
+      for (const auto& [two_phase, map] : modes) {
         Array b = Array::allocate(c.b, c.shape, c.dtype, rt);
         Array yb = Array::allocate(TensorLayout({None, None}, c.mesh), {16, 8}, DType::kF32, rt);
         LoadTarget targets[] = {{"x", &b}, {"y", &yb}};
-        load_arrays(Checkpoint::open(file), targets, {.max_staging_bytes = 64, .two_phase = mode});
+        load_arrays(Checkpoint::open(file), targets,
+                    {.max_staging_bytes = 64, .two_phase = two_phase, .map = map});
         if (!(b.gather() == x) || !(yb.gather() == y)) {
-          throw InternalError(fmt::format("round {} mode {}: {} did not round-trip", round,
-                                          static_cast<int>(mode), c.describe()));
+          throw InternalError(fmt::format("round {} two_phase {} map {}: {} did not round-trip",
+                                          round, static_cast<int>(two_phase),
+                                          static_cast<int>(map), c.describe()));
         }
       }
       rt->comm().barrier();  // nobody saves the next round while another still reads
@@ -351,8 +358,9 @@ void save_and_load_as_processes(const fs::path& dir, int procs, int64_t local_de
   });
 }
 
-// A column-sharded tensor over 4 processes loads two-phase: every byte of the file is read
-// once over all processes, each process holds one staging slab within the bound.
+// A column-sharded tensor over 4 processes loads two-phase when mapping is off: every byte of
+// the file is read once over all processes, each process holds one staging slab within the
+// bound. (With mapping, the default, it is mapped: mapped_read_test.cc.)
 TEST_F(ArrayIoTest, ColumnShardsLoadTwoPhaseReadingTheFileOnce) {
   const std::string file = path("columns.safetensors");
   const HostTensor x = HostTensor::random(DType::kF32, {64, 4096}, testing::test_seed(15));  // 1 MiB
@@ -365,7 +373,8 @@ TEST_F(ArrayIoTest, ColumnShardsLoadTwoPhaseReadingTheFileOnce) {
     for (uint64_t staging : {uint64_t{256} << 20, uint64_t{40000}}) {
       Array b = Array::allocate(TensorLayout({None, "x"}, mesh), x.shape(), DType::kF32, rt);
       LoadTarget targets[] = {{"x", &b}};
-      LoadReport report = load_arrays(Checkpoint::open(file), targets, {.max_staging_bytes = staging});
+      LoadReport report = load_arrays(Checkpoint::open(file), targets,
+                                      {.max_staging_bytes = staging, .map = MapMode::kNever});
       if (!(b.gather() == x)) throw InternalError("the column-sharded load differs");
       if (report.staging_bytes > std::max<uint64_t>(staging, 4096 * 4)) {
         throw InternalError(fmt::format("staging {} over the bound {}", report.staging_bytes, staging));

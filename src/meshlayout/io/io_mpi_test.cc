@@ -1,6 +1,6 @@
 // Checkpoints under mpirun (np 2 and 4): every process writes only the blocks given to it and
 // reads only its devices' boxes, yet the file is one standard safetensors file and every
-// layout loads back exactly, read directly or two-phase. Row-sharded tensors cost a process at
+// layout loads back exactly, read with preadv, from a mapping or two-phase. Row-sharded tensors cost a process at
 // most 1.1x its shard bytes; a two-phase load reads each byte once over all processes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -55,22 +55,68 @@ TEST_F(IoMpiTest, RandomLayoutsRoundTripThroughOneFile) {
     NamedArray arrays[] = {{"x", &a}};
     SaveReport s = save_arrays(file, arrays);
     EXPECT_EQ(sum_over_processes(s.bytes_written), x.num_bytes());  // one writer per block
-    // Direct: each process reads its boxes. Two-phase (tiny staging: many rounds): over all
-    // processes the tensor is read once.
-    for (TwoPhaseMode mode : {TwoPhaseMode::kNever, TwoPhaseMode::kAlways}) {
+    // Direct (preadv or mapped): each process reads its boxes. Two-phase (tiny staging: many
+    // rounds): over all processes the tensor is read once.
+    const std::pair<TwoPhaseMode, MapMode> modes[] = {{TwoPhaseMode::kNever, MapMode::kNever},
+                                                      {TwoPhaseMode::kNever, MapMode::kAlways},
+                                                      {TwoPhaseMode::kAlways, MapMode::kNever}};
+    for (const auto& [mode, map] : modes) {
       Array b = Array::allocate(c.b, c.shape, c.dtype, rt_);
       LoadTarget targets[] = {{"x", &b}};
       LoadReport l = load_arrays(Checkpoint::open(file), targets,
-                                 {.max_staging_bytes = 256, .two_phase = mode});
+                                 {.max_staging_bytes = 256, .two_phase = mode, .map = map});
       if (mode == TwoPhaseMode::kNever) {
         EXPECT_EQ(l.bytes_read, l.shard_bytes);
       } else if (!c.shape.empty()) {
         EXPECT_EQ(l.two_phase_bytes, l.shard_bytes);
         EXPECT_EQ(sum_over_processes(l.bytes_read), x.num_bytes());
       }
-      EXPECT_TRUE(b.gather() == x) << "mode " << static_cast<int>(mode);
+      EXPECT_TRUE(b.gather() == x) << "mode " << static_cast<int>(mode) << " map "
+                                   << static_cast<int>(map);
     }
     rt_->comm().barrier();  // nobody replaces the file while another process still reads it
+  }
+}
+
+// The four layouts of the benchmark, each loaded every way (preadv, mapped, mapped with the
+// mapping failing, two-phase, the defaults): the same arrays bit for bit. Mapped and preadv
+// loads read exactly each process's distinct boxes (a replicated tensor once per process).
+TEST_F(IoMpiTest, EveryLayoutLoadsAlikeEveryWay) {
+  const int64_t devices = rt_->global_device_count();
+  const DeviceMesh line({devices}, {"x"});
+  const DeviceMesh grid({2, devices / 2}, {"data", "model"});
+  const HostTensor x = HostTensor::random(DType::kF32, {96, 1000}, testing::test_seed(15));
+  const std::string file = (dir_ / "layouts.safetensors").string();
+  {
+    Array a = distribute_tensor(x, TensorLayout({"x", None}, line), {.runtime = rt_});
+    NamedArray arrays[] = {{"x", &a}};
+    save_arrays(file, arrays);
+  }
+  const TensorLayout layouts[] = {TensorLayout({"x", None}, line), TensorLayout({None, "x"}, line),
+                                  TensorLayout({"data", "model"}, grid),
+                                  TensorLayout({None, None}, line)};
+  for (const TensorLayout& layout : layouts) {
+    for (int way = 0; way < 5; ++way) {
+      SCOPED_TRACE(fmt::format("layout {} way {}", layout.to_string(), way));
+      io_internal::fail_mappings_for_testing(way == 2);
+      LoadOptions options;
+      if (way == 0) options = {.two_phase = TwoPhaseMode::kNever, .map = MapMode::kNever};
+      if (way == 1 || way == 2) options = {.two_phase = TwoPhaseMode::kNever, .map = MapMode::kAlways};
+      if (way == 3) options = {.max_staging_bytes = 4096, .two_phase = TwoPhaseMode::kAlways};
+      Array b = Array::allocate(layout, x.shape(), DType::kF32, rt_);
+      LoadTarget targets[] = {{"x", &b}};
+      LoadReport l = load_arrays(Checkpoint::open(file), targets, options);
+      io_internal::fail_mappings_for_testing(false);
+      EXPECT_TRUE(b.gather() == x);
+      EXPECT_NO_THROW(testing::expect_shards_match(b, x));
+      if (way == 3) {
+        EXPECT_EQ(sum_over_processes(l.bytes_read), x.num_bytes());
+      } else {
+        EXPECT_EQ(l.bytes_read, l.shard_bytes);
+        EXPECT_EQ(l.mapped_bytes, way == 1 ? l.shard_bytes : way == 2 || way == 0 ? 0 : l.mapped_bytes);
+      }
+      rt_->comm().barrier();
+    }
   }
 }
 

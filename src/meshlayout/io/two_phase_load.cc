@@ -74,13 +74,15 @@ Box slab(const TensorInfo& tensor, int64_t r0, int64_t rows, int q) {
 
 }  // namespace
 
-bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode) {
+bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode,
+                     MapMode map) {
   if (mode == TwoPhaseMode::kNever || array.runtime().num_processes() < 2) return false;
   if (tensor.shape.empty() || num_elements(tensor.shape) == 0 || !tensor.dtype ||
       *tensor.dtype != array.dtype()) {
     return false;
   }
   if (mode == TwoPhaseMode::kAlways) return true;
+  if (map != MapMode::kNever) return false;
   const uint64_t bytes = static_cast<uint64_t>(num_elements(tensor.shape)) * tensor.element_size;
   if (bytes < kMinTwoPhaseTensorBytes) return false;
   const Box whole{Shape(tensor.shape.size(), 0), tensor.shape};

@@ -21,6 +21,7 @@
 #include <span>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/io/mapped_read.h"
 #include "meshlayout/io/safetensors_file.h"
 
 namespace meshlayout {
@@ -42,7 +43,10 @@ inline constexpr uint64_t kMinTwoPhaseTensorBytes = uint64_t{1} << 20;
 /// Whether `array` loads `tensor` two-phase. A pure function of replicated metadata (the
 /// array's geometry, the runtime's process count, the file's header), so every process
 /// decides alike.
-bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode);
+/// Under kAuto, a fragmented tensor is read two-phase only when `map` is kNever (a mapped
+/// read of it measured faster, mapped_read.h).
+bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode,
+                     MapMode map);
 
 struct TwoPhaseTensor {
   const SafetensorsFile* file;

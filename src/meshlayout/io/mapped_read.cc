@@ -1,0 +1,177 @@
+#include "meshlayout/io/mapped_read.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+
+#include "meshlayout/io/two_phase_load.h"
+#include "meshlayout/layout/box_ops.h"
+#include "meshlayout/runtime/thread_pool.h"
+
+namespace meshlayout::io_internal {
+namespace {
+
+std::atomic<bool> fail_mappings{false};
+
+// Box bytes one task copies: small enough to spread a box over the pool's threads and to
+// stay in L2 while it is copied to every replica, large enough that a task is not overhead.
+constexpr uint64_t kTaskBytes = uint64_t{512} << 10;
+
+// A read-only mapping of file bytes [begin, end) (page-aligned inside), unmapped on
+// destruction.
+class FileMapping {
+ public:
+  FileMapping() = default;
+  FileMapping(const FileMapping&) = delete;
+  FileMapping& operator=(const FileMapping&) = delete;
+  ~FileMapping() {
+    if (base_ != nullptr) ::munmap(base_, length_);
+  }
+  // False (and nothing mapped) if the file is now shorter than `end` or mmap fails.
+  bool map(int fd, uint64_t begin, uint64_t end) {
+    if (fail_mappings.load() || end <= begin) return false;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < end) return false;
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    offset_ = begin - begin % page;
+    length_ = static_cast<size_t>(end - offset_);
+    void* p = ::mmap(nullptr, length_, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(offset_));
+    if (p == MAP_FAILED) return false;
+    base_ = static_cast<std::byte*>(p);
+    return true;
+  }
+  // The mapped byte at file offset `offset`.
+  const std::byte* at(uint64_t offset) const { return base_ + (offset - offset_); }
+
+ private:
+  std::byte* base_ = nullptr;
+  size_t length_ = 0;
+  uint64_t offset_ = 0;
+};
+
+uint64_t box_bytes(const MappedBox& b) {
+  return static_cast<uint64_t>(b.box.num_elements()) * b.tensor->element_size;
+}
+
+}  // namespace
+
+void fail_mappings_for_testing(bool fail) { fail_mappings.store(fail); }
+
+bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode) {
+  if (mode == MapMode::kNever || num_elements(tensor.shape) == 0 || !tensor.dtype ||
+      *tensor.dtype != array.dtype()) {
+    return false;
+  }
+  if (mode == MapMode::kAlways) return true;
+  // This process's distinct boxes; a box on two local devices is a local replica.
+  std::vector<Box> boxes;
+  for (const Array::Shard& shard : array.local_shards()) {
+    if (shard.box.empty()) continue;
+    if (std::find(boxes.begin(), boxes.end(), shard.box) != boxes.end()) return true;
+    boxes.push_back(shard.box);
+  }
+  // Fragmented: several runs (merged where file-adjacent: the devices of one process often
+  // hold neighbouring columns) of under kMinDirectRunBytes on average.
+  const Box whole{Shape(tensor.shape.size(), 0), tensor.shape};
+  uint64_t bytes = 0, runs = 0;
+  for (const Box& box : boxes) {
+    bytes += static_cast<uint64_t>(box.num_elements()) * tensor.element_size;
+    runs += static_cast<uint64_t>(count_contiguous_runs(box, whole, box));
+  }
+  if (runs <= 1 || bytes >= kMinDirectRunBytes * runs) return false;  // long runs unmerged
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // (file offset, bytes) of every run
+  spans.reserve(static_cast<size_t>(runs));
+  for (const Box& box : boxes) {
+    for_each_contiguous_run(box, whole, box, tensor.element_size,
+                            [&](size_t, size_t file_off, size_t n) { spans.emplace_back(file_off, n); });
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t merged = 0, end = 0;
+  for (const auto& [offset, n] : spans) {
+    if (merged == 0 || offset != end) ++merged;
+    end = offset + n;
+  }
+  return merged > 1 && bytes < kMinDirectRunBytes * merged;
+}
+
+MappedReadReport read_mapped(std::span<const MappedBox> boxes, ThreadPool& pool,
+                             const std::function<void(uint64_t)>& on_bytes) {
+  MappedReadReport report;
+  // Each file's span of the tensors being loaded; then its mapping, if it can be made.
+  std::map<const SafetensorsFile*, std::pair<uint64_t, uint64_t>> spans;
+  for (const MappedBox& b : boxes) {
+    if (b.box.empty()) continue;
+    const uint64_t begin = b.file->header().data_start() + b.tensor->begin;
+    const uint64_t end = b.file->header().data_start() + b.tensor->end;
+    auto [it, fresh] = spans.try_emplace(b.file, begin, end);
+    if (!fresh) {
+      it->second.first = std::min(it->second.first, begin);
+      it->second.second = std::max(it->second.second, end);
+    }
+  }
+  std::map<const SafetensorsFile*, FileMapping> mappings;
+  ReadBatch fallback;
+  std::vector<const MappedBox*> fallen;  // boxes read with preadv, copied to replicas after
+  for (const auto& [file, span] : spans) {
+    if (!mappings[file].map(file->fd(), span.first, span.second)) mappings.erase(file);
+  }
+
+  // Tasks: pieces of the mapped boxes of about kTaskBytes, in file order within each box.
+  struct Task {
+    const MappedBox* box;
+    const FileMapping* mapping;
+    Box piece;
+  };
+  std::vector<Task> tasks;
+  for (const MappedBox& b : boxes) {
+    if (b.box.empty() || b.destinations.empty()) continue;
+    const uint64_t bytes = box_bytes(b);
+    report.bytes_read += bytes;
+    auto m = mappings.find(b.file);
+    if (m == mappings.end()) {
+      fallback.add(*b.file, *b.tensor, b.box, b.destinations.front());
+      fallen.push_back(&b);
+      report.fallback_bytes += bytes;
+      continue;
+    }
+    b.file->count_read(bytes);
+    report.mapped_bytes += bytes;
+    const int64_t elements = static_cast<int64_t>(kTaskBytes / b.tensor->element_size);
+    for (Box& piece : split_box(b.box, elements)) {
+      tasks.push_back(Task{&b, &m->second, std::move(piece)});
+    }
+  }
+  pool.parallel_for(tasks.size(), [&](size_t k) {
+    const Task& t = tasks[k];
+    const TensorInfo& info = *t.box->tensor;
+    const Box whole{Shape(info.shape.size(), 0), info.shape};
+    const std::byte* base = t.mapping->at(t.box->file->header().data_start() + info.begin);
+    // Run by run to every replica: the run is in cache after its first copy.
+    for_each_contiguous_run(t.box->box, whole, t.piece, info.element_size,
+                            [&](size_t mem_off, size_t file_off, size_t bytes) {
+                              for (std::byte* dst : t.box->destinations) {
+                                std::memcpy(dst + mem_off, base + file_off, bytes);
+                              }
+                            });
+    if (on_bytes) on_bytes(static_cast<uint64_t>(t.piece.num_elements()) * info.element_size);
+  });
+  if (!fallback.empty()) {
+    fallback.run({.pool = &pool, .on_bytes = on_bytes});
+    std::vector<std::pair<const MappedBox*, size_t>> copies;
+    for (const MappedBox* b : fallen) {
+      for (size_t i = 1; i < b->destinations.size(); ++i) copies.emplace_back(b, i);
+    }
+    pool.parallel_for(copies.size(), [&](size_t i) {
+      const MappedBox& b = *copies[i].first;
+      std::memcpy(b.destinations[copies[i].second], b.destinations.front(), box_bytes(b));
+    });
+  }
+  return report;
+}
+
+}  // namespace meshlayout::io_internal
