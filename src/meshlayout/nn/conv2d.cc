@@ -7,7 +7,9 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/ops/blas.h"
+#include "meshlayout/ops/matmul_backward.h"
 
 namespace meshlayout {
 
@@ -77,19 +79,65 @@ void Conv2D::build(const Shape& input_shape) {
   }
 }
 
-Array Conv2D::call(const Array& x) {
-  check_input(x.shape());
-  if (x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("Conv2D layer {} takes F32 inputs, got {}", quote(name()),
-                                 dtype_name(x.dtype())));
+namespace {
+
+struct ConvGeometry {
+  int64_t H, W, C, kh, kw, sh, sw, OH, OW, top, left;
+  int64_t patch() const { return kh * kw * C; }
+};
+
+// im2col of one image (H, W, C): row (oh, ow) of `columns` holds the patch (i, j, c) in the
+// kernel's row-major order, zeros where it reads padding.
+void im2col(const ConvGeometry& g, const float* image, float* columns) {
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      float* row = columns + (oh * g.OW + ow) * g.patch();
+      for (int64_t di = 0; di < g.kh; ++di) {
+        const int64_t ih = oh * g.sh + di - g.top;
+        for (int64_t dj = 0; dj < g.kw; ++dj) {
+          const int64_t iw = ow * g.sw + dj - g.left;
+          float* dst = row + (di * g.kw + dj) * g.C;
+          if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
+            std::fill(dst, dst + g.C, 0.0f);
+          } else {
+            std::memcpy(dst, image + (ih * g.W + iw) * g.C, static_cast<size_t>(g.C) * sizeof(float));
+          }
+        }
+      }
+    }
   }
+}
+
+// The adjoint of im2col: each patch element of `columns` is added to the image element it was
+// read from (padding reads are dropped). `image` (H, W, C) must be zeroed first.
+void col2im_add(const ConvGeometry& g, const float* columns, float* image) {
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      const float* row = columns + (oh * g.OW + ow) * g.patch();
+      for (int64_t di = 0; di < g.kh; ++di) {
+        const int64_t ih = oh * g.sh + di - g.top;
+        if (ih < 0 || ih >= g.H) continue;
+        for (int64_t dj = 0; dj < g.kw; ++dj) {
+          const int64_t iw = ow * g.sw + dj - g.left;
+          if (iw < 0 || iw >= g.W) continue;
+          const float* src = row + (di * g.kw + dj) * g.C;
+          float* dst = image + (ih * g.W + iw) * g.C;
+          for (int64_t c = 0; c < g.C; ++c) dst[c] += src[c];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+DimSharding Conv2D::batch_axes_for(const Array& x) const {
   const Array& kernel_value = kernel_->value();
-  const DeviceMesh& mesh = kernel_value.mesh();
   const DimSharding filter_axes = kernel_value.layout().axes()[3];
   // The input keeps its batch split when it is on the kernel's mesh and the split uses no
   // filter axis; everything else is gathered.
   DimSharding batch_axes;
-  if (x.mesh() == mesh) {
+  if (x.mesh() == kernel_value.mesh()) {
     batch_axes = x.layout().axes()[0];
     for (const std::string& a : batch_axes.axes()) {
       for (const std::string& f : filter_axes.axes()) {
@@ -97,47 +145,45 @@ Array Conv2D::call(const Array& x) {
       }
     }
   }
+  return batch_axes;
+}
+
+void Conv2D::check_call_input(const Array& x) const {
+  check_input(x.shape());
+  if (x.dtype() != DType::kF32) {
+    throw ValueError(fmt::format("Conv2D layer {} takes F32 inputs, got {} of shape {}", quote(name()),
+                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
+  }
+}
+
+Array Conv2D::pre_activation(const Array& x) const {
+  const Array& kernel_value = kernel_->value();
+  const DeviceMesh& mesh = kernel_value.mesh();
+  const DimSharding filter_axes = kernel_value.layout().axes()[3];
+  const DimSharding batch_axes = batch_axes_for(x);
   Array k = distribute_tensor(kernel_value, TensorLayout({None, None, None, filter_axes}, mesh));
   Array in = distribute_tensor(x, TensorLayout({batch_axes, None, None, None}, mesh));
   const Shape out_shape = compute_output_shape(x.shape());
   Array y = Array::allocate(TensorLayout({batch_axes, None, None, filter_axes}, mesh), out_shape,
                             DType::kF32, in.runtime_ptr());
-  const int64_t H = x.shape()[1], W = x.shape()[2], C = x.shape()[3];
-  const int64_t kh = options_.kernel_size[0], kw = options_.kernel_size[1];
-  const int64_t sh = options_.strides[0], sw = options_.strides[1];
-  const int64_t OH = out_shape[1], OW = out_shape[2];
-  const int64_t top = pad_before(H, 0), left = pad_before(W, 1);
-  const int64_t patch = kh * kw * C;
+  const ConvGeometry g{.H = x.shape()[1], .W = x.shape()[2], .C = x.shape()[3],
+                       .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
+                       .sh = options_.strides[0], .sw = options_.strides[1],
+                       .OH = out_shape[1], .OW = out_shape[2],
+                       .top = pad_before(x.shape()[1], 0), .left = pad_before(x.shape()[2], 1)};
+  const int64_t patch = g.patch();
   internal_ops::use_single_threaded_blas();
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
     Array::Shard& out = y.local_shards()[i];
     const Array::Shard* xs = in.shard_at(out.position);
     const Array::Shard* ks = k.shard_at(out.position);
     const int64_t images = out.box.shape[0], nf = out.box.shape[3];
-    if (images == 0 || nf == 0 || OH * OW == 0) return;
-    std::vector<float> columns(static_cast<size_t>(OH * OW * patch));
+    if (images == 0 || nf == 0 || g.OH * g.OW == 0) return;
+    std::vector<float> columns(static_cast<size_t>(g.OH * g.OW * patch));
     for (int64_t b = 0; b < images; ++b) {
-      const float* image = reinterpret_cast<const float*>(xs->buffer.data()) + b * H * W * C;
-      // im2col: row (oh, ow) holds the patch (i, j, c) in the kernel's row-major order.
-      for (int64_t oh = 0; oh < OH; ++oh) {
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          float* row = columns.data() + (oh * OW + ow) * patch;
-          for (int64_t di = 0; di < kh; ++di) {
-            const int64_t ih = oh * sh + di - top;
-            for (int64_t dj = 0; dj < kw; ++dj) {
-              const int64_t iw = ow * sw + dj - left;
-              float* dst = row + (di * kw + dj) * C;
-              if (ih < 0 || ih >= H || iw < 0 || iw >= W) {
-                std::fill(dst, dst + C, 0.0f);
-              } else {
-                std::memcpy(dst, image + (ih * W + iw) * C, static_cast<size_t>(C) * sizeof(float));
-              }
-            }
-          }
-        }
-      }
-      float* result = reinterpret_cast<float*>(out.buffer.data()) + b * OH * OW * nf;
-      internal_ops::gemm<float>(OH * OW, nf, patch, columns.data(), patch,
+      im2col(g, reinterpret_cast<const float*>(xs->buffer.data()) + b * g.H * g.W * g.C, columns.data());
+      float* result = reinterpret_cast<float*>(out.buffer.data()) + b * g.OH * g.OW * nf;
+      internal_ops::gemm<float>(g.OH * g.OW, nf, patch, columns.data(), patch,
                                 reinterpret_cast<const float*>(ks->buffer.data()), nf, result, nf);
     }
   });
@@ -154,8 +200,78 @@ Array Conv2D::call(const Array& x) {
       }
     });
   }
+  return y;
+}
+
+Array Conv2D::call(const Array& x) {
+  check_call_input(x);
+  Array y = pre_activation(x);
   if (options_.activation == Activation::kLinear) return y;
   return apply_activation(options_.activation, std::move(y));
+}
+
+Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
+  if (!kernel_) {
+    throw FailedPreconditionError(fmt::format("Conv2D layer {} is not built: call it before its backward",
+                                              quote(name())));
+  }
+  check_call_input(x);
+  const Shape out_shape = compute_output_shape(x.shape());
+  check_output_gradient(name(), dy, out_shape);
+  const Array& kernel_value = kernel_->value();
+  const DeviceMesh& mesh = kernel_value.mesh();
+  const DimSharding filter_axes = kernel_value.layout().axes()[3];
+  const DimSharding batch_axes = batch_axes_for(x);
+  const TensorLayout out_layout({batch_axes, None, None, filter_axes}, mesh);
+  const TensorLayout in_layout4({batch_axes, None, None, None}, mesh);
+  // dz = dy through the activation (z recomputed), in the call's output layout.
+  std::optional<Array> dz_store;
+  const Array& dz = options_.activation == Activation::kLinear
+                        ? in_layout(dy, out_layout, dz_store)
+                        : dz_store.emplace(apply_activation_backward(options_.activation, pre_activation(x), dy));
+  if (bias_ && bias_->trainable()) grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
+  const ConvGeometry g{.H = x.shape()[1], .W = x.shape()[2], .C = x.shape()[3],
+                       .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
+                       .sh = options_.strides[0], .sw = options_.strides[1],
+                       .OH = out_shape[1], .OW = out_shape[2],
+                       .top = pad_before(x.shape()[1], 0), .left = pad_before(x.shape()[2], 1)};
+  const int64_t patch = g.patch(), filters = filters_;
+  const Shape columns_shape{x.shape()[0], g.OH, g.OW, patch};
+  // The kernel as the (patch, filters) matrix of the im2col product.
+  std::optional<Array> k_store;
+  const Array k = distribute_tensor(kernel_value, TensorLayout({None, None, None, filter_axes}, mesh));
+  const Array k2 = reshaped_view(k, {patch, filters}, k_store);
+  if (kernel_->trainable()) {
+    // d kernel = columnsᵀ · dz over every image and position: a partial sum over the batch
+    // axes, completed by matmul_backward_weight's collective.
+    const Array in = distribute_tensor(x, in_layout4);
+    Array columns = allocate_agreed(in_layout4, columns_shape, DType::kF32, in.runtime_ptr());
+    columns.runtime().pool().parallel_for(columns.local_shards().size(), [&](size_t i) {
+      Array::Shard& s = columns.local_shards()[i];
+      const float* image = reinterpret_cast<const float*>(in.shard_at(s.position)->buffer.data());
+      float* col = reinterpret_cast<float*>(s.buffer.data());
+      for (int64_t b = 0; b < s.box.shape[0]; ++b) {
+        im2col(g, image + b * g.H * g.W * g.C, col + b * g.OH * g.OW * patch);
+      }
+    });
+    Array dk = matmul_backward_weight(columns, dz, TensorLayout({None, filter_axes}, mesh));
+    grads.accumulate(*kernel_, reshaped(std::move(dk), kernel_->shape()));
+  }
+  // d columns = dz · kernelᵀ (a partial sum over the filter axes, reduced by matmul), then
+  // col2im adds each patch element back to the input element it was read from.
+  const Array dcols = matmul_backward_input(dz, k2, in_layout4);
+  Array dx = allocate_agreed(in_layout4, x.shape(), DType::kF32, dcols.runtime_ptr());
+  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+    Array::Shard& s = dx.local_shards()[i];
+    float* image = reinterpret_cast<float*>(s.buffer.data());
+    std::fill(image, image + s.box.num_elements(), 0.0f);
+    const float* col = reinterpret_cast<const float*>(dcols.shard_at(s.position)->buffer.data());
+    for (int64_t b = 0; b < s.box.shape[0]; ++b) {
+      col2im_add(g, col + b * g.OH * g.OW * patch, image + b * g.H * g.W * g.C);
+    }
+  });
+  if (dx.layout() == x.layout()) return dx;
+  return distribute_tensor(dx, x.layout());
 }
 
 }  // namespace meshlayout

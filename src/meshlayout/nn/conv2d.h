@@ -8,10 +8,25 @@
 // laid out (batch axes, None, None, filter axes). Both reshards move the least data and move
 // nothing when the operands are already laid out so.
 //
+// Backward (Layer::backward): with dz = dy through the activation (z recomputed from x), in
+// the call's output layout (batch axes, None, None, filter axes):
+//   d bias   = dz summed over images and positions (sum_over_leading), in the bias's layout;
+//   d kernel = im2col(x)ᵀ · dz through matmul_backward_weight: the columns keep the batch
+//              split, so the contraction over images is a partial sum over the batch axes
+//              completed by matmul's collective (the data-parallel all-reduce), then reshaped
+//              to (kh, kw, in_channels, filters) in the kernel's layout;
+//   dx       = col2im(dz · kernelᵀ) through matmul_backward_input: the contraction over a
+//              filter split is a partial sum reduced by matmul; col2im adds every patch
+//              element back to the input element it was read from (padding dropped), on
+//              each device for its images, then dx goes to x's layout.
+// The backward holds the im2col columns of the local images at once (B × OH × OW × kh·kw·C).
+//
 // Example:
 //   auto conv = std::make_shared<Conv2D>(32, Conv2DOptions{.kernel_size = {3, 3},
 //                                                          .padding = "same"});
 //   Tensor y = (*conv)(images);   // (batch, H, W, 32)
+//   Array dx = conv->backward(images_array, dy, grads);   // dx in images' layout,
+//                                                         // grads.find(*conv->kernel())
 #pragma once
 
 #include <array>
@@ -44,6 +59,11 @@ class Conv2D : public Layer {
   const VariablePtr& kernel() const { return kernel_; }
   const VariablePtr& bias() const { return bias_; }
   Shape compute_output_shape(const Shape& input_shape) const override;
+  /// See the file comment: dx in x's layout, d kernel and d bias accumulated in their
+  /// variables' layouts, summed over the batch replicas. A non-trainable weight gets no
+  /// gradient. FailedPreconditionError before the layer is built; ValueError if x is not F32
+  /// NHWC with the built channels, or dy not F32 of the call's output shape.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   void build(const Shape& input_shape) override;
@@ -53,6 +73,12 @@ class Conv2D : public Layer {
   int64_t out_extent(int64_t in, int d) const;
   int64_t pad_before(int64_t in, int d) const;
   void check_input(const Shape& input_shape) const;
+  void check_call_input(const Array& x) const;
+  /// The axes of x's batch split the call keeps (none when x is on another mesh or the split
+  /// uses a filter axis).
+  DimSharding batch_axes_for(const Array& x) const;
+  /// The convolution plus bias, before the activation, in (batch axes, None, None, filter axes).
+  Array pre_activation(const Array& x) const;
 
   int64_t filters_;
   Conv2DOptions options_;
