@@ -166,6 +166,40 @@ TEST_F(LlamaTrainTest, TenStepsGiveTheFloat64ReferencesLosses) {
   }
 }
 
+// A step holds each device's shards of the weights, gradients and slots plus activations:
+// nothing whole. Megatron rules on 1x8 with weights far larger than the activations.
+TEST_F(LlamaTrainTest, AStepHoldsShardsAndActivationsOnlyOnEveryDevice) {
+  const LlamaConfig config{.vocab_size = 1024, .hidden_size = 64, .intermediate_size = 256, .num_hidden_layers = 2,
+                           .num_attention_heads = 8, .num_key_value_heads = 8, .head_dim = 8,
+                           .tie_word_embeddings = false, .max_position_embeddings = 16};
+  const DeviceMesh mesh({1, 8}, {"batch", "model"});
+  LlamaModel model(config, megatron(mesh));
+  auto optimizer = make_optimizer("adam");
+  const int64_t B = 2, T = 4;
+  std::vector<int32_t> inputs(B * T, 3), targets(B * T, 5);
+  const auto [x, y] = batch(model, inputs, targets, B, T);
+  llama_train_step(model, *optimizer, x, y);  // builds the slots
+  std::map<int64_t, int64_t> weights;
+  int64_t whole = 0;
+  for (const VariablePtr& v : model.variables()) {
+    whole += num_elements(v->shape()) * 4;
+    for (const Array::Shard& s : v->value().local_shards()) weights[s.device_id] += static_cast<int64_t>(s.buffer.size());
+  }
+  std::vector<VirtualDevice*> devices = default_runtime()->local_devices();
+  for (VirtualDevice* d : devices) d->memory().reset_peak();
+  llama_train_step(model, *optimizer, x, y);
+  // Activations: per layer a few (B, T, d) and (B, T, ff) arrays, and the logits, each at most
+  // whole on a device, 4 bytes: a generous bound far below the weights.
+  const int64_t activations = 4 * (config.num_hidden_layers * 16 * B * T * (64 + 256) + 4 * B * T * 1024);
+  for (int64_t p = 0; p < mesh.size(); ++p) {
+    const int64_t id = mesh.device_ids()[static_cast<size_t>(p)];
+    const int64_t peak = devices[static_cast<size_t>(id)]->memory().stats().peak_bytes;
+    // weights + gradients + Adam's two slots = 4 x the weight shards.
+    EXPECT_LE(peak, 4 * weights[id] + activations) << "device " << id;
+    EXPECT_LT(peak, whole) << "device " << id << " held as much as the whole model";
+  }
+}
+
 class TokenFileTest : public LlamaTrainTest {
  protected:
   void TearDown() override {
