@@ -1,0 +1,176 @@
+// losses.cc — see losses.h.
+#include "meshlayout/train/losses.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/ops/cross_entropy.h"
+
+namespace meshlayout {
+namespace {
+
+constexpr std::string_view kMse = "mean_squared_error";
+
+bool is_float(DType d) { return d == DType::kF32 || d == DType::kF64; }
+
+void check_mse(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) {
+  if (!is_float(pred_dtype) || !is_float(true_dtype)) {
+    throw ValueError(fmt::format("{}: y_pred and y_true must be F32 or F64, got y_pred {} {} and y_true {} {}",
+                                 kMse, dtype_name(pred_dtype), shape_to_string(pred_shape),
+                                 dtype_name(true_dtype), shape_to_string(true_shape)));
+  }
+  if (pred_shape != true_shape) {
+    throw ValueError(fmt::format("{}: y_true of shape {} must have the shape of y_pred {}", kMse,
+                                 shape_to_string(true_shape), shape_to_string(pred_shape)));
+  }
+}
+
+template <typename T>
+const T* as(const Array::Shard& s) { return reinterpret_cast<const T*>(s.buffer.data()); }
+template <typename T>
+T* as(Array::Shard& s) { return reinterpret_cast<T*>(s.buffer.data()); }
+
+double read(const Array::Shard& s, DType d, int64_t i) {
+  return d == DType::kF32 ? static_cast<double>(as<float>(s)[i]) : as<double>(s)[i];
+}
+
+// y_true in y_pred's layout (the targets move, never the predictions).
+Array targets_in_layout(const Array& y_pred, const Array& y_true) {
+  check_mse(y_pred.shape(), y_pred.dtype(), y_true.shape(), y_true.dtype());
+  return distribute_tensor(y_true, y_pred.layout());
+}
+
+double mse_value(const Array& p, const Array& t) {
+  std::vector<double> sums(p.local_shards().size(), 0.0);
+  p.runtime().pool().parallel_for(p.local_shards().size(), [&](size_t i) {
+    const Array::Shard& ps = p.local_shards()[i];
+    if (p.geometry().replica_of(ps.position) != 0) return;
+    const Array::Shard& ts = *t.shard_at(ps.position);
+    const int64_t n = ps.box.num_elements();
+    double s = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      const double d = read(ps, p.dtype(), k) - read(ts, t.dtype(), k);
+      s += d * d;
+    }
+    sums[i] = s;
+  });
+  double local = 0;
+  for (double s : sums) local += s;  // shard order
+  Runtime& rt = p.runtime();
+  double total = local;
+  if (rt.num_processes() > 1) {
+    std::vector<double> all(static_cast<size_t>(rt.num_processes()));
+    rt.comm().all_gather(&local, sizeof local, all.data());
+    total = 0;
+    for (double v : all) total += v;  // rank order: the same sum on every process
+  }
+  const int64_t n = num_elements(p.shape());
+  return n == 0 ? 0.0 : total / static_cast<double>(n);
+}
+
+Array mse_grad(const Array& p, const Array& t, double grad_scale) {
+  Array g = allocate_agreed(p.layout(), p.shape(), p.dtype(), p.runtime_ptr());
+  const int64_t n = num_elements(p.shape());
+  const double coef = n == 0 ? 0.0 : 2.0 * grad_scale / static_cast<double>(n);
+  g.runtime().pool().parallel_for(g.local_shards().size(), [&](size_t i) {
+    Array::Shard& gs = g.local_shards()[i];
+    const Array::Shard& ps = *p.shard_at(gs.position);
+    const Array::Shard& ts = *t.shard_at(gs.position);
+    const int64_t m = gs.box.num_elements();
+    for (int64_t k = 0; k < m; ++k) {
+      const double v = coef * (read(ps, p.dtype(), k) - read(ts, t.dtype(), k));
+      if (g.dtype() == DType::kF32) {
+        as<float>(gs)[k] = static_cast<float>(v);
+      } else {
+        as<double>(gs)[k] = v;
+      }
+    }
+  });
+  return g;
+}
+
+class MeanSquaredError : public Loss {
+ public:
+  std::string name() const override { return std::string(kMse); }
+  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) const override {
+    check_mse(pred_shape, pred_dtype, true_shape, true_dtype);
+  }
+  double value(const Array& y_pred, const Array& y_true) const override {
+    return mean_squared_error(y_pred, y_true);
+  }
+  LossResult value_and_gradient(const Array& y_pred, const Array& y_true) const override {
+    return mean_squared_error_with_grad(y_pred, y_true);
+  }
+};
+
+class SparseCategoricalCrossentropy : public Loss {
+ public:
+  std::string name() const override { return "sparse_categorical_crossentropy"; }
+  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) const override {
+    const Shape lead = pred_shape.empty() ? Shape{} : Shape(pred_shape.begin(), pred_shape.end() - 1);
+    if (!is_float(pred_dtype) || (true_dtype != DType::kI32 && true_dtype != DType::kI64) || pred_shape.empty() ||
+        true_shape != lead) {
+      throw ValueError(fmt::format(
+          "sparse_categorical_crossentropy: needs F32/F64 logits (…, classes) and I32/I64 labels of the logits' "
+          "shape without the class dimension, got logits {} {} and labels {} {}",
+          dtype_name(pred_dtype), shape_to_string(pred_shape), dtype_name(true_dtype),
+          shape_to_string(true_shape)));
+    }
+  }
+  double value(const Array& y_pred, const Array& y_true) const override {
+    return sparse_categorical_crossentropy(y_pred, y_true);
+  }
+  LossResult value_and_gradient(const Array& y_pred, const Array& y_true) const override {
+    CrossEntropyResult r = sparse_categorical_crossentropy_with_grad(y_pred, y_true);
+    return {r.loss, std::move(r.dlogits)};
+  }
+};
+
+}  // namespace
+
+double mean_squared_error(const Array& y_pred, const Array& y_true) {
+  const Array t = targets_in_layout(y_pred, y_true);
+  return mse_value(y_pred, t);
+}
+
+Array mean_squared_error_backward(const Array& y_pred, const Array& y_true, double grad_scale) {
+  if (!std::isfinite(grad_scale)) {
+    throw ValueError(fmt::format("{}: grad_scale must be finite, got {}", kMse, grad_scale));
+  }
+  const Array t = targets_in_layout(y_pred, y_true);
+  return mse_grad(y_pred, t, grad_scale);
+}
+
+LossResult mean_squared_error_with_grad(const Array& y_pred, const Array& y_true) {
+  const Array t = targets_in_layout(y_pred, y_true);
+  const double value = mse_value(y_pred, t);
+  return {value, mse_grad(y_pred, t, 1.0)};
+}
+
+double Loss::value(const Array& y_pred, const Array& y_true) const {
+  return value_and_gradient(y_pred, y_true).value;
+}
+
+std::vector<std::string> loss_names() {
+  return {"mean_squared_error", "mse", "sparse_categorical_crossentropy"};
+}
+
+std::unique_ptr<Loss> make_loss(std::string_view name, const LossOptions& options) {
+  if (name == "mean_squared_error" || name == "mse") return std::make_unique<MeanSquaredError>();
+  if (name == "sparse_categorical_crossentropy") {
+    if (!options.from_logits) {
+      throw ValueError(
+          "sparse_categorical_crossentropy: only from_logits=true is implemented (the model must output logits); "
+          "pass LossOptions{.from_logits = true}");
+    }
+    return std::make_unique<SparseCategoricalCrossentropy>();
+  }
+  const std::vector<std::string> names = loss_names();
+  throw ValueError(fmt::format("unknown loss {}; valid names: {}", quote(name), repr_list(names)));
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,132 @@
+// Mean squared error value and gradient against a float64 host reference and central
+// differences, in replicated, row-, column-, 2-D and uneven layouts on the 2 x 4 mesh; the
+// Loss objects (names, the cross-entropy wrapper) and their errors.
+#include "meshlayout/train/losses.h"
+
+#include <gtest/gtest.h>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/nn/backward_test_util.h"
+#include "meshlayout/nn/nn_test_util.h"
+#include "meshlayout/ops/cross_entropy.h"
+#include "meshlayout/testing/test_util.h"
+
+namespace meshlayout {
+namespace {
+
+using testing::gathered_f64;
+using testing::random_values;
+using testing::to_f32;
+
+class LossesTest : public NnTest {};
+
+double mse_reference(const std::vector<double>& p, const std::vector<double>& t) {
+  double s = 0;
+  for (size_t i = 0; i < p.size(); ++i) s += (p[i] - t[i]) * (p[i] - t[i]);
+  return s / static_cast<double>(p.size());
+}
+
+void expect_rel(double got, double want, double tol, const std::string& what) {
+  EXPECT_LE(std::abs(got - want), tol * std::max(1.0, std::abs(want))) << what << ": " << got << " vs " << want;
+}
+
+TEST_F(LossesTest, MeanSquaredErrorValueAndGradientInEveryLayout) {
+  struct Case {
+    Shape shape;
+    std::vector<DimSharding> pred_axes, true_axes;
+  };
+  const std::vector<Case> cases = {
+      {{4, 3}, {None, None}, {None, None}},
+      {{4, 3}, {"data", None}, {None, None}},
+      {{6, 8}, {None, "model"}, {"data", None}},
+      {{6, 8}, {"data", "model"}, {"data", "model"}},
+      {{5, 7}, {"data", "model"}, {None, "model"}},  // uneven blocks, some empty
+      {{3, 2, 5}, {"data", None, "model"}, {None, None, None}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(shape_to_string(c.shape));
+    const std::vector<double> p = random_values(c.shape, 11), t = random_values(c.shape, 12);
+    const Array pred = distribute_tensor(to_f32(c.shape, p), TensorLayout(c.pred_axes, mesh_));
+    const Array targ = distribute_tensor(to_f32(c.shape, t), TensorLayout(c.true_axes, mesh_));
+    const double want = mse_reference(p, t);
+    expect_rel(mean_squared_error(pred, targ), want, 1e-12, "value");
+    LossResult r = mean_squared_error_with_grad(pred, targ);
+    expect_rel(r.value, want, 1e-12, "with_grad value");
+    EXPECT_EQ(r.gradient.layout(), pred.layout());
+    EXPECT_EQ(r.gradient.dtype(), DType::kF32);
+    // Central differences of the float64 reference.
+    testing::Params params{{"p", p}};
+    const auto forward = [&](const testing::Params& q) { return std::vector<double>{mse_reference(q.at("p"), t)}; };
+    testing::expect_close(gathered_f64(r.gradient), testing::numeric_gradient(forward, params, "p", {1.0}),
+                          "d mse / d y_pred");
+    testing::expect_close(gathered_f64(mean_squared_error_backward(pred, targ, 3.0)),
+                          [&] {
+                            std::vector<double> g = testing::numeric_gradient(forward, params, "p", {1.0});
+                            for (double& v : g) v *= 3.0;
+                            return g;
+                          }(),
+                          "grad_scale 3");
+  }
+}
+
+TEST_F(LossesTest, MeanSquaredErrorInFloat64) {
+  const Shape shape{4, 2};
+  const std::vector<double> p = random_values(shape, 3), t = random_values(shape, 4);
+  HostTensor p64(DType::kF64, shape), t64(DType::kF64, shape);
+  for (size_t i = 0; i < p.size(); ++i) {
+    p64.data_as<double>()[i] = p[i] / 3.0;
+    t64.data_as<double>()[i] = t[i] / 7.0;
+  }
+  const Array pred = distribute_tensor(p64, TensorLayout({"data", None}, mesh_));
+  const Array targ = distribute_tensor(t64, TensorLayout({None, None}, mesh_));
+  const LossResult r = mean_squared_error_with_grad(pred, targ);
+  EXPECT_NEAR(r.value, mse_reference(testing::to_f64(p64), testing::to_f64(t64)), 1e-15);
+  EXPECT_EQ(r.gradient.dtype(), DType::kF64);
+}
+
+TEST_F(LossesTest, MeanSquaredErrorRejectsMismatchedShapesAndIntegerTargets) {
+  const Array pred = distribute_tensor(HostTensor(DType::kF32, {4, 3}), TensorLayout({None, None}, mesh_));
+  const Array wrong = distribute_tensor(HostTensor(DType::kF32, {4, 2}), TensorLayout({None, None}, mesh_));
+  const Array ints = distribute_tensor(HostTensor(DType::kI32, {4, 3}), TensorLayout({None, None}, mesh_));
+  std::string msg = testing::ValueErrorMessage([&] { (void)mean_squared_error(pred, wrong); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "(4, 2)"));
+  EXPECT_TRUE(testing::HasSubstr(msg, "(4, 3)"));
+  msg = testing::ValueErrorMessage([&] { (void)mean_squared_error_with_grad(pred, ints); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "I32"));
+}
+
+TEST_F(LossesTest, MakeLossNamesAndErrors) {
+  EXPECT_EQ(make_loss("mse")->name(), "mean_squared_error");
+  EXPECT_EQ(make_loss("mean_squared_error")->name(), "mean_squared_error");
+  EXPECT_EQ(make_loss("sparse_categorical_crossentropy", {.from_logits = true})->name(),
+            "sparse_categorical_crossentropy");
+  std::string msg = testing::ValueErrorMessage([] { (void)make_loss("mae"); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "'mae'"));
+  for (const std::string& name : loss_names()) EXPECT_TRUE(testing::HasSubstr(msg, name));
+  msg = testing::ValueErrorMessage([] { (void)make_loss("sparse_categorical_crossentropy"); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "from_logits"));
+  const auto mse = make_loss("mse");
+  msg = testing::ValueErrorMessage([&] { mse->check({4, 1}, DType::kF32, {4}, DType::kF32); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "(4,)"));
+  const auto scce = make_loss("sparse_categorical_crossentropy", {.from_logits = true});
+  msg = testing::ValueErrorMessage([&] { scce->check({4, 5}, DType::kF32, {4}, DType::kF32); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "F32"));
+  EXPECT_NO_THROW(scce->check({4, 5}, DType::kF32, {4}, DType::kI32));
+}
+
+TEST_F(LossesTest, SparseCategoricalCrossentropyLossWrapsTheVocabParallelOp) {
+  const Shape shape{4, 8};
+  const Array logits = distribute_tensor(to_f32(shape, random_values(shape, 5)), TensorLayout({"data", "model"}, mesh_));
+  HostTensor labels(DType::kI32, {4});
+  for (int i = 0; i < 4; ++i) labels.data_as<int32_t>()[i] = (3 * i + 1) % 8;
+  const Array y = distribute_tensor(labels, TensorLayout({"data"}, mesh_));
+  const auto loss = make_loss("sparse_categorical_crossentropy", {.from_logits = true});
+  const LossResult r = loss->value_and_gradient(logits, y);
+  const CrossEntropyResult want = sparse_categorical_crossentropy_with_grad(logits, y);
+  EXPECT_EQ(r.value, want.loss);
+  EXPECT_EQ(loss->value(logits, y), want.loss);
+  EXPECT_EQ(r.gradient.gather(), want.dlogits.gather());
+}
+
+}  // namespace
+}  // namespace meshlayout

@@ -1,0 +1,252 @@
+// trainer.cc — see trainer.h.
+#include "meshlayout/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <numeric>
+#include <utility>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/runtime/runtime.h"
+#include "meshlayout/train/progress.h"
+
+namespace meshlayout {
+namespace {
+
+// Runs `check` on every process and agrees on the outcome: every process throws, or none.
+template <typename F>
+void agreed(F&& check) {
+  std::exception_ptr error;
+  try {
+    check();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  auto rt = default_runtime();
+  if (rt->num_processes() > 1) {
+    agree_on_failure(rt->comm(), error);
+  } else if (error) {
+    std::rethrow_exception(error);
+  }
+}
+
+void check_data(std::string_view what, const HostTensor& x, const HostTensor* y, int64_t batch_size) {
+  if (batch_size < 1) throw ValueError(fmt::format("{}: batch_size must be >= 1, got {}", what, batch_size));
+  if (x.shape().empty()) {
+    throw ValueError(fmt::format("{}: x must have a batch dimension (rows, …), got a scalar", what));
+  }
+  if (x.shape()[0] == 0) {
+    throw ValueError(fmt::format("{}: x has no rows (shape {}); Keras needs at least one sample", what,
+                                 shape_to_string(x.shape())));
+  }
+  if (y == nullptr) return;
+  if (y->shape().empty()) {
+    throw ValueError(fmt::format("{}: y must have a batch dimension (rows, …), got a scalar", what));
+  }
+  if (y->shape()[0] != x.shape()[0]) {
+    throw ValueError(fmt::format("{}: x and y must have the same number of rows (samples), got x {} and y {}", what,
+                                 shape_to_string(x.shape()), shape_to_string(y->shape())));
+  }
+}
+
+// Keras-style shuffling, the same permutation on every process (splitmix64 + Fisher-Yates).
+std::vector<int64_t> row_order(int64_t rows, bool shuffle, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(rows));
+  std::iota(order.begin(), order.end(), 0);
+  if (!shuffle) return order;
+  uint64_t state = seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(epoch + 1));
+  auto next = [&state] {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t i = rows - 1; i > 0; --i) {
+    const auto j = static_cast<int64_t>(next() % static_cast<uint64_t>(i + 1));
+    std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
+  }
+  return order;
+}
+
+// Rows order[start + begin .. start + end) of `data`, as a host tensor.
+HostTensor copy_rows(const HostTensor& data, const std::vector<int64_t>& order, int64_t start, int64_t begin,
+                     int64_t end) {
+  Shape shape = data.shape();
+  shape[0] = end - begin;
+  HostTensor out(data.dtype(), shape);
+  const size_t row_bytes = data.num_bytes() / static_cast<size_t>(data.shape()[0]);
+  for (int64_t r = begin; r < end; ++r) {
+    std::memcpy(out.data() + static_cast<size_t>(r - begin) * row_bytes,
+                data.data() + static_cast<size_t>(order[static_cast<size_t>(start + r)]) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+// One global batch of `rows` rows starting at `start` in `order`, laid out by the distribution's
+// data layout, this process copying only its rows when the batch splits evenly over the shards.
+Array feed(const HostTensor& data, const std::vector<int64_t>& order, int64_t start, int64_t rows,
+           const Distribution& dist) {
+  if (rows % dist.num_data_shards() == 0) {
+    const RowRange mine = dist.process_batch_rows(rows);
+    return dist.distribute_process_batch(copy_rows(data, order, start, mine.begin, mine.end), rows);
+  }
+  return dist.distribute_input(copy_rows(data, order, start, 0, rows));
+}
+
+struct Batches {
+  int64_t rows, batch_size;
+  int64_t count() const { return (rows + batch_size - 1) / batch_size; }
+  int64_t start(int64_t k) const { return k * batch_size; }
+  int64_t size(int64_t k) const { return std::min(batch_size, rows - k * batch_size); }
+};
+
+std::ostream& out_or_cerr(std::ostream* out) { return out != nullptr ? *out : std::cerr; }
+
+bool is_process_zero() { return default_runtime()->process_id() == 0; }
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<Model> model, CompileOptions options) : model_(std::move(model)) {
+  if (!model_) throw ValueError("compile: the model is null");
+  if (options.optimizer_instance) {
+    optimizer_ = std::move(options.optimizer_instance);
+  } else if (options.optimizer.empty()) {
+    throw ValueError(fmt::format("compile: an optimizer is required: a name ({}) or an Optimizer",
+                                 repr_list(optimizer_names())));
+  } else {
+    optimizer_ = make_optimizer(options.optimizer, options.optimizer_options);
+  }
+  if (options.loss.empty()) {
+    throw ValueError(fmt::format("compile: a loss is required, one of {}", repr_list(loss_names())));
+  }
+  loss_ = make_loss(options.loss, options.loss_options);
+}
+
+Trainer compile(std::shared_ptr<Model> model, CompileOptions options) {
+  return Trainer(std::move(model), std::move(options));
+}
+
+std::shared_ptr<const Distribution> Trainer::data_distribution() const {
+  if (model_->distribution()) return model_->distribution();
+  if (model_->layout_map() && model_->layout_map()->device_mesh()) {
+    return std::make_shared<ModelParallel>(*model_->layout_map());
+  }
+  for (const VariablePtr& v : model_->variables()) {
+    if (!v->is_lazy()) return std::make_shared<DataParallel>(v->value().mesh());
+  }
+  throw FailedPreconditionError(fmt::format(
+      "model {} is not built and was not constructed under a distribution or a LayoutMap scope: give the "
+      "Sequential an input_shape, call the model once, or construct it under a distribution",
+      quote(model_->name())));
+}
+
+History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions& options) {
+  std::shared_ptr<const Distribution> dist;
+  ProgressMode mode = ProgressMode::kSilent;
+  agreed([&] {
+    check_data("fit", x, &y, options.batch_size);
+    if (options.epochs < 0) throw ValueError(fmt::format("fit: epochs must be >= 0, got {}", options.epochs));
+    mode = progress_mode(options.verbose);
+    dist = data_distribution();
+    dist->process_batch_rows(options.batch_size);  // Keras' error for an indivisible batch
+  });
+  if (!is_process_zero()) mode = ProgressMode::kSilent;
+  const Batches batches{x.shape()[0], options.batch_size};
+  History history;
+  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
+    EpochProgress progress(out_or_cerr(options.out), mode, epoch, options.epochs, batches.count());
+    const std::vector<int64_t> order = row_order(batches.rows, options.shuffle, options.shuffle_seed, epoch);
+    double weighted = 0;
+    int64_t seen = 0;
+    for (int64_t k = 0; k < batches.count(); ++k) {
+      const int64_t b = batches.size(k);
+      const Tensor xb(feed(x, order, batches.start(k), b, *dist));
+      const Array yb = feed(y, order, batches.start(k), b, *dist);
+      const Tensor pred = (*model_)(xb);
+      loss_->check(pred.value().shape(), pred.value().dtype(), yb.shape(), yb.dtype());
+      LossResult r = loss_->value_and_gradient(pred.value(), yb);
+      if (options.terminate_on_nan && !std::isfinite(r.value)) {
+        throw ValueError(fmt::format("fit: the loss is {} at epoch {}, step {} (rows [{}, {}) of the epoch's order, "
+                                     "optimizer iteration {}): stopped before that step's update "
+                                     "(FitOptions::terminate_on_nan)",
+                                     r.value, epoch, k, batches.start(k), batches.start(k) + b,
+                                     optimizer_->iterations()));
+      }
+      Gradients grads;
+      (void)model_->backward(xb.value(), r.gradient, grads);
+      std::vector<VariablePtr> vars;
+      for (const VariablePtr& v : model_->variables()) {
+        if (v->trainable()) vars.push_back(v);
+      }
+      optimizer_->apply(grads.for_variables(vars), vars);
+      weighted += r.value * static_cast<double>(b);
+      seen += b;
+      progress.update(k + 1, weighted / static_cast<double>(seen));
+    }
+    const double epoch_loss = weighted / static_cast<double>(seen);
+    progress.finish(epoch_loss);
+    history.loss.push_back(epoch_loss);
+    if (options.on_epoch_end) options.on_epoch_end(epoch, epoch_loss);
+  }
+  return history;
+}
+
+double Trainer::evaluate(const HostTensor& x, const HostTensor& y, const EvaluateOptions& options) {
+  std::shared_ptr<const Distribution> dist;
+  ProgressMode mode = ProgressMode::kSilent;
+  agreed([&] {
+    check_data("evaluate", x, &y, options.batch_size);
+    mode = progress_mode(options.verbose);
+    dist = data_distribution();
+    dist->process_batch_rows(options.batch_size);
+  });
+  if (!is_process_zero()) mode = ProgressMode::kSilent;
+  const Batches batches{x.shape()[0], options.batch_size};
+  const std::vector<int64_t> order = row_order(batches.rows, false, 0, 0);
+  EpochProgress progress(out_or_cerr(options.out), mode, 0, 0, batches.count());
+  double weighted = 0;
+  for (int64_t k = 0; k < batches.count(); ++k) {
+    const int64_t b = batches.size(k);
+    const Tensor pred = (*model_)(Tensor(feed(x, order, batches.start(k), b, *dist)));
+    const Array yb = feed(y, order, batches.start(k), b, *dist);
+    loss_->check(pred.value().shape(), pred.value().dtype(), yb.shape(), yb.dtype());
+    weighted += loss_->value(pred.value(), yb) * static_cast<double>(b);
+    progress.update(k + 1, weighted / static_cast<double>(batches.start(k) + b));
+  }
+  const double loss = weighted / static_cast<double>(batches.rows);
+  progress.finish(loss);
+  return loss;
+}
+
+HostTensor Trainer::predict(const HostTensor& x, const PredictOptions& options) {
+  std::shared_ptr<const Distribution> dist;
+  agreed([&] {
+    check_data("predict", x, nullptr, options.batch_size);
+    dist = data_distribution();
+    dist->process_batch_rows(options.batch_size);
+  });
+  const Batches batches{x.shape()[0], options.batch_size};
+  const std::vector<int64_t> order = row_order(batches.rows, false, 0, 0);
+  HostTensor out;
+  size_t row_bytes = 0;
+  for (int64_t k = 0; k < batches.count(); ++k) {
+    const int64_t b = batches.size(k);
+    const Tensor pred = (*model_)(Tensor(feed(x, order, batches.start(k), b, *dist)));
+    const HostTensor part = pred.value().gather();
+    if (k == 0) {
+      Shape shape = part.shape();
+      shape[0] = batches.rows;
+      out = HostTensor(part.dtype(), shape);
+      row_bytes = part.num_bytes() / static_cast<size_t>(b);
+    }
+    std::memcpy(out.data() + static_cast<size_t>(batches.start(k)) * row_bytes, part.data(), part.num_bytes());
+  }
+  return out;
+}
+
+}  // namespace meshlayout

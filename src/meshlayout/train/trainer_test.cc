@@ -1,0 +1,200 @@
+// compile / fit / evaluate / predict of a Sequential Dense(relu) → Dense regression against a
+// float64 host reference (trainer_test_util.h): one device, a 2 x 4 mesh with ModelParallel
+// column-/row-parallel rules, DataParallel on 8 devices and no distribution give the
+// reference's history (SGD and Adam, a partial last batch); evaluate and predict equal the
+// forward on the whole data; the errors; the progress output.
+#include "meshlayout/train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/nn/nn_test_util.h"
+#include "meshlayout/testing/test_util.h"
+#include "meshlayout/train/progress.h"
+#include "meshlayout/train/trainer_test_util.h"
+
+namespace meshlayout {
+namespace {
+
+class TrainerTest : public NnTest {
+ protected:
+  // The model built under `dist` (none: no scope).
+  std::shared_ptr<Sequential> build(const std::shared_ptr<const Distribution>& dist) {
+    clear_session();
+    if (!dist) return make_mlp();
+    DistributionScope scope = dist->scope();
+    return make_mlp();
+  }
+  std::shared_ptr<const Distribution> model_parallel() {
+    LayoutMap map(mesh_);
+    map["d1/kernel"] = {None, "model"};  // column-parallel
+    map["d1/bias"] = {"model"};
+    map["d2/kernel"] = {"model", None};  // row-parallel
+    return std::make_shared<ModelParallel>(map, "data");
+  }
+};
+
+struct Config {
+  std::string name;
+  std::shared_ptr<const Distribution> dist;
+};
+
+TEST_F(TrainerTest, FitMatchesTheFloat64ReferenceOnEveryMeshAndTheLossDecreases) {
+  const auto [x, y] = regression_data();
+  const std::vector<Config> configs = {
+      {"one device", std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1}, std::vector<std::string>{"batch"}, std::vector<std::string>{"cpu:0"}))},
+      {"ModelParallel 2x4", model_parallel()},
+      {"DataParallel 8", std::make_shared<DataParallel>()},
+      {"no distribution", nullptr},
+  };
+  for (const std::string kind : {"sgd", "adam"}) {
+    const OptimizerOptions opts{.learning_rate = kind == "sgd" ? 0.05 : 0.01};
+    std::vector<double> first;
+    for (const Config& c : configs) {
+      SCOPED_TRACE(kind + " " + c.name);
+      auto model = build(c.dist);
+      if (c.name == "ModelParallel 2x4") {
+        EXPECT_EQ(model->layers()[0]->own_weights()[0].second->value().layout(), TensorLayout({None, "model"}, mesh_));
+      }
+      RefMlp ref(*model);
+      const std::vector<double> want = ref.fit(x, y, 8, 4, RefOptimizer(kind, opts));
+      Trainer trainer = compile(model, {.optimizer = kind, .optimizer_options = opts, .loss = "mse"});
+      const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 4, .verbose = 0});
+      expect_history_near(h.loss, want, 1e-5);
+      EXPECT_LT(h.loss.back(), h.loss.front());
+      EXPECT_EQ(trainer.optimizer().iterations(), 4 * 3);  // 8 + 8 + 4 rows per epoch
+      if (first.empty()) {
+        first = h.loss;
+      } else {
+        expect_history_near(h.loss, first, 1e-5);
+      }
+      std::printf("%s %s: loss %.6f -> %.6f (reference %.6f -> %.6f)\n", kind.c_str(), c.name.c_str(),
+                  h.loss.front(), h.loss.back(), want.front(), want.back());
+    }
+  }
+}
+
+TEST_F(TrainerTest, EvaluateAndPredictEqualTheForwardOnTheWholeData) {
+  const auto [x, y] = regression_data();
+  for (const auto& dist : {model_parallel(), std::shared_ptr<const Distribution>(std::make_shared<DataParallel>())}) {
+    auto model = build(dist);
+    Trainer trainer = compile(model, {.optimizer = "sgd", .loss = "mean_squared_error"});
+    (void)trainer.fit(x, y, {.batch_size = 6, .epochs = 1, .verbose = 0});  // 6, 6, 6, 2
+    RefMlp ref(*model);  // the trained weights
+    const std::vector<double> want = ref.forward(to_doubles(x), kRows);
+    const HostTensor pred = trainer.predict(x, {.batch_size = 7});  // 7, 7, 6
+    EXPECT_EQ(pred.shape(), (Shape{kRows, kOut}));
+    EXPECT_LT(max_rel_error(to_doubles(pred), want), 1e-5);
+    const double loss = trainer.evaluate(x, y, {.batch_size = 8});
+    EXPECT_NEAR(loss, RefMlp::mse(want, to_doubles(y)), 1e-5 * loss);
+    EXPECT_EQ(trainer.optimizer().iterations(), 4);  // evaluate and predict do not train
+  }
+}
+
+TEST_F(TrainerTest, ShuffleIsSeededAndTrains) {
+  const auto [x, y] = regression_data();
+  std::vector<std::vector<double>> runs;
+  for (uint64_t seed : {7u, 7u, 8u}) {
+    auto model = build(nullptr);
+    Trainer trainer = compile(model, {.optimizer = "sgd", .optimizer_options = {.learning_rate = 0.05}, .loss = "mse"});
+    runs.push_back(trainer.fit(x, y, {.batch_size = 8, .epochs = 3, .shuffle = true, .shuffle_seed = seed,
+                                      .verbose = 0}).loss);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_NE(runs[0], runs[2]);
+  EXPECT_LT(runs[0].back(), runs[0].front());
+}
+
+TEST_F(TrainerTest, BadInputsAreClearErrors) {
+  const auto [x, y] = regression_data();
+  auto model = build(nullptr);
+  Trainer trainer = compile(model, {.optimizer = "adam", .loss = "mse"});
+  HostTensor short_y(DType::kF32, {kRows - 1, kOut});
+  std::string msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, short_y, {.verbose = 0}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "(20, 4)"));
+  EXPECT_TRUE(testing::HasSubstr(msg, "(19, 2)"));
+  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, HostTensor(DType::kI32, {kRows, kOut}), {.verbose = 0}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "I32"));
+  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, HostTensor(DType::kF32, {kRows, 3}), {.verbose = 0}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "(20, 3)"));
+  EXPECT_TRUE(testing::HasSubstr(msg, "(20, 2)"));
+  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, y, {.batch_size = 0, .verbose = 0}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "batch_size"));
+  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, y, {.verbose = 3}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "got 3"));
+  msg = testing::ValueErrorMessage([&] { (void)trainer.evaluate(HostTensor(DType::kF32, {0, kIn}), y); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "no rows"));
+  EXPECT_EQ(trainer.optimizer().iterations(), 0);
+
+  // NaN: stops at the step that sees it, before its update.
+  HostTensor bad_y = y;
+  bad_y.data_as<float>()[10 * kOut] = std::nanf("");
+  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, bad_y, {.batch_size = 8, .epochs = 2, .verbose = 0}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "epoch 0, step 1"));
+  EXPECT_EQ(trainer.optimizer().iterations(), 1);
+  // Keras' default (no TerminateOnNaN) keeps going.
+  auto model2 = build(nullptr);
+  Trainer keep = compile(model2, {.optimizer = "sgd", .loss = "mse"});
+  EXPECT_TRUE(std::isnan(keep.fit(x, bad_y, {.batch_size = 8, .verbose = 0, .terminate_on_nan = false}).loss[0]));
+
+  // compile errors.
+  msg = testing::ValueErrorMessage([&] { (void)compile(model, {.optimizer = "rmsprop", .loss = "mse"}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "adamw"));
+  msg = testing::ValueErrorMessage([&] { (void)compile(model, {.optimizer = "sgd", .loss = "huber"}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "'huber'"));
+  msg = testing::ValueErrorMessage([&] { (void)compile(model, {.loss = "mse"}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "optimizer is required"));
+}
+
+class NoBackward : public Model {
+ public:
+  NoBackward() { d = track("d", std::make_shared<Dense>(2)); }
+  Tensor call(const Tensor& x) override { return (*d)(x); }
+  std::shared_ptr<Dense> d;
+};
+
+TEST_F(TrainerTest, UnbuiltModelsAndModelsWithoutBackwardAreFailedPreconditions) {
+  const auto [x, y] = regression_data();
+  auto unbuilt = std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(2)});
+  Trainer t1 = compile(unbuilt, {.optimizer = "sgd", .loss = "mse"});
+  try {
+    (void)t1.fit(x, y, {.verbose = 0});
+    ADD_FAILURE() << "no error";
+  } catch (const FailedPreconditionError& e) {
+    EXPECT_TRUE(testing::HasSubstr(e.what(), "not built"));
+  }
+  auto one = std::make_shared<DataParallel>(
+      DeviceMesh(std::vector<int64_t>{1}, std::vector<std::string>{"batch"}, std::vector<std::string>{"cpu:0"}));
+  std::shared_ptr<NoBackward> sub;
+  {
+    DistributionScope scope = one->scope();
+    sub = std::make_shared<NoBackward>();
+  }
+  (void)(*sub)(Tensor(one->distribute_input(x)));  // builds
+  Trainer t2 = compile(sub, {.optimizer = "sgd", .loss = "mse"});
+  EXPECT_THROW((void)t2.fit(x, y, {.verbose = 0}), FailedPreconditionError);
+  EXPECT_EQ(t2.optimizer().iterations(), 0);
+}
+
+TEST_F(TrainerTest, ProgressOutput) {
+  const auto [x, y] = regression_data();
+  auto model = build(nullptr);
+  Trainer trainer = compile(model, {.optimizer = "sgd", .loss = "mse"});
+  std::ostringstream line, silent;
+  (void)trainer.fit(x, y, {.batch_size = 8, .epochs = 2, .verbose = 2, .out = &line});
+  EXPECT_TRUE(testing::HasSubstr(line.str(), "Epoch 1/2\n3/3 - "));
+  EXPECT_TRUE(testing::HasSubstr(line.str(), "Epoch 2/2\n3/3 - "));
+  EXPECT_TRUE(testing::HasSubstr(line.str(), "/step - loss: "));
+  (void)trainer.fit(x, y, {.batch_size = 8, .verbose = 0, .out = &silent});
+  EXPECT_EQ(silent.str(), "");
+  EXPECT_EQ(progress_mode(1, /*terminal=*/true), ProgressMode::kBar);
+  EXPECT_EQ(progress_mode(1, /*terminal=*/false), ProgressMode::kLine);
+  const std::string bar = EpochProgress::render_bar(1, 3, 0.5, 0.25);
+  EXPECT_TRUE(testing::HasSubstr(bar, "1/3 \u2501\u2501\u2501\u2501\u2501\u2501\u2500")) << bar;
+  EXPECT_TRUE(testing::HasSubstr(bar, "- loss: 0.2500")) << bar;
+}
+
+}  // namespace
+}  // namespace meshlayout

@@ -1,0 +1,141 @@
+// trainer_test_util.h — the regression problem of the trainer tests and a float64 host reference
+// of fitting a Sequential Dense(relu) → Dense with mean squared error, written from the formulas
+// (forward, backward, the optimizer step of optimizer_test_util.h). Test-only.
+//
+// Example:
+//   auto model = make_mlp();                       // under a distribution scope, or none
+//   RefMlp ref(*model);                            // the model's initial weights, float64
+//   std::vector<double> want = ref.fit(x, y, 8, 3, RefOptimizer("sgd", {.learning_rate = 0.05}));
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "meshlayout/nn/model.h"
+#include "meshlayout/train/optimizer_test_util.h"
+
+namespace meshlayout {
+
+constexpr int64_t kRows = 20, kIn = 4, kHidden = 8, kOut = 2;
+
+/// Sequential "mlp": d1 = Dense(8, relu), d2 = Dense(2), input (4,), seeded initializers.
+inline std::shared_ptr<Sequential> make_mlp() {
+  auto d1 = std::make_shared<Dense>(
+      kHidden, DenseOptions{.name = "d1", .activation = Activation::kRelu,
+                            .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
+                            .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 2})});
+  auto d2 = std::make_shared<Dense>(
+      kOut, DenseOptions{.name = "d2", .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3})});
+  return std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{d1, d2},
+                                      SequentialOptions{.name = "mlp", .input_shape = Shape{kIn}});
+}
+
+/// x (20, 4) and y (20, 2) = a smooth function of x, F32.
+inline std::pair<HostTensor, HostTensor> regression_data(int64_t rows = kRows) {
+  HostTensor x(DType::kF32, {rows, kIn}), y(DType::kF32, {rows, kOut});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < kIn; ++j) {
+      x.data_as<float>()[r * kIn + j] = static_cast<float>(std::sin(0.7 * static_cast<double>(r) + 1.3 * j));
+    }
+    const float* xr = x.data_as<float>() + r * kIn;
+    y.data_as<float>()[r * kOut] = static_cast<float>(0.5 * xr[0] - 0.3 * xr[1] * xr[2] + 0.2);
+    y.data_as<float>()[r * kOut + 1] = static_cast<float>(std::cos(static_cast<double>(xr[3])) - 0.4 * xr[0]);
+  }
+  return {std::move(x), std::move(y)};
+}
+
+class RefMlp {
+ public:
+  explicit RefMlp(const Sequential& model) {
+    for (const VariablePtr& v : model.variables()) vars_.push_back({to_doubles(v->value().gather()), v->name(), {}});
+  }
+
+  /// Model output (rows, kOut) for x (rows, kIn); the hidden pre-activations into *z.
+  std::vector<double> forward(const std::vector<double>& x, int64_t rows, std::vector<double>* z = nullptr) const {
+    const auto& k1 = vars_[0].theta;
+    const auto& b1 = vars_[1].theta;
+    const auto& k2 = vars_[2].theta;
+    const auto& b2 = vars_[3].theta;
+    std::vector<double> pre(static_cast<size_t>(rows * kHidden)), out(static_cast<size_t>(rows * kOut));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t h = 0; h < kHidden; ++h) {
+        double s = b1[h];
+        for (int64_t i = 0; i < kIn; ++i) s += x[r * kIn + i] * k1[i * kHidden + h];
+        pre[r * kHidden + h] = s;
+      }
+      for (int64_t o = 0; o < kOut; ++o) {
+        double s = b2[o];
+        for (int64_t h = 0; h < kHidden; ++h) s += std::max(0.0, pre[r * kHidden + h]) * k2[h * kOut + o];
+        out[r * kOut + o] = s;
+      }
+    }
+    if (z) *z = std::move(pre);
+    return out;
+  }
+
+  static double mse(const std::vector<double>& p, const std::vector<double>& t) {
+    double s = 0;
+    for (size_t i = 0; i < p.size(); ++i) s += (p[i] - t[i]) * (p[i] - t[i]);
+    return s / static_cast<double>(p.size());
+  }
+
+  /// One step on a batch: returns the loss before the update.
+  double step(const std::vector<double>& x, const std::vector<double>& t, int64_t rows, RefOptimizer& opt) {
+    std::vector<double> z;
+    const std::vector<double> y = forward(x, rows, &z);
+    const double loss = mse(y, t);
+    const auto& k2 = vars_[2].theta;
+    std::vector<std::vector<double>> g(4);
+    for (size_t i = 0; i < 4; ++i) g[i].assign(vars_[i].theta.size(), 0.0);
+    const double n = static_cast<double>(rows * kOut);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t o = 0; o < kOut; ++o) {
+        const double dy = 2.0 * (y[r * kOut + o] - t[r * kOut + o]) / n;
+        g[3][o] += dy;
+        for (int64_t h = 0; h < kHidden; ++h) {
+          const double zh = z[r * kHidden + h];
+          g[2][h * kOut + o] += std::max(0.0, zh) * dy;
+          if (zh > 0) {
+            const double dz = dy * k2[h * kOut + o];
+            g[1][h] += dz;
+            for (int64_t i = 0; i < kIn; ++i) g[0][i * kHidden + h] += x[r * kIn + i] * dz;
+          }
+        }
+      }
+    }
+    opt.step(vars_, g);
+    return loss;
+  }
+
+  /// fit without shuffling: the batch-size-weighted epoch means.
+  std::vector<double> fit(const HostTensor& xh, const HostTensor& yh, int64_t batch, int64_t epochs, RefOptimizer opt) {
+    const std::vector<double> x = to_doubles(xh), y = to_doubles(yh);
+    const int64_t rows = xh.shape()[0];
+    std::vector<double> history;
+    for (int64_t e = 0; e < epochs; ++e) {
+      double weighted = 0;
+      for (int64_t start = 0; start < rows; start += batch) {
+        const int64_t b = std::min(batch, rows - start);
+        const std::vector<double> xb(x.begin() + start * kIn, x.begin() + (start + b) * kIn);
+        const std::vector<double> yb(y.begin() + start * kOut, y.begin() + (start + b) * kOut);
+        weighted += step(xb, yb, b, opt) * static_cast<double>(b);
+      }
+      history.push_back(weighted / static_cast<double>(rows));
+    }
+    return history;
+  }
+
+  const std::vector<RefVar>& vars() const { return vars_; }
+
+ private:
+  std::vector<RefVar> vars_;  // d1/kernel, d1/bias, d2/kernel, d2/bias
+};
+
+inline void expect_history_near(const std::vector<double>& got, const std::vector<double>& want, double rel) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t e = 0; e < got.size(); ++e) {
+    EXPECT_LE(std::abs(got[e] - want[e]), rel * std::abs(want[e])) << "epoch " << e << ": " << got[e] << " vs " << want[e];
+  }
+}
+
+}  // namespace meshlayout
