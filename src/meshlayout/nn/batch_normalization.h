@@ -1,19 +1,39 @@
-// batch_normalization.h — keras.layers.BatchNormalization over the last axis, inference mode,
-// on distributed arrays: y = (x - moving_mean) / sqrt(moving_variance + epsilon) * gamma + beta.
+// batch_normalization.h — keras.layers.BatchNormalization over the last axis on distributed
+// arrays: y = (x - mean) / sqrt(variance + epsilon) * gamma + beta.
 // Weights, created in build in Keras' order: gamma (ones), beta (zeros) trainable;
 // moving_mean (zeros), moving_variance (ones) non-trainable; shape (features,); paths
 // "batch_normalization/gamma", "/beta", "/moving_mean", "/moving_variance".
 // Keras 2 DTensor per-layer layouts: gamma_layout, beta_layout, moving_mean_layout,
 // moving_variance_layout (explicit layouts: they win over LayoutMap rules).
 //
+// Modes (set_training, as Dropout; the default is inference):
+//   inference: mean, variance = moving_mean, moving_variance.
+//   training:  mean, variance = the batch statistics over every axis but the last, across the
+//              whole global batch (every data shard and process): sums through
+//              sum_over_leading, whose contraction over a batch split is completed by matmul's
+//              collective; two passes (mean, then the mean of (x - mean)²: the biased
+//              variance, as Keras). Each training call then updates, as Keras,
+//              moving = moving × momentum + batch × (1 - momentum). recompute() (a model's
+//              backward) uses the batch statistics but updates nothing.
+//
 // Layout: element-wise per feature, so the input keeps its layout (no communication for the
-// data); the four weights are brought to the layout of the input's last dimension. Training
-// (batch statistics and moving-average updates) is not implemented: it arrives with the train
-// module; set_training(true) is refused.
+// data besides the statistics' sums); the weights are brought to the layout of the input's
+// last dimension.
+//
+// Backward (Layer::backward, the mode of the layer now): d beta = Σ dy, d gamma = Σ dy·x̂
+// (x̂ = (x - mean)/σ, sums over every axis but the last, across the global batch, summed into
+// the weights' layouts), and dx in x's layout:
+//   inference: dx = gamma/σ · dy (moving statistics, constants);
+//   training:  dx = gamma/σ · (dy - Σdy/N - x̂ · Σ(dy·x̂)/N), N the global count per feature
+//              (through the batch statistics, recomputed from x).
+// moving_mean / moving_variance get no gradient (non-trainable), nor does a non-trainable
+// gamma or beta.
 //
 // Example:
 //   auto bn = std::make_shared<BatchNormalization>(BatchNormalizationOptions{.epsilon = 1e-5});
+//   bn->set_training(true);
 //   Tensor y = (*bn)(x);   // x F32 (batch, …, features) → y, same shape and layout
+//   Array dx = bn->backward(x.value(), dy, grads);   // grads.find(*bn->gamma()), …
 #pragma once
 
 #include <optional>
@@ -26,7 +46,7 @@ namespace meshlayout {
 struct BatchNormalizationOptions {
   std::string name;       // automatic ("batch_normalization", …) when empty
   double epsilon = 1e-3;  // Keras default
-  double momentum = 0.99;  // Keras default; used once training arrives
+  double momentum = 0.99;  // Keras default
   bool center = true;     // add beta
   bool scale = true;      // multiply by gamma
   Initializer beta_initializer = Initializer::zeros();
@@ -45,9 +65,16 @@ class BatchNormalization : public Layer {
   const VariablePtr& beta() const { return beta_; }
   const VariablePtr& moving_mean() const { return moving_mean_; }
   const VariablePtr& moving_variance() const { return moving_variance_; }
-  /// Only inference exists: true is refused with FailedPreconditionError.
-  void set_training(bool training);
+  /// Training mode: batch statistics, moving statistics updated by each call; inference (the
+  /// default): the moving statistics.
+  void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  /// See the file comment. FailedPreconditionError before the layer is built; ValueError if x
+  /// is not F32 with the built features or dy is not F32 of x's shape.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
+  /// The call again without updating the moving statistics.
+  Array recompute(const Array& x) override;
 
  protected:
   /// ValueError for a rank-0 input.
@@ -56,8 +83,20 @@ class BatchNormalization : public Layer {
   Array call(const Array& x) override;
 
  private:
+  struct Moments {
+    Array mean, variance;  // F32 (features,), laid out as the data's last dimension
+  };
+  void check_call_input(const Array& x) const;
+  /// x's layout when x is on the weights' mesh, else replicated on it.
+  TensorLayout data_layout(const Array& x) const;
+  /// The batch statistics of xs (training) or the moving ones (inference). Collective.
+  Moments moments(const Array& xs) const;
+  void update_moving(const Moments& batch);
+
   BatchNormalizationOptions options_;
   int64_t features_ = 0;
+  bool training_ = false;
+  bool update_moving_ = true;  // false inside recompute
   VariablePtr gamma_, beta_, moving_mean_, moving_variance_;
 };
 
