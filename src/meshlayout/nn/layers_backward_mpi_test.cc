@@ -2,11 +2,13 @@
 // with the batch over 'data', and a vocab-parallel Embedding with tokens over 'data'; every
 // process checks the gathered gradients against float64 central differences of a float64
 // reference, and that each gradient is in its variable's layout with only local shards.
+// BatchNormalization in training mode with the batch over 'data': global statistics.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "meshlayout/nn/backward_test_util.h"
+#include "meshlayout/nn/batch_normalization.h"
 #include "meshlayout/nn/embedding.h"
 #include "meshlayout/nn/layer.h"
 #include "meshlayout/layout/devices.h"
@@ -109,6 +111,64 @@ TEST(LayersBackwardMpiTest, VocabParallelEmbedding) {
     EXPECT_EQ(g->layout(), table);
     expect_local(*g);
     expect_close(gathered_f64(*g), numeric_gradient(forward, p, "table", w), "d embeddings");
+  }
+}
+
+// BatchNormalization in training mode with the batch over 'data' (across processes): the
+// statistics, dx through them, d gamma / d beta and the moving-mean update are those of the
+// global batch.
+TEST(LayersBackwardMpiTest, BatchNormalizationTrainingStatisticsAcrossProcesses) {
+  const DeviceMesh mesh = mesh_of_all();
+  auto l = [&](std::vector<DimSharding> axes) { return TensorLayout(std::move(axes), mesh); };
+  for (const auto& [x_layout, w_layout] : {std::pair{l({{"data"}, kNone, kNone}), l({{"model"}})},
+                                           std::pair{l({{"data"}, kNone, {"model"}}), l({kNone})},
+                                           std::pair{l({{"data", "model"}, kNone, kNone}), l({{"data"}})}}) {
+    SCOPED_TRACE("x " + x_layout.to_string() + " weights " + w_layout.to_string());
+    clear_session();
+    const int64_t F = 4;
+    const Shape shape{8, 3, F};
+    auto bn = std::make_shared<BatchNormalization>(BatchNormalizationOptions{
+        .epsilon = 1e-3, .momentum = 0.5,
+        .beta_initializer = Initializer::random_normal({.stddev = 0.3, .seed = 1}),
+        .gamma_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 2}),
+        .beta_layout = w_layout, .gamma_layout = w_layout, .moving_mean_layout = w_layout,
+        .moving_variance_layout = w_layout});
+    bn->set_training(true);
+    std::vector<double> xv = testing::random_values(shape, 7);
+    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(xv[i] + 0.2 * static_cast<double>(i / 12));
+    const Array x = distribute_tensor(testing::to_f32(shape, xv), x_layout);
+    const Tensor y = (*bn)(Tensor(distribute_tensor(x, x.layout())));
+    auto forward = [F](const Params& q) {
+      const std::vector<double>& v = q.at("x");
+      const size_t n = v.size() / F;
+      std::vector<double> mean(F), var(F), out(v.size());
+      for (size_t k = 0; k < v.size(); ++k) mean[k % F] += v[k] / static_cast<double>(n);
+      for (size_t k = 0; k < v.size(); ++k) var[k % F] += (v[k] - mean[k % F]) * (v[k] - mean[k % F]) / static_cast<double>(n);
+      for (size_t k = 0; k < v.size(); ++k) {
+        out[k] = (v[k] - mean[k % F]) / std::sqrt(var[k % F] + 1e-3) * q.at("gamma")[k % F] + q.at("beta")[k % F];
+      }
+      return out;
+    };
+    Params p{{"x", xv}, {"gamma", gathered_f64(bn->gamma()->value())}, {"beta", gathered_f64(bn->beta()->value())}};
+    expect_close(gathered_f64(y.value()), forward(p), "forward y");
+    std::vector<double> want_mean(F);  // 0.5 × 0 + 0.5 × the global batch mean
+    for (size_t k = 0; k < xv.size(); ++k) want_mean[k % F] += 0.5 * xv[k] / static_cast<double>(xv.size() / F);
+    expect_close(gathered_f64(bn->moving_mean()->value()), want_mean, "moving_mean", 1e-5);
+    const std::vector<double> w = testing::random_values(shape, 8);
+    const Array dy = distribute_tensor(testing::to_f32(shape, w), y.value().layout());
+    Gradients grads;
+    const Array dx = bn->backward(x, dy, grads);
+    EXPECT_EQ(dx.layout(), x.layout());
+    expect_local(dx);
+    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w), "dx");
+    EXPECT_EQ(grads.size(), 2u);
+    for (const auto& [v, name] : {std::pair{bn->gamma(), "gamma"}, std::pair{bn->beta(), "beta"}}) {
+      const Array* g = grads.find(*v);
+      ASSERT_NE(g, nullptr) << name;
+      EXPECT_EQ(g->layout(), v->value().layout()) << name;
+      expect_local(*g);
+      expect_close(gathered_f64(*g), numeric_gradient(forward, p, name, w), std::string("d ") + name);
+    }
   }
 }
 
