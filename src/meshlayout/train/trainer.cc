@@ -91,7 +91,15 @@ HostTensor copy_rows(const HostTensor& data, const std::vector<int64_t>& order, 
 // data layout, this process copying only its rows when the batch splits evenly over the shards.
 Array feed(const HostTensor& data, const std::vector<int64_t>& order, int64_t start, int64_t rows,
            const Distribution& dist) {
-  if (rows % dist.num_data_shards() == 0) {
+  // Each process feeds its own rows when the batch axis splits the batch into equal blocks that
+  // follow the processes' row ranges (Keras' rule); else (a short last batch) every device takes
+  // its block from the whole in-memory batch.
+  const DeviceMesh& mesh = dist.device_mesh();
+  int64_t axis_size = 1;
+  for (size_t a = 0; a < mesh.axis_names().size(); ++a) {
+    if (mesh.axis_names()[a] == dist.batch_dim_name()) axis_size = mesh.shape()[a];
+  }
+  if (rows % dist.num_data_shards() == 0 && rows % axis_size == 0) {
     const RowRange mine = dist.process_batch_rows(rows);
     return dist.distribute_process_batch(copy_rows(data, order, start, mine.begin, mine.end), rows);
   }

@@ -14,10 +14,10 @@
 //  * data sharding: under the model's distribution (else ModelParallel(model's LayoutMap), else
 //    DataParallel on the mesh of the model's variables) each process copies only its rows of
 //    each batch (Distribution::process_batch_rows) and feeds them with
-//    distribute_process_batch, as Keras' JAX backend; a partial last batch not divisible by the
-//    data shards is fed from the whole in-memory batch (every process holds x) with
-//    distribute_input, each device taking its block. A batch_size not divisible by the data
-//    shards is Keras' ValueError;
+//    distribute_process_batch, as Keras' JAX backend; a short last batch that the data shards or
+//    the batch axis do not split evenly is fed from the whole in-memory batch (every process
+//    holds x) with distribute_input, each device taking its block. A batch_size not divisible by
+//    the data shards is Keras' ValueError;
 //  * progress on stderr (progress.h), process 0 only;
 //  * NaN: Keras' fit keeps going on a NaN loss unless the TerminateOnNaN callback is given.
 //    Decision: FitOptions::terminate_on_nan (default true) stops fit with a ValueError naming
