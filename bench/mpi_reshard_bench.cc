@@ -2,8 +2,9 @@
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/mpi_reshard_bench   (or -np 2)
 //   ... mpi_reshard_bench rows          only the cases whose name contains "rows"
+//   ... mpi_reshard_bench "" 15         best and median of 15 runs instead of 5
 //
-// Columns (times: best and median of 5 runs, each run timed from a barrier to a barrier, so by
+// Columns (times: best and median of 5 runs (or argv[2]), each run timed from a barrier to a barrier, so by
 // its slowest process; process 0 prints):
 //   moved_MiB, between_MiB  the plan's bytes moved between devices, and between processes
 //   ours_ms, ours_med       distribute_tensor(array, target): plan, allocation, agreement, data
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -90,7 +92,7 @@ class RawAlltoallv {
   std::vector<char> send_, recv_;
 };
 
-void run_case(const std::shared_ptr<Runtime>& rt, const char* name, Shape shape, const std::string& mesh_text,
+void run_case(const std::shared_ptr<Runtime>& rt, int reps, const char* name, Shape shape, const std::string& mesh_text,
               const char* from, const char* to) {
   const int me = rt->process_id(), procs = rt->num_processes();
   DeviceMesh mesh = DeviceMesh::from_string(mesh_text);
@@ -125,7 +127,7 @@ void run_case(const std::shared_ptr<Runtime>& rt, const char* name, Shape shape,
   raw_fn();  // warm up MPI's paths for these sizes, as the reshard was
   raw_all_fn();
   const std::vector<Timing> t = time_interleaved(
-      5, {[&] { Array b = distribute_tensor(a, target); }, [&] { raw_fn(); }, [&] { raw_all_fn(); }});
+      reps, {[&] { Array b = distribute_tensor(a, target); }, [&] { raw_fn(); }, [&] { raw_all_fn(); }});
   const Timing ours = t[0], raw = t[1], raw_all = t[2];
   // Each device's peak, gathered on process 0 in global device order.
   std::vector<double> my_peaks;
@@ -169,6 +171,7 @@ void run_case(const std::shared_ptr<Runtime>& rt, const char* name, Shape shape,
 int main(int argc, char** argv) {
   auto rt = initialize(&argc, &argv);
   const char* filter = argc > 1 ? argv[1] : "";
+  const int reps = argc > 2 ? std::max(1, std::atoi(argv[2])) : 5;
   if (rt->process_id() == 0) {
     std::printf("%d processes x %lld local devices; f32 tensors\n", rt->num_processes(),
                 static_cast<long long>(rt->local_device_count()));
@@ -182,7 +185,7 @@ int main(int argc, char** argv) {
   const std::string grid = "mesh[data=2,model=" + std::to_string(n / 2) + "]";
   auto run = [&](const char* name, Shape shape, const std::string& mesh, const char* from,
                  const char* to) {
-    if (std::strstr(name, filter) != nullptr) run_case(rt, name, std::move(shape), mesh, from, to);
+    if (std::strstr(name, filter) != nullptr) run_case(rt, reps, name, std::move(shape), mesh, from, to);
   };
   run("replicated->sharded 64M", {4096, 4096}, grid, "None,None", "data,model");
   run("sharded->replicated 64M", {4096, 4096}, line, "x,None", "None,None");

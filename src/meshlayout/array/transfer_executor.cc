@@ -8,17 +8,33 @@
 #include "meshlayout/core/errors.h"
 
 namespace meshlayout::internal_array {
+namespace {
+
+// NOTE [Copy slabs]: local pieces are copied in slabs of at most this many bytes (whole rows
+// of the piece where a row fits), so the pool balances uneven pieces and the caller, back from
+// the exchange, finds work left to share.
+constexpr int64_t kCopySlabBytes = int64_t{1} << 20;
+
+}  // namespace
+
 void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationResolver& dst,
-                  const std::function<void()>& before_exchange) {
+                  ExchangeAgreement* agreement) {
   Runtime& rt = src.runtime();
   const int me = rt.process_id();
   const size_t elem = dtype_size(src.dtype());
 
-  // Copies inside this process. Pieces of one destination never overlap, so every transfer can
-  // run on its own thread.
-  std::vector<const Transfer*> local;
+  // Copies inside this process, cut into slabs of about kCopySlabBytes so that the caller can
+  // share them with the workers once its own part is done. Pieces of one destination never
+  // overlap, so every slab can run on its own thread.
+  struct Copy {
+    const Transfer* transfer;
+    Box box;
+  };
+  std::vector<Copy> local;
+  const int64_t slab_elements = std::max<int64_t>(1, kCopySlabBytes / static_cast<int64_t>(elem));
   for (const Transfer& t : plan.transfers) {
-    if (t.src_process == me && t.dst_process == me) local.push_back(&t);
+    if (t.src_process != me || t.dst_process != me) continue;
+    for (Box& slab : split_box(t.box, slab_elements)) local.push_back({&t, std::move(slab)});
   }
   // Pieces crossing processes go straight from source shards into destination buffers, in plan
   // order on both sides (which is how exchange_boxes pairs them). Pieces are cut below 1 GiB
@@ -40,21 +56,29 @@ void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationRe
       }
     }
   }
-  // The agreement, then the exchange, run on this thread while the pool's workers do the
-  // local copies.
-  std::function<void()> first;
-  if (before_exchange || several) {
-    first = [&] {
-      if (before_exchange) before_exchange();
-      if (several) rt.comm().exchange_boxes(sends, recvs, elem);
-    };
+  auto copy = [&](size_t i) {
+    const Transfer& t = *local[i].transfer;
+    const Array::Shard* s = src.shard_at(t.src_position);
+    auto [dst_data, dst_box] = dst(t.dst_index);
+    copy_box(s->buffer.data(), s->box, dst_data, dst_box, local[i].box, elem);
+  };
+  auto exchange = [&] {
+    if (agreement != nullptr) {
+      agreement->all = rt.comm().exchange_boxes_if_agreed(agreement->header, sends, recvs, elem);
+    } else if (several) {
+      rt.comm().exchange_boxes(sends, recvs, elem);
+    }
+  };
+  if (plan.bytes_between_processes == 0) {
+    // Nothing crosses processes: every thread copies, then the agreement (which waits for the
+    // other processes) runs with nothing left to overlap.
+    rt.pool().parallel_for(local.size(), copy);
+    exchange();
+    return;
   }
-  rt.pool().parallel_for_after(first, local.size(), [&](size_t i) {
-        const Transfer& t = *local[i];
-        const Array::Shard* s = src.shard_at(t.src_position);
-        auto [dst_data, dst_box] = dst(t.dst_index);
-        copy_box(s->buffer.data(), s->box, dst_data, dst_box, t.box, elem);
-      });
+  // The exchange (and agreement) runs on this thread while the pool's workers do the local
+  // copies; the caller then helps with what is left.
+  rt.pool().parallel_for_after(exchange, local.size(), copy);
 }
 
 }  // namespace meshlayout::internal_array

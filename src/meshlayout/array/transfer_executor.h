@@ -4,13 +4,16 @@
 // Internal to the array module.
 //
 // Example (distribute_tensor into a fresh destination):
+//   ExchangeAgreement agreement{std::as_bytes(std::span(&record, 1)), {}};
 //   execute_plan(plan, src, [&](int64_t q) { return std::make_pair(data(q), box(q)); },
-//                [&] { agree_on_operation(comm, "reshard", description, failure); });
+//                &agreement);   // then settle_operation_agreement(..., agreement.all)
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <vector>
 #include <utility>
 
 #include "meshlayout/array/array.h"
@@ -21,15 +24,20 @@ namespace meshlayout::internal_array {
 /// The buffer and box of a destination that lives in this process.
 using DestinationResolver = std::function<std::pair<std::byte*, Box>(int64_t dst_index)>;
 
+/// Agreeing while exchanging (Communicator::exchange_boxes_if_agreed): `header` is this
+/// process's; every process's header lands in `all`, rank order.
+struct ExchangeAgreement {
+  std::span<const std::byte> header;
+  std::vector<std::byte> all;
+};
+
 /// Executes `plan` from `src`. Every process of src's runtime must call it with the same plan.
-/// `before_exchange`, if set, runs on the calling thread while the pool already copies the
-/// pieces that stay in this process; the exchange between processes starts only after it
-/// returns. If it throws, the local copies still finish (into destinations the caller then
-/// discards) and the exception is rethrown; nothing was sent or received.
-/// Why: the agreement a reshard makes first (NOTE [One agreement per reshard], array.cc) is a
-/// collective that waits for the slowest process; the local copies need no other process, so
-/// they overlap it (measured: replicated->sharded 64M under -np 4 spent ~1 ms agreeing).
+/// With `agreement` (several processes, a destination the caller drops on failure), the
+/// pieces of a pair of processes move only if their headers agree, and the copies inside this
+/// process run regardless; the caller settles the agreement from `agreement->all` afterwards.
+/// Why: agreeing first made every transfer wait for the last process to arrive (NOTE [Agreed
+/// exchange], runtime/mpi/mpi_exchange.cc).
 void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationResolver& dst,
-                  const std::function<void()>& before_exchange = nullptr);
+                  ExchangeAgreement* agreement = nullptr);
 
 }  // namespace meshlayout::internal_array

@@ -216,6 +216,23 @@ void agree_on_failure(Communicator& comm, const std::exception_ptr& local_error)
   agree(comm, classify(local_error));
 }
 
+std::vector<std::byte> Communicator::exchange_boxes_if_agreed(std::span<const std::byte> header,
+                                                             std::span<const BoxRegion> sends,
+                                                             std::span<const BoxRegion> recvs,
+                                                             size_t element_size) {
+  const size_t h = header.size();
+  std::vector<std::byte> all(h * static_cast<size_t>(size()));
+  all_gather(header.data(), h, all.data());
+  auto agrees = [&](int peer) {
+    return h == 0 || std::memcmp(all.data() + static_cast<size_t>(peer) * h, header.data(), h) == 0;
+  };
+  std::vector<BoxRegion> s, r;
+  for (const BoxRegion& g : sends) if (agrees(g.peer)) s.push_back(g);
+  for (const BoxRegion& g : recvs) if (agrees(g.peer)) r.push_back(g);
+  exchange_boxes(s, r, element_size);
+  return all;
+}
+
 void copy_region(const BoxRegion& send, const BoxRegion& recv, size_t element_size) {
   if (send.piece.shape != recv.piece.shape) {
     throw InternalError(fmt::format(

@@ -75,6 +75,22 @@ class Communicator {
   /// piece described by a subarray datatype, so contiguous pieces move with one copy).
   virtual void exchange_boxes(std::span<const BoxRegion> sends, std::span<const BoxRegion> recvs,
                               size_t element_size) = 0;
+
+  /// exchange_boxes fused with an all_gather of `header` (the same size on every rank):
+  /// returns every rank's header in rank order, and moves the regions of a pair of ranks only
+  /// if their headers are equal byte for byte (the test is symmetric, so both sides skip the
+  /// same pairs). Regions with a peer whose header differs are left untouched.
+  /// Why: a caller that must agree before moving data (agree_on_operation) would otherwise
+  /// wait for the slowest rank before any transfer starts; here the transfers of a pair start
+  /// as soon as both have arrived (MPI: headers are point-to-point messages, each pair's
+  /// regions are posted when its header arrives). The default implementation all-gathers
+  /// first, then exchanges.
+  /// Example: std::vector<std::byte> all = comm.exchange_boxes_if_agreed(
+  ///              std::as_bytes(std::span(&record, 1)), sends, recvs, 4);
+  virtual std::vector<std::byte> exchange_boxes_if_agreed(std::span<const std::byte> header,
+                                                          std::span<const BoxRegion> sends,
+                                                          std::span<const BoxRegion> recvs,
+                                                          size_t element_size);
 };
 
 /// Agreement on a local failure (DESIGN §4): every rank calls this at the same point with the

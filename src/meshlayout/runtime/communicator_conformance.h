@@ -25,6 +25,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/runtime/communicator.h"
+#include "meshlayout/runtime/communicator_conformance_exchange.h"
 
 namespace meshlayout::conformance {
 
@@ -393,62 +394,6 @@ inline void check_consistent_errors(Communicator& comm) {
   EXPECT_EQ(v, n);
 }
 
-// exchange_boxes: rank r holds a 6x5 int32 buffer at global box [r*10 : r*10+6, 0:5] whose
-// element (i, j) is r*1000 + i*10 + j. It sends to every k (itself included) the piece
-// rows [k%3, k%3+2) x cols [r%2, r%2+3) — plus, to k = r+1, an empty piece and a contiguous
-// full-row piece — and k receives each into its own 8x4 buffer at box [100:108, 50:54], at
-// rows [2*(r%4), +2) x cols [1, 4) for the first piece. Receivers check every element.
-inline void check_exchange_boxes(Communicator& comm) {
-  const int n = comm.size(), r = comm.rank();
-  const Box src_box{{r * 10, 0}, {6, 5}};
-  std::vector<int32_t> src(30);
-  for (int i = 0; i < 6; ++i) {
-    for (int j = 0; j < 5; ++j) src[static_cast<size_t>(i * 5 + j)] = r * 1000 + i * 10 + j;
-  }
-  // One receive buffer per sender, so pieces from different senders never overlap.
-  std::vector<std::vector<int32_t>> dst(static_cast<size_t>(n), std::vector<int32_t>(32, -1));
-  std::vector<std::vector<int32_t>> full_row(static_cast<size_t>(n), std::vector<int32_t>(5, -1));
-  const Box dst_box{{100, 50}, {8, 4}};
-  const Box row_box{{0, 0}, {1, 5}};
-  std::vector<BoxRegion> sends, recvs;
-  auto* src_bytes = reinterpret_cast<std::byte*>(src.data());
-  for (int k = 0; k < n; ++k) {
-    sends.push_back({k, src_bytes, src_box, Box{{r * 10 + k % 3, r % 2}, {2, 3}}});
-    if (k == (r + 1) % n) {
-      sends.push_back({k, src_bytes, src_box, Box{{r * 10, 0}, {0, 3}}});  // empty
-      sends.push_back({k, src_bytes, src_box, Box{{r * 10 + 5, 0}, {1, 5}}});  // contiguous
-    }
-  }
-  for (int p = 0; p < n; ++p) {
-    auto* d = reinterpret_cast<std::byte*>(dst[static_cast<size_t>(p)].data());
-    recvs.push_back({p, d, dst_box, Box{{100 + 2 * (p % 4), 51}, {2, 3}}});
-    if (r == (p + 1) % n) {
-      recvs.push_back({p, d, dst_box, Box{{100, 50}, {0, 3}}});
-      recvs.push_back({p, reinterpret_cast<std::byte*>(full_row[static_cast<size_t>(p)].data()),
-                       row_box, row_box});
-    }
-  }
-  comm.exchange_boxes(sends, recvs, sizeof(int32_t));
-  for (int p = 0; p < n; ++p) {
-    const auto& d = dst[static_cast<size_t>(p)];
-    for (int i = 0; i < 8; ++i) {
-      for (int j = 0; j < 4; ++j) {
-        const bool in_piece = i >= 2 * (p % 4) && i < 2 * (p % 4) + 2 && j >= 1;
-        const int32_t want =
-            in_piece ? p * 1000 + (r % 3 + i - 2 * (p % 4)) * 10 + (p % 2 + j - 1) : -1;
-        EXPECT_EQ(d[static_cast<size_t>(i * 4 + j)], want)
-            << "rank " << r << " from rank " << p << " at (" << i << ", " << j << ")";
-      }
-    }
-    if (r == (p + 1) % n) {
-      for (int j = 0; j < 5; ++j) {
-        EXPECT_EQ(full_row[static_cast<size_t>(p)][static_cast<size_t>(j)], p * 1000 + 50 + j)
-            << "rank " << r << " contiguous row from rank " << p;
-      }
-    }
-  }
-}
-
 struct Check {
   const char* name;
   void (*run)(Communicator&);
@@ -465,6 +410,7 @@ inline constexpr Check kChecks[] = {
     {"Broadcast", check_broadcast},
     {"Sequence", check_sequence},
     {"ExchangeBoxes", check_exchange_boxes},
+    {"ExchangeBoxesIfAgreed", check_exchange_boxes_if_agreed},
     {"AgreeOnFailure", check_agree_on_failure},
     {"ConsistentErrors", check_consistent_errors},
 };

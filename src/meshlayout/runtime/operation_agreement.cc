@@ -11,11 +11,7 @@
 namespace meshlayout {
 namespace {
 
-struct Record {
-  uint64_t hash = 0;
-  uint64_t bytes = 0;
-  uint64_t failed = 0;  // agree_on_operation with a local error: 1 if this rank failed
-};
+using Record = OperationRecord;
 static_assert(sizeof(Record) == 24, "exchanged as raw bytes");
 
 // FNV-1a, 64 bits: the same on every process and compiler, which std::hash is not.
@@ -67,23 +63,23 @@ std::string describe_fields(std::initializer_list<std::string> fields) {
   return out;
 }
 
-namespace {
+OperationRecord operation_record(std::string_view description, bool failed) {
+  return OperationRecord{fnv1a(description), description.size(), failed ? uint64_t{1} : uint64_t{0}};
+}
 
-void agree(Communicator& comm, std::string_view what, std::string_view description,
-           const std::exception_ptr* local_error) {
+void settle_operation_agreement(Communicator& comm, std::string_view what,
+                                std::string_view description,
+                                const std::exception_ptr& local_error,
+                                std::span<const OperationRecord> all) {
   const int n = comm.size();
-  if (n == 1) {
-    if (local_error != nullptr) agree_on_failure(comm, *local_error);
-    return;
+  if (all.size() != static_cast<size_t>(n)) {
+    throw InternalError(fmt::format("settle_operation_agreement ({}): {} records for {} ranks",
+                                    what, all.size(), n));
   }
-  const Record mine{fnv1a(description), description.size(),
-                    local_error != nullptr && *local_error ? uint64_t{1} : uint64_t{0}};
-  std::vector<Record> all(static_cast<size_t>(n));
-  comm.all_gather(&mine, sizeof mine, all.data());
   for (const Record& x : all) {
     if (x.failed == 0) continue;
     // Every rank saw the flag, so every rank takes part; this throws on every rank.
-    agree_on_failure(comm, local_error != nullptr ? *local_error : std::exception_ptr());
+    agree_on_failure(comm, local_error);
     throw InternalError(fmt::format("agree_on_operation ({}): a rank reported a failure that "
                                     "agree_on_failure lost",
                                     what));
@@ -112,6 +108,22 @@ void agree(Communicator& comm, std::string_view what, std::string_view descripti
   message += "; every process must run the same operation with the same arguments and "
              "environment";
   throw ValueError(message);
+}
+
+namespace {
+
+void agree(Communicator& comm, std::string_view what, std::string_view description,
+           const std::exception_ptr* local_error) {
+  const int n = comm.size();
+  if (n == 1) {
+    if (local_error != nullptr) agree_on_failure(comm, *local_error);
+    return;
+  }
+  const Record mine = operation_record(description, local_error != nullptr && *local_error);
+  std::vector<Record> all(static_cast<size_t>(n));
+  comm.all_gather(&mine, sizeof mine, all.data());
+  settle_operation_agreement(comm, what, description,
+                             local_error != nullptr ? *local_error : std::exception_ptr(), all);
 }
 
 }  // namespace

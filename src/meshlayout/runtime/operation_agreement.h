@@ -13,7 +13,9 @@
 //   //   process 0 has to=layout[None,model]; …
 #pragma once
 
+#include <cstdint>
 #include <exception>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -35,6 +37,28 @@ void agree_on_operation(Communicator& comm, std::string_view what, std::string_v
 /// Example: agree_on_operation(comm, "reshard", description, allocation_error);
 void agree_on_operation(Communicator& comm, std::string_view what, std::string_view description,
                         const std::exception_ptr& local_error);
+
+/// The fixed-size record agree_on_operation all-gathers: a hash and the length of the
+/// description, and whether this rank failed. For callers that gather the records themselves
+/// along with other work (Communicator::exchange_boxes_if_agreed, so a reshard's transfers
+/// between agreeing processes start before the last process arrives).
+struct OperationRecord {
+  uint64_t hash = 0;
+  uint64_t bytes = 0;
+  uint64_t failed = 0;
+};
+OperationRecord operation_record(std::string_view description, bool failed);
+
+/// What agree_on_operation(comm, what, description, local_error) decides once every rank's
+/// record (`all`, rank order) is known: returns if none failed and all descriptions agree,
+/// else every rank throws the same error (collective only on those paths, which every rank
+/// takes alike since all hold the same records).
+/// Example: std::vector<OperationRecord> all(comm.size());  // gathered by the caller
+///          settle_operation_agreement(comm, "reshard", description, error, all);
+void settle_operation_agreement(Communicator& comm, std::string_view what,
+                                std::string_view description,
+                                const std::exception_ptr& local_error,
+                                std::span<const OperationRecord> all);
 
 /// The description fields joined: fields({"a=1", "b=2"}) == "a=1; b=2". Values should not
 /// contain "; " (it separates fields in the message; the hash covers every byte anyway).

@@ -60,8 +60,15 @@ class MpiCommunicator final : public Communicator {
   /// One MPI_Isend / MPI_Irecv per region (tag kExchangeTag, matched in posting order per
   /// pair), each described by a subarray datatype (or plain bytes when the piece is one
   /// contiguous run), then MPI_Waitall. Pieces must stay under 2^31 elements and bytes.
+  /// In mpi_exchange.cc, with its NOTEs on the order of posting.
   void exchange_boxes(std::span<const BoxRegion> sends, std::span<const BoxRegion> recvs,
                       size_t element_size) override;
+  /// Headers go point-to-point; a pair's regions are posted as soon as its header arrives and
+  /// matches (NOTE [Agreed exchange] in mpi_exchange.cc).
+  std::vector<std::byte> exchange_boxes_if_agreed(std::span<const std::byte> header,
+                                                  std::span<const BoxRegion> sends,
+                                                  std::span<const BoxRegion> recvs,
+                                                  size_t element_size) override;
 
  private:
   /// InternalError naming `call`, this rank and MPI's message unless `code` is MPI_SUCCESS.
