@@ -136,13 +136,11 @@ DimSharding Conv2D::batch_axes_for(const Array& x) const {
   const DimSharding filter_axes = kernel_value.layout().axes()[3];
   // The input keeps its batch split when it is on the kernel's mesh and the split uses no
   // filter axis; everything else is gathered.
-  DimSharding batch_axes;
-  if (x.mesh() == kernel_value.mesh()) {
-    batch_axes = x.layout().axes()[0];
-    for (const std::string& a : batch_axes.axes()) {
-      for (const std::string& f : filter_axes.axes()) {
-        if (a == f) batch_axes = DimSharding();
-      }
+  if (x.mesh() != kernel_value.mesh()) return DimSharding();
+  const DimSharding& batch_axes = x.layout().axes()[0];
+  for (const std::string& a : batch_axes.axes()) {
+    for (const std::string& f : filter_axes.axes()) {
+      if (a == f) return DimSharding();
     }
   }
   return batch_axes;
