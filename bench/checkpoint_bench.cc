@@ -2,6 +2,7 @@
 // file in the same run.
 //
 //   build/bench/checkpoint_bench [--gib N] [--reps R] [--dir DIR] [--only rows|columns|2x4]
+//                                [--map auto|always|never]   (LoadOptions::map)
 //
 // Writes a checkpoint of N GiB (default 1): N x 8 f32 tensors of 4096 x 8192 (128 MiB each),
 // then for each rule set (rows, columns, a 2x4 mesh) loads it into already allocated Arrays
@@ -97,14 +98,18 @@ int main(int argc, char** argv) {
   int gib = 1, reps = 5;
   fs::path dir = fs::temp_directory_path();
   std::string only;  // run the load cases whose name contains this
+  LoadOptions options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--gib") gib = std::atoi(argv[i + 1]);
     else if (flag == "--reps") reps = std::atoi(argv[i + 1]);
     else if (flag == "--dir") dir = argv[i + 1];
     else if (flag == "--only") only = argv[i + 1];
+    else if (flag == "--map" && std::string(argv[i + 1]) == "always") options.map = MapMode::kAlways;
+    else if (flag == "--map" && std::string(argv[i + 1]) == "never") options.map = MapMode::kNever;
+    else if (flag == "--map" && std::string(argv[i + 1]) == "auto") options.map = MapMode::kAuto;
     else {
-      std::fprintf(stderr, "usage: checkpoint_bench [--gib N] [--reps R] [--dir DIR] [--only rows|columns|2x4]\n");
+      std::fprintf(stderr, "usage: checkpoint_bench [--gib N] [--reps R] [--dir DIR] [--only rows|columns|2x4] [--map auto|always|never]\n");
       return 2;
     }
   }
@@ -156,10 +161,10 @@ int main(int argc, char** argv) {
       std::vector<LoadTarget> to_load;
       for (int t = 0; t < tensors; ++t) targets.push_back(Array::allocate(c.layout, {kRows, kCols}, DType::kF32, rt));
       for (int t = 0; t < tensors; ++t) to_load.push_back({names[static_cast<size_t>(t)], &targets[static_cast<size_t>(t)]});
-      load_arrays(Checkpoint::open(file), to_load);  // touches the shards once
+      load_arrays(Checkpoint::open(file), to_load, options);  // touches the shards once
       LoadReport report;
       const double load_s = median_seconds(reps, prepare, [&] {
-        report = load_arrays(Checkpoint::open(file), to_load);
+        report = load_arrays(Checkpoint::open(file), to_load, options);
       });
       for (int t = 0; t < tensors; ++t) {
         all_match = all_match && shards_match(targets[static_cast<size_t>(t)],

@@ -9,11 +9,16 @@
 // ".<name>.tmp-*" file, safe to delete).
 //
 // load_arrays fills already allocated Arrays (any layout) from a Checkpoint: each process reads
-// only the byte ranges of the boxes its devices hold, each distinct box once (replicas in a
-// process are copied), straight into the shards with preadv. Under several processes a tensor
-// whose boxes are fragmented in the file (column- or 2-D-sharded: one short run per row) is
-// read two-phase instead: each process reads a contiguous slab and the slabs are exchanged
-// (two_phase_load.h), so every layout loads at close to the speed of a sequential read.
+// only the byte ranges of the boxes its devices hold, each distinct box once, straight into
+// the shards. By default (measured fastest, mapped_read.h) the boxes are copied from a
+// read-only mmap of the file, with no system call per run even when a box is one short run
+// per row (column- or 2-D-sharded), no staging, and a box held by several local devices
+// (replicated) read once and copied to every replica chunk by chunk while in cache; preadv
+// where it merges a process's short runs into long ones (its devices hold neighbouring
+// columns covering whole rows). A
+// two-phase read (each process reads a contiguous slab, the slabs are exchanged:
+// two_phase_load.h) reads every byte once over all processes; it is chosen by
+// LoadOptions::two_phase, or by default for fragmented tensors when mapping is off.
 //
 // Both are collective over the arrays' runtime: every process calls them with the same list,
 // and a failure in one process (I/O, memory) is thrown by all (agree_on_failure).
@@ -81,9 +86,9 @@ struct LoadOptions {
   /// contiguous slabs redistributed over the communicator (kAuto), always, or never.
   TwoPhaseMode two_phase = TwoPhaseMode::kAuto;
   /// Boxes read directly are copied from a read-only mmap of the file (kAlways), read with
-  /// preadv (kNever), or (kAuto) mapped when fragmented in the file or held by several local
-  /// devices and preadv'd otherwise: measured fastest per case (mapped_read.h). With map
-  /// kAuto or kAlways, two_phase kAuto reads nothing two-phase (mapping measured faster).
+  /// preadv (kNever), or (kAuto) mapped except where preadv merges short runs into long ones:
+  /// measured fastest per case (mapped_read.h). With map kAuto or kAlways, two_phase kAuto
+  /// reads nothing two-phase (mapping measured faster).
   MapMode map = MapMode::kAuto;
 };
 

@@ -3,6 +3,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -17,10 +20,14 @@ namespace meshlayout::io_internal {
 namespace {
 
 std::atomic<bool> fail_mappings{false};
+std::atomic<bool> stream_all{false};
 
 // Box bytes one task copies: small enough to spread a box over the pool's threads and to
 // stay in L2 while it is copied to every replica, large enough that a task is not overhead.
 constexpr uint64_t kTaskBytes = uint64_t{512} << 10;
+// Loads writing at least this much use streaming stores, for runs of at least kStreamMinRunBytes.
+constexpr uint64_t kStreamMinBytes = uint64_t{64} << 20;
+constexpr size_t kStreamMinRunBytes = 4096;
 
 // A read-only mapping of file bytes [begin, end) (page-aligned inside), unmapped on
 // destruction.
@@ -58,9 +65,45 @@ uint64_t box_bytes(const MappedBox& b) {
   return static_cast<uint64_t>(b.box.num_elements()) * b.tensor->element_size;
 }
 
+// Copies n bytes with non-temporal (streaming) stores where the CPU has them: the destination
+// is not read into the cache first (no read-for-ownership) and the copy does not evict the
+// source. NOTE measured (mpi_checkpoint_bench, np 4, replicated, 3 runs each): ratio
+// 0.63-0.83 with memcpy, 0.92-0.97 streaming; np 2 (4 replicas) 0.46-0.51 vs 0.57-0.63.
+void stream_copy(std::byte* dst, const std::byte* src, size_t n) {
+#if defined(__SSE2__)
+  const size_t head = std::min<size_t>((16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16, n);
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + i, src + i, n - i);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+// Orders this thread's streaming stores before what follows (the pool's hand-over).
+void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 }  // namespace
 
 void fail_mappings_for_testing(bool fail) { fail_mappings.store(fail); }
+void stream_all_for_testing(bool stream) { stream_all.store(stream); }
 
 bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode) {
   if (mode == MapMode::kNever || num_elements(tensor.shape) == 0 || !tensor.dtype ||
@@ -75,15 +118,15 @@ bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode) {
     if (std::find(boxes.begin(), boxes.end(), shard.box) != boxes.end()) return true;
     boxes.push_back(shard.box);
   }
-  // Fragmented: several runs (merged where file-adjacent: the devices of one process often
-  // hold neighbouring columns) of under kMinDirectRunBytes on average.
+  // preadv only where it merges this process's short runs into long ones (neighbouring devices
+  // of one process covering whole rows): one request moves them all.
   const Box whole{Shape(tensor.shape.size(), 0), tensor.shape};
   uint64_t bytes = 0, runs = 0;
   for (const Box& box : boxes) {
     bytes += static_cast<uint64_t>(box.num_elements()) * tensor.element_size;
     runs += static_cast<uint64_t>(count_contiguous_runs(box, whole, box));
   }
-  if (runs <= 1 || bytes >= kMinDirectRunBytes * runs) return false;  // long runs unmerged
+  if (runs <= 1 || bytes >= kMinDirectRunBytes * runs) return true;  // long runs: mapped
   std::vector<std::pair<uint64_t, uint64_t>> spans;  // (file offset, bytes) of every run
   spans.reserve(static_cast<size_t>(runs));
   for (const Box& box : boxes) {
@@ -96,7 +139,7 @@ bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode) {
     if (merged == 0 || offset != end) ++merged;
     end = offset + n;
   }
-  return merged > 1 && bytes < kMinDirectRunBytes * merged;
+  return bytes < kMinDirectRunBytes * merged;
 }
 
 MappedReadReport read_mapped(std::span<const MappedBox> boxes, ThreadPool& pool,
@@ -146,7 +189,13 @@ MappedReadReport read_mapped(std::span<const MappedBox> boxes, ThreadPool& pool,
       tasks.push_back(Task{&b, &m->second, std::move(piece)});
     }
   }
-  pool.parallel_for(tasks.size(), [&](size_t k) {
+  // Streaming stores when the load writes much more than the caches hold (its destinations
+  // would be evicted before use anyway), for runs long enough to fill whole cache lines.
+  uint64_t written = 0;
+  for (const MappedBox& b : boxes) written += box_bytes(b) * b.destinations.size();
+  const bool stream = written >= kStreamMinBytes || stream_all.load();
+  const size_t min_run = stream_all.load() ? 1 : kStreamMinRunBytes;
+  auto run_task = [&](size_t k) {
     const Task& t = tasks[k];
     const TensorInfo& info = *t.box->tensor;
     const Box whole{Shape(info.shape.size(), 0), info.shape};
@@ -155,11 +204,17 @@ MappedReadReport read_mapped(std::span<const MappedBox> boxes, ThreadPool& pool,
     for_each_contiguous_run(t.box->box, whole, t.piece, info.element_size,
                             [&](size_t mem_off, size_t file_off, size_t bytes) {
                               for (std::byte* dst : t.box->destinations) {
-                                std::memcpy(dst + mem_off, base + file_off, bytes);
+                                if (stream && bytes >= min_run) {
+                                  stream_copy(dst + mem_off, base + file_off, bytes);
+                                } else {
+                                  std::memcpy(dst + mem_off, base + file_off, bytes);
+                                }
                               }
                             });
+    if (stream) stream_fence();
     if (on_bytes) on_bytes(static_cast<uint64_t>(t.piece.num_elements()) * info.element_size);
-  });
+  };
+  pool.parallel_for(tasks.size(), run_task);
   if (!fallback.empty()) {
     fallback.run({.pool = &pool, .on_bytes = on_bytes});
     std::vector<std::pair<const MappedBox*, size_t>> copies;

@@ -8,16 +8,18 @@
 // tensors) is copied from each chunk of the mapping to every replica while the chunk is in
 // cache: the file is read once per process, not once per device.
 //
-// NOTE measured (issue 15; mpirun -np 4 x 2 devices on 2 shared cores, 512 MiB of f32
-// 8192x4096, warm page cache; ratio = raw pread of the same bytes / load, best of 5, methods
-// interleaved in one run: mpi_checkpoint_bench 512 compare):
-//   case        preadv  two-phase  mapped
-//   rows         1.19     1.06      1.30
-//   columns      0.19     0.40      0.85
-//   2-D          0.37     0.58      0.80
-//   replicated   0.58     0.52      0.75
-// Mapped wins every case; auto keeps preadv for long contiguous runs (rows), where the two are
-// within noise and preadv also reads a cold file ahead in large I/Os.
+// NOTE measured (issue 15; mpirun -np 4 x 2 devices on 2 cores shared with other work,
+// 512 MiB of f32 8192x4096, warm page cache; ratio = raw pread of the same bytes / load, best
+// of 5, methods interleaved in one run: mpi_checkpoint_bench 512 compare; two runs):
+//   case        preadv     two-phase  mapped
+//   rows        1.19-1.36  1.06-1.18  1.30-1.63
+//   columns     0.19       0.35-0.40  0.72-0.85
+//   2-D         0.33-0.37  0.55-0.58  0.67-0.80
+//   replicated  0.58-0.67  0.52-0.69  0.75 (memcpy), 0.98 (streaming stores, below)
+// In one process of 8 devices (checkpoint_bench, 1 GiB, two runs each): rows warm 1.19-1.34
+// preadv vs 1.38-1.73 mapped, cold 0.57-0.78 vs 0.82-1.12; but columns and 2x4, whose 8
+// boxes merge into whole rows that one preadv moves, warm 0.74-1.01 / 1.00-1.23 preadv vs
+// 0.53-0.86 / 0.73-0.98 mapped. Hence kAuto: mapped, except where preadv merges short runs.
 //
 // Memory: nothing is allocated besides the mapping's page-table entries; the pages are the
 // page cache's (shared, not charged to any account, not a copy of the tensor). The mapping
@@ -46,18 +48,18 @@ namespace meshlayout {
 
 /// How load_arrays reads the boxes it reads directly (not two-phase): LoadOptions::map.
 enum class MapMode {
-  kAuto,    // mapped when the boxes are fragmented in the file or held by several local
-            // devices; preadv for large contiguous boxes (as measured fastest, mapped_read.h)
+  kAuto,    // mapped, except where preadv merges a process's short runs into long ones
+            // (its devices hold neighbouring columns covering whole rows): measured fastest
   kAlways,  // every box of the same dtype in file and array is copied from a mapping
   kNever,   // preadv only
 };
 
 namespace io_internal {
 
-/// Whether this process reads its boxes of `array` from a mapping of `tensor`'s file: under
-/// kAuto, when two of its devices hold the same box, or when its boxes are fragmented in the
-/// file (runs, merged where file-adjacent, of under kMinDirectRunBytes on average). A local
-/// choice (no other process depends on it).
+/// Whether this process reads its boxes of `array` from a mapping of `tensor`'s file. Under
+/// kAuto: yes, unless its boxes are fragmented in the file (runs of under kMinDirectRunBytes
+/// on average) but merge into long runs where file-adjacent, and no two of its devices hold
+/// the same box. A local choice (no other process depends on it).
 bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode);
 
 /// One box of one tensor, to land in every buffer of `destinations` (row-major buffers holding
@@ -83,6 +85,9 @@ MappedReadReport read_mapped(std::span<const MappedBox> boxes, ThreadPool& pool,
 
 /// Tests: make every mapping fail (as mmap failing would), to exercise the preadv fallback.
 void fail_mappings_for_testing(bool fail);
+/// Tests: copy every run with streaming stores (normally only loads writing >= 64 MiB, runs
+/// of >= 4 KiB), to check them on small tensors, odd lengths and alignments.
+void stream_all_for_testing(bool stream);
 
 }  // namespace io_internal
 }  // namespace meshlayout

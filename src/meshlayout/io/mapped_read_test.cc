@@ -32,6 +32,7 @@ class MappedReadTest : public ::testing::Test {
   }
   void TearDown() override {
     io_internal::fail_mappings_for_testing(false);
+    io_internal::stream_all_for_testing(false);
     fs::remove_all(dir_);
   }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
@@ -41,7 +42,8 @@ class MappedReadTest : public ::testing::Test {
 };
 
 // Every way of loading gives the same arrays: mapped, mapped with every mapping failing (the
-// preadv fallback), preadv, and the default choice.
+// preadv fallback), preadv, the default choice, and mapped with streaming stores for every run
+// (as large loads use them).
 TEST_F(MappedReadTest, MappedPreadAndFallbackLoadsAreBitIdentical) {
   const uint64_t seed = testing::test_seed(1515);
   testing::Random r(seed);
@@ -53,10 +55,11 @@ TEST_F(MappedReadTest, MappedPreadAndFallbackLoadsAreBitIdentical) {
     Array a = distribute_tensor(x, c.a, {.runtime = rt_});
     NamedArray arrays[] = {{"x", &a}};
     save_arrays(file, arrays);
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 5; ++variant) {
       io_internal::fail_mappings_for_testing(variant == 1);
-      const MapMode map = variant <= 1 ? MapMode::kAlways
-                          : variant == 2 ? MapMode::kNever : MapMode::kAuto;
+      io_internal::stream_all_for_testing(variant == 4);
+      const MapMode map = variant == 2 ? MapMode::kNever
+                          : variant == 3 ? MapMode::kAuto : MapMode::kAlways;
       Array b = Array::allocate(c.b, c.shape, c.dtype, rt_);
       LoadTarget targets[] = {{"x", &b}};
       Checkpoint ckpt = Checkpoint::open(file);
@@ -67,7 +70,7 @@ TEST_F(MappedReadTest, MappedPreadAndFallbackLoadsAreBitIdentical) {
       EXPECT_EQ(report.bytes_read, report.shard_bytes) << "variant " << variant;
       EXPECT_EQ(ckpt.bytes_read() - header, report.shard_bytes) << "variant " << variant;
       const bool any = num_elements(c.shape) > 0;
-      const uint64_t mapped = variant == 0 && any ? report.shard_bytes : 0;
+      const uint64_t mapped = (variant == 0 || variant == 4) && any ? report.shard_bytes : 0;
       if (variant != 3) {
         EXPECT_EQ(report.mapped_bytes, mapped) << "variant " << variant;
       }
@@ -76,12 +79,12 @@ TEST_F(MappedReadTest, MappedPreadAndFallbackLoadsAreBitIdentical) {
   }
 }
 
-// Under 4 processes of 2 devices: column-, 2-D-sharded and replicated tensors are mapped by
-// default, row-sharded ones preadv'd; every process reads exactly its distinct boxes' bytes
-// (a replicated tensor once per process, not per device) and stages nothing.
-TEST_F(MappedReadTest, AutoMapsFragmentedAndReplicatedTensorsReadingOnlyTheShards) {
+// Under 4 processes of 2 devices every layout of the benchmark is mapped by default; every
+// process reads exactly its distinct boxes' bytes (a replicated tensor once per process, not
+// per device) and stages nothing.
+TEST_F(MappedReadTest, AutoMapsEveryLayoutReadingOnlyTheShards) {
   const std::string file = path("auto.safetensors");
-  const HostTensor x = HostTensor::random(DType::kF32, {64, 4096}, testing::test_seed(16));
+  const HostTensor x = HostTensor::random(DType::kF32, {256, 4096}, testing::test_seed(16));  // 4 MiB
   testing::run_as_processes(4, 2, [&](std::shared_ptr<Runtime> rt) {
     const DeviceMesh line({8}, {"x"});
     const DeviceMesh grid({2, 4}, {"data", "model"});
@@ -94,7 +97,7 @@ TEST_F(MappedReadTest, AutoMapsFragmentedAndReplicatedTensorsReadingOnlyTheShard
       uint64_t shard_bytes;
     };
     const uint64_t all = x.num_bytes();
-    const Layout layouts[] = {{TensorLayout({"x", None}, line), false, all / 4},
+    const Layout layouts[] = {{TensorLayout({"x", None}, line), true, all / 4},
                               {TensorLayout({None, "x"}, line), true, all / 4},
                               {TensorLayout({"data", "model"}, grid), true, all / 4},
                               {TensorLayout({None, None}, line), true, all}};
@@ -119,8 +122,9 @@ TEST_F(MappedReadTest, AutoMapsFragmentedAndReplicatedTensorsReadingOnlyTheShard
   });
 }
 
-// In one process the 8 devices' column boxes are adjacent in the file: one long run per
-// tensor, read with preadv. A replicated tensor (8 local copies) is mapped and read once.
+// In one process the 8 devices' column boxes are adjacent in the file: their short runs merge
+// into one long run per tensor, read with preadv. A replicated tensor (8 local copies) is
+// mapped and read once.
 TEST_F(MappedReadTest, OneProcessMergesNeighbouringColumnsAndMapsReplicas) {
   const DeviceMesh line({8}, {"x"});
   HostTensor x = HostTensor::random(DType::kF32, {64, 4096}, 3);
