@@ -2,7 +2,7 @@
 // safetensors' own loaders do). Internal to load_arrays (array_io.cc).
 //
 // Why: a column- or 2-D-sharded tensor gives each process one short run per row (2-8 KiB);
-// with pread that is one system call per run (~3 us each), with a mapping it is one memcpy
+// with pread that is one system call per run (5-8 us each here under load), with a mapping a memcpy
 // from the page cache, so a fragmented box loads at copy speed without any staging and
 // without reading a byte it does not hold. A box held by several local devices (replicated
 // tensors) is copied from each chunk of the mapping to every replica while the chunk is in
@@ -21,9 +21,25 @@
 // boxes merge into whole rows that one preadv moves, warm 0.74-1.01 / 1.00-1.23 preadv vs
 // 0.53-0.86 / 0.73-0.98 mapped. Hence kAuto: mapped, except where preadv merges short runs.
 //
+// Under heavier contention (load average 7-10 on the 2 cores) the same default load measured
+// rows 1.56-2.18, columns 0.50-0.64, 2-D 0.59-0.67, replicated 0.87-0.99 (np 4); columns
+// and 2-D pay the page-table work of every page their rows touch (each process maps 1-2 of
+// the 4 pages of every 16 KiB row: ~4x the page faults of a row-sharded load of the same
+// bytes), which neither grouping the pieces of a row band into one task, nor streaming 2 KiB
+// runs, nor madvise (SEQUENTIAL, WILLNEED, POPULATE_READ), nor one thread per process
+// improved measurably. Under np 2 (4 devices a process) replicated measured 0.50-0.60: each
+// process writes 4 copies (2 GiB) where the baseline writes one (512 MiB); at the baseline's
+// own write speed that would be 0.25, so streaming from cache already beats it 2x.
+//
+// Bytes read: a mapped box counts its own bytes (what is copied out of the file), as preadv
+// does. The page cache underneath is shared by the processes of a node; on a cold cache the
+// kernel fills whole pages and readahead windows around the touched rows, as it does for
+// preadv of short runs.
+//
 // Memory: nothing is allocated besides the mapping's page-table entries; the pages are the
 // page cache's (shared, not charged to any account, not a copy of the tensor). The mapping
-// covers only the tensors being loaded and is unmapped before read_mapped returns.
+// covers only the tensors being loaded and is unmapped before read_mapped returns. Peak per
+// device: its shards, nothing staged (the staging account stays at 0).
 //
 // Failure modes: a file that cannot be mapped (mmap fails: ENOMEM, a filesystem without mmap)
 // or that is now shorter than its header says is read with preadv instead, so a truncated
