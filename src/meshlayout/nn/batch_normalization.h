@@ -67,7 +67,7 @@ class BatchNormalization : public Layer {
   const VariablePtr& moving_variance() const { return moving_variance_; }
   /// Training mode: batch statistics, moving statistics updated by each call; inference (the
   /// default): the moving statistics.
-  void set_training(bool training) { training_ = training; }
+  void set_training(bool training) override { training_ = training; }
   bool training() const { return training_; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
   /// See the file comment. FailedPreconditionError before the layer is built; ValueError if x

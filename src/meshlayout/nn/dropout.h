@@ -72,7 +72,7 @@ class Dropout : public Layer {
   explicit Dropout(double rate, DropoutOptions options = {});
   double rate() const { return rate_; }
   /// Training mode drops; inference (the default) is the identity.
-  void set_training(bool training) { training_ = training; }
+  void set_training(bool training) override { training_ = training; }
   bool training() const { return training_; }
   /// Null when rate is 0 (Keras creates no generator then).
   const std::shared_ptr<SeedGenerator>& seed_generator() const { return seed_generator_; }

@@ -165,6 +165,10 @@ Array Layer::call_on(const Array& x) {
   return call(x);
 }
 
+void Layer::set_training(bool training) {
+  for (const auto& [attr, layer] : sublayers()) layer->set_training(training);
+}
+
 Array Layer::backward(const Array&, const Array&, Gradients&) {
   throw FailedPreconditionError(fmt::format("layer {} ({}) has no backward pass: it cannot be trained yet",
                                             quote(name()), unqualified_class_name(typeid(*this))));

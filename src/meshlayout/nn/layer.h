@@ -116,6 +116,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// input → recompute(*inputs[0]); more → FailedPreconditionError naming the layer.
   virtual Array recompute_inputs(std::span<const Array* const> inputs);
 
+  /// Keras' `training` argument, kept as a mode: layers that compute differently in training
+  /// (Dropout, BatchNormalization) follow it; the default is inference. Sets every sub-layer
+  /// too; fit() turns it on for its steps and off again.
+  virtual void set_training(bool training);
+
   /// (attribute name, variable) of the weights this layer created itself, in creation order.
   const std::vector<std::pair<std::string, VariablePtr>>& own_weights() const { return weights_; }
   /// Every variable of this layer and its sub-layers in Keras' order (Layer.variables): own

@@ -165,6 +165,13 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
   });
   if (!is_process_zero()) mode = ProgressMode::kSilent;
   const Batches batches{x.shape()[0], options.batch_size};
+  // Keras calls the model with training=True in fit's steps: Dropout drops, BatchNormalization
+  // uses the batch's statistics; inference again afterwards, also when a step throws.
+  struct TrainingMode {
+    Model& model;
+    explicit TrainingMode(Model& m) : model(m) { model.set_training(true); }
+    ~TrainingMode() { model.set_training(false); }
+  } training_mode(*model_);
   History history;
   for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
     EpochProgress progress(out_or_cerr(options.out), mode, epoch, options.epochs, batches.count());

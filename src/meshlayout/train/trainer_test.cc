@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "meshlayout/nn/batch_normalization.h"
+
 #include <sstream>
 
 #include "meshlayout/core/errors.h"
@@ -91,6 +93,26 @@ TEST_F(TrainerTest, EvaluateAndPredictEqualTheForwardOnTheWholeData) {
     EXPECT_NEAR(loss, RefMlp::mse(want, to_doubles(y)), 1e-5 * loss);
     EXPECT_EQ(trainer.optimizer().iterations(), 4);  // evaluate and predict do not train
   }
+}
+
+// fit's steps run in training mode (BatchNormalization on the batch's statistics, updating its
+// moving ones), evaluate and predict in inference; the model is back in inference after fit.
+TEST_F(TrainerTest, FitTrainsInTrainingModeThenReturnsToInference) {
+  const auto [x, y] = regression_data();
+  clear_session();
+  auto bn = std::make_shared<BatchNormalization>();
+  auto model = std::make_shared<Sequential>(
+      std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(kHidden), bn, std::make_shared<Dense>(kOut)},
+      SequentialOptions{.name = "bn_mlp", .input_shape = Shape{kIn}});
+  Trainer trainer = compile(model, {.optimizer = "sgd", .loss = "mse"});
+  const HostTensor before = bn->moving_mean()->value().gather();
+  (void)trainer.fit(x, y, {.batch_size = 10, .epochs = 1, .verbose = 0});
+  EXPECT_FALSE(bn->training());
+  const HostTensor after = bn->moving_mean()->value().gather();
+  EXPECT_FALSE(after == before) << "fit did not run BatchNormalization in training mode";
+  (void)trainer.evaluate(x, y, {.batch_size = 10});
+  (void)trainer.predict(x, {.batch_size = 10});
+  EXPECT_EQ(bn->moving_mean()->value().gather(), after);  // inference leaves the statistics
 }
 
 TEST_F(TrainerTest, ShuffleIsSeededAndTrains) {
