@@ -221,8 +221,11 @@ int main(int argc, char** argv) {
                     max_read_ratio, read_file_ratio, load.best * 1e3, load.median * 1e3,
                     raw.best * 1e3, raw.median * 1e3, raw.best / load.best, raw.median / load.median,
                     peak / (1 << 20), staging / (1 << 20));
-        details.push_back(fmt::format("{}: read MiB by process [{:.1f}]; peak MiB by device [{:.1f}]",
-                                      name, fmt::join(reads, ", "), fmt::join(all_peaks, ", ")));
+        details.push_back(fmt::format("{}: read MiB by process [{:.1f}]; peak MiB by device [{:.1f}]; "
+                                      "ratio >= 0.8: best {}, median {}",
+                                      name, fmt::join(reads, ", "), fmt::join(all_peaks, ", "),
+                                      raw.best / load.best >= 0.8 ? "met" : "NOT met",
+                                      raw.median / load.median >= 0.8 ? "met" : "NOT met"));
       }
     }
   }

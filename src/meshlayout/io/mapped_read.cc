@@ -131,7 +131,9 @@ bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode) {
   spans.reserve(static_cast<size_t>(runs));
   for (const Box& box : boxes) {
     for_each_contiguous_run(box, whole, box, tensor.element_size,
-                            [&](size_t, size_t file_off, size_t n) { spans.emplace_back(file_off, n); });
+                            [&](size_t, size_t file_off, size_t n) {
+                              spans.emplace_back(file_off, n);
+                            });
   }
   std::sort(spans.begin(), spans.end());
   uint64_t merged = 0, end = 0;

@@ -2,8 +2,8 @@
 // safetensors' own loaders do). Internal to load_arrays (array_io.cc).
 //
 // Why: a column- or 2-D-sharded tensor gives each process one short run per row (2-8 KiB);
-// with pread that is one system call per run (5-8 us each here under load), with a mapping a memcpy
-// from the page cache, so a fragmented box loads at copy speed without any staging and
+// with pread that is one system call per run (5-8 us each here under load), with a mapping
+// a memcpy from the page cache, so a fragmented box loads at copy speed without staging and
 // without reading a byte it does not hold. A box held by several local devices (replicated
 // tensors) is copied from each chunk of the mapping to every replica while the chunk is in
 // cache: the file is read once per process, not once per device.

@@ -84,7 +84,8 @@ TEST_F(MappedReadTest, MappedPreadAndFallbackLoadsAreBitIdentical) {
 // per device) and stages nothing.
 TEST_F(MappedReadTest, AutoMapsEveryLayoutReadingOnlyTheShards) {
   const std::string file = path("auto.safetensors");
-  const HostTensor x = HostTensor::random(DType::kF32, {256, 4096}, testing::test_seed(16));  // 4 MiB
+  // 4 MiB: each process's row block (1 MiB) is one long run.
+  const HostTensor x = HostTensor::random(DType::kF32, {256, 4096}, testing::test_seed(16));
   testing::run_as_processes(4, 2, [&](std::shared_ptr<Runtime> rt) {
     const DeviceMesh line({8}, {"x"});
     const DeviceMesh grid({2, 4}, {"data", "model"});
