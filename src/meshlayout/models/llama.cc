@@ -134,7 +134,9 @@ Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start, 
   const Array h = add(cache ? attention_->call_cached(n, *cache, start, max_length) : attention_->call_on(n), x);
   const Array m = feedforward_norm_->call_on(h);
   const Array ff = multiply(gate_->call_on(m), up_->call_on(m));
-  return add(down_->call_on(ff), h);
+  // The residual is fused into the down projection: with a row-parallel kernel it joins one
+  // partial sum per block instead of being added to every replica of the output.
+  return matmul(ff, down_->kernel()->value(), {.add_to_output = &h});
 }
 
 Array LlamaDecoderLayer::forward_for_training(const Array& x, Saved& saved) {

@@ -81,9 +81,27 @@ std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
   return block;
 }
 
+// dst += src over n elements.
+void add_into(std::byte* dst, const std::byte* src, int64_t n, DType dtype) {
+  if (dtype == DType::kF32) {
+    float* d = reinterpret_cast<float*>(dst);
+    const float* a = reinterpret_cast<const float*>(src);
+    for (int64_t i = 0; i < n; ++i) d[i] += a[i];
+  } else {
+    double* d = reinterpret_cast<double*>(dst);
+    const double* a = reinterpret_cast<const double*>(src);
+    for (int64_t i = 0; i < n; ++i) d[i] += a[i];
+  }
+}
+
+// `addend` in `layout` (itself when it already is).
+const Array& in_layout(const Array& addend, const TensorLayout& layout, std::optional<Array>& holder) {
+  return addend.layout() == layout ? addend : holder.emplace(distribute_tensor(addend, layout));
+}
+
 /// K not split: each block of the product layout is computed once per process, straight into
 /// the output shard of its first local device, and copied to the others.
-Array products_without_partials(const Array& x, const Array& w, const MatmulPlan& plan) {
+Array products_without_partials(const Array& x, const Array& w, const MatmulPlan& plan, const Array* addend) {
   Array out = allocate_agreed(plan.product_layout, plan.output_shape, plan.dtype, x.runtime_ptr());
   std::map<std::vector<int64_t>, size_t> first;  // product block → index in products
   std::vector<Product> products;
@@ -96,12 +114,20 @@ Array products_without_partials(const Array& x, const Array& w, const MatmulPlan
     }
   }
   run_products(x.runtime().pool(), plan.dtype, products);
+  if (addend != nullptr) {
+    std::optional<Array> holder;
+    const Array& a = in_layout(*addend, out.layout(), holder);
+    out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
+      Array::Shard& s = out.local_shards()[i];
+      add_into(s.buffer.data(), a.shard_at(s.position)->buffer.data(), s.box.num_elements(), plan.dtype);
+    });
+  }
   return out;
 }
 
 /// K split: each device's product is a partial sum, completed by reduce_partials (NOTE
 /// [Partial sums]).
-Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& plan) {
+Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& plan, const Array* addend) {
   Runtime& rt = x.runtime();
   const DeviceMesh& mesh = x.mesh();
   std::vector<int> k_axes;
@@ -116,6 +142,17 @@ Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& p
     products.push_back(Product{x.shard_at(p.position), w.shard_at(p.position), p.buffer.data(), {}});
   }
   run_products(rt.pool(), plan.dtype, products);
+  if (addend != nullptr) {
+    // Into the first contracted block's partial of each output block: the reduction then adds
+    // it exactly once to every element, whatever the replicas.
+    std::optional<Array> holder;
+    const Array& a = in_layout(*addend, plan.product_layout, holder);
+    rt.pool().parallel_for(partials.size(), [&](size_t i) {
+      internal_ops::LocalPartial& p = partials[i];
+      if (p.k_block != 0) return;
+      add_into(p.buffer.data(), a.shard_at(p.position)->buffer.data(), p.box.num_elements(), plan.dtype);
+    });
+  }
 
   const TensorLayout& target = plan.all_reduce_in_two_steps ? plan.scatter_layout : plan.output_layout;
   Array out = allocate_agreed(target, plan.output_shape, plan.dtype, x.runtime_ptr());
@@ -131,14 +168,20 @@ Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& p
 
 Array matmul(const Array& x, const Array& w, const MatmulOptions& options) {
   MatmulPlan plan = plan_matmul(x, w, options);
+  if (const Array* a = options.add_to_output;
+      a != nullptr && (a->shape() != plan.output_shape || a->dtype() != plan.dtype || !(a->mesh() == x.mesh()))) {
+    throw ValueError(fmt::format("matmul: add_to_output must have the output's shape {} and dtype {} on the "
+                                 "operands' mesh, got {} {}", shape_to_string(plan.output_shape),
+                                 dtype_name(plan.dtype), shape_to_string(a->shape()), dtype_name(a->dtype())));
+  }
   internal_ops::use_single_threaded_blas();
   std::optional<Array> xr, wr;
   if (plan.reshard_x) xr.emplace(distribute_tensor(x, plan.x_layout));
   if (plan.reshard_w) wr.emplace(distribute_tensor(w, plan.w_layout));
   const Array& xa = xr ? *xr : x;
   const Array& wa = wr ? *wr : w;
-  Array out = plan.contracted_axes.empty() ? products_without_partials(xa, wa, plan)
-                                           : products_with_partials(xa, wa, plan);
+  Array out = plan.contracted_axes.empty() ? products_without_partials(xa, wa, plan, options.add_to_output)
+                                           : products_with_partials(xa, wa, plan, options.add_to_output);
   if (plan.reshard_output) out = distribute_tensor(out, plan.output_layout);
   if (options.plan_out) *options.plan_out = std::move(plan);
   return out;

@@ -67,6 +67,12 @@ struct MatmulOptions {
   std::optional<TensorLayout> output_layout;
   /// When set, receives the plan matmul executed.
   MatmulPlan* plan_out = nullptr;
+  /// When set, y = x @ w + add_to_output (the output's shape and dtype, any layout): a
+  /// residual connection fused into the product. With a split K it is added into one partial
+  /// sum per output block before the reduction, so the replicas of y get it without a pass
+  /// of their own (a row-parallel projection followed by a residual add: one addition per
+  /// block instead of one per replica).
+  const Array* add_to_output = nullptr;
 };
 
 struct MatmulPlan {
