@@ -249,7 +249,7 @@ void run_reshard(ReshardPlan plan, const Array& src, const TensorLayout& to, Arr
       if (dst != nullptr && !failure) {
         internal_array::execute_plan(plan, src, resolver, &agreement);
       } else {  // this process failed: it only tells the others
-        agreement.all = rt.comm().exchange_boxes_if_agreed(agreement.header, {}, {}, 1);
+        agreement.all = rt.comm().exchange_boxes_if_agreed(agreement.header, {}, {}, 1, nullptr);
       }
       std::vector<OperationRecord> all(static_cast<size_t>(rt.num_processes()));
       std::memcpy(all.data(), agreement.all.data(), all.size() * sizeof(OperationRecord));

@@ -216,10 +216,12 @@ void agree_on_failure(Communicator& comm, const std::exception_ptr& local_error)
   agree(comm, classify(local_error));
 }
 
-std::vector<std::byte> Communicator::exchange_boxes_if_agreed(std::span<const std::byte> header,
-                                                             std::span<const BoxRegion> sends,
-                                                             std::span<const BoxRegion> recvs,
-                                                             size_t element_size) {
+std::vector<std::byte> Communicator::exchange_boxes_if_agreed(
+    std::span<const std::byte> header, std::span<const BoxRegion> sends,
+    std::span<const BoxRegion> recvs, size_t element_size,
+    const std::function<void()>& meanwhile) {
+  // Ranks that share memory wait little for each other: the work runs first, alone.
+  if (meanwhile) meanwhile();
   const size_t h = header.size();
   std::vector<std::byte> all(h * static_cast<size_t>(size()));
   all_gather(header.data(), h, all.data());

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -85,12 +86,16 @@ class Communicator {
   /// as soon as both have arrived (MPI: headers are point-to-point messages, each pair's
   /// regions are posted when its header arrives). The default implementation all-gathers
   /// first, then exchanges.
+  /// `meanwhile`, if set, runs on the calling thread once this rank's header and the regions
+  /// of the pairs already agreed on are posted, before waiting for the rest: work that needs
+  /// no other rank (a reshard's copies inside the process) hides the wait for the slowest
+  /// rank. An exception from it is rethrown after the exchange completes.
   /// Example: std::vector<std::byte> all = comm.exchange_boxes_if_agreed(
-  ///              std::as_bytes(std::span(&record, 1)), sends, recvs, 4);
-  virtual std::vector<std::byte> exchange_boxes_if_agreed(std::span<const std::byte> header,
-                                                          std::span<const BoxRegion> sends,
-                                                          std::span<const BoxRegion> recvs,
-                                                          size_t element_size);
+  ///              std::as_bytes(std::span(&record, 1)), sends, recvs, 4, nullptr);
+  virtual std::vector<std::byte> exchange_boxes_if_agreed(
+      std::span<const std::byte> header, std::span<const BoxRegion> sends,
+      std::span<const BoxRegion> recvs, size_t element_size,
+      const std::function<void()>& meanwhile);
 };
 
 /// Agreement on a local failure (DESIGN §4): every rank calls this at the same point with the

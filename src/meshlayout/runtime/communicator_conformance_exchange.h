@@ -99,8 +99,10 @@ inline void check_exchange_boxes_if_agreed(Communicator& comm) {
     exchange_boxes_case(
         comm,
         [&](auto sends, auto recvs) {
+          int ran = 0;
           all = comm.exchange_boxes_if_agreed(std::as_bytes(std::span(mine)), sends, recvs,
-                                              sizeof(int32_t));
+                                              sizeof(int32_t), [&] { ++ran; });
+          EXPECT_EQ(ran, 1) << "meanwhile runs once, rank " << r;
         },
         [&](int p) { return header_of(p) == mine; });
     std::string got(reinterpret_cast<const char*>(all.data()), all.size()), want;

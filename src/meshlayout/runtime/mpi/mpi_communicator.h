@@ -68,7 +68,8 @@ class MpiCommunicator final : public Communicator {
   std::vector<std::byte> exchange_boxes_if_agreed(std::span<const std::byte> header,
                                                   std::span<const BoxRegion> sends,
                                                   std::span<const BoxRegion> recvs,
-                                                  size_t element_size) override;
+                                                  size_t element_size,
+                                                  const std::function<void()>& meanwhile) override;
 
  private:
   /// InternalError naming `call`, this rank and MPI's message unless `code` is MPI_SUCCESS.

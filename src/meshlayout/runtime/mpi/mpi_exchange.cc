@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <vector>
 
@@ -174,7 +175,8 @@ void MpiCommunicator::exchange_boxes(std::span<const BoxRegion> sends,
 
 std::vector<std::byte> MpiCommunicator::exchange_boxes_if_agreed(
     std::span<const std::byte> header, std::span<const BoxRegion> sends,
-    std::span<const BoxRegion> recvs, size_t element_size) {
+    std::span<const BoxRegion> recvs, size_t element_size,
+    const std::function<void()>& meanwhile) {
   CollectiveDeadline deadline("exchange_boxes_if_agreed (MPI point-to-point)");
   const size_t h = header.size();
   if (h > static_cast<size_t>(INT_MAX)) {
@@ -209,12 +211,10 @@ std::vector<std::byte> MpiCommunicator::exchange_boxes_if_agreed(
                     comm_, &header_sends.emplace_back(MPI_REQUEST_NULL)),
           "MPI_Isend (exchange_boxes_if_agreed header)");
   }
+  // Headers that arrived already: their pairs' regions go out before `meanwhile` runs.
   std::vector<int> done(header_requests.size());
-  for (size_t left = header_requests.size(); left > 0;) {
-    int count = 0;
-    check(MPI_Waitsome(static_cast<int>(header_requests.size()), header_requests.data(), &count,
-                       done.data(), MPI_STATUSES_IGNORE),
-          "MPI_Waitsome (exchange_boxes_if_agreed header)");
+  size_t left = header_requests.size();
+  auto handle = [&](int count) {
     for (int c = 0; c < count; ++c) {
       const int peer = peers[static_cast<size_t>(done[static_cast<size_t>(c)])];
       if (h == 0 || std::memcmp(all.data() + static_cast<size_t>(peer) * h, header.data(), h) == 0) {
@@ -222,11 +222,34 @@ std::vector<std::byte> MpiCommunicator::exchange_boxes_if_agreed(
       }
     }
     left -= static_cast<size_t>(count);
+  };
+  std::exception_ptr meanwhile_error;
+  if (meanwhile) {
+    if (left > 0) {
+      int count = 0;
+      check(MPI_Testsome(static_cast<int>(header_requests.size()), header_requests.data(),
+                         &count, done.data(), MPI_STATUSES_IGNORE),
+            "MPI_Testsome (exchange_boxes_if_agreed header)");
+      if (count != MPI_UNDEFINED) handle(count);
+    }
+    try {
+      meanwhile();
+    } catch (...) {
+      meanwhile_error = std::current_exception();  // rethrown once the exchange completes
+    }
+  }
+  while (left > 0) {
+    int count = 0;
+    check(MPI_Waitsome(static_cast<int>(header_requests.size()), header_requests.data(), &count,
+                       done.data(), MPI_STATUSES_IGNORE),
+          "MPI_Waitsome (exchange_boxes_if_agreed header)");
+    handle(count);
   }
   std::vector<MPI_Request>& requests = poster.requests();
   requests.insert(requests.end(), header_sends.begin(), header_sends.end());
   check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
         "MPI_Waitall (exchange_boxes_if_agreed)");
+  if (meanwhile_error) std::rethrow_exception(meanwhile_error);
   return all;
 }
 
