@@ -131,7 +131,7 @@ Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start, 
   NameScope scope = open_name_scope();
   const Array n = attention_norm_->call_on(x);
   // The residual sums and the gating are computed into the fresh outputs they consume.
-  const Array h = add(cache ? attention_->call_cached(n, *cache, start, max_length) : attention_->call_on(n), x);
+  const Array h = attention_->call_plus(n, x, cache, start, max_length);
   const Array m = feedforward_norm_->call_on(h);
   const Array ff = multiply(gate_->call_on(m), up_->call_on(m));
   // The residual is fused into the down projection: with a row-parallel kernel it joins one
@@ -141,7 +141,7 @@ Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start, 
 
 Array LlamaDecoderLayer::forward_for_training(const Array& x, Saved& saved) {
   NameScope scope = open_name_scope();
-  saved.h.emplace(add(attention_->call_on(attention_norm_->call_on(x)), x));
+  saved.h.emplace(attention_->call_plus(attention_norm_->call_on(x), x));
   const Array m = feedforward_norm_->call_on(*saved.h);
   saved.gate.emplace(matmul(m, gate_->kernel()->value()));
   saved.up.emplace(matmul(m, up_->kernel()->value()));

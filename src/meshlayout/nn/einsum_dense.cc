@@ -27,7 +27,7 @@ void scale_in_place(Array& a, double factor) {
 
 }  // namespace
 
-Array contract_trailing(const Array& x, const Array& kernel, int contracted) {
+Array contract_trailing(const Array& x, const Array& kernel, int contracted, const Array* residual) {
   const int xr = static_cast<int>(x.shape().size()), wr = static_cast<int>(kernel.shape().size());
   if (contracted < 1 || contracted >= wr || contracted > xr ||
       !std::equal(x.shape().end() - contracted, x.shape().end(), kernel.shape().begin())) {
@@ -51,7 +51,17 @@ Array contract_trailing(const Array& x, const Array& kernel, int contracted) {
   const Array wv = reshaped_view(kernel, {k, n}, w_store);
   Shape out = lead;
   out.insert(out.end(), outer.begin(), outer.end());
-  return reshaped(matmul(xv, wv), out);
+  if (residual != nullptr && residual->shape() != out) {
+    throw ValueError(fmt::format("the residual {} does not have the product's shape {}",
+                                 shape_to_string(residual->shape()), shape_to_string(out)));
+  }
+  if (residual != nullptr && outer.size() == 1 && residual->mesh() == kernel.mesh() &&
+      residual->dtype() == kernel.dtype()) {
+    return matmul(xv, wv, {.add_to_output = residual});
+  }
+  Array y = reshaped(matmul(xv, wv), out);
+  if (residual != nullptr) return add(std::move(y), *residual);
+  return y;
 }
 
 EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOptions options)
@@ -201,8 +211,18 @@ Array EinsumDense::call(const Array& x) {
   return apply_activation(options_.activation, std::move(y));
 }
 
-Array EinsumDense::pre_activation(const Array& x, const Array& kernel) const {
-  Array y = contract_trailing(x, kernel, contracted_);
+Array EinsumDense::call_plus(const Array& x, const Array& residual) {
+  NameScope scope = open_name_scope();
+  maybe_build(x.shape());
+  std::optional<Array> effective;
+  if (options_.activation != Activation::kLinear) {
+    return add(apply_activation(options_.activation, pre_activation(x, effective_kernel(effective))), residual);
+  }
+  return pre_activation(x, effective_kernel(effective), &residual);
+}
+
+Array EinsumDense::pre_activation(const Array& x, const Array& kernel, const Array* residual) const {
+  Array y = contract_trailing(x, kernel, contracted_, residual);
   if (bias_) {
     const int rank = static_cast<int>(y.shape().size());
     const int nb = static_cast<int>(bias_->shape().size());

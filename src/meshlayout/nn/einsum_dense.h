@@ -65,6 +65,11 @@ class EinsumDense : public Layer {
   /// nothing, d A = s · dK·Bᵀ in A's layout and d B = s · Aᵀ·dK in B's. Collective.
   /// \error ValueError if x is not F32 of the built input shape or dy not F32 of the output's.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
+  /// call(x) + residual (the output's shape), in the layer's scope, building it first if
+  /// needed: a residual connection fused into a linear layer's product (with a row-parallel
+  /// kernel it joins one partial sum instead of every replica); added after the activation
+  /// otherwise. Collective. ValueError if the residual's shape differs from the output's.
+  Array call_plus(const Array& x, const Array& residual);
 
  protected:
   void build(const Shape& input_shape) override;
@@ -73,8 +78,8 @@ class EinsumDense : public Layer {
  private:
   /// The effective kernel (with LoRA's delta) in `storage`, or the kernel's value.
   const Array& effective_kernel(std::optional<Array>& storage) const;
-  /// x · kernel + bias, before the activation.
-  Array pre_activation(const Array& x, const Array& kernel) const;
+  /// x · kernel + bias (+ residual), before the activation.
+  Array pre_activation(const Array& x, const Array& kernel, const Array* residual = nullptr) const;
   std::string equation_;
   std::string input_spec_, kernel_spec_, output_spec_;
   int contracted_ = 0;  // input's trailing dims contracted with the kernel's leading ones
@@ -86,7 +91,9 @@ class EinsumDense : public Layer {
 
 /// x (P…, C…) · kernel (C…, N…) → (P…, N…) on distributed arrays, contracting x's last
 /// `contracted` dimensions (EinsumDense's product; Dense is contracted = 1 with a 2-D kernel).
-/// Collective.
-Array contract_trailing(const Array& x, const Array& kernel, int contracted);
+/// With `residual` (the output's shape), returns the product + residual, the residual fused
+/// into the product (MatmulOptions::add_to_output) when the kernel has one output dimension,
+/// else added after. Collective.
+Array contract_trailing(const Array& x, const Array& kernel, int contracted, const Array* residual = nullptr);
 
 }  // namespace meshlayout

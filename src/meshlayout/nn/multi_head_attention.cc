@@ -91,7 +91,21 @@ Array MultiHeadAttention::call_cached(const Array& x, KVCache& cache, int64_t st
   return attend(x, &cache, start, max_length);
 }
 
-Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length) {
+Array MultiHeadAttention::call_plus(const Array& x, const Array& residual, KVCache* cache, int64_t start,
+                                    int64_t max_length) {
+  if (cache != nullptr) {
+    if (x.shape().size() != 3 || start != cache->length || start < 0 || max_length < 1 ||
+        start + x.shape()[1] > max_length) {
+      call_cached(x, *cache, start, max_length);  // throws its ValueError
+    }
+  }
+  NameScope scope = open_name_scope();
+  maybe_build(x.shape());
+  return attend(x, cache, start, max_length, &residual);
+}
+
+Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length,
+                                 const Array* residual) {
   Array q = query_->call_on(x);
   Array k = key_->call_on(x);
   Array v = value_->call_on(x);
@@ -122,7 +136,7 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
     return attention(q, *cache->key, *cache->value,
                      {.causal = options_.causal, .query_offset = start, .key_length = start + t});
   }();
-  return output_->call_on(o);
+  return residual != nullptr ? output_->call_plus(o, *residual) : output_->call_on(o);
 }
 
 Array MultiHeadAttention::backward(const Array& x, const Array& dy, Gradients& grads) {

@@ -66,6 +66,11 @@ class MultiHeadAttention : public Layer {
   /// for `max_length` positions on first use) and returns (batch, seq, d). ValueError if
   /// start != cache.length or the positions pass max_length.
   Array call_cached(const Array& x, KVCache& cache, int64_t start, int64_t max_length);
+  /// attention(x) + residual (a pre-norm block's h = x + attn(norm(x))), the residual fused into
+  /// the output projection (EinsumDense::call_plus); with a cache as call_cached, without as
+  /// a call. Collective. Errors as those and for a residual not of x's shape.
+  Array call_plus(const Array& x, const Array& residual, KVCache* cache = nullptr, int64_t start = 0,
+                  int64_t max_length = 0);
 
   /// The backward of an uncached self-attention call (Layer::backward): recomputes the q, k, v
   /// projections (and RoPE) and the attention from x, then backpropagates through the output
@@ -82,7 +87,8 @@ class MultiHeadAttention : public Layer {
   Array call(const Array& x) override;
 
  private:
-  Array attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length);
+  Array attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length,
+               const Array* residual = nullptr);
   MultiHeadAttentionOptions options_;
   std::shared_ptr<EinsumDense> query_, key_, value_, output_;
 };
