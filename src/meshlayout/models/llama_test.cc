@@ -31,16 +31,6 @@ LlamaConfig tiny(int64_t heads, int64_t kv_heads, bool tied, int64_t head_dim = 
   return c;
 }
 
-LayoutMap megatron(const DeviceMesh& mesh) {
-  LayoutMap rules(mesh);
-  rules["token_embedding/embeddings"] = TensorLayout({"model", None});
-  rules["(query|key|value)/kernel"] = TensorLayout({None, "model", None});
-  rules["attention_output/kernel"] = TensorLayout({"model", None, None});
-  rules["feedforward_(gate|intermediate)_dense/kernel"] = TensorLayout({None, "model"});
-  rules["feedforward_output_dense/kernel"] = TensorLayout({"model", None});
-  rules["reverse_embeddings"] = TensorLayout({None, "model"});
-  return rules;
-}
 
 double max_relative_error(const HostTensor& got, const Vec& want) {
   const float* g = got.data_as<float>();
@@ -62,7 +52,7 @@ TEST_F(LlamaTest, LogitsAndGreedyTokensMatchFloat64OnEveryLayout) {
     for (const std::string rules_name : {"replicated", "keras-hub 2-D", "Megatron"}) {
       clear_session();
       const LayoutMap rules = rules_name == "replicated" ? LayoutMap(mesh_)
-                              : rules_name == "Megatron" ? megatron(mesh_)
+                              : rules_name == "Megatron" ? testing::megatron_rules(mesh_)
                                                          : llama_layout_map(mesh_, "model", "batch");
       LlamaModel model(c.config, rules);
       HostTensor t(DType::kI32, {2, 5});

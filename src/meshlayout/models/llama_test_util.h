@@ -18,6 +18,19 @@
 namespace meshlayout::testing {
 
 
+/// Megatron's Llama rules on `mesh` (its "model" axis): vocab-parallel embeddings, q/k/v and
+/// gate/up column-parallel by heads/columns, attention_output and down row-parallel.
+inline LayoutMap megatron_rules(const DeviceMesh& mesh) {
+  LayoutMap rules(mesh);
+  rules["token_embedding/embeddings"] = TensorLayout({"model", None});
+  rules["(query|key|value)/kernel"] = TensorLayout({None, "model", None});
+  rules["attention_output/kernel"] = TensorLayout({"model", None, None});
+  rules["feedforward_(gate|intermediate)_dense/kernel"] = TensorLayout({None, "model"});
+  rules["feedforward_output_dense/kernel"] = TensorLayout({"model", None});
+  rules["reverse_embeddings"] = TensorLayout({None, "model"});
+  return rules;
+}
+
 inline Vec gathered(const std::map<std::string, Array*>& vars, const std::string& path) {
   const HostTensor t = vars.at(path)->gather();
   const float* p = t.data_as<float>();

@@ -14,6 +14,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/models/llama_test_util.h"
 #include "meshlayout/models/llama_train_reference.h"
 #include "meshlayout/testing/test_util.h"
 
@@ -30,16 +31,6 @@ LlamaConfig tiny(int64_t heads, int64_t kv_heads, bool tied) {
                      .max_position_embeddings = 64};
 }
 
-LayoutMap megatron(const DeviceMesh& mesh) {
-  LayoutMap rules(mesh);
-  rules["token_embedding/embeddings"] = TensorLayout({"model", None});
-  rules["(query|key|value)/kernel"] = TensorLayout({None, "model", None});
-  rules["attention_output/kernel"] = TensorLayout({"model", None, None});
-  rules["feedforward_(gate|intermediate)_dense/kernel"] = TensorLayout({None, "model"});
-  rules["feedforward_output_dense/kernel"] = TensorLayout({"model", None});
-  rules["reverse_embeddings"] = TensorLayout({None, "model"});
-  return rules;
-}
 
 struct Layouts {
   std::string what;
@@ -51,8 +42,8 @@ std::vector<Layouts> every_layout() {
   const DeviceMesh m24({2, 4}, {"batch", "model"}), m42({4, 2}, {"batch", "model"}), dp({8, 1}, {"batch", "model"});
   return {{"one device", LayoutMap(one)},
           {"keras-hub rules on 2x4", llama_layout_map(m24)},
-          {"Megatron rules on 4x2", megatron(m42)},
-          {"Megatron rules on 2x4", megatron(m24)},
+          {"Megatron rules on 4x2", testing::megatron_rules(m42)},
+          {"Megatron rules on 2x4", testing::megatron_rules(m24)},
           {"data parallel on 8", LayoutMap(dp)}};
 }
 
@@ -173,7 +164,7 @@ TEST_F(LlamaTrainTest, AStepHoldsShardsAndActivationsOnlyOnEveryDevice) {
                            .num_attention_heads = 8, .num_key_value_heads = 8, .head_dim = 8,
                            .tie_word_embeddings = false, .max_position_embeddings = 16};
   const DeviceMesh mesh({1, 8}, {"batch", "model"});
-  LlamaModel model(config, megatron(mesh));
+  LlamaModel model(config, testing::megatron_rules(mesh));
   auto optimizer = make_optimizer("adam");
   const int64_t B = 2, T = 4;
   std::vector<int32_t> inputs(B * T, 3), targets(B * T, 5);
