@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/ops/attention_internal.h"
 #include "meshlayout/ops/blas.h"
 
 namespace meshlayout {
@@ -20,7 +24,14 @@ using internal_ops::gemm_nt;
 const float* f32(const Array::Shard& s) { return reinterpret_cast<const float*>(s.buffer.data()); }
 float* f32(Array::Shard& s) { return reinterpret_cast<float*>(s.buffer.data()); }
 
-// `a` itself when it already has `layout`, else a resharded copy kept in `storage`.
+using internal_ops::in_layout;
+using internal_ops::mask_value;
+using internal_ops::RotaryDirection;
+
+}  // namespace
+
+namespace internal_ops {
+
 const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional<Array>& storage) {
   if (a.layout() == layout) return a;
   storage.emplace(distribute_tensor(a, layout));
@@ -36,35 +47,52 @@ int64_t mask_value(const Array::Shard& s, DType dtype, int64_t index) {
   }
 }
 
-void check_attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& o) {
+void check_attention(std::string_view op, const Array& q, const Array& k, const Array& v,
+                     const Array* d_out, const AttentionOptions& o) {
   const auto shapes = [&] {
     return fmt::format("q {}, k {}, v {}", shape_to_string(q.shape()), shape_to_string(k.shape()),
                        shape_to_string(v.shape()));
   };
   if (q.shape().size() != 4 || k.shape().size() != 4 || v.shape() != k.shape()) {
-    throw ValueError(fmt::format("attention needs q (batch, seq, heads, head_dim) and k, v (batch, "
-                                 "keys, kv_heads, head_dim) of equal shapes, got {}", shapes()));
+    throw ValueError(fmt::format("{} needs q (batch, seq, heads, head_dim) and k, v (batch, keys, "
+                                 "kv_heads, head_dim) of equal shapes, got {}", op, shapes()));
   }
-  if (q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || v.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("attention runs on F32, got q {}, k {}, v {}", dtype_name(q.dtype()),
-                                 dtype_name(k.dtype()), dtype_name(v.dtype())));
+  if (q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || v.dtype() != DType::kF32 ||
+      (d_out && d_out->dtype() != DType::kF32)) {
+    const std::string d_out_dtype =
+        d_out ? fmt::format(", d_out {}", dtype_name(d_out->dtype())) : "";
+    throw ValueError(fmt::format("{} runs on F32, got q {}, k {}, v {}{}", op,
+                                 dtype_name(q.dtype()), dtype_name(k.dtype()),
+                                 dtype_name(v.dtype()), d_out_dtype));
   }
   if (q.shape()[0] != k.shape()[0] || q.shape()[3] != k.shape()[3]) {
-    throw ValueError(fmt::format("attention: q and k must agree on batch and head_dim, got {}", shapes()));
+    throw ValueError(
+        fmt::format("{}: q and k must agree on batch and head_dim, got {}", op, shapes()));
   }
   if (k.shape()[2] == 0 || q.shape()[2] % k.shape()[2] != 0) {
-    throw ValueError(fmt::format("attention: the query heads ({}) must be a multiple of the key/value "
-                                 "heads ({}), got {}", q.shape()[2], k.shape()[2], shapes()));
+    throw ValueError(fmt::format("{}: the query heads ({}) must be a multiple of the key/value "
+                                 "heads ({}), got {}", op, q.shape()[2], k.shape()[2], shapes()));
+  }
+  if (d_out && d_out->shape() != q.shape()) {
+    throw ValueError(fmt::format("{}: d_out must have q's shape {}, got d_out {} ({})", op,
+                                 shape_to_string(q.shape()), shape_to_string(d_out->shape()),
+                                 shapes()));
   }
   if (o.key_length < -1 || o.key_length > k.shape()[1]) {
-    throw ValueError(fmt::format("attention: key_length {} is outside [0, {}] (the keys of k {})",
+    throw ValueError(fmt::format("{}: key_length {} is outside [0, {}] (the keys of k {})", op,
                                  o.key_length, k.shape()[1], shape_to_string(k.shape())));
   }
   if (o.query_offset < 0) {
-    throw ValueError(fmt::format("attention: query_offset must be >= 0, got {}", o.query_offset));
+    throw ValueError(fmt::format("{}: query_offset must be >= 0, got {}", op, o.query_offset));
   }
-  if (!(q.mesh() == k.mesh()) || !(q.mesh() == v.mesh())) {
-    throw ValueError(fmt::format("attention: q, k and v must be on one mesh, got {}, {} and {}",
+  if (d_out) {
+    if (!(q.mesh() == k.mesh()) || !(q.mesh() == v.mesh()) || !(q.mesh() == d_out->mesh())) {
+      throw ValueError(fmt::format("{}: q, k, v and d_out must be on one mesh, got {}, {}, {} "
+                                   "and {}", op, q.mesh().to_string(), k.mesh().to_string(),
+                                   v.mesh().to_string(), d_out->mesh().to_string()));
+    }
+  } else if (!(q.mesh() == k.mesh()) || !(q.mesh() == v.mesh())) {
+    throw ValueError(fmt::format("{}: q, k and v must be on one mesh, got {}, {} and {}", op,
                                  q.mesh().to_string(), k.mesh().to_string(), v.mesh().to_string()));
   }
   if (o.key_mask) {
@@ -72,18 +100,19 @@ void check_attention(const Array& q, const Array& k, const Array& v, const Atten
     const DType d = m.dtype();
     if (m.shape() != Shape{k.shape()[0], k.shape()[1]} ||
         !(d == DType::kI32 || d == DType::kI64 || d == DType::kU8 || d == DType::kBool)) {
-      throw ValueError(fmt::format("attention: key_mask must be (batch, keys) = {} of I32, I64, U8 "
-                                   "or BOOL, got {} {}", shape_to_string({k.shape()[0], k.shape()[1]}),
+      throw ValueError(fmt::format("{}: key_mask must be (batch, keys) = {} of I32, I64, U8 or "
+                                   "BOOL, got {} {}", op,
+                                   shape_to_string({k.shape()[0], k.shape()[1]}),
                                    shape_to_string(m.shape()), dtype_name(d)));
     }
     if (!(m.mesh() == q.mesh())) {
-      throw ValueError(fmt::format("attention: key_mask is on {}, q on {}", m.mesh().to_string(),
+      throw ValueError(fmt::format("{}: key_mask is on {}, q on {}", op, m.mesh().to_string(),
                                    q.mesh().to_string()));
     }
   }
 }
 
-}  // namespace
+}  // namespace internal_ops
 
 TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_heads, int64_t kv_heads,
                                  bool* heads_replicated) {
@@ -103,7 +132,7 @@ TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_hea
 }
 
 Array attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& options) {
-  check_attention(q, k, v, options);
+  internal_ops::check_attention("attention", q, k, v, nullptr, options);
   const int64_t T = q.shape()[1], Hq = q.shape()[2], D = q.shape()[3];
   const int64_t S = k.shape()[1], Hkv = k.shape()[2], r = Hq / Hkv;
   const int64_t L = options.key_length < 0 ? S : options.key_length;
@@ -181,20 +210,25 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
 
 namespace {
 
-void check_rotary(const Array& x, int64_t start_position, double theta) {
+void check_rotary(const Array& x, int64_t start_position, double theta, RotaryDirection direction) {
+  const bool backward = direction == RotaryDirection::kBackward;
+  const std::string_view op = backward ? "rotary embedding backward" : "rotary embedding";
   if (x.shape().size() != 4 || x.dtype() != DType::kF32 || x.shape()[3] % 2 != 0) {
-    throw ValueError(fmt::format("rotary embedding needs an F32 (batch, seq, heads, head_dim) tensor "
-                                 "with an even head_dim, got {} {}",
+    throw ValueError(fmt::format("{} needs an F32 (batch, seq, heads, head_dim) {} with an even "
+                                 "head_dim, got {} {}", op, backward ? "gradient" : "tensor",
                                  shape_to_string(x.shape()), dtype_name(x.dtype())));
   }
   if (!(theta > 0) || start_position < 0) {
-    throw ValueError(fmt::format("rotary embedding needs theta > 0 and start_position >= 0, got {} "
-                                 "and {}", theta, start_position));
+    throw ValueError(fmt::format("{} needs theta > 0 and start_position >= 0, got {} and {}", op,
+                                 theta, start_position));
   }
 }
 
-// Rotates y (head_dim whole on every device) in place.
-void rotate_in_place(Array& y, int64_t start_position, double theta) {
+// Rotates y (head_dim whole on every device) in place by +angle, (x1·cos − x2·sin,
+// x2·cos + x1·sin), or backward by −angle, (x1·cos + x2·sin, x2·cos − x1·sin), the transpose of
+// the forward's rotation (the sines negated: the same floats as writing the signs out).
+void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirection direction) {
+  const bool backward = direction == RotaryDirection::kBackward;
   const Array& x = y;
   const int64_t D = x.shape()[3], half = D / 2;
   // cos and sin of every position the local shards hold, computed once and shared by them.
@@ -206,12 +240,13 @@ void rotate_in_place(Array& y, int64_t start_position, double theta) {
   }
   const int64_t positions = std::max<int64_t>(0, last - first);
   std::vector<float> cs(static_cast<size_t>(positions * half)), sn(static_cast<size_t>(positions * half));
-  for (int64_t i = 0; i < half; ++i) {
+  for (int64_t i = 0; i < half; ++i) {  // angle in double, rotation in float
     const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
     for (int64_t t = 0; t < positions; ++t) {
       const double angle = static_cast<double>(start_position + first + t) * inv_freq;
+      const float sine = static_cast<float>(std::sin(angle));
       cs[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(angle));
-      sn[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(angle));
+      sn[static_cast<size_t>(t * half + i)] = backward ? -sine : sine;
     }
   }
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t n) {
@@ -238,21 +273,38 @@ void rotate_in_place(Array& y, int64_t start_position, double theta) {
 
 }  // namespace
 
-Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta) {
-  check_rotary(x, start_position, theta);
+namespace internal_ops {
+
+Array rotary_embedding(const Array& x, int64_t start_position, double theta,
+                       RotaryDirection direction) {
+  check_rotary(x, start_position, theta, direction);
   std::vector<DimSharding> axes = x.layout().axes();
   axes[3] = DimSharding();
   Array y = distribute_tensor(x, TensorLayout(axes, x.mesh()));
-  rotate_in_place(y, start_position, theta);
+  rotate_in_place(y, start_position, theta, direction);
   return y;
 }
 
-Array apply_rotary_embedding(Array&& x, int64_t start_position, double theta) {
-  check_rotary(x, start_position, theta);
-  if (x.layout().axes()[3].is_sharded()) return apply_rotary_embedding(static_cast<const Array&>(x), start_position, theta);
+Array rotary_embedding(Array&& x, int64_t start_position, double theta,
+                       RotaryDirection direction) {
+  check_rotary(x, start_position, theta, direction);
+  if (x.layout().axes()[3].is_sharded()) {
+    return rotary_embedding(static_cast<const Array&>(x), start_position, theta, direction);
+  }
   Array y = std::move(x);
-  rotate_in_place(y, start_position, theta);
+  rotate_in_place(y, start_position, theta, direction);
   return y;
+}
+
+}  // namespace internal_ops
+
+Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta) {
+  return internal_ops::rotary_embedding(x, start_position, theta, RotaryDirection::kForward);
+}
+
+Array apply_rotary_embedding(Array&& x, int64_t start_position, double theta) {
+  return internal_ops::rotary_embedding(std::move(x), start_position, theta,
+                                        RotaryDirection::kForward);
 }
 
 }  // namespace meshlayout

@@ -12,6 +12,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/ops/attention_internal.h"
 #include "meshlayout/ops/blas.h"
 #include "meshlayout/ops/partial_sum.h"
 
@@ -20,82 +21,13 @@ namespace {
 
 using internal_ops::gemm;
 using internal_ops::gemm_nt;
+using internal_ops::in_layout;
+using internal_ops::mask_value;
+using internal_ops::rotary_embedding;
+using internal_ops::RotaryDirection;
 
 const float* f32(const Array::Shard& s) { return reinterpret_cast<const float*>(s.buffer.data()); }
 float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
-
-// `a` itself when it already has `layout`, else a resharded copy kept in `storage`.
-const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional<Array>& storage) {
-  if (a.layout() == layout) return a;
-  storage.emplace(distribute_tensor(a, layout));
-  return *storage;
-}
-
-int64_t mask_value(const Array::Shard& s, DType dtype, int64_t index) {
-  const std::byte* p = s.buffer.data();
-  switch (dtype) {
-    case DType::kI32: return reinterpret_cast<const int32_t*>(p)[index];
-    case DType::kI64: return reinterpret_cast<const int64_t*>(p)[index];
-    default: return static_cast<int64_t>(reinterpret_cast<const uint8_t*>(p)[index]);
-  }
-}
-
-// attention's checks (attention.cc), then d_out against q.
-void check_backward(const Array& q, const Array& k, const Array& v, const Array& d_out,
-                    const AttentionOptions& o) {
-  const auto shapes = [&] {
-    return fmt::format("q {}, k {}, v {}", shape_to_string(q.shape()), shape_to_string(k.shape()),
-                       shape_to_string(v.shape()));
-  };
-  if (q.shape().size() != 4 || k.shape().size() != 4 || v.shape() != k.shape()) {
-    throw ValueError(fmt::format("attention_backward needs q (batch, seq, heads, head_dim) and k, v "
-                                 "(batch, keys, kv_heads, head_dim) of equal shapes, got {}", shapes()));
-  }
-  if (q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || v.dtype() != DType::kF32 ||
-      d_out.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("attention_backward runs on F32, got q {}, k {}, v {}, d_out {}",
-                                 dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()),
-                                 dtype_name(d_out.dtype())));
-  }
-  if (q.shape()[0] != k.shape()[0] || q.shape()[3] != k.shape()[3]) {
-    throw ValueError(fmt::format("attention_backward: q and k must agree on batch and head_dim, got {}",
-                                 shapes()));
-  }
-  if (k.shape()[2] == 0 || q.shape()[2] % k.shape()[2] != 0) {
-    throw ValueError(fmt::format("attention_backward: the query heads ({}) must be a multiple of the "
-                                 "key/value heads ({}), got {}", q.shape()[2], k.shape()[2], shapes()));
-  }
-  if (d_out.shape() != q.shape()) {
-    throw ValueError(fmt::format("attention_backward: d_out must have q's shape {}, got d_out {} ({})",
-                                 shape_to_string(q.shape()), shape_to_string(d_out.shape()), shapes()));
-  }
-  if (o.key_length < -1 || o.key_length > k.shape()[1]) {
-    throw ValueError(fmt::format("attention_backward: key_length {} is outside [0, {}] (the keys of k {})",
-                                 o.key_length, k.shape()[1], shape_to_string(k.shape())));
-  }
-  if (o.query_offset < 0) {
-    throw ValueError(fmt::format("attention_backward: query_offset must be >= 0, got {}", o.query_offset));
-  }
-  if (!(q.mesh() == k.mesh()) || !(q.mesh() == v.mesh()) || !(q.mesh() == d_out.mesh())) {
-    throw ValueError(fmt::format("attention_backward: q, k, v and d_out must be on one mesh, got {}, {}, "
-                                 "{} and {}", q.mesh().to_string(), k.mesh().to_string(),
-                                 v.mesh().to_string(), d_out.mesh().to_string()));
-  }
-  if (o.key_mask) {
-    const Array& m = *o.key_mask;
-    const DType d = m.dtype();
-    if (m.shape() != Shape{k.shape()[0], k.shape()[1]} ||
-        !(d == DType::kI32 || d == DType::kI64 || d == DType::kU8 || d == DType::kBool)) {
-      throw ValueError(fmt::format("attention_backward: key_mask must be (batch, keys) = {} of I32, I64, "
-                                   "U8 or BOOL, got {} {}", shape_to_string({k.shape()[0], k.shape()[1]}),
-                                   shape_to_string(m.shape()), dtype_name(d)));
-    }
-    if (!(m.mesh() == q.mesh())) {
-      throw ValueError(fmt::format("attention_backward: key_mask is on {}, q on {}", m.mesh().to_string(),
-                                   q.mesh().to_string()));
-    }
-  }
-}
 
 std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
   std::vector<int64_t> block(static_cast<size_t>(g.rank()));
@@ -212,7 +144,7 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
 
 AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v, const Array& d_out,
                                   const AttentionOptions& options) {
-  check_backward(q, k, v, d_out, options);
+  internal_ops::check_attention("attention_backward", q, k, v, &d_out, options);
   const int64_t Hq = q.shape()[2], D = q.shape()[3], S = k.shape()[1], Hkv = k.shape()[2];
   const double scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
   const Dims dims{q.shape()[1], S, D, options.key_length < 0 ? S : options.key_length, Hq / Hkv,
@@ -326,70 +258,12 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
   return AttentionGrads{std::move(dq), std::move(dk), std::move(dv)};
 }
 
-namespace {
-
-void check_rotary(const Array& x, int64_t start_position, double theta) {
-  if (x.shape().size() != 4 || x.dtype() != DType::kF32 || x.shape()[3] % 2 != 0) {
-    throw ValueError(fmt::format("rotary embedding backward needs an F32 (batch, seq, heads, head_dim) "
-                                 "gradient with an even head_dim, got {} {}",
-                                 shape_to_string(x.shape()), dtype_name(x.dtype())));
-  }
-  if (!(theta > 0) || start_position < 0) {
-    throw ValueError(fmt::format("rotary embedding backward needs theta > 0 and start_position >= 0, got "
-                                 "{} and {}", theta, start_position));
-  }
-}
-
-// Rotates y (head_dim whole on every device) in place by −angle: (x1·cos + x2·sin,
-// x2·cos − x1·sin), the transpose of the forward's rotation.
-void rotate_back_in_place(Array& y, int64_t start_position, double theta) {
-  const int64_t D = y.shape()[3], half = D / 2;
-  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t n) {
-    Array::Shard& s = y.local_shards()[n];
-    if (s.box.empty()) return;
-    const int64_t nb = s.box.shape[0], nt = s.box.shape[1], nh = s.box.shape[2];
-    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
-    float* p = f32(s.buffer.data());
-    for (int64_t t = 0; t < nt; ++t) {
-      for (int64_t i = 0; i < half; ++i) {  // as the forward: angle in double, rotation in float
-        const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-        const double angle = static_cast<double>(start_position + s.box.offset[1] + t) * inv_freq;
-        cs[static_cast<size_t>(i)] = static_cast<float>(std::cos(angle));
-        sn[static_cast<size_t>(i)] = static_cast<float>(std::sin(angle));
-      }
-      for (int64_t b = 0; b < nb; ++b) {
-        for (int64_t h = 0; h < nh; ++h) {
-          float* v = p + ((b * nt + t) * nh + h) * D;
-          for (int64_t i = 0; i < half; ++i) {
-            const float x1 = v[i], x2 = v[i + half];
-            v[i] = x1 * cs[static_cast<size_t>(i)] + x2 * sn[static_cast<size_t>(i)];
-            v[i + half] = x2 * cs[static_cast<size_t>(i)] - x1 * sn[static_cast<size_t>(i)];
-          }
-        }
-      }
-    }
-  });
-}
-
-}  // namespace
-
 Array apply_rotary_embedding_backward(const Array& dy, int64_t start_position, double theta) {
-  check_rotary(dy, start_position, theta);
-  std::vector<DimSharding> axes = dy.layout().axes();
-  axes[3] = DimSharding();
-  Array dx = distribute_tensor(dy, TensorLayout(axes, dy.mesh()));
-  rotate_back_in_place(dx, start_position, theta);
-  return dx;
+  return rotary_embedding(dy, start_position, theta, RotaryDirection::kBackward);
 }
 
 Array apply_rotary_embedding_backward(Array&& dy, int64_t start_position, double theta) {
-  check_rotary(dy, start_position, theta);
-  if (dy.layout().axes()[3].is_sharded()) {
-    return apply_rotary_embedding_backward(static_cast<const Array&>(dy), start_position, theta);
-  }
-  Array dx = std::move(dy);
-  rotate_back_in_place(dx, start_position, theta);
-  return dx;
+  return rotary_embedding(std::move(dy), start_position, theta, RotaryDirection::kBackward);
 }
 
 }  // namespace meshlayout
