@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/nn/gradients.h"
+#include "meshlayout/nn/variable.h"
 
 namespace meshlayout::testing {
 
@@ -101,6 +103,20 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
   const double rel = relative_error(got, want);
   max_relative_error_seen() = std::max(max_relative_error_seen(), rel);
   EXPECT_LE(rel, tolerance) << what;
+}
+
+/// Each (variable, parameter name) of `weights` has a gradient in `grads`, in its variable's
+/// layout, equal (expect_close) to the numeric gradient of forward · w with respect to
+/// params[name].
+inline void expect_weight_gradients(const Gradients& grads,
+                                    const std::vector<std::pair<VariablePtr, std::string>>& weights,
+                                    const Forward& forward, const Params& params, const std::vector<double>& w) {
+  for (const auto& [v, name] : weights) {
+    const Array* g = grads.find(*v);
+    ASSERT_NE(g, nullptr) << name;
+    EXPECT_EQ(g->layout(), v->value().layout()) << name;
+    expect_close(gathered_f64(*g), numeric_gradient(forward, params, name, w), "d " + name);
+  }
 }
 
 }  // namespace meshlayout::testing

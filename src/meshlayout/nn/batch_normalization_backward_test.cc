@@ -109,12 +109,7 @@ class BatchNormalizationBackwardTest : public NnTest {
     EXPECT_EQ(grads.size(), weights.size());
     EXPECT_EQ(grads.find(*bn.moving_mean()), nullptr);
     EXPECT_EQ(grads.find(*bn.moving_variance()), nullptr);
-    for (const auto& [v, name] : weights) {
-      const Array* g = grads.find(*v);
-      ASSERT_NE(g, nullptr) << name;
-      EXPECT_EQ(g->layout(), v->value().layout()) << name;
-      expect_close(gathered_f64(*g), numeric_gradient(forward, p, name, w), "d " + name);
-    }
+    testing::expect_weight_gradients(grads, weights, forward, p, w);
   }
 };
 

@@ -106,12 +106,7 @@ class Conv2DBackwardTest : public NnTest {
     std::vector<std::pair<VariablePtr, std::string>> weights{{conv->kernel(), "kernel"}};
     if (c.use_bias) weights.emplace_back(conv->bias(), "bias");
     EXPECT_EQ(grads.size(), weights.size());
-    for (const auto& [v, name] : weights) {
-      const Array* g = grads.find(*v);
-      ASSERT_NE(g, nullptr) << name;
-      EXPECT_EQ(g->layout(), v->value().layout()) << name;
-      expect_close(gathered_f64(*g), numeric_gradient(forward, p, name, w), "d " + name);
-    }
+    testing::expect_weight_gradients(grads, weights, forward, p, w);
   }
 
   void check_all(const Config& c) {

@@ -89,12 +89,7 @@ class LayerBackwardTest : public NnTest {
     const Array dx = dense->backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
     expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w), "dx");
-    for (const auto& [v, name] : {std::pair{dense->kernel(), "kernel"}, std::pair{dense->bias(), "bias"}}) {
-      const Array* g = grads.find(*v);
-      ASSERT_NE(g, nullptr) << name;
-      EXPECT_EQ(g->layout(), v->value().layout()) << name;
-      expect_close(gathered_f64(*g), numeric_gradient(forward, p, name, w), std::string("d ") + name);
-    }
+    testing::expect_weight_gradients(grads, {{dense->kernel(), "kernel"}, {dense->bias(), "bias"}}, forward, p, w);
   }
 };
 
@@ -191,12 +186,7 @@ TEST_F(LayerBackwardTest, SequentialDenseReluDenseFromOneCall) {
   EXPECT_EQ(grads.size(), 4u);
   const std::vector<std::pair<VariablePtr, std::string>> vars{
       {d1->kernel(), "k1"}, {d1->bias(), "b1"}, {d2->kernel(), "k2"}, {d2->bias(), "b2"}};
-  for (const auto& [v, name] : vars) {
-    const Array* g = grads.find(*v);
-    ASSERT_NE(g, nullptr) << name;
-    EXPECT_EQ(g->layout(), v->value().layout()) << name;
-    expect_close(gathered_f64(*g), numeric_gradient(forward, p, name, w), "d " + name);
-  }
+  testing::expect_weight_gradients(grads, vars, forward, p, w);
   std::printf("max relative gradient error so far: %.3g\n", testing::max_relative_error_seen());
 }
 

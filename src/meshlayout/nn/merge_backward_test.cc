@@ -213,12 +213,7 @@ TEST_F(MergeBackwardTest, FunctionalResidualModel) {
   expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w), "dx");
   const std::vector<std::pair<VariablePtr, std::string>> vars{
       {d1->kernel(), "k1"}, {d1->bias(), "b1"}, {d2->kernel(), "k2"}, {d2->bias(), "b2"}};
-  for (const auto& [v, name] : vars) {
-    const Array* g = grads.find(*v);
-    ASSERT_NE(g, nullptr) << name;
-    EXPECT_EQ(g->layout(), v->value().layout()) << name;
-    expect_close(gathered_f64(*g), numeric_gradient(forward, p, name, w), "d " + name);
-  }
+  testing::expect_weight_gradients(grads, vars, forward, p, w);
   std::printf("max relative gradient error so far: %.3g\n", testing::max_relative_error_seen());
 }
 

@@ -80,12 +80,7 @@ class NormalizationBackwardTest : public NnTest {
     const Array dx = layer.backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
     expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w), "dx");
-    for (const auto& [v, name] : weights) {
-      const Array* g = grads.find(*v);
-      ASSERT_NE(g, nullptr) << name;
-      EXPECT_EQ(g->layout(), v->value().layout()) << name;
-      expect_close(gathered_f64(*g), numeric_gradient(forward, p, name, w), "d " + name);
-    }
+    testing::expect_weight_gradients(grads, weights, forward, p, w);
   }
 };
 
