@@ -13,6 +13,8 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/runtime/communicator.h"
+#include "meshlayout/runtime/runtime.h"
 
 namespace meshlayout::cli {
 
@@ -52,6 +54,14 @@ void check_read(std::istream& in, std::string_view what) {
     throw ValueError(fmt::format("cannot read {}: {}", what, std::strerror(err)));
   }
   if (in.bad()) throw ValueError(fmt::format("cannot read {}: the stream failed", what));
+}
+
+void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure) {
+  if (runtime.num_processes() == 1) {
+    if (failure) std::rethrow_exception(failure);
+    return;
+  }
+  agree_on_failure(runtime.comm(), failure);
 }
 
 }  // namespace meshlayout::cli

@@ -1,7 +1,8 @@
 // cli_checks.h — checks on the command line and on standard input that CLI11 and iostreams do
 // not make: an unknown subcommand named (with the list of subcommands), whole numbers in
 // range (CLI11 wraps "-1" and 2^64 into a uint64_t), and a read error on stdin (a directory
-// as stdin reads as an empty file).
+// as stdin reads as an empty file); and agreeing on a failure of the commands' checks across
+// the processes of an mpirun.
 //
 // Example:
 //   cmd->add_option("--seed", seed)->check(kUint64Text);
@@ -10,10 +11,15 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <exception>
 #include <istream>
 #include <optional>
 #include <string>
 #include <string_view>
+
+namespace meshlayout {
+class Runtime;
+}
 
 namespace meshlayout::cli {
 
@@ -28,5 +34,9 @@ std::optional<std::string> unknown_subcommand(const CLI::App& app, int argc,
 /// Throws ValueError when `in` failed to read (not merely reached its end): stream errors, and
 /// for std::cin the C stream's error flag with errno's reason (e.g. stdin is a directory).
 void check_read(std::istream& in, std::string_view what);
+
+/// In one process the error as it is; across processes, agreed (agree_on_failure: every
+/// process throws it, none is left waiting).
+void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure);
 
 }  // namespace meshlayout::cli

@@ -16,14 +16,6 @@
 
 namespace meshlayout::cli {
 
-void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure) {
-  if (runtime.num_processes() == 1) {
-    if (failure) std::rethrow_exception(failure);
-    return;
-  }
-  agree_on_failure(runtime.comm(), failure);
-}
-
 std::string json_double(double x) { return std::isfinite(x) ? fmt::format("{:.17g}", x) : "null"; }
 
 std::string device_memory_lines(Runtime& runtime) {

@@ -2,6 +2,8 @@
 // Face Llama directory with a rules file on a mesh (checked on every process, failures agreed),
 // and the report pieces (per-device memory over all processes, exact JSON numbers).
 //
+// (agree_or_rethrow, which the commands use around it, is in cli_checks.h.)
+//
 // Example:
 //   LlamaSetup s = open_llama_setup(model_dir, rules_path, mesh_text, default_generate_mesh);
 //   LlamaModel model(s.checkpoint->config(), *s.rules);
@@ -14,15 +16,13 @@
 #include <optional>
 #include <string>
 
+#include "meshlayout/cli/cli_checks.h"
 #include "meshlayout/layout_map/layout_map.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/runtime/runtime.h"
 
 namespace meshlayout::cli {
-
-/// In one process the error as it is; across processes, agreed (every process throws it).
-void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure);
 
 /// A JSON number for a double, with every digit needed to read it back exactly (JSON has no
 /// NaN or infinity: those are null).

@@ -37,15 +37,6 @@ int64_t count_wrong_shards(const Array& a, const HostTensor& x) {
   return wrong;
 }
 
-// In one process the error as it is; across processes, agreed (every process throws it).
-void agree_or_rethrow(Runtime& runtime, const std::exception_ptr& failure) {
-  if (runtime.num_processes() == 1) {
-    if (failure) std::rethrow_exception(failure);
-    return;
-  }
-  agree_on_failure(runtime.comm(), failure);
-}
-
 // What every local device will hold (source + target shards) and what this process needs in
 // all (those plus the whole random input); refused before anything is allocated.
 void check_reshard_fits(const ShardGeometry& from, const ShardGeometry& to, DType dtype,
