@@ -73,21 +73,26 @@ void ReversibleEmbedding::build(const Shape& input_shape) {
   }
 }
 
-Array ReversibleEmbedding::reverse(const Array& x) const {
-  if (!tie_) return matmul(x, reverse_->value());
-  return matmul(x, transpose(embeddings()->value()));
+const Array& ReversibleEmbedding::reverse_kernel(std::optional<Array>& storage) const {
+  return tie_ ? storage.emplace(transpose(embeddings()->value())) : reverse_->value();
 }
 
-Array ReversibleEmbedding::reverse_backward(const Array& x, const Array& dlogits, Gradients& grads) const {
+Array ReversibleEmbedding::reverse(const Array& x) const {
+  std::optional<Array> storage;
+  return matmul(x, reverse_kernel(storage));
+}
+
+Array ReversibleEmbedding::reverse_backward(const Array& x, const Array& dlogits, Gradients& grads,
+                                            const Array* kernel) const {
+  std::optional<Array> storage;
+  const Array& w = kernel != nullptr ? *kernel : reverse_kernel(storage);
   if (!tie_) {
-    const Array& w = reverse_->value();
     grads.accumulate(*reverse_, matmul_backward_weight(x, dlogits, w.layout()));
-    return matmul_backward_input(dlogits, w, x.layout());
+  } else {
+    // logits = x · Eᵀ: the table's gradient is (xᵀ · dlogits)ᵀ, computed in Eᵀ's layout and
+    // transposed back shard by shard into E's.
+    grads.accumulate(*embeddings(), transpose(matmul_backward_weight(x, dlogits, w.layout())));
   }
-  // logits = x · Eᵀ: the table's gradient is (xᵀ · dlogits)ᵀ, computed in Eᵀ's layout and
-  // transposed back shard by shard into E's.
-  const Array w = transpose(embeddings()->value());
-  grads.accumulate(*embeddings(), transpose(matmul_backward_weight(x, dlogits, w.layout())));
   return matmul_backward_input(dlogits, w, x.layout());
 }
 
@@ -239,9 +244,12 @@ double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets,
   xs.push_back(embedding_->call_on(inputs));
   for (size_t i = 0; i < layers_.size(); ++i) xs.push_back(layers_[i]->forward_for_training(xs.back(), saved[i]));
   const Array f = final_norm_->call_on(xs.back());
-  CrossEntropyResult ce = sparse_categorical_crossentropy_with_grad(embedding_->reverse(f), targets);
+  std::optional<Array> transposed_table;  // tied: made once for the forward and the backward
+  const Array& reverse_kernel = embedding_->reverse_kernel(transposed_table);
+  CrossEntropyResult ce = sparse_categorical_crossentropy_with_grad(matmul(f, reverse_kernel), targets);
   // Backward, block by block from the top, freeing each block's activations as it goes.
-  Array dx = final_norm_->backward(xs.back(), embedding_->reverse_backward(f, ce.dlogits, grads), grads);
+  Array dx = final_norm_->backward(xs.back(), embedding_->reverse_backward(f, ce.dlogits, grads, &reverse_kernel),
+                                   grads);
   for (size_t i = layers_.size(); i-- > 0;) {
     dx = layers_[i]->backward_saved(xs[i], saved[i], dx, grads);
     saved[i] = {};

@@ -50,11 +50,16 @@ class ReversibleEmbedding : public Embedding {
  public:
   ReversibleEmbedding(int64_t vocab, int64_t hidden, bool tie_weights, std::string name);
   const VariablePtr& reverse_embeddings() const { return reverse_; }
+  /// The (d, V) matrix reverse() multiplies by: reverse_embeddings' value, or (tied) the table
+  /// transposed shard by shard into `storage`. Collective when tied.
+  const Array& reverse_kernel(std::optional<Array>& storage) const;
   /// x (…, d) → logits (…, V). Collective.
   Array reverse(const Array& x) const;
   /// The backward of reverse(): dL/dx in x's layout; accumulates the table's gradient (tied: added
-  /// to the lookup's) or reverse_embeddings'. Collective.
-  Array reverse_backward(const Array& x, const Array& dlogits, Gradients& grads) const;
+  /// to the lookup's) or reverse_embeddings'. `kernel`: the reverse_kernel() the forward used
+  /// (null: made again). Collective.
+  Array reverse_backward(const Array& x, const Array& dlogits, Gradients& grads,
+                         const Array* kernel = nullptr) const;
 
  protected:
   void build(const Shape& input_shape) override;
