@@ -21,8 +21,10 @@ namespace {
 using internal_ops::gemm;
 using internal_ops::gemm_nt;
 
-const float* f32(const Array::Shard& s) { return reinterpret_cast<const float*>(s.buffer.data()); }
-float* f32(Array::Shard& s) { return reinterpret_cast<float*>(s.buffer.data()); }
+template <typename T>
+const T* data(const Array::Shard& s) { return reinterpret_cast<const T*>(s.buffer.data()); }
+template <typename T>
+T* data(Array::Shard& s) { return reinterpret_cast<T*>(s.buffer.data()); }
 
 using internal_ops::in_layout;
 using internal_ops::mask_value;
@@ -57,12 +59,12 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
     throw ValueError(fmt::format("{} needs q (batch, seq, heads, head_dim) and k, v (batch, keys, "
                                  "kv_heads, head_dim) of equal shapes, got {}", op, shapes()));
   }
-  if (q.dtype() != DType::kF32 || k.dtype() != DType::kF32 || v.dtype() != DType::kF32 ||
-      (d_out && d_out->dtype() != DType::kF32)) {
+  if ((q.dtype() != DType::kF32 && q.dtype() != DType::kF64) || k.dtype() != q.dtype() ||
+      v.dtype() != q.dtype() || (d_out && d_out->dtype() != q.dtype())) {
     const std::string d_out_dtype =
         d_out ? fmt::format(", d_out {}", dtype_name(d_out->dtype())) : "";
-    throw ValueError(fmt::format("{} runs on F32, got q {}, k {}, v {}{}", op,
-                                 dtype_name(q.dtype()), dtype_name(k.dtype()),
+    throw ValueError(fmt::format("{} runs on F32 or F64, one dtype for all, got q {}, k {}, v {}{}",
+                                 op, dtype_name(q.dtype()), dtype_name(k.dtype()),
                                  dtype_name(v.dtype()), d_out_dtype));
   }
   if (q.shape()[0] != k.shape()[0] || q.shape()[3] != k.shape()[3]) {
@@ -147,7 +149,7 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
   const Array* mt = options.key_mask
                         ? &in_layout(*options.key_mask, TensorLayout({q_layout.axes()[0], None}, q.mesh()), m_store)
                         : nullptr;
-  Array out = allocate_agreed(q_layout, q.shape(), DType::kF32, q.runtime_ptr());
+  Array out = allocate_agreed(q_layout, q.shape(), q.dtype(), q.runtime_ptr());
 
   // One task per (local shard, batch row, query head) of the output.
   struct Task { size_t shard; int64_t b, h; };
@@ -159,7 +161,8 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
     }
   }
   internal_ops::use_single_threaded_blas();
-  out.runtime().pool().parallel_for(tasks.size(), [&](size_t n) {
+  // The same code in float (F32) or double (F64): E is the element type of every operand.
+  const auto run = [&]<typename E>(size_t n, E* /*tag*/) {
     const Task& task = tasks[n];
     Array::Shard& os = out.local_shards()[task.shard];
     const Array::Shard& qs = *qt.shard_at(os.position);
@@ -167,25 +170,25 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
     const Array::Shard& vs = *vt.shard_at(os.position);
     const int64_t nh = os.box.shape[2], nkh = ks.box.shape[2];
     const int64_t kv_head = (os.box.offset[2] + task.h) / r - ks.box.offset[2];
-    const float* qp = f32(qs) + (task.b * T * nh + task.h) * D;
-    const float* kp = f32(ks) + (task.b * S * nkh + kv_head) * D;
-    const float* vp = f32(vs) + (task.b * S * nkh + kv_head) * D;
-    float* op = f32(os) + (task.b * T * nh + task.h) * D;
+    const E* qp = data<E>(qs) + (task.b * T * nh + task.h) * D;
+    const E* kp = data<E>(ks) + (task.b * S * nkh + kv_head) * D;
+    const E* vp = data<E>(vs) + (task.b * S * nkh + kv_head) * D;
+    E* op = data<E>(os) + (task.b * T * nh + task.h) * D;
     if (L == 0) {
-      for (int64_t t = 0; t < T; ++t) std::fill(op + t * nh * D, op + t * nh * D + D, 0.0f);
+      for (int64_t t = 0; t < T; ++t) std::fill(op + t * nh * D, op + t * nh * D + D, E(0));
       return;
     }
-    std::vector<float> p(static_cast<size_t>(T * L));
-    gemm_nt<float>(T, L, D, qp, nh * D, kp, nkh * D, p.data(), L);
+    std::vector<E> p(static_cast<size_t>(T * L));
+    gemm_nt<E>(T, L, D, qp, nh * D, kp, nkh * D, p.data(), L);
     const Array::Shard* ms = mt ? mt->shard_at(os.position) : nullptr;
-    constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-    const float fscale = static_cast<float>(scale);
+    constexpr E kMinusInf = -std::numeric_limits<E>::infinity();
+    const E fscale = static_cast<E>(scale);
     for (int64_t t = 0; t < T; ++t) {
-      float* row = p.data() + t * L;
+      E* row = p.data() + t * L;
       // Keys past `visible` (causal) are masked: only [0, visible) is scaled and exponentiated.
       const int64_t visible = options.causal ? std::max<int64_t>(0, std::min(L, t + options.query_offset + 1)) : L;
-      std::fill(row + visible, row + L, 0.0f);
-      float m = kMinusInf;
+      std::fill(row + visible, row + L, E(0));
+      E m = kMinusInf;
       if (ms) {
         for (int64_t s = 0; s < visible; ++s) {
           row[s] = mask_value(*ms, mt->dtype(), task.b * S + s) != 0 ? row[s] * fscale : kMinusInf;
@@ -195,15 +198,22 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
         for (int64_t s = 0; s < visible; ++s) m = std::max(m, row[s] *= fscale);
       }
       if (m == kMinusInf) {  // nothing to attend: zeros
-        std::fill(row, row + visible, 0.0f);
+        std::fill(row, row + visible, E(0));
         continue;
       }
-      float sum = 0;
+      E sum = 0;
       for (int64_t s = 0; s < visible; ++s) sum += (row[s] = std::exp(row[s] - m));
-      const float inv = 1.0f / sum;
+      const E inv = E(1) / sum;
       for (int64_t s = 0; s < visible; ++s) row[s] *= inv;
     }
-    gemm<float>(T, D, L, p.data(), L, vp, nkh * D, op, nh * D);
+    gemm<E>(T, D, L, p.data(), L, vp, nkh * D, op, nh * D);
+  };
+  out.runtime().pool().parallel_for(tasks.size(), [&](size_t n) {
+    if (out.dtype() == DType::kF32) {
+      run(n, static_cast<float*>(nullptr));
+    } else {
+      run(n, static_cast<double*>(nullptr));
+    }
   });
   return out;
 }
@@ -213,8 +223,9 @@ namespace {
 void check_rotary(const Array& x, int64_t start_position, double theta, RotaryDirection direction) {
   const bool backward = direction == RotaryDirection::kBackward;
   const std::string_view op = backward ? "rotary embedding backward" : "rotary embedding";
-  if (x.shape().size() != 4 || x.dtype() != DType::kF32 || x.shape()[3] % 2 != 0) {
-    throw ValueError(fmt::format("{} needs an F32 (batch, seq, heads, head_dim) {} with an even "
+  if (x.shape().size() != 4 || (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) ||
+      x.shape()[3] % 2 != 0) {
+    throw ValueError(fmt::format("{} needs an F32 or F64 (batch, seq, heads, head_dim) {} with an even "
                                  "head_dim, got {} {}", op, backward ? "gradient" : "tensor",
                                  shape_to_string(x.shape()), dtype_name(x.dtype())));
   }
@@ -227,6 +238,8 @@ void check_rotary(const Array& x, int64_t start_position, double theta, RotaryDi
 // Rotates y (head_dim whole on every device) in place by +angle, (x1·cos − x2·sin,
 // x2·cos + x1·sin), or backward by −angle, (x1·cos + x2·sin, x2·cos − x1·sin), the transpose of
 // the forward's rotation (the sines negated: the same floats as writing the signs out).
+// E: float (F32, the cos and sin rounded to float) or double (F64).
+template <typename E>
 void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirection direction) {
   const bool backward = direction == RotaryDirection::kBackward;
   const Array& x = y;
@@ -239,13 +252,13 @@ void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirec
     last = std::max(last, s.box.offset[1] + s.box.shape[1]);
   }
   const int64_t positions = std::max<int64_t>(0, last - first);
-  std::vector<float> cs(static_cast<size_t>(positions * half)), sn(static_cast<size_t>(positions * half));
-  for (int64_t i = 0; i < half; ++i) {  // angle in double, rotation in float
+  std::vector<E> cs(static_cast<size_t>(positions * half)), sn(static_cast<size_t>(positions * half));
+  for (int64_t i = 0; i < half; ++i) {  // angle in double, rotation in E
     const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
     for (int64_t t = 0; t < positions; ++t) {
       const double angle = static_cast<double>(start_position + first + t) * inv_freq;
-      const float sine = static_cast<float>(std::sin(angle));
-      cs[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(angle));
+      const E sine = static_cast<E>(std::sin(angle));
+      cs[static_cast<size_t>(t * half + i)] = static_cast<E>(std::cos(angle));
       sn[static_cast<size_t>(t * half + i)] = backward ? -sine : sine;
     }
   }
@@ -253,15 +266,15 @@ void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirec
     Array::Shard& s = y.local_shards()[n];
     if (s.box.empty()) return;
     const int64_t nb = s.box.shape[0], nt = s.box.shape[1], nh = s.box.shape[2];
-    float* p = f32(s);
+    E* p = data<E>(s);
     for (int64_t b = 0; b < nb; ++b) {
       for (int64_t t = 0; t < nt; ++t) {
-        const float* c = cs.data() + (s.box.offset[1] - first + t) * half;
-        const float* si = sn.data() + (s.box.offset[1] - first + t) * half;
+        const E* c = cs.data() + (s.box.offset[1] - first + t) * half;
+        const E* si = sn.data() + (s.box.offset[1] - first + t) * half;
         for (int64_t h = 0; h < nh; ++h) {
-          float* v = p + ((b * nt + t) * nh + h) * D;
+          E* v = p + ((b * nt + t) * nh + h) * D;
           for (int64_t i = 0; i < half; ++i) {
-            const float x1 = v[i], x2 = v[i + half];
+            const E x1 = v[i], x2 = v[i + half];
             v[i] = x1 * c[i] - x2 * si[i];
             v[i + half] = x2 * c[i] + x1 * si[i];
           }
@@ -269,6 +282,14 @@ void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirec
       }
     }
   });
+}
+
+void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirection direction) {
+  if (y.dtype() == DType::kF32) {
+    rotate_in_place<float>(y, start_position, theta, direction);
+  } else {
+    rotate_in_place<double>(y, start_position, theta, direction);
+  }
 }
 
 }  // namespace

@@ -10,8 +10,9 @@
 // are exactly the device's own block (Hkv split evenly like Hq), otherwise they are replicated
 // over the head axes (2 KV heads on a 4-way axis: every device holds both and uses its own) —
 // see attention_kv_layout, which the plan reports. The output has q's layout: no communication
-// beyond those reshards. Scores, softmax and sums run in float32 with BLAS per (batch, head),
-// the softmax with its maximum subtracted; masked keys get weight 0 and a query row with no
+// beyond those reshards. Scores, softmax and sums run in the inputs' dtype (F32 in float, F64 in
+// double: one templated code path) with BLAS per (batch, head), the softmax with its maximum
+// subtracted; masked keys get weight 0 and a query row with no
 // key left gives zeros (as Keras' Softmax with a mask).
 //
 // Example:
@@ -40,9 +41,11 @@ struct AttentionOptions {
   double scale = 0.0;
 };
 
-/// softmax(q · kᵀ · scale + mask) · v per batch and query head. F32. Collective.
+/// softmax(q · kᵀ · scale + mask) · v per batch and query head. F32 or F64 (q, k, v of one
+/// dtype; the output has it). Collective.
 /// \error ValueError naming the shapes if ranks, batch, head_dim or S differ, Hq is not a
-///   multiple of Hkv, key_length is outside [0, S], or the dtypes are not F32.
+///   multiple of Hkv, key_length is outside [0, S]; naming the dtypes unless q, k and v are all
+///   F32 or all F64 (no implicit cast).
 Array attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& options = {});
 
 /// The layout attention gives k and v for a q laid out as `q_layout` (its batch axes, and its
@@ -53,8 +56,8 @@ TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_hea
 
 /// x (B, T, H, D) rotated at positions start_position + t: the first and second halves of D are
 /// (x1·cos − x2·sin, x2·cos + x1·sin) with angle (position) · theta^(−2i/D), i < D/2 (angles
-/// and their cos/sin in double, the rotation in float). Keeps x's layout (D gathered first if
-/// split). ValueError if D is odd or x not F32.
+/// and their cos/sin in double, the rotation in x's dtype: F32 or F64). Keeps x's layout (D
+/// gathered first if split). ValueError if D is odd or x is neither F32 nor F64.
 Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta);
 /// The same, in x's own buffers when head_dim is whole on every device (no copy). `x` must own
 /// its buffers, not borrow another array's shards (array_view.h).

@@ -26,8 +26,10 @@ using internal_ops::mask_value;
 using internal_ops::rotary_embedding;
 using internal_ops::RotaryDirection;
 
-const float* f32(const Array::Shard& s) { return reinterpret_cast<const float*>(s.buffer.data()); }
-float* f32(std::byte* p) { return reinterpret_cast<float*>(p); }
+template <typename E>
+const E* data(const Array::Shard& s) { return reinterpret_cast<const E*>(s.buffer.data()); }
+template <typename E>
+E* data(std::byte* p) { return reinterpret_cast<E*>(p); }
 
 std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
   std::vector<int64_t> block(static_cast<size_t>(g.rank()));
@@ -49,12 +51,13 @@ struct Unit {
 
 struct Dims {
   int64_t T, S, D, L, r;
-  float scale;
+  double scale;
   const AttentionOptions* options;
 };
 
 // The gradients of key/value head j (global) of batch row b (local) of `u`, and dq of the
-// unit's query heads in j's group.
+// unit's query heads in j's group. E: float (F32) or double (F64), every operand's element type.
+template <typename E>
 void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Array& qt, const Array& dot,
                    const Array& kt, const Array& vt, const Array* mt) {
   const int64_t T = d.T, S = d.S, D = d.D, L = d.L;
@@ -62,18 +65,18 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
   const int64_t h0 = std::max(u.q_box.offset[2], j * d.r);
   const int64_t h1 = std::min(u.q_box.offset[2] + nh, (j + 1) * d.r);
   const int64_t n = std::max<int64_t>(0, h1 - h0), nT = n * T;
-  float* dkp = f32(u.dk) + (b * S * nkd + (j - u.kv_box.offset[2])) * D;
-  float* dvp = f32(u.dv) + (b * S * nkd + (j - u.kv_box.offset[2])) * D;
+  E* dkp = data<E>(u.dk) + (b * S * nkd + (j - u.kv_box.offset[2])) * D;
+  E* dvp = data<E>(u.dv) + (b * S * nkd + (j - u.kv_box.offset[2])) * D;
   for (int64_t s = L; s < S; ++s) {  // keys past key_length: no gradient
-    std::fill(dkp + s * nkd * D, dkp + s * nkd * D + D, 0.0f);
-    std::fill(dvp + s * nkd * D, dvp + s * nkd * D + D, 0.0f);
+    std::fill(dkp + s * nkd * D, dkp + s * nkd * D + D, E(0));
+    std::fill(dvp + s * nkd * D, dvp + s * nkd * D + D, E(0));
   }
-  float* dq_base = f32(u.dq) + b * T * nh * D;
+  E* dq_base = data<E>(u.dq) + b * T * nh * D;
   if (L == 0) {
     for (int64_t h = h0; h < h1; ++h) {
       for (int64_t t = 0; t < T; ++t) {
-        float* row = dq_base + (t * nh + h - u.q_box.offset[2]) * D;
-        std::fill(row, row + D, 0.0f);
+        E* row = dq_base + (t * nh + h - u.q_box.offset[2]) * D;
+        std::fill(row, row + D, E(0));
       }
     }
     return;
@@ -84,60 +87,61 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
   const Array::Shard& vs = *vt.shard_at(u.position);
   const Array::Shard* ms = mt ? mt->shard_at(u.position) : nullptr;
   const int64_t nkh = ks.box.shape[2];
-  const float* kp = f32(ks) + (b * S * nkh + (j - ks.box.offset[2])) * D;
-  const float* vp = f32(vs) + (b * S * nkh + (j - ks.box.offset[2])) * D;
+  const E* kp = data<E>(ks) + (b * S * nkh + (j - ks.box.offset[2])) * D;
+  const E* vp = data<E>(vs) + (b * S * nkh + (j - ks.box.offset[2])) * D;
 
-  std::vector<float> p(static_cast<size_t>(T * L)), dp(static_cast<size_t>(T * L));
+  std::vector<E> p(static_cast<size_t>(T * L)), dp(static_cast<size_t>(T * L));
   // Pᵀ and dSᵀ of the group's heads side by side (L × nT), d_out and q stacked (nT × D): one
   // product each gives dv and dk summed over the group.
-  std::vector<float> pt(static_cast<size_t>(L * nT)), dst(static_cast<size_t>(L * nT));
-  std::vector<float> doc(static_cast<size_t>(nT * D)), qc(static_cast<size_t>(nT * D));
-  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+  std::vector<E> pt(static_cast<size_t>(L * nT)), dst(static_cast<size_t>(L * nT));
+  std::vector<E> doc(static_cast<size_t>(nT * D)), qc(static_cast<size_t>(nT * D));
+  constexpr E kMinusInf = -std::numeric_limits<E>::infinity();
+  const E scale = static_cast<E>(d.scale);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t hl = h0 + i - u.q_box.offset[2];
-    const float* qp = f32(qs) + (b * T * nh + hl) * D;
-    const float* dop = f32(ds) + (b * T * nh + hl) * D;
-    gemm_nt<float>(T, L, D, qp, nh * D, kp, nkh * D, p.data(), L);
-    gemm_nt<float>(T, L, D, dop, nh * D, vp, nkh * D, dp.data(), L);
+    const E* qp = data<E>(qs) + (b * T * nh + hl) * D;
+    const E* dop = data<E>(ds) + (b * T * nh + hl) * D;
+    gemm_nt<E>(T, L, D, qp, nh * D, kp, nkh * D, p.data(), L);
+    gemm_nt<E>(T, L, D, dop, nh * D, vp, nkh * D, dp.data(), L);
     for (int64_t t = 0; t < T; ++t) {
-      float* row = p.data() + t * L;
-      float* drow = dp.data() + t * L;
+      E* row = p.data() + t * L;
+      E* drow = dp.data() + t * L;
       const int64_t visible =
           d.options->causal ? std::max<int64_t>(0, std::min(L, t + d.options->query_offset + 1)) : L;
-      std::fill(row + visible, row + L, 0.0f);
-      std::fill(drow + visible, drow + L, 0.0f);
-      float m = kMinusInf;
+      std::fill(row + visible, row + L, E(0));
+      std::fill(drow + visible, drow + L, E(0));
+      E m = kMinusInf;
       for (int64_t s = 0; s < visible; ++s) {
         const bool keep = !ms || mask_value(*ms, mt->dtype(), b * S + s) != 0;
-        row[s] = keep ? row[s] * d.scale : kMinusInf;
+        row[s] = keep ? row[s] * scale : kMinusInf;
         m = std::max(m, row[s]);
       }
       if (m == kMinusInf) {  // nothing attended: zero probabilities, zero gradient
-        std::fill(row, row + visible, 0.0f);
-        std::fill(drow, drow + visible, 0.0f);
+        std::fill(row, row + visible, E(0));
+        std::fill(drow, drow + visible, E(0));
         continue;
       }
-      float sum = 0;
+      E sum = 0;
       for (int64_t s = 0; s < visible; ++s) sum += (row[s] = std::exp(row[s] - m));
-      const float inv = 1.0f / sum;
+      const E inv = E(1) / sum;
       double delta = 0;  // rowsum(P ⊙ dP) = d_out_t · out_t
       for (int64_t s = 0; s < visible; ++s) delta += static_cast<double>(row[s] *= inv) * drow[s];
-      const float fdelta = static_cast<float>(delta);
-      for (int64_t s = 0; s < visible; ++s) drow[s] = d.scale * row[s] * (drow[s] - fdelta);
+      const E fdelta = static_cast<E>(delta);
+      for (int64_t s = 0; s < visible; ++s) drow[s] = scale * row[s] * (drow[s] - fdelta);
     }
-    gemm<float>(T, D, L, dp.data(), L, kp, nkh * D, dq_base + hl * D, nh * D);  // dq = dS·k
+    gemm<E>(T, D, L, dp.data(), L, kp, nkh * D, dq_base + hl * D, nh * D);  // dq = dS·k
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t s = 0; s < L; ++s) {
         pt[static_cast<size_t>(s * nT + i * T + t)] = p[static_cast<size_t>(t * L + s)];
         dst[static_cast<size_t>(s * nT + i * T + t)] = dp[static_cast<size_t>(t * L + s)];
       }
-      std::memcpy(doc.data() + (i * T + t) * D, dop + t * nh * D, static_cast<size_t>(D) * sizeof(float));
-      std::memcpy(qc.data() + (i * T + t) * D, qp + t * nh * D, static_cast<size_t>(D) * sizeof(float));
+      std::memcpy(doc.data() + (i * T + t) * D, dop + t * nh * D, static_cast<size_t>(D) * sizeof(E));
+      std::memcpy(qc.data() + (i * T + t) * D, qp + t * nh * D, static_cast<size_t>(D) * sizeof(E));
     }
   }
   // No query head of the group here (n = 0): the products write zeros.
-  gemm<float>(L, D, nT, pt.data(), nT, doc.data(), D, dvp, nkd * D);   // dv = Σ Pᵀ·d_out
-  gemm<float>(L, D, nT, dst.data(), nT, qc.data(), D, dkp, nkd * D);   // dk = Σ dSᵀ·q
+  gemm<E>(L, D, nT, pt.data(), nT, doc.data(), D, dvp, nkd * D);   // dv = Σ Pᵀ·d_out
+  gemm<E>(L, D, nT, dst.data(), nT, qc.data(), D, dkp, nkd * D);   // dk = Σ dSᵀ·q
 }
 
 }  // namespace
@@ -148,7 +152,7 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
   const int64_t Hq = q.shape()[2], D = q.shape()[3], S = k.shape()[1], Hkv = k.shape()[2];
   const double scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
   const Dims dims{q.shape()[1], S, D, options.key_length < 0 ? S : options.key_length, Hq / Hkv,
-                  static_cast<float>(scale), &options};
+                  scale, &options};
   const DeviceMesh& mesh = q.mesh();
   Runtime& rt = q.runtime();
 
@@ -164,7 +168,9 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
       options.key_mask
           ? &in_layout(*options.key_mask, TensorLayout({q_layout.axes()[0], None}, mesh), m_store)
           : nullptr;
-  Array dq = allocate_agreed(q_layout, q.shape(), DType::kF32, q.runtime_ptr());
+  const DType dtype = q.dtype();
+  const size_t elem = dtype_size(dtype);
+  Array dq = allocate_agreed(q_layout, q.shape(), dtype, q.runtime_ptr());
 
   // dk and dv: complete blocks in kv_layout, or (heads replicated) partial sums over the head
   // axes, one per distinct (batch block, query-head block) of the process.
@@ -175,11 +181,11 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
     std::vector<int> head_axes;
     for (const std::string& a : q_layout.axes()[2].axes()) head_axes.push_back(*mesh.axis_index(a));
     partial_layout.emplace(internal_ops::PartialLayout{ShardGeometry(kv_layout, k.shape()), head_axes, Hq});
-    dk_parts = internal_ops::allocate_local_partials(*partial_layout, qt, sizeof(float));
-    dv_parts = internal_ops::allocate_local_partials(*partial_layout, qt, sizeof(float));
+    dk_parts = internal_ops::allocate_local_partials(*partial_layout, qt, elem);
+    dv_parts = internal_ops::allocate_local_partials(*partial_layout, qt, elem);
   } else {
-    dk_full.emplace(allocate_agreed(kv_layout, k.shape(), DType::kF32, q.runtime_ptr()));
-    dv_full.emplace(allocate_agreed(kv_layout, k.shape(), DType::kF32, q.runtime_ptr()));
+    dk_full.emplace(allocate_agreed(kv_layout, k.shape(), dtype, q.runtime_ptr()));
+    dv_full.emplace(allocate_agreed(kv_layout, k.shape(), dtype, q.runtime_ptr()));
   }
 
   std::vector<Unit> units;
@@ -223,7 +229,11 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
   internal_ops::use_single_threaded_blas();
   rt.pool().parallel_for(tasks.size(), [&](size_t n) {
     const Task& t = tasks[n];
-    backward_task(units[t.unit], t.b, t.j, dims, qt, dot, kt, vt, mt);
+    if (dtype == DType::kF32) {
+      backward_task<float>(units[t.unit], t.b, t.j, dims, qt, dot, kt, vt, mt);
+    } else {
+      backward_task<double>(units[t.unit], t.b, t.j, dims, qt, dot, kt, vt, mt);
+    }
   });
   for (const Unit& u : units) {  // replicas of a block get the primary's bytes
     for (int64_t position : u.replicas) {
@@ -244,9 +254,9 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
       if (full->layout() == like.layout()) return std::move(*full);
       return distribute_tensor(*full, like.layout());
     }
-    Array out = allocate_agreed(like.layout(), like.shape(), DType::kF32, q.runtime_ptr());
+    Array out = allocate_agreed(like.layout(), like.shape(), dtype, q.runtime_ptr());
     const internal_ops::ReductionPlan plan =
-        internal_ops::plan_reduction(*partial_layout, out.geometry(), sizeof(float), rt.local_device_count());
+        internal_ops::plan_reduction(*partial_layout, out.geometry(), elem, rt.local_device_count());
     internal_ops::reduce_partials(parts, plan, out);
     return out;
   };

@@ -2,7 +2,8 @@
 // embedding, on distributed arrays, in the layouts of the forward.
 //
 // attention_backward recomputes the softmax from q and k (the forward's probabilities are not
-// kept) and, per batch row and query head, with BLAS in float32 (S = scale·q·kᵀ masked,
+// kept) and, per batch row and query head, with BLAS in the inputs' dtype, F32 or F64
+// (S = scale·q·kᵀ masked,
 // P = softmax(S), out = P·v):
 //   dP = d_out·vᵀ,  dS = scale · P ⊙ (dP − rowsum(P ⊙ dP)),
 //   dq = dS·k,  dk = Σ_group dSᵀ·q,  dv = Σ_group Pᵀ·d_out,
@@ -41,7 +42,8 @@ struct AttentionGrads {
   Array dv;  // v's shape and layout
 };
 
-/// The gradients of attention(q, k, v, options) given d_out = dL/d(out). F32. Collective.
+/// The gradients of attention(q, k, v, options) given d_out = dL/d(out). F32 or F64: q, k, v
+/// and d_out of one dtype, the gradients in it. Collective.
 /// \error ValueError naming the shapes as attention does, and if d_out's shape or dtype is not
 ///   q's or it is on another mesh.
 AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v, const Array& d_out,

@@ -3,7 +3,8 @@
 // causal with an offset, key_length, key padding mask; rotate-half RoPE), on mesh[data=2,model=4]
 // in every layout the forward handles: replicated, batch split, Megatron heads, grouped KV heads
 // aligned with the head split and replicated over it (partial sums over the head axes), heads
-// over two axes, a split sequence; in one process and as 2 and 4 threads-as-processes.
+// over two axes, a split sequence; in one process and as 2 and 4 threads-as-processes. In F64
+// (computed in double) against a five-point stencil, to 1e-10 of the largest gradient.
 #include "meshlayout/ops/attention_backward.h"
 
 #include <fmt/format.h>
@@ -28,8 +29,20 @@ struct Sizes {
 };
 
 Vec doubles(const HostTensor& t) {
+  if (t.dtype() == DType::kF64) {
+    const double* p = t.data_as<double>();
+    return Vec(p, p + num_elements(t.shape()));
+  }
   const float* p = t.data_as<float>();
   return Vec(p, p + num_elements(t.shape()));
+}
+
+// `t` (F32) in `dtype`: itself, or its values widened to F64 (exactly).
+HostTensor in_dtype(const HostTensor& t, DType dtype) {
+  if (dtype == DType::kF32) return t;
+  HostTensor out(DType::kF64, t.shape());
+  for (int64_t i = 0; i < t.num_elements(); ++i) out.data_as<double>()[i] = t.data_as<float>()[i];
+  return out;
 }
 
 // The forward in double, from the formulas: out[b,t,h] = Σ_s softmax_s(scale·q·k_s) v_s over the
@@ -73,10 +86,11 @@ struct RefGrads {
   Vec dq, dk, dv;
 };
 
-// Central differences of Σ out ⊙ g with respect to every element of q, k and v.
+// Central differences of Σ out ⊙ g with respect to every element of q, k and v: two points
+// (h = 1e-6, error ~1e-9 of the gradient), or five (h = 1e-3, error ~1e-12: the F64 checks).
 RefGrads finite_differences(Vec q, Vec k, Vec v, const Vec& g, const Sizes& z, const AttentionOptions& o,
-                            const std::vector<int>* mask) {
-  const double h = 1e-6;
+                            const std::vector<int>* mask, bool five_point = false) {
+  const double h = five_point ? 1e-3 : 1e-6;
   const auto loss = [&] {
     const Vec out = ref_attention(q, k, v, z, o, mask);
     double l = 0;
@@ -87,12 +101,13 @@ RefGrads finite_differences(Vec q, Vec k, Vec v, const Vec& g, const Sizes& z, c
     Vec d(x.size());
     for (size_t i = 0; i < x.size(); ++i) {
       const double x0 = x[i];
-      x[i] = x0 + h;
-      const double up = loss();
-      x[i] = x0 - h;
-      const double down = loss();
+      const auto at = [&](double step) {
+        x[i] = x0 + step;
+        return loss();
+      };
+      d[i] = five_point ? (at(-2 * h) - 8 * at(-h) + 8 * at(h) - at(2 * h)) / (12 * h)
+                        : (at(h) - at(-h)) / (2 * h);
       x[i] = x0;
-      d[i] = (up - down) / (2 * h);
     }
     return d;
   };
@@ -127,27 +142,30 @@ struct GradCase {
   bool masked = false;
 };
 
-// Every layout × every case on `rt`; returns the largest relative error seen.
+// Every layout × every case on `rt` in `dtype` (F32 within 1e-4 of the largest gradient, F64
+// within 1e-10); returns the largest relative error seen.
 double check_all(const std::shared_ptr<Runtime>& rt, const std::vector<GradCase>& cases,
-                 const std::vector<LayoutCase>& layouts, uint64_t seed) {
+                 const std::vector<LayoutCase>& layouts, uint64_t seed, DType dtype = DType::kF32) {
+  const bool f64 = dtype == DType::kF64;
+  const double tolerance = f64 ? 1e-10 : 1e-4;
   const DeviceMesh mesh({2, 4}, {"data", "model"});
   double worst = 0;
   for (const GradCase& c : cases) {
     const Sizes& z = c.z;
-    const HostTensor q = HostTensor::random(DType::kF32, {z.B, z.T, z.Hq, z.D}, seed);
-    const HostTensor k = HostTensor::random(DType::kF32, {z.B, z.S, z.Hkv, z.D}, seed + 1);
-    const HostTensor v = HostTensor::random(DType::kF32, {z.B, z.S, z.Hkv, z.D}, seed + 2);
-    const HostTensor g = HostTensor::random(DType::kF32, {z.B, z.T, z.Hq, z.D}, seed + 3);
+    const HostTensor q = in_dtype(HostTensor::random(DType::kF32, {z.B, z.T, z.Hq, z.D}, seed), dtype);
+    const HostTensor k = in_dtype(HostTensor::random(DType::kF32, {z.B, z.S, z.Hkv, z.D}, seed + 1), dtype);
+    const HostTensor v = in_dtype(HostTensor::random(DType::kF32, {z.B, z.S, z.Hkv, z.D}, seed + 2), dtype);
+    const HostTensor g = in_dtype(HostTensor::random(DType::kF32, {z.B, z.T, z.Hq, z.D}, seed + 3), dtype);
     // Row 0 attends its even keys, row 1 none (zero gradient).
     std::vector<int> mask(static_cast<size_t>(z.B * z.S), 0);
     for (int64_t s = 0; s < z.S; s += 2) mask[static_cast<size_t>(s)] = 1;
     HostTensor mh(DType::kI32, {z.B, z.S});
     std::copy(mask.begin(), mask.end(), mh.data_as<int32_t>());
     const std::vector<int>* m = c.masked ? &mask : nullptr;
-    const RefGrads want = finite_differences(doubles(q), doubles(k), doubles(v), doubles(g), z, c.options, m);
+    const RefGrads want = finite_differences(doubles(q), doubles(k), doubles(v), doubles(g), z, c.options, m, f64);
     for (const LayoutCase& l : layouts) {
-      const std::string what = fmt::format("B{} T{} S{} Hq{} Hkv{} D{} causal {} offset {} key_length {} "
-                                           "mask {} scale {}; {}", z.B, z.T, z.S, z.Hq, z.Hkv, z.D,
+      const std::string what = fmt::format("{} B{} T{} S{} Hq{} Hkv{} D{} causal {} offset {} key_length {} "
+                                           "mask {} scale {}; {}", dtype_name(dtype), z.B, z.T, z.S, z.Hq, z.Hkv, z.D,
                                            c.options.causal, c.options.query_offset, c.options.key_length,
                                            c.masked, c.options.scale, l.what);
       const DistributeOptions d{.runtime = rt};
@@ -159,13 +177,17 @@ double check_all(const std::shared_ptr<Runtime>& rt, const std::vector<GradCase>
       AttentionOptions o = c.options;
       if (c.masked) o.key_mask = &ma;
       const AttentionGrads got = attention_backward(qa, ka, va, ga, o);
+      if (got.dq.dtype() != dtype || got.dk.dtype() != dtype || got.dv.dtype() != dtype) {
+        throw InternalError(fmt::format("{}: gradients in {}, {}, {}", what, dtype_name(got.dq.dtype()),
+                                        dtype_name(got.dk.dtype()), dtype_name(got.dv.dtype())));
+      }
       if (got.dq.layout() != qa.layout() || got.dk.layout() != ka.layout() || got.dv.layout() != va.layout()) {
         throw InternalError(fmt::format("{}: gradients laid out as {}, {}, {}", what, got.dq.layout().to_string(),
                                         got.dk.layout().to_string(), got.dv.layout().to_string()));
       }
-      worst = std::max(worst, expect_close(got.dq.gather(), want.dq, 1e-4, "dq " + what));
-      worst = std::max(worst, expect_close(got.dk.gather(), want.dk, 1e-4, "dk " + what));
-      worst = std::max(worst, expect_close(got.dv.gather(), want.dv, 1e-4, "dv " + what));
+      worst = std::max(worst, expect_close(got.dq.gather(), want.dq, tolerance, "dq " + what));
+      worst = std::max(worst, expect_close(got.dk.gather(), want.dk, tolerance, "dk " + what));
+      worst = std::max(worst, expect_close(got.dv.gather(), want.dv, tolerance, "dv " + what));
     }
   }
   return worst;
@@ -204,6 +226,8 @@ TEST_F(AttentionBackwardTest, GradientsMatchFiniteDifferencesOnEveryLayout) {
   };
   const double worst = check_all(Runtime::single_process(8), cases, every_layout(), 11);
   std::printf("[ info     ] max relative error against central differences: %.3g\n", worst);
+  const double worst64 = check_all(Runtime::single_process(8), cases, every_layout(), 11, DType::kF64);
+  std::printf("[ info     ] F64: max relative error against a five-point stencil: %.3g\n", worst64);
 }
 
 TEST_F(AttentionBackwardTest, PartialSumsCrossThreadsAsProcesses) {
@@ -216,6 +240,7 @@ TEST_F(AttentionBackwardTest, PartialSumsCrossThreadsAsProcesses) {
     SCOPED_TRACE(fmt::format("{} processes", procs));
     testing::run_as_processes(procs, 8 / procs, [&](std::shared_ptr<Runtime> rt) {
       (void)check_all(rt, cases, every_layout(), 21);
+      (void)check_all(rt, cases, every_layout(), 21, DType::kF64);
     }, /*pool_threads=*/2);
   }
 }
@@ -238,33 +263,38 @@ double ref_rope_loss(const Vec& x, const Vec& g, const Shape& s, int64_t start, 
 TEST_F(AttentionBackwardTest, RotaryBackwardMatchesFiniteDifferences) {
   const DeviceMesh mesh({2, 4}, {"data", "model"});
   const Shape shape{2, 5, 3, 8};
-  const HostTensor x = HostTensor::random(DType::kF32, shape, 31);
-  const HostTensor g = HostTensor::random(DType::kF32, shape, 32);
-  for (const int64_t start : {int64_t{0}, int64_t{7}}) {
-    Vec xv = doubles(x);
-    const Vec gv = doubles(g);
-    Vec want(xv.size());
-    for (size_t i = 0; i < xv.size(); ++i) {
-      const double x0 = xv[i];
-      xv[i] = x0 + 1e-6;
-      const double up = ref_rope_loss(xv, gv, shape, start, 500.0);
-      xv[i] = x0 - 1e-6;
-      const double down = ref_rope_loss(xv, gv, shape, start, 500.0);
-      xv[i] = x0;
-      want[i] = (up - down) / 2e-6;
-    }
-    for (const TensorLayout& layout :
-         {TensorLayout({None, None, None, None}, mesh), TensorLayout({"data", "model", None, None}, mesh),
-          TensorLayout({None, None, "data", "model"}, mesh)}) {
-      const std::string what = fmt::format("start {} {}", start, layout.to_string());
-      const Array ga = distribute_tensor(g, layout);
-      const HostTensor before = ga.gather();
-      const Array dx = apply_rotary_embedding_backward(ga, start, 500.0);
-      EXPECT_NO_THROW(expect_close(dx.gather(), want, 1e-5, what));
-      EXPECT_TRUE(ga.gather() == before) << what << ": the copying form changed its input";
-      Array moved = distribute_tensor(g, layout);
-      const Array in_place = apply_rotary_embedding_backward(std::move(moved), start, 500.0);
-      EXPECT_TRUE(in_place.gather() == dx.gather()) << what << ": in-place and copying forms differ";
+  // The loss is linear in x: any step is exact but for rounding; F64 takes a large one.
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    const HostTensor x = in_dtype(HostTensor::random(DType::kF32, shape, 31), dtype);
+    const HostTensor g = in_dtype(HostTensor::random(DType::kF32, shape, 32), dtype);
+    const double h = dtype == DType::kF64 ? 0.5 : 1e-6;
+    for (const int64_t start : {int64_t{0}, int64_t{7}}) {
+      Vec xv = doubles(x);
+      const Vec gv = doubles(g);
+      Vec want(xv.size());
+      for (size_t i = 0; i < xv.size(); ++i) {
+        const double x0 = xv[i];
+        xv[i] = x0 + h;
+        const double up = ref_rope_loss(xv, gv, shape, start, 500.0);
+        xv[i] = x0 - h;
+        const double down = ref_rope_loss(xv, gv, shape, start, 500.0);
+        xv[i] = x0;
+        want[i] = (up - down) / (2 * h);
+      }
+      for (const TensorLayout& layout :
+           {TensorLayout({None, None, None, None}, mesh), TensorLayout({"data", "model", None, None}, mesh),
+            TensorLayout({None, None, "data", "model"}, mesh)}) {
+        const std::string what = fmt::format("{} start {} {}", dtype_name(dtype), start, layout.to_string());
+        const Array ga = distribute_tensor(g, layout);
+        const HostTensor before = ga.gather();
+        const Array dx = apply_rotary_embedding_backward(ga, start, 500.0);
+        EXPECT_EQ(dx.dtype(), dtype);
+        EXPECT_NO_THROW(expect_close(dx.gather(), want, dtype == DType::kF64 ? 1e-13 : 1e-5, what));
+        EXPECT_TRUE(ga.gather() == before) << what << ": the copying form changed its input";
+        Array moved = distribute_tensor(g, layout);
+        const Array in_place = apply_rotary_embedding_backward(std::move(moved), start, 500.0);
+        EXPECT_TRUE(in_place.gather() == dx.gather()) << what << ": in-place and copying forms differ";
+      }
     }
   }
 }
@@ -283,6 +313,11 @@ TEST_F(AttentionBackwardTest, BadShapesAreNamed) {
                                  "key_length 4 is outside [0, 3]"));
   EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { apply_rotary_embedding_backward(make({1, 2, 1, 3}), 0, 1e4); }),
                                  "even head_dim, got (1, 2, 1, 3) F32"));
+  // No implicit cast: q, k, v and d_out share one float dtype.
+  const Array q64 = distribute_tensor(in_dtype(HostTensor::random(DType::kF32, {1, 2, 4, 4}, 1), DType::kF64),
+                                      TensorLayout::replicated(4, mesh));
+  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { attention_backward(q, k, v, q64); }),
+                                 "one dtype for all, got q F32, k F32, v F32, d_out F64"));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // attention and the rotary embedding against float64 references written from the formulas
 // (HF LlamaAttention / keras GroupedQueryAttention), on layouts that split batch and heads,
 // uneven and replicated key/value heads, a split sequence (gathered), a cache's valid length
-// and a key padding mask.
+// and a key padding mask; the same in float64 (F64 inputs computed in double) to 1e-12.
 #include "meshlayout/ops/attention.h"
 
 #include <gtest/gtest.h>
@@ -20,9 +20,21 @@ struct Case {
   int64_t B, T, S, Hq, Hkv, D;
 };
 
+// Element i of an F32 or F64 host tensor as a double.
+double element(const HostTensor& x, int64_t i) {
+  return x.dtype() == DType::kF64 ? x.data_as<double>()[i] : x.data_as<float>()[i];
+}
+
 double at(const HostTensor& x, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
   const Shape& s = x.shape();
-  return reinterpret_cast<const float*>(x.data())[((i0 * s[1] + i1) * s[2] + i2) * s[3] + i3];
+  return element(x, ((i0 * s[1] + i1) * s[2] + i2) * s[3] + i3);
+}
+
+// The F32 tensor's values as F64 (exactly).
+HostTensor widened(const HostTensor& x) {
+  HostTensor out(DType::kF64, x.shape());
+  for (int64_t i = 0; i < x.num_elements(); ++i) out.data_as<double>()[i] = x.data_as<float>()[i];
+  return out;
 }
 
 // softmax(q kᵀ / sqrt(D)) v in double, head h using kv head h / (Hq / Hkv).
@@ -61,17 +73,34 @@ std::vector<double> reference_attention(const HostTensor& q, const HostTensor& k
   return out;
 }
 
+// F32 results within 1e-5, F64 ones within 1e-12 (relative, plus as much absolute).
 void expect_close(const HostTensor& got, const std::vector<double>& want, const std::string& what) {
   ASSERT_EQ(static_cast<size_t>(num_elements(got.shape())), want.size()) << what;
-  const float* g = reinterpret_cast<const float*>(got.data());
+  const double tolerance = got.dtype() == DType::kF64 ? 1e-12 : 1e-5;
   for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_NEAR(g[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << what << " at " << i;
+    ASSERT_NEAR(element(got, static_cast<int64_t>(i)), want[i], tolerance * (1 + std::abs(want[i])))
+        << what << " at " << i;
   }
 }
 
 struct LayoutCase {
   std::vector<DimSharding> q, kv;
 };
+
+template <typename F>
+std::string attention_error(F&& f) {
+  try {
+    f();
+  } catch (const ValueError& e) {
+    return e.what();
+  }
+  return "(no ValueError)";
+}
+
+::testing::AssertionResult testing_has(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\"" << text << "\" lacks \"" << part << "\"";
+}
 
 TEST(AttentionTest, MatchesFloat64OnEveryLayout) {
   DeviceMesh mesh({2, 4}, {"batch", "model"});
@@ -84,20 +113,24 @@ TEST(AttentionTest, MatchesFloat64OnEveryLayout) {
       {{"batch", None, None, "model"}, {None, None, "model", None}},
   };
   for (const Case& c : cases) {
-    const HostTensor q = HostTensor::random(DType::kF32, {c.B, c.T, c.Hq, c.D}, 1);
-    const HostTensor k = HostTensor::random(DType::kF32, {c.B, c.S, c.Hkv, c.D}, 2);
-    const HostTensor v = HostTensor::random(DType::kF32, {c.B, c.S, c.Hkv, c.D}, 3);
-    for (const LayoutCase& l : layouts) {
-      const Array qa = distribute_tensor(q, TensorLayout(l.q, mesh));
-      const Array ka = distribute_tensor(k, TensorLayout(l.kv, mesh));
-      const Array va = distribute_tensor(v, TensorLayout(l.kv, mesh));
-      for (const bool causal : {true, false}) {
-        const AttentionOptions o{.causal = causal};
-        const Array out = attention(qa, ka, va, o);
-        EXPECT_EQ(out.layout().axes()[0], l.q[0]);
-        expect_close(out.gather(), reference_attention(q, k, v, o, nullptr),
-                     fmt::format("Hq {} Hkv {} q {} causal {}", c.Hq, c.Hkv,
-                                 TensorLayout(l.q, mesh).to_string(), causal));
+    for (const DType dtype : {DType::kF32, DType::kF64}) {
+      HostTensor q = HostTensor::random(DType::kF32, {c.B, c.T, c.Hq, c.D}, 1);
+      HostTensor k = HostTensor::random(DType::kF32, {c.B, c.S, c.Hkv, c.D}, 2);
+      HostTensor v = HostTensor::random(DType::kF32, {c.B, c.S, c.Hkv, c.D}, 3);
+      if (dtype == DType::kF64) q = widened(q), k = widened(k), v = widened(v);
+      for (const LayoutCase& l : layouts) {
+        const Array qa = distribute_tensor(q, TensorLayout(l.q, mesh));
+        const Array ka = distribute_tensor(k, TensorLayout(l.kv, mesh));
+        const Array va = distribute_tensor(v, TensorLayout(l.kv, mesh));
+        for (const bool causal : {true, false}) {
+          const AttentionOptions o{.causal = causal};
+          const Array out = attention(qa, ka, va, o);
+          EXPECT_EQ(out.layout().axes()[0], l.q[0]);
+          EXPECT_EQ(out.dtype(), dtype);
+          expect_close(out.gather(), reference_attention(q, k, v, o, nullptr),
+                       fmt::format("{} Hq {} Hkv {} q {} causal {}", dtype_name(dtype), c.Hq, c.Hkv,
+                                   TensorLayout(l.q, mesh).to_string(), causal));
+        }
       }
     }
   }
@@ -115,22 +148,26 @@ TEST(AttentionTest, KeyValueHeadsThatDoNotDivideTheAxisAreReplicated) {
 }
 
 TEST(AttentionTest, CacheLengthOffsetAndPaddingMask) {
-  DeviceMesh mesh({2, 4}, {"batch", "model"});
-  const HostTensor q = HostTensor::random(DType::kF32, {2, 1, 4, 8}, 4);
-  const HostTensor k = HostTensor::random(DType::kF32, {2, 10, 2, 8}, 5);
-  const HostTensor v = HostTensor::random(DType::kF32, {2, 10, 2, 8}, 6);
-  const TensorLayout hl({"batch", None, "model", None}, mesh);
-  const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl), va = distribute_tensor(v, hl);
-  const AttentionOptions step{.causal = true, .query_offset = 6, .key_length = 7};
-  expect_close(attention(qa, ka, va, step).gather(), reference_attention(q, k, v, step, nullptr), "step");
-  // Padding: row 0 attends keys 0..3, row 1 none (zeros).
-  std::vector<int> mask(20, 0);
-  for (int s = 0; s < 4; ++s) mask[static_cast<size_t>(s)] = 1;
-  HostTensor m(DType::kI32, {2, 10});
-  std::copy(mask.begin(), mask.end(), reinterpret_cast<int32_t*>(m.data()));
-  const Array ma = distribute_tensor(m, TensorLayout({None, "model"}, mesh));
-  const AttentionOptions padded{.causal = false, .key_mask = &ma};
-  expect_close(attention(qa, ka, va, padded).gather(), reference_attention(q, k, v, padded, &mask), "mask");
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DeviceMesh mesh({2, 4}, {"batch", "model"});
+    HostTensor q = HostTensor::random(DType::kF32, {2, 1, 4, 8}, 4);
+    HostTensor k = HostTensor::random(DType::kF32, {2, 10, 2, 8}, 5);
+    HostTensor v = HostTensor::random(DType::kF32, {2, 10, 2, 8}, 6);
+    if (dtype == DType::kF64) q = widened(q), k = widened(k), v = widened(v);
+    const TensorLayout hl({"batch", None, "model", None}, mesh);
+    const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl), va = distribute_tensor(v, hl);
+    const AttentionOptions step{.causal = true, .query_offset = 6, .key_length = 7};
+    expect_close(attention(qa, ka, va, step).gather(), reference_attention(q, k, v, step, nullptr), "step");
+    // Padding: row 0 attends keys 0..3, row 1 none (zeros).
+    std::vector<int> mask(20, 0);
+    for (int s = 0; s < 4; ++s) mask[static_cast<size_t>(s)] = 1;
+    HostTensor m(DType::kI32, {2, 10});
+    std::copy(mask.begin(), mask.end(), reinterpret_cast<int32_t*>(m.data()));
+    const Array ma = distribute_tensor(m, TensorLayout({None, "model"}, mesh));
+    const AttentionOptions padded{.causal = false, .key_mask = &ma};
+    expect_close(attention(qa, ka, va, padded).gather(), reference_attention(q, k, v, padded, &mask), "mask");
+  }
 }
 
 TEST(AttentionTest, BadShapesAreNamed) {
@@ -148,34 +185,52 @@ TEST(AttentionTest, BadShapesAreNamed) {
   EXPECT_THROW((void)attention(q, q, q, {.key_length = 3}), ValueError);
 }
 
+TEST(AttentionTest, MixedOrNonFloatDtypesAreNamed) {
+  DeviceMesh mesh({8}, {"x"});
+  const TensorLayout r4 = TensorLayout::replicated(4, mesh);
+  const HostTensor h = HostTensor::random(DType::kF32, {1, 2, 2, 4}, 1);
+  const Array f32 = distribute_tensor(h, r4), f64 = distribute_tensor(widened(h), r4);
+  EXPECT_TRUE(testing_has(attention_error([&] { (void)attention(f64, f32, f64); }),
+                          "runs on F32 or F64, one dtype for all, got q F64, k F32, v F64"));
+  const Array i32 = distribute_tensor(HostTensor(DType::kI32, {1, 2, 2, 4}), r4);
+  EXPECT_TRUE(testing_has(attention_error([&] { (void)attention(i32, i32, i32); }), "got q I32, k I32, v I32"));
+  EXPECT_TRUE(testing_has(attention_error([&] { (void)apply_rotary_embedding(i32, 0, 1e4); }),
+                          "needs an F32 or F64 (batch, seq, heads, head_dim) tensor"));
+}
+
 TEST(RotaryEmbeddingTest, RotateHalfMatchesFloat64) {
-  DeviceMesh mesh({2, 4}, {"batch", "model"});
-  const HostTensor x = HostTensor::random(DType::kF32, {2, 5, 4, 8}, 9);
-  for (const TensorLayout& l : {TensorLayout({"batch", "model", None, None}, mesh),
-                                TensorLayout({None, None, "model", "batch"}, mesh)}) {
-    // The copying form, and the in-place one (a temporary: head_dim whole in the first layout,
-    // split in the second, where it falls back to the copy).
-    const Array input = distribute_tensor(x, l);
-    const Array copied = apply_rotary_embedding(input, /*start_position=*/3, 10000.0);
-    const Array y = apply_rotary_embedding(distribute_tensor(x, l), /*start_position=*/3, 10000.0);
-    std::vector<double> want(static_cast<size_t>(num_elements(x.shape())));
-    for (int64_t b = 0; b < 2; ++b) {
-      for (int64_t t = 0; t < 5; ++t) {
-        for (int64_t h = 0; h < 4; ++h) {
-          for (int64_t i = 0; i < 8; ++i) {
-            const int64_t j = i % 4;
-            const double angle = static_cast<double>(3 + t) / std::pow(10000.0, 2.0 * static_cast<double>(j) / 8);
-            const double rotated = i < 4 ? -at(x, b, t, h, i + 4) : at(x, b, t, h, i - 4);
-            want[static_cast<size_t>(((b * 5 + t) * 4 + h) * 8 + i)] =
-                at(x, b, t, h, i) * std::cos(angle) + rotated * std::sin(angle);
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DeviceMesh mesh({2, 4}, {"batch", "model"});
+    HostTensor x = HostTensor::random(DType::kF32, {2, 5, 4, 8}, 9);
+    if (dtype == DType::kF64) x = widened(x);
+    for (const TensorLayout& l : {TensorLayout({"batch", "model", None, None}, mesh),
+                                  TensorLayout({None, None, "model", "batch"}, mesh)}) {
+      // The copying form, and the in-place one (a temporary: head_dim whole in the first layout,
+      // split in the second, where it falls back to the copy).
+      const Array input = distribute_tensor(x, l);
+      const Array copied = apply_rotary_embedding(input, /*start_position=*/3, 10000.0);
+      const Array y = apply_rotary_embedding(distribute_tensor(x, l), /*start_position=*/3, 10000.0);
+      std::vector<double> want(static_cast<size_t>(num_elements(x.shape())));
+      for (int64_t b = 0; b < 2; ++b) {
+        for (int64_t t = 0; t < 5; ++t) {
+          for (int64_t h = 0; h < 4; ++h) {
+            for (int64_t i = 0; i < 8; ++i) {
+              const int64_t j = i % 4;
+              const double angle = static_cast<double>(3 + t) / std::pow(10000.0, 2.0 * static_cast<double>(j) / 8);
+              const double rotated = i < 4 ? -at(x, b, t, h, i + 4) : at(x, b, t, h, i - 4);
+              want[static_cast<size_t>(((b * 5 + t) * 4 + h) * 8 + i)] =
+                  at(x, b, t, h, i) * std::cos(angle) + rotated * std::sin(angle);
+            }
           }
         }
       }
+      expect_close(y.gather(), want, l.to_string());
+      expect_close(copied.gather(), want, l.to_string() + " (copy)");
+      std::vector<double> unchanged(static_cast<size_t>(x.num_elements()));
+      for (int64_t i = 0; i < x.num_elements(); ++i) unchanged[static_cast<size_t>(i)] = element(x, i);
+      expect_close(input.gather(), unchanged, l.to_string() + " (input unchanged)");
     }
-    expect_close(y.gather(), want, l.to_string());
-    expect_close(copied.gather(), want, l.to_string() + " (copy)");
-    expect_close(input.gather(), std::vector<double>(x.data_as<float>(), x.data_as<float>() + x.num_elements()),
-                 l.to_string() + " (input unchanged)");
   }
 }
 
