@@ -70,7 +70,45 @@ std::vector<bool> first_holders(const ShardGeometry& g) {
   return first;
 }
 
+// ValueError unless `mesh` has `axis`, naming it and listing the mesh's axes.
+void check_slot_axis(const DeviceMesh& mesh, const std::string& axis, std::string_view what) {
+  if (mesh.axis_index(axis)) return;
+  throw ValueError(fmt::format("{}: shard_slots_over={} is not an axis of the mesh {}; its axes are {}", what,
+                               quote(axis), mesh.to_string(), repr_list(mesh.axis_names())));
+}
+
 }  // namespace
+
+TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape, const std::string& axis) {
+  if (!layout.device_mesh()) {
+    throw ValueError(fmt::format("zero1_slot_layout: layout {} has no device mesh to shard over {}",
+                                 layout.to_string(), quote(axis)));
+  }
+  const DeviceMesh& mesh = *layout.device_mesh();
+  check_slot_axis(mesh, axis, "zero1_slot_layout");
+  if (static_cast<int>(shape.size()) != layout.rank()) {
+    throw ValueError(fmt::format("zero1_slot_layout: layout {} has rank {}, the shape {} rank {}", layout.to_string(),
+                                 layout.rank(), shape_to_string(shape), shape.size()));
+  }
+  const std::vector<std::string> used = layout.used_axes();
+  if (layout.rank() == 0 || std::find(used.begin(), used.end(), axis) != used.end()) return layout;
+  const int64_t k = mesh.axis_size(axis);
+  // Even first; else the first unsharded dimension (its slot boxes still nest); else 0.
+  std::optional<int> even, unsharded;
+  for (int d = layout.rank() - 1; d >= 0; --d) {
+    const DimSharding& dim_sharding = layout.axes()[static_cast<size_t>(d)];
+    int64_t shards = k;
+    for (const std::string& a : dim_sharding.axes()) shards *= mesh.axis_size(a);
+    if (shape[static_cast<size_t>(d)] % shards == 0) even = d;
+    if (!dim_sharding.is_sharded()) unsharded = d;
+  }
+  const int dim = even.value_or(unsharded.value_or(0));
+  std::vector<DimSharding> axes = layout.axes();
+  std::vector<std::string> dim_axes = axes[static_cast<size_t>(dim)].axes();
+  dim_axes.push_back(axis);
+  axes[static_cast<size_t>(dim)] = DimSharding(std::move(dim_axes));
+  return TensorLayout(std::move(axes), mesh);
+}
 
 Optimizer::Optimizer(std::string_view default_name, double default_lr, const OptimizerOptions& options)
     : name_(options.name.empty() ? std::string(default_name) : options.name),
@@ -78,8 +116,13 @@ Optimizer::Optimizer(std::string_view default_name, double default_lr, const Opt
       weight_decay_(options.weight_decay),
       clipnorm_(options.clipnorm),
       clipvalue_(options.clipvalue),
-      global_clipnorm_(options.global_clipnorm) {
+      global_clipnorm_(options.global_clipnorm),
+      shard_slots_over_(options.shard_slots_over) {
   check_path_component(name_);
+  if (shard_slots_over_ && shard_slots_over_->empty()) {
+    throw ValueError(fmt::format("optimizer {}: shard_slots_over is empty; give a mesh axis name (e.g. 'batch')",
+                                 quote(name_)));
+  }
   const int clips = int(clipnorm_.has_value()) + int(clipvalue_.has_value()) + int(global_clipnorm_.has_value());
   if (clips > 1) {
     throw ValueError(fmt::format(
@@ -154,6 +197,12 @@ std::vector<VariablePtr> Optimizer::slots_of(const Variable& variable) const {
                                   variable.describe(), quote(name_), tracked_.size()));
 }
 
+TensorLayout Optimizer::slot_layout(const TensorLayout& layout, const Shape& shape) const {
+  if (!shard_slots_over_) return layout;
+  if (layout.device_mesh()) check_slot_axis(*layout.device_mesh(), *shard_slots_over_, fmt::format("optimizer {}", quote(name_)));
+  return zero1_slot_layout(layout, shape, *shard_slots_over_);
+}
+
 void Optimizer::build(std::span<const VariablePtr> variables) {
   if (built_) return;
   std::set<const Variable*> seen;
@@ -169,6 +218,9 @@ void Optimizer::build(std::span<const VariablePtr> variables) {
     if (v->dtype() != DType::kF32 && v->dtype() != DType::kF64) {
       throw ValueError(fmt::format("optimizer {} updates F32 or F64 variables; {} is {}", quote(name_),
                                    v->describe(), dtype_name(v->dtype())));
+    }
+    if (shard_slots_over_) {
+      check_slot_axis(v->value().mesh(), *shard_slots_over_, fmt::format("optimizer {}", quote(name_)));
     }
   }
   if (!variables.empty()) {
@@ -195,7 +247,7 @@ void Optimizer::add_optimizer_variables(std::span<const VariablePtr> variables,
     }
     std::string base = !ref->path().empty() ? ref->path() : ref->name();
     std::replace(base.begin(), base.end(), '/', '_');
-    const TensorLayout layout = ref->value().layout();
+    const TensorLayout layout = slot_layout(ref->value().layout(), ref->shape());
     for (const std::string& slot : names) {
       auto v = std::make_shared<Variable>(VariableSpec{.name = base + "_" + slot,
                                                        .shape = ref->shape(),
@@ -233,7 +285,7 @@ std::map<int64_t, int64_t> Optimizer::slot_bytes_per_device(std::span<const Slot
   std::map<int64_t, int64_t> out;
   const int64_t slots = static_cast<int64_t>(slot_names().size());
   for (const SlotFootprint& f : variables) {
-    ShardGeometry g(f.layout, f.shape, {}, "optimizer slot");
+    ShardGeometry g(slot_layout(f.layout, f.shape), f.shape, {}, "optimizer slot");
     const std::vector<int64_t>& ids = g.mesh().device_ids();
     for (int64_t p = 0; p < g.mesh().size(); ++p) {
       out[ids[static_cast<size_t>(p)]] += slots * g.box(p).num_elements() * static_cast<int64_t>(dtype_size(f.dtype));
@@ -335,7 +387,26 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     }
   }
 
-  // One task per (variable, local shard); every slot shard sits on the variable shard's device.
+  // ZeRO-1: where the slots' layout is finer than the variable's, the update runs on the
+  // gradient and the variable sliced to it (a local copy when the boxes nest), and the updated
+  // slice is all-gathered back into the variable below. Collective: every process slices the
+  // same pairs in the same order.
+  std::vector<std::optional<Array>> slice_x(pairs.size()), slice_g(pairs.size());
+  std::vector<Array*> xs(pairs.size());
+  std::vector<const Array*> gs(pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    xs[i] = &pairs[i].var->mutable_value();
+    gs[i] = pairs[i].grad;
+    const std::map<std::string, VariablePtr>& own = tracked_[pairs[i].tracked].slots;
+    if (own.empty() || own.begin()->second->value().layout() == xs[i]->layout()) continue;
+    const TensorLayout& layout = own.begin()->second->value().layout();
+    slice_g[i].emplace(distribute_tensor(*pairs[i].grad, layout));
+    slice_x[i].emplace(distribute_tensor(*xs[i], layout));
+    xs[i] = &*slice_x[i];
+    gs[i] = &*slice_g[i];
+  }
+
+  // One task per (variable, local shard); every slot shard sits on the updated shard's device.
   struct Task {
     size_t pair;
     size_t shard;
@@ -345,7 +416,7 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
   const std::vector<std::string> names = slot_names();
   for (size_t i = 0; i < pairs.size(); ++i) {
     for (const std::string& n : names) slots[i].push_back(tracked_[pairs[i].tracked].slots.at(n).get());
-    for (size_t s = 0; s < pairs[i].var->value().local_shards().size(); ++s) tasks.push_back({i, s});
+    for (size_t s = 0; s < xs[i]->local_shards().size(); ++s) tasks.push_back({i, s});
   }
   std::vector<bool> decay(pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) decay[i] = use_weight_decay(*pairs[i].var);
@@ -353,8 +424,8 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
   const int64_t iterations = iterations_;
   auto run = [&]<typename T>(const Task& t, T* /*tag*/) {
     const Pair& p = pairs[t.pair];
-    Array::Shard& x = p.var->mutable_value().local_shards()[t.shard];
-    const Array::Shard* g = p.grad->shard_at(x.position);
+    Array::Shard& x = xs[t.pair]->local_shards()[t.shard];
+    const Array::Shard* g = gs[t.pair]->shard_at(x.position);
     const int64_t n = x.box.num_elements();
     std::vector<T> buffer;
     const T* grad = prepared_gradient<T>(*g, p.grad->dtype(), n, clipvalue_, norm_clip[t.pair], buffer);
@@ -378,6 +449,10 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
       run(t, static_cast<double*>(nullptr));
     }
   });
+
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    if (slice_x[i]) reshard_into(*slice_x[i], pairs[i].var->mutable_value());
+  }
 
   ++iterations_;
   const int32_t it = static_cast<int32_t>(iterations_);

@@ -13,6 +13,16 @@
 //  * a step: clip gradients → decoupled weight decay θ ← θ − θ·wd·lr (pre-update θ) →
 //    update_step → iteration += 1. The update runs shard by shard on the runtime's thread pool,
 //    with no communication (clipnorm/global_clipnorm sum squares across processes).
+// ZeRO-1 (opt-in, OptimizerOptions::shard_slots_over = a mesh axis, typically the data axis
+// "batch"): each slot is born in zero1_slot_layout(variable layout, shape, axis) — the variable's
+// layout with the axis added (as the minor axis) to one dimension — so each device holds
+// 1/axis_size of the slot of a variable replicated over that axis. A step then slices the
+// gradient and the variable to the slot layout (distribute_tensor; a local copy when the
+// boxes nest), updates that slice and its slots with the same per-element arithmetic, and
+// all-gathers the updated slice back into the variable's layout (reshard_into). The results
+// are bit-identical to the unsharded optimizer's; slots keep their Keras paths, so saved
+// state loads into either mode (loading reshards). Clipping norms are taken over the whole
+// gradients before slicing, as without ZeRO.
 // Decision: a non-trainable variable passed to apply() is a ValueError (Keras' trainer never
 // passes one; an update to a frozen weight is a bug). A null gradient is skipped, as Keras'
 // _filter_empty_gradients; all null is a ValueError.
@@ -23,6 +33,7 @@
 //   VariablePtr vars[] = {dense->kernel(), dense->bias()};
 //   opt->apply(grads, vars);      // builds on the first call: adam/dense_kernel_momentum, …
 //   opt->iterations() == 1;
+//   auto zero = make_optimizer("adam", {.shard_slots_over = "batch"});   // ZeRO-1 over "batch"
 #pragma once
 
 #include <cstdint>
@@ -53,7 +64,24 @@ struct OptimizerOptions {
   // Adam, AdamW
   std::optional<double> beta_1, beta_2, epsilon;  // 0.9, 0.999, 1e-7
   std::optional<bool> amsgrad;                    // false
+  // ZeRO-1: shard every slot further over this mesh axis (zero1_slot_layout). Not a Keras
+  // argument; unset: slots in their variable's layout. ValueError at build (or
+  // slot_bytes_per_device) naming it and the mesh's axes when the mesh has no such axis.
+  std::optional<std::string> shard_slots_over;
 };
+
+/// The layout of a ZeRO-1 slot of a variable of `shape` in `layout`, sharded further over mesh
+/// axis `axis`. Rule: unchanged if the layout already uses `axis` or the variable is a scalar;
+/// otherwise `axis` is appended (as the minor axis, so each slot box lies inside its device's
+/// variable box when the split is even) to the first dimension whose size the dimension's
+/// total shard count times axis_size(axis) divides; else — every split being uneven, per
+/// DESIGN.md's shard geometry (blocks of ceil(n/k), the last short or empty) — to the first
+/// unsharded dimension (its slot boxes still nest), else to dimension 0 (boxes may not nest:
+/// the step's slicing then moves bytes between devices). ValueError naming `axis` and listing the mesh's axes if the layout's mesh lacks it.
+///   zero1_slot_layout(TensorLayout({None, "model"}, mesh), {8, 12}, "batch") == {"batch", "model"}
+///   zero1_slot_layout(TensorLayout({None, "model"}, mesh), {3, 16}, "batch") == {None, ("model","batch")}
+///   zero1_slot_layout(TensorLayout({None, "model"}, mesh), {3, 12}, "batch") == {"batch", "model"}  // uneven
+TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape, const std::string& axis);
 
 /// Shape, dtype and layout of a model variable: enough to size its slots without allocating.
 struct SlotFootprint {
@@ -88,6 +116,11 @@ class Optimizer {
   int64_t iterations() const { return iterations_; }
   std::optional<double> weight_decay() const { return weight_decay_; }
   bool built() const { return built_; }
+  /// The ZeRO-1 axis (OptimizerOptions::shard_slots_over), if any.
+  const std::optional<std::string>& shard_slots_over() const { return shard_slots_over_; }
+  /// The layout a slot of a variable of `shape` in `layout` is born in: `layout` itself, or
+  /// zero1_slot_layout(…) under ZeRO-1.
+  TensorLayout slot_layout(const TensorLayout& layout, const Shape& shape) const;
 
   /// Every optimizer variable in Keras' order: iteration, learning_rate, then the slots.
   std::vector<VariablePtr> variables() const;
@@ -96,7 +129,7 @@ class Optimizer {
   /// Slot names per variable, in the order update kernels see them ("momentum", "velocity").
   virtual std::vector<std::string> slot_names() const = 0;
 
-  /// Creates the slots of `variables` (each in its variable's layout) and gives iteration and
+  /// Creates the slots of `variables` (each in slot_layout(variable's layout)) and gives iteration and
   /// learning_rate their values (replicated on the first variable's mesh). Once only: later
   /// calls do nothing, as Keras. ValueError for a lazy variable, a dtype other than F32/F64, or
   /// a variable given twice.
@@ -122,7 +155,8 @@ class Optimizer {
   void exclude_from_weight_decay(std::vector<std::string> var_names);
 
   /// Bytes of the slots on each device (global device id → bytes) for variables of these
-  /// footprints, without allocating: each slot's shard is its variable's shard.
+  /// footprints, without allocating: each slot's shard is its box under slot_layout (its
+  /// variable's shard, or 1/axis_size of it under ZeRO-1).
   std::map<int64_t, int64_t> slot_bytes_per_device(std::span<const SlotFootprint> variables) const;
 
   /// The update of one shard; the base has already applied clipping and weight decay.
@@ -135,7 +169,7 @@ class Optimizer {
   /// Keras build(): calls add_optimizer_variables, in Keras' order.
   virtual void build_slots(std::span<const VariablePtr> variables) = 0;
   /// Keras add_optimizer_variables(variables, names): for each variable, one slot per name
-  /// (interleaved), under the optimizer's name scope, born in the variable's layout.
+  /// (interleaved), under the optimizer's name scope, born in slot_layout(variable's layout).
   void add_optimizer_variables(std::span<const VariablePtr> variables,
                                const std::vector<std::string>& names);
 
@@ -150,6 +184,7 @@ class Optimizer {
   float lr_;
   int64_t iterations_ = 0;
   std::optional<double> weight_decay_, clipnorm_, clipvalue_, global_clipnorm_;
+  std::optional<std::string> shard_slots_over_;
   std::vector<std::string> exclude_names_;
   VariablePtr iteration_var_, learning_rate_var_;
   std::vector<VariablePtr> slot_order_;  // creation order

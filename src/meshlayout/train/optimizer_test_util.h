@@ -3,18 +3,27 @@
 // helpers to run the same steps on distributed variables, for optimizer_test.cc and the
 // mpirun test.
 //
+// expect_zero1_matches runs an optimizer with and without ZeRO-1 (shard_slots_over) on two
+// copies of the same variables and expects bit-identical variables and slots.
+//
 // Example:
 //   RefOptimizer ref("adam", options);
 //   std::vector<RefVar> vars = {{theta0, "kernel"}};
 //   ref.step(vars, {grad});     // theta, slots updated in float64
 #pragma once
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "meshlayout/array/array.h"
+#include "meshlayout/nn/name_scope.h"
 #include "meshlayout/train/optimizer.h"
 
 namespace meshlayout {
@@ -135,6 +144,62 @@ inline double max_rel_error(const std::vector<double>& a, const std::vector<doub
     worst = std::max(worst, std::abs(a[k] - b[k]) / std::max(1.0, std::abs(b[k])));
   }
   return worst;
+}
+
+/// A variable of the ZeRO-1 comparisons: its shape and layout.
+struct Zero1Case {
+  std::string name;
+  Shape shape;
+  TensorLayout layout;
+};
+
+/// `steps` steps of make_optimizer(kind, options) and of the same with shard_slots_over = axis,
+/// on two copies of the `cases` variables (random values, the same in both), with the same
+/// gradients: expects every variable and slot bit-identical after each step, the variables
+/// in their layouts and the ZeRO slots in zero1_slot_layout. Returns the ZeRO optimizer.
+inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind, const OptimizerOptions& options,
+                                                       const std::string& axis, const std::vector<Zero1Case>& cases,
+                                                       int steps) {
+  OptimizerOptions zero_options = options;
+  zero_options.shard_slots_over = axis;
+  auto plain = make_optimizer(kind, options);
+  auto zero = make_optimizer(kind, zero_options);
+  std::vector<VariablePtr> a, b;
+  {
+    NameScope scope("model");
+    for (const Zero1Case& c : cases) {
+      a.push_back(std::make_shared<Variable>(
+          VariableSpec{.name = c.name, .shape = c.shape, .initializer = Initializer::random_normal()}));
+      b.push_back(std::make_shared<Variable>(VariableSpec{.name = c.name, .shape = c.shape}));
+      a.back()->materialize(c.layout);
+      b.back()->materialize(c.layout);
+      reshard_into(a.back()->value(), b.back()->mutable_value());
+    }
+  }
+  for (int step = 0; step < steps; ++step) {
+    std::vector<Array> grads;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      grads.push_back(distribute_tensor(test_gradient(cases[i].shape, DType::kF32, step, static_cast<int>(i)),
+                                        cases[i].layout));
+    }
+    std::vector<const Array*> gp;
+    for (const Array& g : grads) gp.push_back(&g);
+    plain->apply(gp, a);
+    zero->apply(gp, b);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE(fmt::format("{} step {} {}", kind, step, cases[i].name));
+      EXPECT_EQ(b[i]->value().layout(), cases[i].layout);
+      EXPECT_EQ(to_doubles(b[i]->value().gather()), to_doubles(a[i]->value().gather()));
+      const std::vector<VariablePtr> sa = plain->slots_of(*a[i]), sb = zero->slots_of(*b[i]);
+      EXPECT_EQ(sa.size(), sb.size());
+      for (size_t s = 0; s < std::min(sa.size(), sb.size()); ++s) {
+        EXPECT_EQ(sb[s]->path(), sa[s]->path());
+        EXPECT_EQ(sb[s]->value().layout(), zero1_slot_layout(cases[i].layout, cases[i].shape, axis));
+        EXPECT_EQ(to_doubles(sb[s]->value().gather()), to_doubles(sa[s]->value().gather())) << sb[s]->path();
+      }
+    }
+  }
+  return zero;
 }
 
 }  // namespace meshlayout
