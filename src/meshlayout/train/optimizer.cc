@@ -197,9 +197,13 @@ std::vector<VariablePtr> Optimizer::slots_of(const Variable& variable) const {
                                   variable.describe(), quote(name_), tracked_.size()));
 }
 
+void Optimizer::check_shard_slots_over(const DeviceMesh& mesh) const {
+  if (shard_slots_over_) check_slot_axis(mesh, *shard_slots_over_, fmt::format("optimizer {}", quote(name_)));
+}
+
 TensorLayout Optimizer::slot_layout(const TensorLayout& layout, const Shape& shape) const {
   if (!shard_slots_over_) return layout;
-  if (layout.device_mesh()) check_slot_axis(*layout.device_mesh(), *shard_slots_over_, fmt::format("optimizer {}", quote(name_)));
+  if (layout.device_mesh()) check_shard_slots_over(*layout.device_mesh());
   return zero1_slot_layout(layout, shape, *shard_slots_over_);
 }
 
@@ -219,9 +223,7 @@ void Optimizer::build(std::span<const VariablePtr> variables) {
       throw ValueError(fmt::format("optimizer {} updates F32 or F64 variables; {} is {}", quote(name_),
                                    v->describe(), dtype_name(v->dtype())));
     }
-    if (shard_slots_over_) {
-      check_slot_axis(v->value().mesh(), *shard_slots_over_, fmt::format("optimizer {}", quote(name_)));
-    }
+    check_shard_slots_over(v->value().mesh());
   }
   if (!variables.empty()) {
     const Array& first = variables.front()->value();

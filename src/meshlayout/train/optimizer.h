@@ -121,6 +121,9 @@ class Optimizer {
   /// The layout a slot of a variable of `shape` in `layout` is born in: `layout` itself, or
   /// zero1_slot_layout(…) under ZeRO-1.
   TensorLayout slot_layout(const TensorLayout& layout, const Shape& shape) const;
+  /// Under ZeRO-1: ValueError naming the axis and listing the mesh's axes unless `mesh` has it
+  /// (build and slot_bytes_per_device check it too). Nothing otherwise.
+  void check_shard_slots_over(const DeviceMesh& mesh) const;
 
   /// Every optimizer variable in Keras' order: iteration, learning_rate, then the slots.
   std::vector<VariablePtr> variables() const;

@@ -1,6 +1,8 @@
 // Optimizer steps under mpirun (np 2 and 4): variables sharded across processes give the
 // float64 reference's values, with clipnorm and global_clipnorm (norms summed across
 // processes, each box counted once), and every slot shard stays on its variable's device.
+// ZeRO-1 (shard_slots_over) across processes: bit-identical to the unsharded optimizer, with
+// the data axis spanning processes (major) or within them (minor).
 #include <gtest/gtest.h>
 
 #include "meshlayout/nn/layer.h"
@@ -64,6 +66,43 @@ TEST(OptimizerMpiTest, SgdNesterovWithClipnormMatchesTheReference) {
 
 TEST(OptimizerMpiTest, AdamWMatchesTheReference) {
   run_and_check("adamw", {.learning_rate = 0.01, .weight_decay = 0.1});
+}
+
+// Variables replicated, over model, over both, uneven, on `mesh` (axes "data", "model").
+std::vector<Zero1Case> zero1_cases(const DeviceMesh& mesh) {
+  const int64_t m = mesh.axis_size("model");
+  return {
+      {"replicated", {6, 4}, TensorLayout({None, None}, mesh)},
+      {"columns", {3, 2 * m}, TensorLayout({None, "model"}, mesh)},
+      {"both_axes", {4, 10}, TensorLayout({"data", "model"}, mesh)},
+      {"uneven", {7, m + 1}, TensorLayout({None, "model"}, mesh)},
+      {"odd_bias", {5}, TensorLayout({None}, mesh)},
+      {"not_nested", {m + 2}, TensorLayout({"model"}, mesh)},
+  };
+}
+
+void run_zero1(const std::string& kind, const OptimizerOptions& options) {
+  auto rt = default_runtime();
+  const int64_t n = rt->global_device_count();
+  for (const DeviceMesh& mesh : {DeviceMesh({2, n / 2}, {"data", "model"}), DeviceMesh({n / 2, 2}, {"model", "data"})}) {
+    SCOPED_TRACE(mesh.to_string());
+    auto zero = expect_zero1_matches(kind, options, "data", zero1_cases(mesh), 3);
+    for (const VariablePtr& v : zero->variables()) {
+      for (const Array::Shard& shard : v->value().local_shards()) EXPECT_TRUE(rt->is_local(shard.device_id));
+    }
+  }
+}
+
+TEST(OptimizerMpiTest, Zero1AdamWithGlobalClipnormIsBitIdentical) {
+  run_zero1("adam", {.global_clipnorm = 1.0, .amsgrad = true});
+}
+
+TEST(OptimizerMpiTest, Zero1SgdMomentumIsBitIdentical) {
+  run_zero1("sgd", {.learning_rate = 0.05, .clipnorm = 0.8, .momentum = 0.9, .nesterov = true});
+}
+
+TEST(OptimizerMpiTest, Zero1AdamWIsBitIdentical) {
+  run_zero1("adamw", {.learning_rate = 0.01, .weight_decay = 0.1});
 }
 
 }  // namespace
