@@ -15,22 +15,24 @@
 namespace meshlayout {
 namespace {
 
-// dz = dy · f'(z) in place in `g` (holding dy), z in the same layout; softmax rows whole.
+// dz = dy · f'(z) in place in `g` (holding dy), z in the same layout; softmax rows whole. E: float
+// (F32) or double (F64), the element type of z and g; the derivatives in double either way.
+template <typename E>
 void activation_backward_in_place(Activation activation, const Array& z, Array& g) {
   const int64_t row = z.shape().empty() ? 1 : z.shape().back();
   g.runtime().pool().parallel_for(g.local_shards().size(), [&](size_t i) {
     Array::Shard& s = g.local_shards()[i];
-    float* d = reinterpret_cast<float*>(s.buffer.data());
-    const float* v = reinterpret_cast<const float*>(z.shard_at(s.position)->buffer.data());
+    E* d = reinterpret_cast<E*>(s.buffer.data());
+    const E* v = reinterpret_cast<const E*>(z.shard_at(s.position)->buffer.data());
     const int64_t n = s.box.num_elements();
     switch (activation) {
       case Activation::kRelu:
-        for (int64_t k = 0; k < n; ++k) d[k] = v[k] > 0 ? d[k] : 0.0f;
+        for (int64_t k = 0; k < n; ++k) d[k] = v[k] > 0 ? d[k] : E(0);
         break;
       case Activation::kTanh:
         for (int64_t k = 0; k < n; ++k) {
           const double t = std::tanh(static_cast<double>(v[k]));
-          d[k] = static_cast<float>(d[k] * (1.0 - t * t));
+          d[k] = static_cast<E>(d[k] * (1.0 - t * t));
         }
         break;
       case Activation::kGelu:  // exact GELU: Φ(z) + z·φ(z)
@@ -38,19 +40,19 @@ void activation_backward_in_place(Activation activation, const Array& z, Array& 
           const double x = v[k];
           const double cdf = 0.5 * (1.0 + std::erf(x / std::numbers::sqrt2));
           const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
-          d[k] = static_cast<float>(d[k] * (cdf + x * pdf));
+          d[k] = static_cast<E>(d[k] * (cdf + x * pdf));
         }
         break;
       case Activation::kSilu:
         for (int64_t k = 0; k < n; ++k) {
           const double x = v[k], sig = 1.0 / (1.0 + std::exp(-x));
-          d[k] = static_cast<float>(d[k] * sig * (1.0 + x * (1.0 - sig)));
+          d[k] = static_cast<E>(d[k] * sig * (1.0 + x * (1.0 - sig)));
         }
         break;
       case Activation::kSoftmax:
         for (int64_t r = 0; row > 0 && r < n / row; ++r) {
-          const float* zr = v + r * row;
-          float* dr = d + r * row;
+          const E* zr = v + r * row;
+          E* dr = d + r * row;
           double m = zr[0];
           for (int64_t k = 1; k < row; ++k) m = std::max(m, static_cast<double>(zr[k]));
           double sum = 0;
@@ -58,7 +60,7 @@ void activation_backward_in_place(Activation activation, const Array& z, Array& 
           double dot = 0;  // Σ dy·y
           for (int64_t k = 0; k < row; ++k) dot += dr[k] * (std::exp(zr[k] - m) / sum);
           for (int64_t k = 0; k < row; ++k) {
-            dr[k] = static_cast<float>(std::exp(zr[k] - m) / sum * (dr[k] - dot));
+            dr[k] = static_cast<E>(std::exp(zr[k] - m) / sum * (dr[k] - dot));
           }
         }
         break;
@@ -68,11 +70,21 @@ void activation_backward_in_place(Activation activation, const Array& z, Array& 
   });
 }
 
+void activation_backward_in_place(Activation activation, const Array& z, Array& g) {
+  if (g.dtype() == DType::kF32) {
+    activation_backward_in_place<float>(activation, z, g);
+  } else {
+    activation_backward_in_place<double>(activation, z, g);
+  }
+}
+
 }  // namespace
 
 Array apply_activation_backward(Activation activation, const Array& z, const Array& dy) {
-  if (z.shape() != dy.shape() || z.dtype() != DType::kF32 || dy.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("apply_activation_backward: z and dy must be F32 of one shape, got "
+  if (z.shape() != dy.shape() || (z.dtype() != DType::kF32 && z.dtype() != DType::kF64) ||
+      dy.dtype() != z.dtype()) {
+    throw ValueError(fmt::format("apply_activation_backward: z and dy must be of one shape and one "
+                                 "dtype, F32 or F64, got "
                                  "z {} {} and dy {} {}",
                                  dtype_name(z.dtype()), shape_to_string(z.shape()),
                                  dtype_name(dy.dtype()), shape_to_string(dy.shape())));
@@ -97,12 +109,13 @@ Array Dense::backward(const Array& x, const Array& dy, Gradients& grads) {
     throw FailedPreconditionError(fmt::format("Dense layer {} is not built: call it before its backward",
                                               quote(name())));
   }
-  if (x.dtype() != DType::kF32 || x.shape().empty() || x.shape().back() != kernel_->shape()[0]) {
-    throw ValueError(fmt::format("backward of Dense layer {}: x must be F32 (…, {}), got {} {}",
-                                 quote(name()), kernel_->shape()[0], dtype_name(x.dtype()),
-                                 shape_to_string(x.shape())));
+  const DType dtype = kernel_->dtype();
+  if (x.dtype() != dtype || x.shape().empty() || x.shape().back() != kernel_->shape()[0]) {
+    throw ValueError(fmt::format("backward of Dense layer {}: x must be {} (…, {}) (the kernel's dtype), "
+                                 "got {} {}", quote(name()), dtype_name(dtype), kernel_->shape()[0],
+                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
   }
-  check_output_gradient(name(), dy, compute_output_shape(x.shape()));
+  check_output_gradient(name(), dy, compute_output_shape(x.shape()), dtype);
   const Array& kernel = kernel_->value();
   std::optional<Array> moved;
   const Array& xk = on_kernel_mesh(x, moved);

@@ -20,8 +20,14 @@ namespace {
 void scale_in_place(Array& a, double factor) {
   a.runtime().pool().parallel_for(a.local_shards().size(), [&](size_t i) {
     Array::Shard& s = a.local_shards()[i];
-    float* p = reinterpret_cast<float*>(s.buffer.data());
-    for (int64_t k = 0; k < s.box.num_elements(); ++k) p[k] = static_cast<float>(p[k] * factor);
+    const auto scale = [&]<typename E>(E* p) {
+      for (int64_t k = 0; k < s.box.num_elements(); ++k) p[k] = static_cast<E>(p[k] * factor);
+    };
+    if (a.dtype() == DType::kF32) {
+      scale(reinterpret_cast<float*>(s.buffer.data()));
+    } else {
+      scale(reinterpret_cast<double*>(s.buffer.data()));
+    }
   });
 }
 
@@ -222,6 +228,7 @@ Array EinsumDense::call_plus(const Array& x, const Array& residual) {
 }
 
 Array EinsumDense::pre_activation(const Array& x, const Array& kernel, const Array* residual) const {
+  check_input_dtype("EinsumDense", name(), x.dtype(), kernel.dtype());
   Array y = contract_trailing(x, kernel, contracted_, residual);
   if (bias_) {
     const int rank = static_cast<int>(y.shape().size());
@@ -233,10 +240,16 @@ Array EinsumDense::pre_activation(const Array& x, const Array& kernel, const Arr
       const Array::Shard* bs = b.shard_at(s.position);
       const int64_t inner = num_elements(Shape(s.box.shape.begin() + (rank - nb), s.box.shape.end()));
       if (inner == 0) return;
-      float* p = reinterpret_cast<float*>(s.buffer.data());
-      const float* bias = reinterpret_cast<const float*>(bs->buffer.data());
-      for (int64_t r = 0; r < s.box.num_elements() / inner; ++r) {
-        for (int64_t c = 0; c < inner; ++c) p[r * inner + c] += bias[c];
+      const auto add_bias = [&]<typename E>(E* p) {
+        const E* bias = reinterpret_cast<const E*>(bs->buffer.data());
+        for (int64_t r = 0; r < s.box.num_elements() / inner; ++r) {
+          for (int64_t c = 0; c < inner; ++c) p[r * inner + c] += bias[c];
+        }
+      };
+      if (y.dtype() == DType::kF32) {
+        add_bias(reinterpret_cast<float*>(s.buffer.data()));
+      } else {
+        add_bias(reinterpret_cast<double*>(s.buffer.data()));
       }
     });
   }
@@ -250,15 +263,16 @@ Array EinsumDense::backward(const Array& x, const Array& dy, Gradients& grads) {
   }
   const Shape& ks = kernel_->shape();
   const int xr = static_cast<int>(x.shape().size());
-  if (x.dtype() != DType::kF32 || xr < contracted_ ||
+  const DType dtype = kernel_->dtype();
+  if (x.dtype() != dtype || xr < contracted_ ||
       !std::equal(x.shape().end() - contracted_, x.shape().end(), ks.begin())) {
-    throw ValueError(fmt::format("backward of EinsumDense layer {} ({}): x must be F32 ending in the "
-                                 "kernel's contracted sizes {}, got {} {}",
-                                 quote(name()), quote(equation_),
+    throw ValueError(fmt::format("backward of EinsumDense layer {} ({}): x must be {} (the kernel's "
+                                 "dtype) ending in the kernel's contracted sizes {}, got {} {}",
+                                 quote(name()), quote(equation_), dtype_name(dtype),
                                  shape_to_string(Shape(ks.begin(), ks.begin() + contracted_)),
                                  dtype_name(x.dtype()), shape_to_string(x.shape())));
   }
-  check_output_gradient(name(), dy, compute_output_shape(x.shape()));
+  check_output_gradient(name(), dy, compute_output_shape(x.shape()), dtype);
   std::optional<Array> effective;
   const Array& kernel = effective_kernel(effective);
   const DeviceMesh& mesh = kernel.mesh();

@@ -63,7 +63,8 @@ class EinsumDense : public Layer {
   /// sums d kernel over 'data'); d bias = dz summed over every other dimension in the bias's
   /// layout. With LoRA (effective kernel K + s·A@B, s = alpha / rank) the frozen kernel gets
   /// nothing, d A = s · dK·Bᵀ in A's layout and d B = s · Aᵀ·dK in B's. Collective.
-  /// \error ValueError if x is not F32 of the built input shape or dy not F32 of the output's.
+  /// \error ValueError if x is not of the kernel's dtype and the built input shape, or dy not of
+  ///   that dtype and the output's shape.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
   /// call(x) + residual (the output's shape), in the layer's scope, building it first if
   /// needed: a residual connection fused into a linear layer's product (with a row-parallel

@@ -96,13 +96,13 @@ struct Lookup {
   std::vector<std::byte*> replicas;
 };
 
-void run_lookups(ThreadPool& pool, DType id_dtype, const std::vector<Lookup>& lookups) {
+void run_lookups(ThreadPool& pool, DType id_dtype, size_t element_size, const std::vector<Lookup>& lookups) {
   pool.parallel_for(lookups.size(), [&](size_t i) {
     const Lookup& l = lookups[i];
     const int64_t r0 = l.table->box.offset[0], r1 = r0 + l.table->box.shape[0];
     const int64_t cols = l.table->box.shape[1];
     const int64_t n = l.tokens->box.num_elements();
-    const size_t row_bytes = static_cast<size_t>(cols) * sizeof(float);
+    const size_t row_bytes = static_cast<size_t>(cols) * element_size;
     const std::byte* table = l.table->buffer.data();
     for (int64_t t = 0; cols > 0 && t < n; ++t) {
       const int64_t id = id_at(*l.tokens, id_dtype, t);
@@ -143,18 +143,20 @@ TensorLayout token_layout_for(const Array& x, const Array& table) {
 }
 
 /// One scatter-add: the dy rows (tokens × the table shard's columns) of the tokens whose ids lie
-/// in the table shard's rows, added into `out` (the table shard's box, zeroed first).
+/// in the table shard's rows, added into `out` (the table shard's box, zeroed first). E: float
+/// (F32) or double (F64), the table's element type.
+template <typename E>
 void scatter_add(DType id_dtype, const Array::Shard& tokens, const Array::Shard& dy, const Box& table_box,
-                 float* out) {
+                 E* out) {
   const int64_t r0 = table_box.offset[0], r1 = r0 + table_box.shape[0], cols = table_box.shape[1];
-  std::fill(out, out + table_box.num_elements(), 0.0f);
-  const float* g = reinterpret_cast<const float*>(dy.buffer.data());
+  std::fill(out, out + table_box.num_elements(), E(0));
+  const E* g = reinterpret_cast<const E*>(dy.buffer.data());
   const int64_t n = tokens.box.num_elements();
   for (int64_t t = 0; cols > 0 && t < n; ++t) {
     const int64_t id = id_at(tokens, id_dtype, t);
     if (id < r0 || id >= r1) continue;
-    float* row = out + (id - r0) * cols;
-    const float* src = g + t * cols;
+    E* row = out + (id - r0) * cols;
+    const E* src = g + t * cols;
     for (int64_t c = 0; c < cols; ++c) row[c] += src[c];
   }
 }
@@ -193,6 +195,8 @@ Array Embedding::call(const Array& x) {
   }
   check_ids(x, input_dim_, name());
   const Array& table = embeddings_->value();
+  const DType dtype = table.dtype();
+  const size_t elem = dtype_size(dtype);
   const DeviceMesh& mesh = table.mesh();
   const TensorLayout token_layout = token_layout_for(x, table);
   std::optional<Array> moved;
@@ -209,7 +213,7 @@ Array Embedding::call(const Array& x) {
   if (!vocab.is_sharded()) {
     // Column-parallel or replicated: every device looks up its rows directly, each distinct
     // block once per process, copied to local replicas.
-    Array out = allocate_agreed(product_layout, out_shape, DType::kF32, table.runtime_ptr());
+    Array out = allocate_agreed(product_layout, out_shape, dtype, table.runtime_ptr());
     std::map<std::vector<int64_t>, size_t> first;
     std::vector<Lookup> lookups;
     for (Array::Shard& s : out.local_shards()) {
@@ -220,7 +224,7 @@ Array Embedding::call(const Array& x) {
         lookups[it->second].replicas.push_back(s.buffer.data());
       }
     }
-    run_lookups(rt.pool(), tokens.dtype(), lookups);
+    run_lookups(rt.pool(), tokens.dtype(), elem, lookups);
     return out;
   }
 
@@ -229,15 +233,15 @@ Array Embedding::call(const Array& x) {
   for (const std::string& a : vocab.axes()) k_axes.push_back(*mesh.axis_index(a));
   internal_ops::PartialLayout layout{ShardGeometry(product_layout, out_shape), k_axes, input_dim_};
   internal_ops::LocalPartials partials =
-      internal_ops::allocate_local_partials(layout, table, sizeof(float));
+      internal_ops::allocate_local_partials(layout, table, elem);
   std::vector<Lookup> lookups;
   for (internal_ops::LocalPartial& p : partials) {
     lookups.push_back(Lookup{tokens.shard_at(p.position), table.shard_at(p.position), p.buffer.data(), {}});
   }
-  run_lookups(rt.pool(), tokens.dtype(), lookups);
-  Array out = allocate_agreed(product_layout, out_shape, DType::kF32, table.runtime_ptr());
+  run_lookups(rt.pool(), tokens.dtype(), elem, lookups);
+  Array out = allocate_agreed(product_layout, out_shape, dtype, table.runtime_ptr());
   internal_ops::ReductionPlan reduction =
-      internal_ops::plan_reduction(layout, out.geometry(), sizeof(float), rt.local_device_count());
+      internal_ops::plan_reduction(layout, out.geometry(), elem, rt.local_device_count());
   internal_ops::reduce_partials(partials, reduction, out);
   return out;
 }
@@ -251,8 +255,10 @@ Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
     throw ValueError(fmt::format("Embedding layer {} takes integer token ids (I32 or I64), got {}",
                                  quote(name()), dtype_name(x.dtype())));
   }
-  check_output_gradient(name(), dy, compute_output_shape(x.shape()));
   const Array& table = embeddings_->value();
+  const DType dtype = table.dtype();
+  const size_t elem = dtype_size(dtype);
+  check_output_gradient(name(), dy, compute_output_shape(x.shape()), dtype);
   const std::shared_ptr<Runtime>& rt = table.runtime_ptr();
   const TensorLayout none_layout = TensorLayout::replicated(1, table.mesh());
   if (!embeddings_->trainable()) return allocate_agreed(none_layout, {0}, DType::kF32, rt);
@@ -275,15 +281,20 @@ Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
   }
   internal_ops::PartialLayout layout{table.geometry(), k_axes, 0};
   layout.k_extent = layout.k_blocks();  // one K block per token block, none empty
-  internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, tokens, sizeof(float));
+  internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, tokens, elem);
   table.runtime().pool().parallel_for(partials.size(), [&](size_t i) {
     internal_ops::LocalPartial& p = partials[i];
-    scatter_add(tokens.dtype(), *tokens.shard_at(p.position), *g.shard_at(p.position), p.box,
-                reinterpret_cast<float*>(p.buffer.data()));
+    if (dtype == DType::kF32) {
+      scatter_add(tokens.dtype(), *tokens.shard_at(p.position), *g.shard_at(p.position), p.box,
+                  reinterpret_cast<float*>(p.buffer.data()));
+    } else {
+      scatter_add(tokens.dtype(), *tokens.shard_at(p.position), *g.shard_at(p.position), p.box,
+                  reinterpret_cast<double*>(p.buffer.data()));
+    }
   });
-  Array d_table = allocate_agreed(table.layout(), table.shape(), DType::kF32, rt);
+  Array d_table = allocate_agreed(table.layout(), table.shape(), dtype, rt);
   const internal_ops::ReductionPlan plan =
-      internal_ops::plan_reduction(layout, d_table.geometry(), sizeof(float), table.runtime().local_device_count());
+      internal_ops::plan_reduction(layout, d_table.geometry(), elem, table.runtime().local_device_count());
   internal_ops::reduce_partials(partials, plan, d_table);
   grads.accumulate(*embeddings_, std::move(d_table));
   return allocate_agreed(none_layout, {0}, DType::kF32, rt);

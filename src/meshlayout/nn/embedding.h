@@ -1,5 +1,6 @@
 // embedding.h — keras.layers.Embedding on distributed arrays: integer token ids (..., ) →
-// rows of the `embeddings` table (input_dim, output_dim), output (..., output_dim) F32.
+// rows of the `embeddings` table (input_dim, output_dim), output (..., output_dim) in the
+// table's dtype (F32, or F64 under floatx F64).
 //
 // How the lookup runs depends on the table's layout (tokens may be sharded on any dimension,
 // usually the batch):
@@ -58,8 +59,8 @@ class Embedding : public Layer {
   /// processes) are summed by the partial-sum machinery. Integer tokens have no gradient: it
   /// returns an empty F32 array of shape (0,) that callers ignore. Nothing is accumulated for a
   /// non-trainable table. Collective.
-  /// \error ValueError if x is not I32/I64, dy not F32 of the call's output shape, or an id is
-  ///   out of range (every process alike).
+  /// \error ValueError if x is not I32/I64, dy not of the table's dtype and the call's output
+  ///   shape, or an id is out of range (every process alike).
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:

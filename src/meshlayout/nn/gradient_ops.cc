@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "meshlayout/array/array_view.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
@@ -33,21 +35,24 @@ const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional
 }
 
 Array filled(const TensorLayout& layout, const Shape& shape, float value,
-             const std::shared_ptr<Runtime>& runtime) {
-  Array out = allocate_agreed(layout, shape, DType::kF32, runtime);
+             const std::shared_ptr<Runtime>& runtime, DType dtype) {
+  Array out = allocate_agreed(layout, shape, dtype, runtime);
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& s = out.local_shards()[i];
-    float* p = reinterpret_cast<float*>(s.buffer.data());
-    for (int64_t k = 0; k < s.box.num_elements(); ++k) p[k] = value;
+    if (dtype == DType::kF64) {
+      std::fill_n(reinterpret_cast<double*>(s.buffer.data()), s.box.num_elements(), static_cast<double>(value));
+    } else {
+      std::fill_n(reinterpret_cast<float*>(s.buffer.data()), s.box.num_elements(), value);
+    }
   });
   return out;
 }
 
 Array sum_over_leading(const Array& a, int trailing, const TensorLayout& layout) {
   const int rank = static_cast<int>(a.shape().size());
-  if (trailing < 1 || trailing > rank || a.dtype() != DType::kF32) {
+  if (trailing < 1 || trailing > rank || (a.dtype() != DType::kF32 && a.dtype() != DType::kF64)) {
     throw ValueError(fmt::format("sum_over_leading: cannot keep the last {} dimensions of a {} {} "
-                                 "array (expected F32 and 1 <= trailing <= rank)",
+                                 "array (expected F32 or F64 and 1 <= trailing <= rank)",
                                  trailing, dtype_name(a.dtype()), shape_to_string(a.shape())));
   }
   const Shape tail(a.shape().end() - trailing, a.shape().end());
@@ -58,7 +63,7 @@ Array sum_over_leading(const Array& a, int trailing, const TensorLayout& layout)
   const DeviceMesh& mesh = a.mesh();
   // onesᵀ · a2: the contraction over M is matmul's partial sum over a's row axes.
   const Array ones = filled(TensorLayout({a2.layout().axes()[0], DimSharding()}, mesh), {m, 1}, 1.0f,
-                            a.runtime_ptr());
+                            a.runtime_ptr(), a.dtype());
   DimSharding columns = a2.layout().axes()[1];
   if (layout.device_mesh() && *layout.device_mesh() == mesh) {  // land in the target's split
     if (const auto flat = local_reshape_layout(layout, tail, {t})) columns = flat->axes()[0];
@@ -68,12 +73,20 @@ Array sum_over_leading(const Array& a, int trailing, const TensorLayout& layout)
   return distribute_tensor(sum, layout);
 }
 
-void check_output_gradient(const std::string& layer, const Array& dy, const Shape& expected) {
-  if (dy.dtype() != DType::kF32 || dy.shape() != expected) {
-    throw ValueError(fmt::format("backward of layer {}: dy must be F32 of the call's output shape {}, "
+void check_output_gradient(const std::string& layer, const Array& dy, const Shape& expected, DType dtype) {
+  if (dy.dtype() != dtype || dy.shape() != expected) {
+    throw ValueError(fmt::format("backward of layer {}: dy must be {} of the call's output shape {}, "
                                  "got {} {}",
-                                 quote(layer), shape_to_string(expected), dtype_name(dy.dtype()),
-                                 shape_to_string(dy.shape())));
+                                 quote(layer), dtype_name(dtype), shape_to_string(expected),
+                                 dtype_name(dy.dtype()), shape_to_string(dy.shape())));
+  }
+}
+
+void check_input_dtype(std::string_view kind, const std::string& layer, DType input, DType compute) {
+  if (input != compute) {
+    throw ValueError(fmt::format("{} layer {} computes in {} (its weights' dtype), got an {} input; "
+                                 "layers do not cast: convert the input first",
+                                 kind, quote(layer), dtype_name(compute), dtype_name(input)));
   }
 }
 

@@ -14,13 +14,15 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "meshlayout/array/array.h"
 
 namespace meshlayout {
 
 /// `a` (L…, T…) summed over its leading dimensions → (T…) in `layout`, T… its last `trailing`
-/// dimensions. F32. Collective. ValueError naming the shape if trailing is not in [1, rank].
+/// dimensions. F32 or F64 (the sum in a's dtype). Collective. ValueError naming the shape if
+/// trailing is not in [1, rank].
 Array sum_over_leading(const Array& a, int trailing, const TensorLayout& layout);
 
 /// `a` as `shape` (same element count): a view of its shards where the layout allows
@@ -33,11 +35,18 @@ Array reshaped(Array&& a, const Shape& shape);
 /// `a` itself when it is laid out by `layout`, else its reshard kept in `storage`.
 const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional<Array>& storage);
 
-/// An F32 array of `shape` under `layout` filled with `value` (allocation agreed). Collective.
+/// An array of `shape` under `layout` filled with `value` (allocation agreed), F32 or F64.
+/// Collective.
 Array filled(const TensorLayout& layout, const Shape& shape, float value,
-             const std::shared_ptr<Runtime>& runtime);
+             const std::shared_ptr<Runtime>& runtime, DType dtype = DType::kF32);
 
-/// ValueError unless dy is F32 of `expected` shape, naming the layer, both shapes and dtypes.
-void check_output_gradient(const std::string& layer, const Array& dy, const Shape& expected);
+/// ValueError unless dy is `dtype` (the layer's compute dtype) of `expected` shape, naming the
+/// layer, both shapes and dtypes.
+void check_output_gradient(const std::string& layer, const Array& dy, const Shape& expected,
+                           DType dtype = DType::kF32);
+
+/// ValueError unless an input's dtype is the layer's compute dtype (its weights'): layers do not
+/// cast (floatx.h); "<kind> layer '<name>' computes in F64 (its weights' dtype), got an F32 input".
+void check_input_dtype(std::string_view kind, const std::string& layer, DType input, DType compute);
 
 }  // namespace meshlayout

@@ -17,6 +17,8 @@
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/distribution.h"
+#include "meshlayout/nn/floatx.h"
+#include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/nn/materialize.h"
 #include "meshlayout/ops/matmul.h"
 
@@ -103,7 +105,7 @@ void clear_session() {
   g_name_counts.clear();
 }
 
-Layer::Layer(std::string_view class_name, std::string name) : name_(std::move(name)) {
+Layer::Layer(std::string_view class_name, std::string name) : name_(std::move(name)), dtype_(floatx()) {
   if (!name_.empty()) {
     check_path_component(name_);
   } else if (!class_name.empty()) {
@@ -221,6 +223,7 @@ Tensor Layer::apply(const std::vector<Tensor>& inputs) {
 VariablePtr Layer::add_weight(VariableSpec spec, std::string attribute) {
   std::string attr = attribute.empty() ? spec.name : std::move(attribute);
   check_path_component(attr);
+  if (!spec.dtype) spec.dtype = dtype_;
   VariablePtr v;
   {
     // Keras add_weight: inside the layer's scope (a no-op in build(), where it is open).
@@ -283,37 +286,39 @@ Activation parse_activation(std::string_view name) {
 
 namespace {
 
-// Applies `activation` to y's local shards in place (softmax: y's last dimension is whole).
+// Applies `activation` to y's local shards in place (softmax: y's last dimension is whole), in
+// E: float (F32, as before F64 existed) or double (F64).
+template <typename E>
 void activate_in_place(Activation activation, Array& y) {
   const int64_t row = y.shape().empty() ? 1 : y.shape().back();
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
     Array::Shard& s = y.local_shards()[i];
-    float* p = reinterpret_cast<float*>(s.buffer.data());
+    E* p = reinterpret_cast<E*>(s.buffer.data());
     const int64_t n = s.box.num_elements();
     switch (activation) {
       case Activation::kRelu:
-        for (int64_t k = 0; k < n; ++k) p[k] = p[k] > 0 ? p[k] : 0.0f;
+        for (int64_t k = 0; k < n; ++k) p[k] = p[k] > 0 ? p[k] : E(0);
         break;
       case Activation::kTanh:
         for (int64_t k = 0; k < n; ++k) p[k] = std::tanh(p[k]);
         break;
       case Activation::kGelu:  // exact GELU, as keras.activations.gelu(approximate=False)
         for (int64_t k = 0; k < n; ++k) {
-          p[k] = static_cast<float>(0.5 * p[k] * (1.0 + std::erf(p[k] / std::sqrt(2.0))));
+          p[k] = static_cast<E>(0.5 * p[k] * (1.0 + std::erf(p[k] / std::sqrt(2.0))));
         }
         break;
       case Activation::kSoftmax:
         for (int64_t r = 0; row > 0 && r < n / row; ++r) {
-          float* v = p + r * row;
-          float m = v[0];
+          E* v = p + r * row;
+          E m = v[0];
           for (int64_t k = 1; k < row; ++k) m = std::max(m, v[k]);
           double sum = 0;
           for (int64_t k = 0; k < row; ++k) sum += (v[k] = std::exp(v[k] - m));
-          for (int64_t k = 0; k < row; ++k) v[k] = static_cast<float>(v[k] / sum);
+          for (int64_t k = 0; k < row; ++k) v[k] = static_cast<E>(v[k] / sum);
         }
         break;
-      case Activation::kSilu:  // x · sigmoid(x) in float, as keras-hub runs it (fp32)
-        for (int64_t k = 0; k < n; ++k) p[k] = p[k] / (1.0f + std::exp(-p[k]));
+      case Activation::kSilu:  // x · sigmoid(x) in E (float, as keras-hub runs it in fp32)
+        for (int64_t k = 0; k < n; ++k) p[k] = p[k] / (E(1) + std::exp(-p[k]));
         break;
       case Activation::kLinear:
         break;
@@ -321,9 +326,18 @@ void activate_in_place(Activation activation, Array& y) {
   });
 }
 
+void activate_in_place(Activation activation, Array& y) {
+  if (activation == Activation::kLinear) return;
+  if (y.dtype() == DType::kF32) {
+    activate_in_place<float>(activation, y);
+  } else {
+    activate_in_place<double>(activation, y);
+  }
+}
+
 void check_activation_dtype(Activation activation, const Array& x) {
-  if (activation != Activation::kLinear && x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("activations run on F32 tensors, got {}", dtype_name(x.dtype())));
+  if (activation != Activation::kLinear && x.dtype() != DType::kF32 && x.dtype() != DType::kF64) {
+    throw ValueError(fmt::format("activations run on F32 or F64 tensors, got {}", dtype_name(x.dtype())));
   }
 }
 
@@ -403,6 +417,7 @@ Array Dense::call(const Array& x) {
 
 Array Dense::pre_activation(const Array& x) const {
   const Array& kernel = kernel_->value();
+  check_input_dtype("Dense", name(), x.dtype(), kernel.dtype());
   std::optional<Array> moved;
   Array y = matmul(on_kernel_mesh(x, moved), kernel);
   if (bias_) {
@@ -413,10 +428,16 @@ Array Dense::pre_activation(const Array& x) const {
       const Array::Shard* bs = b.shard_at(s.position);
       const int64_t cols = s.box.shape.back();
       if (cols == 0) return;
-      float* p = reinterpret_cast<float*>(s.buffer.data());
-      const float* bias = reinterpret_cast<const float*>(bs->buffer.data());
-      for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
-        for (int64_t c = 0; c < cols; ++c) p[r * cols + c] += bias[c];
+      const auto add_bias = [&]<typename E>(E* p) {
+        const E* bias = reinterpret_cast<const E*>(bs->buffer.data());
+        for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
+          for (int64_t c = 0; c < cols; ++c) p[r * cols + c] += bias[c];
+        }
+      };
+      if (y.dtype() == DType::kF32) {
+        add_bias(reinterpret_cast<float*>(s.buffer.data()));
+      } else {
+        add_bias(reinterpret_cast<double*>(s.buffer.data()));
       }
     });
   }

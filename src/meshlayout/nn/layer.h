@@ -78,6 +78,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Layer& operator=(const Layer&) = delete;
 
   const std::string& name() const;
+  /// The dtype of the layer's floating weights and of its computation (Keras' dtype policy,
+  /// float32 or float64 here): floatx() when the layer was constructed (floatx.h).
+  DType dtype() const { return dtype_; }
   /// Keras 3 layer path ("sequential/d1", "my_model/dense"): the parent path recorded when the
   /// layer first opened its scope, then its name; the name until then.
   std::string path() const;
@@ -145,7 +148,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// attribute name (the object-path key: a weight "kernel" kept as `_weight` is keyed
   /// "<layer>._weight"); default: the variable name. The weight is lazy while a LayoutMap scope
   /// or a distribution is current on this thread, else materialised at once, replicated on a
-  /// one-device mesh (cpu:0).
+  /// one-device mesh (cpu:0). A spec without a dtype takes the layer's dtype().
   VariablePtr add_weight(VariableSpec spec, std::string attribute = "");
   void set_built() { built_ = true; }
   /// The layer's name scope (keras Layer._open_name_scope): records the parent path the first
@@ -171,6 +174,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
  private:
   mutable std::string name_;
+  DType dtype_;
   std::optional<std::string> parent_path_;
   bool built_ = false;
   std::vector<std::pair<std::string, VariablePtr>> weights_;
@@ -194,7 +198,8 @@ std::string to_snake_case(std::string_view class_name);
 /// Forgets automatic layer names (keras.backend.clear_session()).
 void clear_session();
 
-/// Activations, applied shard by shard (softmax first gathers its last dimension).
+/// Activations, applied shard by shard (softmax first gathers its last dimension), in x's dtype
+/// (F32 or F64; any dtype for linear).
 enum class Activation { kLinear, kRelu, kGelu, kTanh, kSoftmax, kSilu };
 Activation parse_activation(std::string_view name);
 /// A new array; x is unchanged.
@@ -206,7 +211,7 @@ Array apply_activation(Activation activation, Array&& x);
 /// (dy is brought to it). relu: dy·[z > 0]; gelu (exact, erf): dy·(Φ(z) + z·φ(z)); tanh:
 /// dy·(1 - tanh²z); silu: dy·σ(z)·(1 + z·(1 - σ(z))); softmax over the last dim (gathered if
 /// split, as the forward): y·(dy - Σ dy·y), the row sums in double; linear: dy. Collective.
-/// \error ValueError naming both if z and dy differ in shape or are not F32.
+/// \error ValueError naming both if z and dy differ in shape or dtype or are not F32 or F64.
 Array apply_activation_backward(Activation activation, const Array& z, const Array& dy);
 
 struct DenseOptions {
@@ -235,7 +240,8 @@ class Dense : public Layer {
   /// leading dimension in the bias's layout, where dz = dy through the activation (z = x·kernel
   /// + bias recomputed when the activation is not linear). Column- and row-parallel kernels
   /// run through matmul_backward's conjugate collectives. A non-trainable weight gets no
-  /// gradient. \error ValueError if dy is not F32 of the call's output shape.
+  /// gradient. \error ValueError if x or dy is not in the kernel's dtype, or dy not of the
+  /// call's output shape.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:

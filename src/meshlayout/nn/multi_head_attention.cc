@@ -22,7 +22,8 @@ void write_rows(const Array& rows, Array& cache, int64_t start) {
   cache.runtime().pool().parallel_for(cache.local_shards().size(), [&](size_t i) {
     Array::Shard& c = cache.local_shards()[i];
     const Array::Shard& r = *in.shard_at(c.position);
-    const int64_t row_bytes = num_elements({c.box.shape[2], c.box.shape[3]}) * 4;
+    const int64_t row_bytes =
+        num_elements({c.box.shape[2], c.box.shape[3]}) * static_cast<int64_t>(dtype_size(cache.dtype()));
     for (int64_t b = 0; b < c.box.shape[0]; ++b) {
       if (row_bytes == 0) continue;
       std::memcpy(c.buffer.data() + (b * max + start) * row_bytes, r.buffer.data() + b * t * row_bytes,
@@ -119,7 +120,8 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
     const TensorLayout q_layout({q.layout().axes()[0], None, q.layout().axes()[2], None}, q.mesh());
     const TensorLayout kv_layout =
         attention_kv_layout(q_layout, options_.num_heads, options_.num_key_value_heads);
-    if (!cache->key || !(cache->key->layout() == kv_layout) || cache->key->shape()[1] != max_length) {
+    if (!cache->key || !(cache->key->layout() == kv_layout) || cache->key->shape()[1] != max_length ||
+        cache->key->dtype() != k.dtype()) {
       if (start != 0) {
         throw ValueError(fmt::format("MultiHeadAttention layer {}: the cache was laid out as {} but "
                                      "this step needs {}", quote(name()),
@@ -127,8 +129,9 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
                                      kv_layout.to_string()));
       }
       const Shape shape{x.shape()[0], max_length, options_.num_key_value_heads, options_.key_dim};
-      cache->key.emplace(allocate_agreed(kv_layout, shape, DType::kF32, q.runtime_ptr()));
-      cache->value.emplace(allocate_agreed(kv_layout, shape, DType::kF32, q.runtime_ptr()));
+      // The cache holds k and v in the compute dtype (the layer's: F32 or F64).
+      cache->key.emplace(allocate_agreed(kv_layout, shape, k.dtype(), q.runtime_ptr()));
+      cache->value.emplace(allocate_agreed(kv_layout, shape, v.dtype(), q.runtime_ptr()));
     }
     write_rows(k, *cache->key, start);
     write_rows(v, *cache->value, start);
@@ -145,15 +148,17 @@ Array MultiHeadAttention::backward(const Array& x, const Array& dy, Gradients& g
                                               "its backward", quote(name())));
   }
   const int64_t features = query_->kernel()->shape()[0];
-  if (x.shape().size() != 3 || x.dtype() != DType::kF32 || x.shape()[2] != features) {
-    throw ValueError(fmt::format("backward of MultiHeadAttention layer {}: x must be F32 (batch, seq, {}), "
-                                 "got {} {}", quote(name()), features, dtype_name(x.dtype()),
-                                 shape_to_string(x.shape())));
+  const DType dtype = query_->kernel()->dtype();
+  if (x.shape().size() != 3 || x.dtype() != dtype || x.shape()[2] != features) {
+    throw ValueError(fmt::format("backward of MultiHeadAttention layer {}: x must be {} (batch, seq, {}), "
+                                 "got {} {}", quote(name()), dtype_name(dtype), features,
+                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
   }
-  if (dy.shape() != x.shape() || dy.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("backward of MultiHeadAttention layer {}: dy must be F32 of the output's "
-                                 "shape {}, got {} {}", quote(name()), shape_to_string(x.shape()),
-                                 dtype_name(dy.dtype()), shape_to_string(dy.shape())));
+  if (dy.shape() != x.shape() || dy.dtype() != dtype) {
+    throw ValueError(fmt::format("backward of MultiHeadAttention layer {}: dy must be {} of the output's "
+                                 "shape {}, got {} {}", quote(name()), dtype_name(dtype),
+                                 shape_to_string(x.shape()), dtype_name(dy.dtype()),
+                                 shape_to_string(dy.shape())));
   }
   NameScope scope = open_name_scope();
   // The forward again (attend without a cache), keeping what the backward needs.

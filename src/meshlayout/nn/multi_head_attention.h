@@ -78,8 +78,8 @@ class MultiHeadAttention : public Layer {
   /// sums over the head axes), RoPE and the three projections (EinsumDense::backward: kernel and
   /// bias gradients in their variables' layouts into `grads`). Returns dL/dx in x's layout: the
   /// sum of the three projections' input gradients. Collective.
-  /// \error FailedPreconditionError if not built; ValueError naming the shapes if x is not F32
-  ///   (batch, seq, features) of the built features or dy is not F32 of x's shape.
+  /// \error FailedPreconditionError if not built; ValueError naming the shapes if x is not of the
+  ///   layer's dtype (F32 or F64) and (batch, seq, features) of the built features, or dy not x's.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:

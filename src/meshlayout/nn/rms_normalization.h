@@ -9,7 +9,7 @@
 //
 // Example:
 //   auto norm = std::make_shared<RMSNormalization>(RMSNormalizationOptions{.epsilon = 1e-6});
-//   Tensor y = (*norm)(x);   // x F32 (batch, seq, d) → y, same shape
+//   Tensor y = (*norm)(x);   // x F32 (or F64 under floatx F64) (batch, seq, d) → y, same shape
 //   Array dx = norm->backward(x, dy, grads);   // grads.find(*norm->scale()): (d,)
 #pragma once
 
@@ -36,13 +36,15 @@ class RMSNormalization : public Layer {
   /// The backward of a call (Layer::backward), rows whole as the call: with r = rsqrt(mean(x²)
   /// + epsilon) per row, dx = r·(g·dy) - x·r³·Σ(g·dy·x)/n (row sums in double) in x's layout,
   /// d scale = Σ over every row of dy·x·r, summed across devices and processes into the
-  /// scale's layout. Collective. \error ValueError for x or dy not F32 of the built shape.
+  /// scale's layout. Collective. \error ValueError for x or dy not of the scale's dtype (F32 or
+  /// F64) and the built shape.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
   /// ValueError for a rank-0 input.
   void build(const Shape& input_shape) override;
-  /// ValueError if x is not F32 or its last dimension differs from the built one.
+  /// ValueError if x is not of the scale's dtype (F32 or F64: computed in it, no cast) or its
+  /// last dimension differs from the built one.
   Array call(const Array& x) override;
 
  private:

@@ -8,12 +8,14 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/name_scope.h"
 
 namespace meshlayout {
 
 Variable::Variable(VariableSpec spec) : spec_(std::move(spec)) {
   check_path_component(spec_.name);
+  if (!spec_.dtype) spec_.dtype = floatx();
   const std::string parent = current_path();
   path_ = parent.empty() ? spec_.name : parent + "/" + spec_.name;
   for (int64_t e : spec_.shape) {
@@ -103,7 +105,7 @@ void Variable::materialize(const TensorLayout& layout, std::shared_ptr<Runtime> 
   }
   // Checks rank, mesh and (strict) divisibility before any allocation.
   ShardGeometry check(layout, spec_.shape, GeometryOptions{.strict = strict}, describe());
-  Array a = Array::allocate(layout, spec_.shape, spec_.dtype, std::move(runtime),
+  Array a = Array::allocate(layout, spec_.shape, *spec_.dtype, std::move(runtime),
                             GeometryOptions{.strict = strict});
   const uint64_t key = variable_key(!path_.empty() ? path_ : object_path_.empty() ? spec_.name : object_path_);
   // Fill each distinct box once in this process; replicas of it copy the bytes (far cheaper
@@ -121,9 +123,9 @@ void Variable::materialize(const TensorLayout& layout, std::shared_ptr<Runtime> 
   a.runtime().pool().parallel_for(leaders.size(), [&](size_t k) {
     Array::Shard& s = shards[leaders[k]];
     if (spec_.segments.empty()) {
-      fill_box(spec_.initializer, spec_.shape, s.box, spec_.dtype, s.buffer.data(), key);
+      fill_box(spec_.initializer, spec_.shape, s.box, *spec_.dtype, s.buffer.data(), key);
     } else {
-      fill_segmented_box(spec_.segments, spec_.shape, s.box, spec_.dtype, s.buffer.data(), key);
+      fill_segmented_box(spec_.segments, spec_.shape, s.box, *spec_.dtype, s.buffer.data(), key);
     }
   });
   a.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
@@ -136,10 +138,10 @@ void Variable::materialize(const TensorLayout& layout, std::shared_ptr<Runtime> 
 
 void Variable::assign(const HostTensor& value) {
   const Array& current = this->value();
-  if (value.shape() != spec_.shape || value.dtype() != spec_.dtype) {
+  if (value.shape() != spec_.shape || value.dtype() != *spec_.dtype) {
     throw ValueError(fmt::format("cannot assign a {} tensor of shape {} to {} ({} {})",
                                  dtype_name(value.dtype()), shape_to_string(value.shape()),
-                                 describe(), dtype_name(spec_.dtype), shape_to_string(spec_.shape)));
+                                 describe(), dtype_name(*spec_.dtype), shape_to_string(spec_.shape)));
   }
   Array next = distribute_tensor(value, current.layout(), {.runtime = current.runtime_ptr()});
   value_.emplace(std::move(next));

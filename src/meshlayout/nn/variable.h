@@ -34,7 +34,9 @@ struct InitializerSegment {
 struct VariableSpec {
   std::string name;  // the attribute name inside its layer, e.g. "kernel"
   Shape shape;
-  DType dtype = DType::kF32;
+  /// Unset: the creating layer's dtype (Layer::add_weight), else floatx() (floatx.h), as a
+  /// Keras Variable without a dtype. Set it for non-float weights (counters, RNG state).
+  std::optional<DType> dtype;
   Initializer initializer = Initializer::zeros();
   bool trainable = true;
   /// Added to the layer's losses once the variable has a value.
@@ -57,7 +59,7 @@ class Variable {
 
   const std::string& name() const { return spec_.name; }
   const Shape& shape() const { return spec_.shape; }
-  DType dtype() const { return spec_.dtype; }
+  DType dtype() const { return *spec_.dtype; }
   bool trainable() const { return spec_.trainable; }
   /// Freezes or unfreezes the variable (LoRA freezes the kernel it adapts).
   void set_trainable(bool trainable) { spec_.trainable = trainable; }
