@@ -9,6 +9,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/nn/distribution.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/materialize.h"
 #include "meshlayout/ops/elementwise.h"
 #include "meshlayout/ops/matmul.h"
@@ -31,7 +32,7 @@ Array last_position(const Array& h) {
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& d = out.local_shards()[i];
     const Array::Shard& s = *src.shard_at(d.position);
-    const int64_t row = d.box.shape[2] * 4;
+    const int64_t row = d.box.shape[2] * static_cast<int64_t>(dtype_size(h.dtype()));
     for (int64_t b = 0; b < d.box.shape[0]; ++b) {
       if (row > 0) std::memcpy(d.buffer.data() + b * row, s.buffer.data() + (b * T + T - 1) * row, static_cast<size_t>(row));
     }
@@ -180,12 +181,16 @@ Array LlamaDecoderLayer::backward(const Array& x, const Array& dy, Gradients& gr
   return backward_saved(x, saved, dy, grads);
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules)
-    : config_(config), mesh_(*rules.device_mesh()) {
+LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules, const LlamaOptions& options)
+    : config_(config), dtype_(options.dtype), mesh_(*rules.device_mesh()) {
   config_.validate();
+  if (dtype_ != DType::kF32 && dtype_ != DType::kF64) {
+    throw ValueError(fmt::format("LlamaModel runs in F32 or F64, got dtype {}", dtype_name(dtype_)));
+  }
   distribution_ = std::make_shared<ModelParallel>(rules);
   {
     DistributionScope scope(distribution_);  // variables are lazy until every layout is known
+    FloatxScope floatx_scope(dtype_);         // every layer, and so every weight, in dtype_
     const Shape tokens{1, 1}, hidden{1, 1, config_.hidden_size};
     embedding_ = std::make_shared<ReversibleEmbedding>(config_.vocab_size, config_.hidden_size,
                                                        config_.tie_word_embeddings, "token_embedding");
@@ -311,14 +316,19 @@ GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t
   for (int64_t step = 0; step < options.max_new_tokens; ++step) {
     HostTensor next(DType::kI32, {B, 1});
     for (int64_t b = 0; b < B; ++b) {
-      const float* row = logits.data_as<float>() + b * c.vocab_size;
+      // The row in double (exactly, from F32 or F64 logits).
+      std::vector<double> row(static_cast<size_t>(c.vocab_size));
+      for (int64_t v = 0; v < c.vocab_size; ++v) {
+        row[static_cast<size_t>(v)] = logits.dtype() == DType::kF64 ? logits.data_as<double>()[b * c.vocab_size + v]
+                                                                     : logits.data_as<float>()[b * c.vocab_size + v];
+      }
       int64_t best = 0;
       double top = row[0];
       for (int64_t v = 1; v < c.vocab_size; ++v) {
-        if (row[v] > top) top = row[(best = v)];
+        if (row[static_cast<size_t>(v)] > top) top = row[static_cast<size_t>(best = v)];
       }
       double sum = 0;
-      for (int64_t v = 0; v < c.vocab_size; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
+      for (int64_t v = 0; v < c.vocab_size; ++v) sum += std::exp(row[static_cast<size_t>(v)] - top);
       const int32_t token = static_cast<int32_t>(best);
       next.data_as<int32_t>()[b] = token;
       result.tokens[static_cast<size_t>(b)].push_back(token);

@@ -21,6 +21,8 @@
 //   load_hf_llama(HfLlamaCheckpoint::open(dir), model.variables_by_path());
 //   Array logits = model.logits(tokens);                           // (batch, seq, vocab)
 //   GenerateResult r = generate(model, {{5, 17, 42}}, {.max_new_tokens = 8});
+//   LlamaModel f64(config, rules, {.dtype = DType::kF64});   // weights, activations, gradients,
+//                                                             // optimizer slots all in float64
 #pragma once
 
 #include <cstdint>
@@ -101,14 +103,23 @@ class LlamaDecoderLayer : public Layer {
   std::shared_ptr<Dense> gate_, up_, down_;
 };
 
+struct LlamaOptions {
+  /// The dtype of every weight and of the computation (forward, backward, loss, and so the
+  /// optimizer's slots): F32 or F64. The model's layers are built under a FloatxScope of it
+  /// (floatx.h), whatever floatx() is outside.
+  DType dtype = DType::kF32;
+};
+
 class LlamaModel {
  public:
   /// Builds every variable under `rules` (lazy, then materialised together: all layouts checked
   /// first). config.validate()'s ValueError for a bad config; ValueError naming the variable for
-  /// a rule that does not fit it.
-  LlamaModel(const LlamaConfig& config, const LayoutMap& rules);
+  /// a rule that does not fit it, or naming options.dtype unless it is F32 or F64.
+  LlamaModel(const LlamaConfig& config, const LayoutMap& rules, const LlamaOptions& options = {});
 
   const LlamaConfig& config() const { return config_; }
+  /// The weights' and the computation's dtype (LlamaOptions::dtype).
+  DType dtype() const { return dtype_; }
   const DeviceMesh& mesh() const { return mesh_; }
   /// The ModelParallel of the rules: its data layout splits a batch over the mesh's first axis.
   const Distribution& distribution() const { return *distribution_; }
@@ -136,6 +147,7 @@ class LlamaModel {
 
  private:
   LlamaConfig config_;
+  DType dtype_;
   DeviceMesh mesh_;
   std::shared_ptr<ModelParallel> distribution_;
   std::shared_ptr<ReversibleEmbedding> embedding_;

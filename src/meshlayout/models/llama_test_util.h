@@ -31,8 +31,13 @@ inline LayoutMap megatron_rules(const DeviceMesh& mesh) {
   return rules;
 }
 
+/// A variable's gathered value in double (F32 widened, F64 as is).
 inline Vec gathered(const std::map<std::string, Array*>& vars, const std::string& path) {
   const HostTensor t = vars.at(path)->gather();
+  if (t.dtype() == DType::kF64) {
+    const double* p = t.data_as<double>();
+    return Vec(p, p + num_elements(t.shape()));
+  }
   const float* p = t.data_as<float>();
   return Vec(p, p + num_elements(t.shape()));
 }

@@ -96,7 +96,7 @@ struct ReferenceLlama {
     }
   }
 
-  /// The model's gathered weights (float32 widened to float64).
+  /// The model's gathered weights (float32 widened to float64; float64 as they are).
   explicit ReferenceLlama(LlamaModel& model) : ReferenceLlama(model.config(), gathered_weights(model)) {}
 
   static Weights gathered_weights(LlamaModel& model) {

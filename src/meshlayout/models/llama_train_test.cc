@@ -1,7 +1,10 @@
 // Training a Llama sharded against the float64 reference (llama_train_reference.h): the
 // gradient of every weight, and ten optimizer steps' losses, on one device, keras-hub's 2-D
 // rules, Megatron's rules and pure data parallelism, MHA and GQA (2 KV heads on a 4-way axis),
-// tied and untied; the training data's checks.
+// tied and untied; the same in float64 (LlamaOptions::dtype = F64: weights, activations,
+// gradients and optimizer slots in double) to 1e-10 for the gradients and 1e-9 for ten steps'
+// losses, and the float64 logits and greedy decoding (key/value cache in F64); the training
+// data's checks.
 #include "meshlayout/models/llama_train.h"
 
 #include <gmock/gmock.h>
@@ -55,14 +58,35 @@ std::vector<int32_t> random_rows(int64_t rows, int64_t columns, int64_t vocab, u
   return out;
 }
 
+// ‖got − want‖ / ‖want‖, got F32 or F64.
 double relative_difference(const HostTensor& got, const Vec& want) {
-  const float* g = got.data_as<float>();
   double diff = 0, norm = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    diff += (g[i] - want[i]) * (g[i] - want[i]);
+    const double g = got.dtype() == DType::kF64 ? got.data_as<double>()[i] : got.data_as<float>()[i];
+    diff += (g - want[i]) * (g - want[i]);
     norm += want[i] * want[i];
   }
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+// Inputs and targets (row-major B × T) of `rows` (B × (T + 1)).
+std::pair<std::vector<int32_t>, std::vector<int32_t>> split_rows(const std::vector<int32_t>& rows, int64_t first,
+                                                                 int64_t B, int64_t T) {
+  std::vector<int32_t> inputs, targets;
+  for (int64_t b = first; b < first + B; ++b) {
+    inputs.insert(inputs.end(), rows.begin() + b * (T + 1), rows.begin() + b * (T + 1) + T);
+    targets.insert(targets.end(), rows.begin() + b * (T + 1) + 1, rows.begin() + (b + 1) * (T + 1));
+  }
+  return {inputs, targets};
+}
+
+// Learnable rows: each an arithmetic sequence (step 5 modulo the vocabulary) from a random start.
+std::vector<int32_t> learnable_rows(int64_t rows_count, int64_t T, int32_t vocab, uint64_t seed) {
+  std::vector<int32_t> rows = random_rows(rows_count, T + 1, vocab, seed);
+  for (int64_t r = 0; r < rows_count; ++r) {
+    for (int64_t t = 1; t <= T; ++t) rows[r * (T + 1) + t] = (rows[r * (T + 1)] + 5 * static_cast<int32_t>(t)) % vocab;
+  }
+  return rows;
 }
 
 class LlamaTrainTest : public ::testing::Test {
@@ -155,6 +179,108 @@ TEST_F(LlamaTrainTest, TenStepsGiveTheFloat64ReferencesLosses) {
       }
     }
   }
+}
+
+// Float64 end to end: the same model code in double gives the float64 reference's loss to
+// rounding (1e-12) and every gradient to 1e-10 on every layout, MHA and GQA, tied and untied.
+TEST_F(LlamaTrainTest, EveryGradientInFloat64MatchesTheReferenceWithin1e10OnEveryLayout) {
+  const int64_t B = 8, T = 5;
+  double worst = 0;
+  for (const LlamaConfig& config : {tiny(8, 2, true), tiny(4, 4, false)}) {
+    const auto [inputs, targets] = split_rows(random_rows(B, T + 1, config.vocab_size, 5), 0, B, T);
+    for (const Layouts& l : every_layout()) {
+      SCOPED_TRACE(l.what + (config.tie_word_embeddings ? ", GQA tied" : ", MHA untied"));
+      clear_session();
+      LlamaModel model(config, l.rules, {.dtype = DType::kF64});
+      EXPECT_EQ(model.dtype(), DType::kF64);
+      for (const VariablePtr& v : model.variables()) ASSERT_EQ(v->dtype(), DType::kF64) << v->path();
+      const auto [want_loss, want] = testing::ReferenceLlama(model).loss_and_gradients(inputs, targets, B, T);
+      const auto [x, y] = batch(model, inputs, targets, B, T);
+      Gradients grads;
+      const double loss = model.loss_and_gradients(x, y, grads);
+      EXPECT_NEAR(loss, want_loss, 1e-12 * want_loss);
+      EXPECT_NEAR(model.loss(x, y), want_loss, 1e-12 * want_loss);
+      ASSERT_EQ(grads.size(), want.size());
+      for (const VariablePtr& v : model.variables()) {
+        const Array* g = grads.find(*v);
+        ASSERT_NE(g, nullptr) << v->path();
+        EXPECT_EQ(g->layout(), v->value().layout()) << v->path();
+        EXPECT_EQ(g->dtype(), DType::kF64) << v->path();
+        const double d = relative_difference(g->gather(), want.at(v->path()));
+        EXPECT_LT(d, 1e-10) << v->path();
+        worst = std::max(worst, d);
+      }
+    }
+  }
+  std::printf("[ info     ] F64: largest relative gradient difference from the reference: %.3g\n", worst);
+}
+
+// Ten steps in float64 give the float64 reference's losses within 1e-9 (relative) on every
+// layout: AdamW with GQA (tied) and MHA (untied); Adam and SGD with momentum on keras-hub 2x4.
+TEST_F(LlamaTrainTest, TenStepsInFloat64GiveTheReferenceLossesWithin1e9) {
+  const int64_t B = 8, T = 6, steps = 10;
+  struct Run {
+    std::string optimizer;
+    OptimizerOptions options;
+  };
+  const Run runs[] = {{"adamw", {.learning_rate = 1e-2}}, {"adam", {.learning_rate = 1e-2}},
+                      {"sgd", {.learning_rate = 0.5, .momentum = 0.9}}};
+  const std::vector<Layouts> layouts = every_layout();
+  double worst = 0;
+  for (const LlamaConfig& config : {tiny(8, 2, true), tiny(4, 4, false)}) {
+    const std::vector<int32_t> rows = learnable_rows(B * steps, T, static_cast<int32_t>(config.vocab_size), 9);
+    for (size_t r = 0; r < std::size(runs); ++r) {
+      for (size_t li = 0; li < layouts.size(); ++li) {
+        if (r > 0 && (li != 1 || !config.tie_word_embeddings)) continue;  // other optimizers: one case
+        const Layouts& l = layouts[li];
+        SCOPED_TRACE(runs[r].optimizer + " on " + l.what + (config.tie_word_embeddings ? ", GQA tied" : ", MHA untied"));
+        clear_session();
+        LlamaModel model(config, l.rules, {.dtype = DType::kF64});
+        const std::vector<double> want =
+            testing::train_losses(testing::ReferenceLlama(model), rows, B * steps, T + 1, B, steps,
+                                  {.name = runs[r].optimizer, .options = runs[r].options});
+        auto optimizer = make_optimizer(runs[r].optimizer, runs[r].options);
+        for (int64_t step = 0; step < steps; ++step) {
+          const auto [inputs, targets] = split_rows(rows, step * B, B, T);
+          const auto [x, y] = batch(model, inputs, targets, B, T);
+          const double loss = llama_train_step(model, *optimizer, x, y);
+          const double w = want[static_cast<size_t>(step)];
+          EXPECT_NEAR(loss, w, 1e-9 * w) << "step " << step;
+          worst = std::max(worst, std::abs(loss - w) / w);
+        }
+        EXPECT_LT(want.back(), want.front());  // it learns
+        for (const VariablePtr& v : model.variables()) {
+          for (const VariablePtr& slot : optimizer->slots_of(*v)) {
+            EXPECT_EQ(slot->dtype(), DType::kF64) << slot->path();
+            EXPECT_EQ(slot->value().layout(), v->value().layout()) << slot->path();
+          }
+        }
+      }
+    }
+  }
+  std::printf("[ info     ] F64: largest relative loss difference over ten steps: %.3g\n", worst);
+}
+
+// Inference in float64: the logits equal the float64 formulas to 1e-12, greedy decoding (prefill
+// then one token per step, the key/value caches in F64) the reference's tokens.
+TEST_F(LlamaTrainTest, Float64LogitsAndGreedyDecodingMatchTheReference) {
+  const std::vector<Layouts> layouts = every_layout();
+  for (const size_t li : {size_t{0}, size_t{2}}) {
+    SCOPED_TRACE(layouts[li].what);
+    clear_session();
+    LlamaModel model(tiny(8, 2, true), layouts[li].rules, {.dtype = DType::kF64});
+    const std::vector<int32_t> tokens = random_rows(2, 5, 48, 3);
+    HostTensor t(DType::kI32, {2, 5});
+    std::copy(tokens.begin(), tokens.end(), t.data_as<int32_t>());
+    const HostTensor logits = model.logits(distribute_tensor(t, TensorLayout::replicated(2, model.mesh()))).gather();
+    ASSERT_EQ(logits.dtype(), DType::kF64);
+    EXPECT_LT(relative_difference(logits, testing::reference_llama_logits(model, tokens, 2, 5)), 1e-12);
+    const GenerateResult r = generate(model, {{3, 17, 42}}, {.max_new_tokens = 5});
+    EXPECT_EQ(r.tokens[0], testing::reference_greedy(model, {3, 17, 42}, 5));
+  }
+  EXPECT_TRUE(testing::HasSubstr(
+      testing::ValueErrorMessage([&] { LlamaModel(tiny(4, 4, false), layouts[0].rules, {.dtype = DType::kBF16}); }),
+      "LlamaModel runs in F32 or F64, got dtype BF16"));
 }
 
 // A step holds each device's shards of the weights, gradients and slots plus activations:
