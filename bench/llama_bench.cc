@@ -8,7 +8,9 @@
 // untied embeddings, its own random initial weights (159M parameters, 636 MB F32). One
 // generate() of a T-token prompt (default 128, batch 1) and N new tokens (default 16), R
 // times (default 3): prefill tokens/s = T / prefill time, decode tokens/s = (N-1) / decode
-// time (GenerateResult); the best run of each is reported.
+// time (GenerateResult); the best run of each is reported. Each repetition runs the baseline
+// right after the model (interleaved, so a busy phase of the machine hits both), and the
+// median of the per-repetition ratios is printed beside the ratio of the bests.
 //
 // Baseline (same cores, same decomposition): for every linear map of the model, the 8
 // per-device cblas_sgemm calls its Megatron shards imply — q, k, v, gate, up split by columns
@@ -73,56 +75,65 @@ std::vector<Gemm> per_device_gemms(const LlamaConfig& c) {
   return g;
 }
 
-struct Baseline {
-  double seconds = 0;
-  double flops = 0;
-};
-
-// Runs the per-device sgemms: `gemms` with m rows, then the reverse embedding with one row
-// (generate() computes the logits of the last position only); best of `reps`.
-Baseline run_baseline(const LlamaConfig& c, int m, int reps) {
-  openblas_set_num_threads(1);
-  const std::vector<Gemm> gemms = per_device_gemms(c);
-  const int d = static_cast<int>(c.hidden_size);
-  const int vocab_shard = static_cast<int>((c.vocab_size + kDevices - 1) / kDevices);
-  size_t max_b = static_cast<size_t>(d) * static_cast<size_t>(vocab_shard);
-  size_t max_a = 0, max_c = static_cast<size_t>(vocab_shard);
-  for (const Gemm& g : gemms) {
-    max_b = std::max(max_b, static_cast<size_t>(g.k) * static_cast<size_t>(g.n));
-    max_a = std::max(max_a, static_cast<size_t>(m) * static_cast<size_t>(g.k));
-    max_c = std::max(max_c, static_cast<size_t>(m) * static_cast<size_t>(g.n));
+// Every device's buffers for the baseline: one weight per gemm, as the model holds them.
+class Baseline {
+ public:
+  Baseline(const LlamaConfig& c, int max_m) : c_(c), gemms_(per_device_gemms(c)) {
+    const int d = static_cast<int>(c.hidden_size);
+    vocab_shard_ = static_cast<int>((c.vocab_size + kDevices - 1) / kDevices);
+    size_t max_a = 0, max_c = static_cast<size_t>(vocab_shard_);
+    for (const Gemm& g : gemms_) {
+      max_a = std::max(max_a, static_cast<size_t>(max_m) * static_cast<size_t>(g.k));
+      max_c = std::max(max_c, static_cast<size_t>(max_m) * static_cast<size_t>(g.n));
+    }
+    dev_.resize(kDevices);
+    default_runtime()->pool().parallel_for(kDevices, [&](size_t p) {
+      for (const Gemm& g : gemms_) dev_[p].weights.emplace_back(static_cast<size_t>(g.k) * g.n, 0.01f);
+      dev_[p].vocab.assign(static_cast<size_t>(d) * vocab_shard_, 0.01f);
+      dev_[p].a.assign(max_a, 0.5f);
+      dev_[p].out.assign(max_c, 0.0f);
+    });
   }
-  struct DeviceBuffers {
-    std::vector<std::vector<float>> weights;  // one per gemm, as the model holds them
-    std::vector<float> vocab, a, out;
-  };
-  std::vector<DeviceBuffers> dev(kDevices);
-  Runtime& rt = *default_runtime();
-  rt.pool().parallel_for(kDevices, [&](size_t p) {
-    for (const Gemm& g : gemms) dev[p].weights.emplace_back(static_cast<size_t>(g.k) * g.n, 0.01f);
-    dev[p].vocab.assign(static_cast<size_t>(d) * vocab_shard, 0.01f);
-    dev[p].a.assign(max_a, 0.5f);
-    dev[p].out.assign(max_c, 0.0f);
-  });
-  Baseline b;
-  for (const Gemm& g : gemms) b.flops += 2.0 * m * g.k * g.n * kDevices;
-  b.flops += 2.0 * d * vocab_shard * kDevices;
-  b.seconds = 1e300;
-  for (int r = 0; r < reps; ++r) {
-    b.seconds = std::min(b.seconds, seconds([&] {
-      rt.pool().parallel_for(kDevices, [&](size_t p) {
-        DeviceBuffers& x = dev[p];
-        for (size_t i = 0; i < gemms.size(); ++i) {
-          const Gemm& g = gemms[i];
+  /// FLOPs of one pass with m rows (the reverse embedding with one row).
+  double flops(int m) const {
+    double f = 2.0 * static_cast<double>(c_.hidden_size) * vocab_shard_ * kDevices;
+    for (const Gemm& g : gemms_) f += 2.0 * m * g.k * g.n * kDevices;
+    return f;
+  }
+  /// Seconds of one pass: the per-device sgemms with m rows, then the reverse embedding
+  /// with one row (generate() computes the logits of the last position only).
+  double run(int m) {
+    openblas_set_num_threads(1);
+    const int d = static_cast<int>(c_.hidden_size);
+    return seconds([&] {
+      default_runtime()->pool().parallel_for(kDevices, [&](size_t p) {
+        Buffers& x = dev_[p];
+        for (size_t i = 0; i < gemms_.size(); ++i) {
+          const Gemm& g = gemms_[i];
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, g.n, g.k, 1.0f, x.a.data(), g.k,
                       x.weights[i].data(), g.n, 0.0f, x.out.data(), g.n);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, vocab_shard, d, 1.0f, x.a.data(), d,
-                    x.vocab.data(), vocab_shard, 0.0f, x.out.data(), vocab_shard);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, vocab_shard_, d, 1.0f, x.a.data(), d,
+                    x.vocab.data(), vocab_shard_, 0.0f, x.out.data(), vocab_shard_);
       });
-    }));
+    });
   }
-  return b;
+
+ private:
+  struct Buffers {
+    std::vector<std::vector<float>> weights;
+    std::vector<float> vocab, a, out;
+  };
+  LlamaConfig c_;
+  std::vector<Gemm> gemms_;
+  int vocab_shard_ = 0;
+  std::vector<Buffers> dev_;
+};
+
+double best(std::vector<double> v) { return *std::min_element(v.begin(), v.end()); }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 int arg(int argc, char** argv, const std::string& name, int fallback) {
@@ -162,33 +173,48 @@ int main(int argc, char** argv) {
 
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   for (int i = 0; i < prompt_len; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % 32000;
-  double prefill = 1e300, decode = 1e300;
+  Baseline baseline(config, prompt_len);
+  // Each repetition runs the model and then the baseline, so a slower phase of a shared
+  // machine falls on both alike; best and median over the repetitions.
+  std::vector<double> prefill, decode, base_prefill, base_decode, prefill_ratios, decode_ratios;
   int64_t decode_tokens = 0;
   for (int r = 0; r < reps; ++r) {
     const GenerateResult g = generate(*model, {prompt}, {.max_new_tokens = new_tokens});
-    prefill = std::min(prefill, g.prefill_seconds);
-    decode = std::min(decode, g.decode_seconds);
     decode_tokens = g.decode_tokens;
-    fmt::print("  run {}: prefill {:.3f} s, decode {:.3f} s ({} tokens), first tokens {} {} {}\n", r,
-               g.prefill_seconds, g.decode_seconds, g.decode_tokens, g.tokens[0][0], g.tokens[0][1],
-               g.tokens[0][2]);
+    prefill.push_back(g.prefill_seconds);
+    base_prefill.push_back(baseline.run(prompt_len));
+    prefill_ratios.push_back(base_prefill.back() / prefill.back());
+    double bd = 1e300;
+    for (int i = 0; i < 5; ++i) bd = std::min(bd, baseline.run(1));
+    base_decode.push_back(bd);
+    if (decode_tokens > 0) {
+      decode.push_back(g.decode_seconds);
+      decode_ratios.push_back(bd / (g.decode_seconds / static_cast<double>(decode_tokens)));
+    }
+    fmt::print("  run {}: prefill {:.3f} s (baseline {:.3f} s, ratio {:.3f}), decode {:.3f} s ({} tokens), "
+               "first tokens {} {} {}\n",
+               r, g.prefill_seconds, base_prefill.back(), prefill_ratios.back(), g.decode_seconds,
+               g.decode_tokens, g.tokens[0][0], g.tokens[0][1], g.tokens[0][2]);
   }
-  const double prefill_tps = prompt_len / prefill;
-  const double decode_tps = static_cast<double>(decode_tokens) / decode;
-
-  const Baseline bp = run_baseline(config, prompt_len, reps);
-  const Baseline bd = run_baseline(config, 1, reps * 5);
-  const double prefill_ratio = bp.seconds / prefill;
-  const double decode_ratio = bd.seconds / (decode / static_cast<double>(decode_tokens));
+  const double prefill_tps = prompt_len / best(prefill);
+  const double decode_tps = decode.empty() ? 0.0 : static_cast<double>(decode_tokens) / best(decode);
+  const double prefill_ratio = best(base_prefill) / best(prefill);
+  const double decode_ratio =
+      decode.empty() ? 0.0 : best(base_decode) / (best(decode) / static_cast<double>(decode_tokens));
+  const double flops_p = baseline.flops(prompt_len), flops_d = baseline.flops(1);
   fmt::print("prefill ({} tokens): meshlayout {:.1f} tokens/s ({:.3f} s, {:.1f} GFLOP/s of the linear "
-             "maps); cblas_sgemm of the same per-device matmuls {:.3f} s ({:.1f} GFLOP/s); ratio {:.2f}\n",
-             prompt_len, prefill_tps, prefill, bp.flops / prefill / 1e9, bp.seconds, bp.flops / bp.seconds / 1e9,
-             prefill_ratio);
-  fmt::print("decode (1 token/step): meshlayout {:.1f} tokens/s ({:.2f} ms/token, {:.1f} GFLOP/s); "
-             "cblas_sgemm of the same per-device matmuls {:.2f} ms ({:.1f} GFLOP/s); ratio {:.2f}\n",
-             decode_tps, 1e3 * decode / static_cast<double>(decode_tokens),
-             bd.flops * static_cast<double>(decode_tokens) / decode / 1e9, 1e3 * bd.seconds,
-             bd.flops / bd.seconds / 1e9, decode_ratio);
+             "maps); cblas_sgemm of the same per-device matmuls {:.3f} s ({:.1f} GFLOP/s); ratio of the "
+             "bests {:.3f}, median of the per-run ratios {:.3f}\n",
+             prompt_len, prefill_tps, best(prefill), flops_p / best(prefill) / 1e9, best(base_prefill),
+             flops_p / best(base_prefill) / 1e9, prefill_ratio, median(prefill_ratios));
+  if (!decode.empty()) {
+    fmt::print("decode (1 token/step): meshlayout {:.1f} tokens/s ({:.2f} ms/token, {:.1f} GFLOP/s); "
+               "cblas_sgemm of the same per-device matmuls {:.2f} ms ({:.1f} GFLOP/s); ratio of the bests "
+               "{:.3f}, median of the per-run ratios {:.3f}\n",
+               decode_tps, 1e3 * best(decode) / static_cast<double>(decode_tokens),
+               flops_d * static_cast<double>(decode_tokens) / best(decode) / 1e9, 1e3 * best(base_decode),
+               flops_d / best(base_decode) / 1e9, decode_ratio, median(decode_ratios));
+  }
   fmt::print("RESULT prefill_tokens_per_s={:.2f} decode_tokens_per_s={:.2f} prefill_ratio={:.3f} "
              "decode_ratio={:.3f}\n",
              prefill_tps, decode_tps, prefill_ratio, decode_ratio);
