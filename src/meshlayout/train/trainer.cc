@@ -122,11 +122,24 @@ bool is_process_zero() { return default_runtime()->process_id() == 0; }
 Trainer::Trainer(std::shared_ptr<Model> model, CompileOptions options) : model_(std::move(model)) {
   if (!model_) throw ValueError("compile: the model is null");
   if (options.optimizer_instance) {
+    if (options.zero1) {
+      throw ValueError(fmt::format("compile: zero1 applies to a named optimizer; optimizer {} is already made: "
+                                   "construct it with shard_slots_over instead",
+                                   quote(options.optimizer_instance->name())));
+    }
     optimizer_ = std::move(options.optimizer_instance);
   } else if (options.optimizer.empty()) {
     throw ValueError(fmt::format("compile: an optimizer is required: a name ({}) or an Optimizer",
                                  repr_list(optimizer_names())));
   } else {
+    if (options.zero1) {
+      if (options.optimizer_options.shard_slots_over) {
+        throw ValueError(fmt::format("compile: zero1 (the batch axis) and optimizer_options.shard_slots_over={} "
+                                     "both choose the slots' axis; set one",
+                                     quote(*options.optimizer_options.shard_slots_over)));
+      }
+      options.optimizer_options.shard_slots_over = data_distribution()->batch_dim_name();
+    }
     optimizer_ = make_optimizer(options.optimizer, options.optimizer_options);
   }
   if (options.loss.empty()) {

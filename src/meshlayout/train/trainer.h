@@ -29,6 +29,7 @@
 // Example:
 //   auto model = std::make_shared<Sequential>(layers, SequentialOptions{.input_shape = Shape{4}});
 //   Trainer trainer = compile(model, {.optimizer = "adam", .loss = "mse"});
+//   (compile(model, {.optimizer = "adam", .loss = "mse", .zero1 = true}): ZeRO-1 slots)
 //   History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0});
 //   h.loss.size() == 3;
 //   double test_loss = trainer.evaluate(x, y, {.batch_size = 8});
@@ -56,6 +57,11 @@ struct CompileOptions {
   std::string optimizer;
   OptimizerOptions optimizer_options;
   std::shared_ptr<Optimizer> optimizer_instance;
+  /// ZeRO-1 (optimizer.h): the named optimizer's slots sharded further over the data
+  /// distribution's batch axis (data_distribution()->batch_dim_name(), resolved here), i.e.
+  /// optimizer_options.shard_slots_over set to it. ValueError with optimizer_instance or with
+  /// shard_slots_over also set; FailedPreconditionError when the model has no distribution yet.
+  bool zero1 = false;
   /// make_loss's name ("mse", "mean_squared_error", "sparse_categorical_crossentropy").
   std::string loss;
   LossOptions loss_options;
@@ -91,7 +97,7 @@ struct History {
 class Trainer {
  public:
   /// model.compile(optimizer, loss). ValueError for a null model, no optimizer, an unknown
-  /// optimizer or loss name (listing the valid ones).
+  /// optimizer or loss name (listing the valid ones), a zero1 request it cannot honour.
   Trainer(std::shared_ptr<Model> model, CompileOptions options);
 
   /// model.fit(x, y). Collective. ValueError (before any step) for batch_size < 1, epochs < 0,
