@@ -47,6 +47,14 @@ inline HostTensor to_f32(const Shape& shape, const std::vector<double>& v) {
   return t;
 }
 
+/// `v` as an F32 (rounded) or F64 (exact) host tensor.
+inline HostTensor to_dtype(const Shape& shape, const std::vector<double>& v, DType dtype) {
+  if (dtype == DType::kF32) return to_f32(shape, v);
+  HostTensor t(DType::kF64, shape);
+  std::copy(v.begin(), v.end(), t.data_as<double>());
+  return t;
+}
+
 /// Random values in [-1, 1) as float64 (exactly representable in float32).
 inline std::vector<double> random_values(const Shape& shape, uint64_t seed, double scale = 1.0) {
   std::vector<double> v = to_f64(HostTensor::random(DType::kF32, shape, seed));
@@ -54,9 +62,12 @@ inline std::vector<double> random_values(const Shape& shape, uint64_t seed, doub
   return v;
 }
 
-/// dL/d params[name] by central differences, L = Σ forward(params)·w.
+/// dL/d params[name] by central differences, L = Σ forward(params)·w: two points, or with
+/// `five_point` (L(θ−2h) − 8L(θ−h) + 8L(θ+h) − L(θ+2h)) / 12h, accurate to ~1e-12 with h ~ 1e-3
+/// (the float64 layers' checks).
 inline std::vector<double> numeric_gradient(const Forward& forward, Params params, const std::string& name,
-                                            const std::vector<double>& w, double h = 1e-5) {
+                                            const std::vector<double>& w, double h = 1e-5,
+                                            bool five_point = false) {
   std::vector<double>& theta = params.at(name);
   std::vector<double> out(theta.size());
   auto loss = [&] {
@@ -68,12 +79,13 @@ inline std::vector<double> numeric_gradient(const Forward& forward, Params param
   };
   for (size_t i = 0; i < theta.size(); ++i) {
     const double keep = theta[i];
-    theta[i] = keep + h;
-    const double up = loss();
-    theta[i] = keep - h;
-    const double down = loss();
+    const auto at = [&](double step) {
+      theta[i] = keep + step;
+      return loss();
+    };
+    out[i] = five_point ? (at(-2 * h) - 8 * at(-h) + 8 * at(h) - at(2 * h)) / (12 * h)
+                        : (at(h) - at(-h)) / (2 * h);
     theta[i] = keep;
-    out[i] = (up - down) / (2 * h);
   }
   return out;
 }
@@ -108,14 +120,21 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
 /// Each (variable, parameter name) of `weights` has a gradient in `grads`, in its variable's
 /// layout, equal (expect_close) to the numeric gradient of forward · w with respect to
 /// params[name].
+/// `f64`: the gradients must be F64, within 1e-10 of a five-point stencil (h = 1e-3).
 inline void expect_weight_gradients(const Gradients& grads,
                                     const std::vector<std::pair<VariablePtr, std::string>>& weights,
-                                    const Forward& forward, const Params& params, const std::vector<double>& w) {
+                                    const Forward& forward, const Params& params, const std::vector<double>& w,
+                                    bool f64 = false) {
   for (const auto& [v, name] : weights) {
     const Array* g = grads.find(*v);
     ASSERT_NE(g, nullptr) << name;
     EXPECT_EQ(g->layout(), v->value().layout()) << name;
-    expect_close(gathered_f64(*g), numeric_gradient(forward, params, name, w), "d " + name);
+    if (f64) {
+      EXPECT_EQ(g->dtype(), DType::kF64) << name;
+      expect_close(gathered_f64(*g), numeric_gradient(forward, params, name, w, 1e-3, true), "d " + name, 1e-10);
+    } else {
+      expect_close(gathered_f64(*g), numeric_gradient(forward, params, name, w), "d " + name);
+    }
   }
 }
 

@@ -4,6 +4,8 @@
 // with the batch on 'data': replicated, Megatron (q/k/v kernels column-parallel on heads, the
 // output kernel row-parallel), grouped KV heads aligned with the split and replicated over it
 // (2 KV heads on 4), keras-hub's 2-D kernels; dx and every weight's gradient, each in its layout.
+// In float64 (the layer built under FloatxScope F64: EinsumDense projections, RoPE, attention
+// and their backward in double) against a five-point stencil, to 1e-10.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +14,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/backward_test_util.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/model.h"
 #include "meshlayout/nn/multi_head_attention.h"
 #include "meshlayout/nn/nn_test_util.h"
@@ -97,16 +100,19 @@ struct MhaCase {
 
 class MultiHeadAttentionBackwardTest : public NnTest {
  protected:
-  void check(const MhaCase& c, uint64_t seed) {
+  void check(const MhaCase& c, uint64_t seed, DType dtype = DType::kF32) {
     const Dims& z = c.z;
-    SCOPED_TRACE(fmt::format("{}: B{} T{} d{} H{} Hkv{} D{} bias {} causal {} theta {}", c.what, z.B, z.T, z.d,
-                             z.H, z.Hkv, z.D, c.bias, c.causal, c.theta));
+    const bool f64 = dtype == DType::kF64;
+    const double tolerance = f64 ? 1e-10 : 1e-4;
+    SCOPED_TRACE(fmt::format("{}: B{} T{} d{} H{} Hkv{} D{} bias {} causal {} theta {} {}", c.what, z.B, z.T, z.d,
+                             z.H, z.Hkv, z.D, c.bias, c.causal, c.theta, dtype_name(dtype)));
     clear_session();
     LayoutMap rules(mesh_);
     for (const auto& [pattern, layout] : c.rules) rules[pattern] = layout;
     std::shared_ptr<MultiHeadAttention> attn;
     {
       LayoutMapScope scope = rules.scope();
+      FloatxScope floatx(dtype);
       Tensor in = Input({z.T, z.d}, z.B);
       attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
           .num_heads = z.H, .key_dim = z.D, .num_key_value_heads = z.Hkv, .use_bias = c.bias,
@@ -122,24 +128,31 @@ class MultiHeadAttentionBackwardTest : public NnTest {
     for (size_t i = 0; i < 4; ++i) {
       const auto& [n, layer] = dense[i];
       p["w" + n] = testing::random_values(layer->kernel()->shape(), seed + 1 + i);
-      layer->kernel()->assign(testing::to_f32(layer->kernel()->shape(), p["w" + n]));
+      layer->kernel()->assign(testing::to_dtype(layer->kernel()->shape(), p["w" + n], dtype));
       if (c.bias) {
         p["b" + n] = testing::random_values(layer->bias()->shape(), seed + 11 + i, 0.5);
-        layer->bias()->assign(testing::to_f32(layer->bias()->shape(), p["b" + n]));
+        layer->bias()->assign(testing::to_dtype(layer->bias()->shape(), p["b" + n], dtype));
       }
     }
     const std::vector<double> w = testing::random_values(x_shape, seed + 20);  // dL/dy
     const TensorLayout x_layout({"data", None, None}, mesh_);
-    const Array x = distribute_tensor(testing::to_f32(x_shape, p["x"]), x_layout);
-    const Array dy = distribute_tensor(testing::to_f32(x_shape, w), x_layout);
+    const Array x = distribute_tensor(testing::to_dtype(x_shape, p["x"], dtype), x_layout);
+    const Array dy = distribute_tensor(testing::to_dtype(x_shape, w, dtype), x_layout);
+    // F32: central differences; F64: a five-point stencil (~1e-12).
+    const auto numeric = [&](const auto& fwd, const Params& params, const std::string& name) {
+      return f64 ? numeric_gradient(fwd, params, name, w, 1e-3, true) : numeric_gradient(fwd, params, name, w);
+    };
     const auto forward = [&](const Params& q) { return ref_forward(q, z, c.bias, c.theta, c.causal); };
     // The forward itself first: the reference must describe the layer.
-    expect_close(gathered_f64(attn->call_on(x)), forward(p), "forward", 1e-5);
+    const Array y = attn->call_on(x);
+    EXPECT_EQ(y.dtype(), dtype);
+    expect_close(gathered_f64(y), forward(p), "forward", f64 ? 1e-13 : 1e-5);
 
     Gradients grads;
     const Array dx = attn->backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x_layout);
-    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w), "dx");
+    EXPECT_EQ(dx.dtype(), dtype);
+    expect_close(gathered_f64(dx), numeric(forward, p, "x"), "dx", tolerance);
     EXPECT_EQ(grads.size(), c.bias ? 8u : 4u);
     for (const auto& [n, layer] : dense) {
       for (const auto& [key, var] : {std::pair{"w" + n, layer->kernel()}, std::pair{"b" + n, layer->bias()}}) {
@@ -147,7 +160,8 @@ class MultiHeadAttentionBackwardTest : public NnTest {
         const Array* g = grads.find(*var);
         ASSERT_NE(g, nullptr) << var->path();
         EXPECT_EQ(g->layout(), var->value().layout()) << var->path();
-        const std::vector<double> want = numeric_gradient(forward, p, key, w);
+        EXPECT_EQ(g->dtype(), dtype) << var->path();
+        const std::vector<double> want = numeric(forward, p, key);
         if (key == "bk" && c.theta == 0) {
           // Without RoPE a key bias adds q·b to every score of a row: the softmax ignores it.
           for (size_t i = 0; i < want.size(); ++i) {
@@ -156,7 +170,7 @@ class MultiHeadAttentionBackwardTest : public NnTest {
           }
           continue;
         }
-        expect_close(gathered_f64(*g), want, var->path());
+        expect_close(gathered_f64(*g), want, var->path(), tolerance);
       }
     }
   }
@@ -184,6 +198,18 @@ TEST_F(MultiHeadAttentionBackwardTest, GradientsMatchFiniteDifferencesOnEveryLay
   for (const MhaCase& c : cases) check(c, seed += 50);
   std::printf("[ info     ] max relative error against central differences: %.3g\n",
               testing::max_relative_error_seen());
+}
+
+TEST_F(MultiHeadAttentionBackwardTest, GradientsInFloat64MatchAFivePointStencil) {
+  const MhaCase cases[] = {
+      {{2, 5, 8, 4, 2, 4}, true, true, 100.0, megatron(), "Megatron, 2 KV heads on 4, biases"},
+      {{2, 5, 8, 8, 4, 4}, true, false, 100.0, megatron(), "Megatron GQA aligned, not causal"},
+      {{2, 5, 8, 4, 2, 4}, true, true, 100.0,
+       {{"query.kernel|key.kernel|value.kernel", TensorLayout({"model", "data", None})},
+        {"attention_output.kernel", TensorLayout({"data", None, "model"})}}, "keras-hub 2-D kernels"},
+  };
+  uint64_t seed = 700;
+  for (const MhaCase& c : cases) check(c, seed += 50, DType::kF64);
 }
 
 TEST_F(MultiHeadAttentionBackwardTest, ErrorsNameTheLayerAndShapes) {

@@ -1,13 +1,15 @@
 // RMSNormalization::backward and LayerNormalization::backward against float64 central
 // differences of float64 references written from the formulas, with x replicated, batch-split,
 // split on its last dimension (rows gathered, as the call) and 2-D, and the weights replicated
-// or split; d scale / gamma / beta summed over every row into the weight's layout.
+// or split; d scale / gamma / beta summed over every row into the weight's layout. RMSNormalization
+// also in float64 (built under FloatxScope F64) against a five-point stencil, to 1e-10.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/backward_test_util.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/layer_normalization.h"
 #include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/nn/rms_normalization.h"
@@ -64,23 +66,28 @@ class NormalizationBackwardTest : public NnTest {
   }
 
   // Checks dx and each weight's gradient; x (2, 3, 8) with an offset so the mean matters.
+  // In F64 (the layer built in F64): y to 1e-13, gradients to 1e-10 of a five-point stencil.
   void check(Layer& layer, const TensorLayout& x_layout, const std::vector<std::pair<VariablePtr, std::string>>& weights,
-             const std::function<std::vector<double>(const Params&)>& forward) {
+             const std::function<std::vector<double>(const Params&)>& forward, DType dtype = DType::kF32) {
+    const bool f64 = dtype == DType::kF64;
     const Shape shape{2, 3, kFeatures};
     std::vector<double> xv = testing::random_values(shape, 61);
     for (double& v : xv) v = static_cast<float>(v + 0.3);
-    const Array x = distribute_tensor(testing::to_f32(shape, xv), x_layout);
+    const Array x = distribute_tensor(testing::to_dtype(shape, xv, dtype), x_layout);
     const Array y = layer.call_on(x);
+    EXPECT_EQ(y.dtype(), dtype);
     Params p{{"x", xv}};
     for (const auto& [v, name] : weights) p[name] = gathered_f64(v->value());
-    expect_close(gathered_f64(y), forward(p), "forward y");
+    expect_close(gathered_f64(y), forward(p), "forward y", f64 ? 1e-13 : 1e-4);
     const std::vector<double> w = testing::random_values(shape, 62);
-    const Array dy = distribute_tensor(testing::to_f32(shape, w), y.layout());
+    const Array dy = distribute_tensor(testing::to_dtype(shape, w, dtype), y.layout());
     Gradients grads;
     const Array dx = layer.backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
-    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w), "dx");
-    testing::expect_weight_gradients(grads, weights, forward, p, w);
+    EXPECT_EQ(dx.dtype(), dtype);
+    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64), "dx",
+                 f64 ? 1e-10 : 1e-4);
+    testing::expect_weight_gradients(grads, weights, forward, p, w, f64);
   }
 };
 
@@ -92,6 +99,23 @@ TEST_F(NormalizationBackwardTest, RmsNormalization) {
         .scale_layout = w_layout});
     norm->maybe_build({2, 3, kFeatures});
     check(*norm, x_layout, {{norm->scale(), "scale"}}, [](const Params& q) { return rms_reference(q, 1e-5); });
+  }
+}
+
+TEST_F(NormalizationBackwardTest, RmsNormalizationInFloat64) {
+  for (const auto& [x_layout, w_layout] : cases()) {
+    SCOPED_TRACE("x " + x_layout.to_string() + " scale " + w_layout.to_string());
+    std::shared_ptr<RMSNormalization> norm;
+    {
+      FloatxScope f64(DType::kF64);
+      norm = std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+          .epsilon = 1e-5, .scale_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 9}),
+          .scale_layout = w_layout});
+    }
+    norm->maybe_build({2, 3, kFeatures});
+    ASSERT_EQ(norm->scale()->dtype(), DType::kF64);
+    check(*norm, x_layout, {{norm->scale(), "scale"}}, [](const Params& q) { return rms_reference(q, 1e-5); },
+          DType::kF64);
   }
 }
 
