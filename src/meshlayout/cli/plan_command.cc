@@ -19,6 +19,14 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   // An unknown optimizer is refused before anything is read.
   std::unique_ptr<Optimizer> optimizer;
   if (options.optimizer) optimizer = make_optimizer(*options.optimizer);
+  if ((options.zero1 || options.shard_slots_over) && !optimizer) {
+    throw ValueError(fmt::format("{} shards optimizer slots: give --optimizer (sgd, adam, adamw) too",
+                                 options.zero1 ? "--zero1" : "--shard-slots-over"));
+  }
+  if (options.zero1 && options.shard_slots_over) {
+    throw ValueError(fmt::format("--zero1 (the data axis) and --shard-slots-over {} both choose the axis; give one",
+                                 quote(*options.shard_slots_over)));
+  }
   RulesFile rules = load_rules_file(options.rules_path);
   if (options.mesh) rules.mesh = DeviceMesh::from_string(*options.mesh);
   if (!rules.mesh) {
@@ -26,6 +34,12 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
         "no mesh to plan on: rules file {} has no \"mesh\" and no --mesh was given; give one, "
         "for example --mesh data=2,model=4",
         quote(options.rules_path)));
+  }
+  if (optimizer && (options.zero1 || options.shard_slots_over)) {
+    // ZeRO-1: over the data axis, the first of the mesh (ModelParallel's batch_dim_name).
+    optimizer = make_optimizer(*options.optimizer,
+                               {.shard_slots_over = options.shard_slots_over.value_or(rules.mesh->axis_names().front())});
+    optimizer->check_shard_slots_over(*rules.mesh);
   }
   std::optional<MatchMode> mode;
   if (options.mode) mode = parse_match_mode(*options.mode);
@@ -77,6 +91,11 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--optimizer", options->optimizer,
                   "also show what training with this optimizer (sgd, adam, adamw) holds per device: "
                   "weights, gradients and optimizer slots, in float32");
+  cmd->add_flag("--zero1", options->zero1,
+                "with --optimizer: ZeRO-1, each optimizer slot sharded further over the data axis (the mesh's "
+                "first axis), so a device holds 1/data-size of the slots of data-replicated weights");
+  cmd->add_option("--shard-slots-over", options->shard_slots_over,
+                  "with --optimizer: ZeRO-1 over this mesh axis instead of the first");
   cmd->add_option("--replicated-warn-bytes", *warn_bytes,
                   "warn about tensors of at least this size that no rule matches (each device "
                   "holds all of them); 0 turns the warning off. Default 16MiB");

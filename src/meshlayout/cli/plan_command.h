@@ -3,7 +3,7 @@
 //
 //   meshlayout plan model.safetensors --rules rules.json [--mesh data=2,model=4]
 //       [--mode search|fullmatch|first] [--json] [--strict] [--replicated-warn-bytes 16MiB]
-//       [--optimizer sgd|adam|adamw]
+//       [--optimizer sgd|adam|adamw [--zero1 | --shard-slots-over AXIS]]
 //
 // FILE is a .safetensors file, a *.safetensors.index.json or a directory holding either.
 // The mesh is --mesh if given, else the rules file's "mesh"; neither is an error. The mesh
@@ -24,7 +24,10 @@
 //               "device_bytes_sum", "device_bytes_max"},
 //    "warnings": [{"kind", "tensor"?, "rule"?, "message"}], "errors": [same]}
 // With --optimizer, the training footprint per device follows (training_plan.h): weights,
-// gradients and optimizer slots in float32; in JSON under "training".
+// gradients and optimizer slots in float32; in JSON under "training". --zero1 plans ZeRO-1:
+// slots sharded further over the data axis (the mesh's first axis, ModelParallel's default
+// batch_dim_name); --shard-slots-over AXIS over another axis (optimizer.h's zero1_slot_layout).
+// The text says "ZeRO-1 on" with the axis; JSON has "training"."zero1": {"axis", "axis_size"}.
 // ("rule", "pattern" and "layout" are null for a tensor no rule matches; a tensor that cannot
 // be placed has no shard fields and has "error".)
 //
@@ -54,6 +57,8 @@ struct PlanCommandOptions {
   bool strict = false;
   uint64_t replicated_warn_bytes = kDefaultReplicatedWarnBytes;
   std::optional<std::string> optimizer;  // also plan training with this optimizer
+  bool zero1 = false;                    // ZeRO-1 over the mesh's first (data) axis
+  std::optional<std::string> shard_slots_over;  // ZeRO-1 over this axis
 };
 
 /// Exit code when the plan was printed but has errors.

@@ -119,11 +119,20 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
                          fmt::format("--batch-size={}", options.batch_size), fmt::format("--steps={}", options.steps),
                          fmt::format("--optimizer={}", options.optimizer),
                          fmt::format("--learning-rate={}", optimizer->learning_rate()),
+                         fmt::format("--zero1={}", options.zero1),
                          fmt::format("--save={}", options.save_dir), fmt::format("--json={}", options.json),
                          fmt::format("local devices per process={}", runtime->local_device_count())}));
   }
 
   LlamaModel model(config, *setup.rules);
+  if (options.zero1) {
+    // ZeRO-1 over the batch axis, known once the model has its distribution.
+    OptimizerOptions optimizer_options;
+    optimizer_options.learning_rate = options.learning_rate;
+    optimizer_options.weight_decay = options.weight_decay;
+    optimizer_options.shard_slots_over = model.distribution().batch_dim_name();
+    optimizer = make_optimizer(options.optimizer, optimizer_options);
+  }
   const HfLoadReport load = load_hf_llama(*setup.checkpoint, model.variables_by_path());
   const std::vector<VariablePtr> variables = model.variables();
   const bool resumed = resume_optimizer(options.model_dir, *optimizer, variables);
@@ -143,8 +152,11 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
     log << fmt::format("loaded {} tensors ({} read by process 0)\n", load.tensors_loaded, format_bytes(load.bytes_read));
     log << fmt::format("data: {} ({} rows of {} positions); batch {}, {} steps\n", quote(options.data_path),
                        data->rows(), data->sequence_length(), options.batch_size, options.steps);
-    log << fmt::format("optimizer: {} (learning rate {}{}){}\n", optimizer->name(), optimizer->learning_rate(),
+    log << fmt::format("optimizer: {} (learning rate {}{}{}){}\n", optimizer->name(), optimizer->learning_rate(),
                        optimizer->weight_decay() ? fmt::format(", weight decay {}", *optimizer->weight_decay()) : "",
+                       optimizer->shard_slots_over()
+                           ? fmt::format("; ZeRO-1: slots sharded over {}", quote(*optimizer->shard_slots_over()))
+                           : "",
                        resumed ? fmt::format("; resumed at iteration {}", optimizer->iterations()) : "");
   }
   LlamaTrainOptions train_options{.batch_size = options.batch_size, .steps = options.steps,
@@ -200,6 +212,9 @@ void add_train_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--optimizer", o->optimizer, "sgd, adam or adamw (Keras 3 defaults)")->default_str("adamw");
   cmd->add_option("--learning-rate", o->learning_rate, "default: the optimizer's (sgd 0.01, adam/adamw 0.001)");
   cmd->add_option("--weight-decay", o->weight_decay, "decoupled weight decay; default: adamw 0.004, others none");
+  cmd->add_flag("--zero1", o->zero1,
+                "ZeRO-1: shard each optimizer slot further over the batch axis (1/batch-size of the slots per "
+                "device; same updates; saved state resumes with or without it)");
   cmd->add_option("--save", o->save_dir,
                   "new or empty directory: writes config.json, model.safetensors and optimizer.safetensors");
   cmd->add_flag("--json", o->json, "print one JSON object per step: {\"step\", \"loss\"}");

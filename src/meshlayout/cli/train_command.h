@@ -5,7 +5,7 @@
 //
 //   meshlayout train --model DIR --data FILE --batch-size B --steps N
 //       [--rules FILE] [--mesh SPEC] [--optimizer adamw] [--learning-rate 1e-3]
-//       [--weight-decay 0.004] [--save DIR] [--json]
+//       [--weight-decay 0.004] [--zero1] [--save DIR] [--json]
 //
 // FILE holds one I32 tensor `tokens` (rows, seq + 1); step k uses rows [k·B, (k+1)·B), inputs
 // tokens[:, :-1], targets tokens[:, 1:]; the loss is the mean sparse categorical cross-entropy
@@ -17,6 +17,10 @@
 // directory as --model with the same --optimizer, training resumes: the optimizer's state is
 // loaded into its slots in the current layouts (any mesh or process count) and step numbering
 // and rows continue from its iteration.
+// --zero1: ZeRO-1, each optimizer slot sharded further over the distribution's batch axis
+// (optimizer.h's shard_slots_over): the same updates with 1/batch-size of the slots of
+// batch-replicated weights per device. Slots keep their Keras paths, so a state saved with
+// --zero1 resumes without it and vice versa.
 //
 // Example:
 //   TrainCommandOptions o{.model_dir = dir, .data_path = "tokens.safetensors", .batch_size = 4,
@@ -42,6 +46,7 @@ struct TrainCommandOptions {
   std::string optimizer = "adamw";
   std::optional<double> learning_rate;  // the optimizer's default when unset
   std::optional<double> weight_decay;   // the optimizer's default when unset
+  bool zero1 = false;                   // slots sharded further over the batch axis (ZeRO-1)
   std::string save_dir;                 // empty: nothing saved
   bool json = false;
 };

@@ -1,7 +1,8 @@
 // `meshlayout train` on a tiny random Llama: the JSON lines give train_llama's losses on a
 // replicated model, the same losses under the Megatron and keras-hub rules files; --save then
 // --model of the saved directory continues the run exactly (steps, rows and optimizer state);
-// and each refusal.
+// --zero1 gives the same losses bit for bit, and its saved state resumes without --zero1 and
+// vice versa; and each refusal.
 #include "meshlayout/cli/train_command.h"
 
 #include <gmock/gmock.h>
@@ -110,6 +111,45 @@ TEST_F(TrainCommandTest, SavedRunsResumeOnAnotherMeshAndContinueTheTrajectory) {
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("holds the state of another optimizer than --optimizer 'SGD'"));
   }
+}
+
+TEST_F(TrainCommandTest, Zero1TrainsTheSameAndItsStateResumesEitherWay) {
+  const TrainCommandOptions base{.model_dir = model(), .data_path = data(),
+                                 .rules_path = kRulesDir + "llama_megatron.json", .mesh = "batch=2,model=4",
+                                 .batch_size = 4, .steps = 6, .optimizer = "adamw"};
+  const auto whole = run_json(base);
+  ASSERT_EQ(whole.size(), 6u);
+  clear_session();
+  TrainCommandOptions zero = base;
+  zero.zero1 = true;
+  EXPECT_EQ(run_json(zero), whole);  // the same per-element arithmetic: bit for bit
+  for (const bool save_with_zero1 : {true, false}) {
+    SCOPED_TRACE(save_with_zero1 ? "saved with --zero1, resumed without" : "saved without, resumed with --zero1");
+    const std::string saved = (dir_ / (save_with_zero1 ? "saved_zero1" : "saved_plain")).string();
+    clear_session();
+    TrainCommandOptions first = base;
+    first.steps = 3;
+    first.zero1 = save_with_zero1;
+    first.save_dir = saved;
+    const auto head = run_json(first);
+    clear_session();
+    TrainCommandOptions rest = base;
+    rest.model_dir = saved;
+    rest.steps = 3;
+    rest.zero1 = !save_with_zero1;
+    const auto tail = run_json(rest);
+    ASSERT_EQ(head.size(), 3u);
+    ASSERT_EQ(tail.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(head[i], whole[i]);
+      EXPECT_EQ(tail[i], whole[i + 3]);  // iteration, rows and slots all restored
+    }
+  }
+  clear_session();
+  std::ostringstream out;
+  zero.steps = 1;
+  EXPECT_EQ(run_train(zero, out), 0);
+  EXPECT_THAT(out.str(), HasSubstr("; ZeRO-1: slots sharded over 'batch')"));
 }
 
 TEST_F(TrainCommandTest, TextReportGivesLossesRateAndMemory) {

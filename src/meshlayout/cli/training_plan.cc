@@ -12,7 +12,9 @@
 namespace meshlayout::cli {
 
 TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map, const Optimizer& optimizer) {
-  TrainingPlan out{.optimizer = optimizer.name(), .slot_names = optimizer.slot_names()};
+  optimizer.check_shard_slots_over(plan.mesh);
+  TrainingPlan out{.optimizer = optimizer.name(), .slot_names = optimizer.slot_names(),
+                   .zero1_axis = optimizer.shard_slots_over()};
   out.devices.resize(static_cast<size_t>(plan.mesh.size()));
   std::vector<SlotFootprint> footprints;
   for (const PlannedTensor& t : plan.tensors) {
@@ -42,6 +44,10 @@ std::string render_training_text(const TrainingPlan& training, const DeviceMesh&
       "\ntraining with {} ({} tensors as float32; slots per variable: {}; activations not counted):\n",
       training.optimizer, training.trained_tensors,
       training.slot_names.empty() ? std::string("none") : fmt::format("{}", fmt::join(training.slot_names, ", ")));
+  if (training.zero1_axis) {
+    out += fmt::format("ZeRO-1 on: each slot sharded further over axis '{}' ({} ways)\n", *training.zero1_axis,
+                       mesh.axis_size(*training.zero1_axis));
+  }
   size_t width = 6;
   for (const std::string& d : mesh.devices()) width = std::max(width, d.size());
   out += fmt::format("  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", "device", width, "weights", "gradients", "slots",
@@ -66,8 +72,12 @@ nlohmann::json training_json(const TrainingPlan& training, const DeviceMesh& mes
     devices.push_back({{"device", mesh.devices()[p]}, {"weights", d.weights}, {"gradients", d.gradients},
                        {"slots", d.slots}, {"total", d.total()}});
   }
+  nlohmann::json zero1 = nullptr;
+  if (training.zero1_axis) {
+    zero1 = {{"axis", *training.zero1_axis}, {"axis_size", mesh.axis_size(*training.zero1_axis)}};
+  }
   return {{"optimizer", training.optimizer}, {"slot_names", training.slot_names},
-          {"tensors", training.trained_tensors}, {"devices", devices}};
+          {"tensors", training.trained_tensors}, {"zero1", zero1}, {"devices", devices}};
 }
 
 }  // namespace meshlayout::cli
