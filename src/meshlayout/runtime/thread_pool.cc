@@ -1,11 +1,29 @@
 #include "meshlayout/runtime/thread_pool.h"
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <exception>
 #include <memory>
 
 namespace meshlayout {
+namespace {
+
+// How long an idle thread polls before it blocks (see thread_pool.h).
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+// Polls `ready` for up to kSpin, yielding between polls; true once it holds.
+template <typename Ready>
+bool poll_for(const Ready& ready) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  do {
+    if (ready()) return true;
+    std::this_thread::yield();
+  } while (std::chrono::steady_clock::now() < until);
+  return ready();
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
@@ -15,7 +33,7 @@ ThreadPool::ThreadPool(size_t threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   cv_.notify_all();
   for (std::thread& t : workers_) t.join();
@@ -24,12 +42,14 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker_loop() {
   while (true) {
     std::function<void()> task;
+    poll_for([this] { return stop_.load(std::memory_order_relaxed) || queued_.load(std::memory_order_acquire) > 0; });
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock, [this] { return stop_.load() || !queue_.empty(); });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_relaxed);
     }
     task();
   }
@@ -53,7 +73,7 @@ void ThreadPool::parallel_for_after(const std::function<void()>& first, size_t n
     std::atomic<size_t> next{0};
     std::mutex mu;
     std::condition_variable done_cv;
-    size_t completed = 0;
+    std::atomic<size_t> completed{0};
     std::exception_ptr error;
   };
   auto state = std::make_shared<State>();
@@ -77,6 +97,7 @@ void ThreadPool::parallel_for_after(const std::function<void()>& first, size_t n
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t h = 0; h < helpers; ++h) queue_.emplace_back(drain);
+    queued_.store(queue_.size(), std::memory_order_release);
   }
   cv_.notify_all();
   std::exception_ptr first_error;
@@ -88,6 +109,7 @@ void ThreadPool::parallel_for_after(const std::function<void()>& first, size_t n
     }
   }
   drain();
+  poll_for([&] { return state->completed.load(std::memory_order_acquire) == n; });
   std::unique_lock<std::mutex> lock(state->mu);
   state->done_cv.wait(lock, [&] { return state->completed == n; });
   if (first_error) std::rethrow_exception(first_error);

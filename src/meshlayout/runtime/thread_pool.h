@@ -1,11 +1,18 @@
 // thread_pool.h — a fixed pool of worker threads, sized to the cores, that runs the work of
 // different devices in parallel.
 //
+// A sharded model calls parallel_for once per op, a few hundred times per forward pass, with
+// items of 10 us to a few ms. Waking a sleeping worker through the condition variable costs
+// tens of microseconds, so an idle worker first polls for new work for a short while
+// (kSpinMicroseconds, yielding the core to any other runnable thread on each poll) before it
+// sleeps, and the caller polls the same way for the last items to finish.
+//
 // Example:
 //   ThreadPool pool;                                  // hardware_concurrency() threads
 //   pool.parallel_for(8, [&](size_t device) { fill(device); });   // blocks until all ran
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -44,7 +51,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  bool stop_ = false;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without mu_ (for polling)
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace meshlayout

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
 #include <stdexcept>
 
 namespace meshlayout {
@@ -33,6 +36,22 @@ TEST(ThreadPoolTest, NestedCallsDoNotDeadlock) {
   std::atomic<int> total{0};
   pool.parallel_for(4, [&](size_t) { pool.parallel_for(4, [&](size_t) { total++; }); });
   EXPECT_EQ(total.load(), 16);
+}
+
+// Calls in quick succession find the workers polling; calls after a pause find them asleep
+// (past the polling window). Both must run every item exactly once and see the caller's writes.
+TEST(ThreadPoolTest, BackToBackAndPausedCallsRunEveryItemOnce) {
+  ThreadPool pool(3);
+  std::vector<int> values(64, 0);
+  for (int call = 0; call < 400; ++call) {
+    const int expected = call;
+    pool.parallel_for(values.size(), [&](size_t i) {
+      EXPECT_EQ(values[i], expected) << "item " << i << " of call " << call;
+      values[i] = expected + 1;
+    });
+    if (call % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (int v : values) EXPECT_EQ(v, 400);
 }
 
 }  // namespace
