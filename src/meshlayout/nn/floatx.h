@@ -5,7 +5,9 @@
 // defaults to the global one, read at construction; a Variable without a dtype takes floatx()).
 // Layers that run in F64 compute in the dtype of their weights: the Llama's (Dense, EinsumDense,
 // RMSNormalization, Embedding, MultiHeadAttention and the ops under them); an input of another
-// dtype is a ValueError naming both (no implicit cast).
+// dtype is a ValueError naming both (no implicit cast). LSTM also runs in F64; LayerNormalization,
+// BatchNormalization, Conv2D and Dropout compute in F32 only and do not yet check their weights'
+// dtype: build them with floatx() F32.
 //
 // Two ways to set it:
 //   set_floatx(DType::kF64)   process-wide, as keras.config.set_floatx("float64"). Tests run
