@@ -100,7 +100,49 @@ void stream_fence() {
 #endif
 }
 
+// Whether `b` continues `a` along dimension `d` (equal in every other one); if so `a` becomes
+// their union.
+bool extend_along(Box& a, const Box& b, size_t d) {
+  for (size_t e = 0; e < a.shape.size(); ++e) {
+    if (e != d && (a.offset[e] != b.offset[e] || a.shape[e] != b.shape[e])) return false;
+  }
+  if (a.offset[d] + a.shape[d] != b.offset[d]) return false;
+  a.shape[d] += b.shape[d];
+  return true;
+}
+
 }  // namespace
+
+uint64_t merged_runs(std::vector<Box> boxes, const Box& whole) {
+  const size_t rank = whole.shape.size();
+  for (bool merged = true; merged;) {
+    merged = false;
+    for (size_t d = rank; d-- > 0;) {  // innermost first: a grid's rows of boxes, then those
+      std::sort(boxes.begin(), boxes.end(), [d](const Box& a, const Box& b) {
+        for (size_t e = 0; e < a.shape.size(); ++e) {
+          if (e == d) continue;
+          if (a.offset[e] != b.offset[e]) return a.offset[e] < b.offset[e];
+          if (a.shape[e] != b.shape[e]) return a.shape[e] < b.shape[e];
+        }
+        return a.offset[d] < b.offset[d];
+      });
+      std::vector<Box> kept;
+      for (Box& box : boxes) {
+        if (!kept.empty() && extend_along(kept.back(), box, d)) {
+          merged = true;
+        } else {
+          kept.push_back(std::move(box));
+        }
+      }
+      boxes = std::move(kept);
+    }
+  }
+  uint64_t runs = 0;
+  for (const Box& box : boxes) {
+    runs += static_cast<uint64_t>(count_contiguous_runs(box, whole, box));
+  }
+  return runs;
+}
 
 void fail_mappings_for_testing(bool fail) { fail_mappings.store(fail); }
 void stream_all_for_testing(bool stream) { stream_all.store(stream); }
@@ -127,21 +169,7 @@ bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode) {
     runs += static_cast<uint64_t>(count_contiguous_runs(box, whole, box));
   }
   if (runs <= 1 || bytes >= kMinDirectRunBytes * runs) return true;  // long runs: mapped
-  std::vector<std::pair<uint64_t, uint64_t>> spans;  // (file offset, bytes) of every run
-  spans.reserve(static_cast<size_t>(runs));
-  for (const Box& box : boxes) {
-    for_each_contiguous_run(box, whole, box, tensor.element_size,
-                            [&](size_t, size_t file_off, size_t n) {
-                              spans.emplace_back(file_off, n);
-                            });
-  }
-  std::sort(spans.begin(), spans.end());
-  uint64_t merged = 0, end = 0;
-  for (const auto& [offset, n] : spans) {
-    if (merged == 0 || offset != end) ++merged;
-    end = offset + n;
-  }
-  return bytes < kMinDirectRunBytes * merged;
+  return bytes < kMinDirectRunBytes * merged_runs(std::move(boxes), whole);
 }
 
 MappedReadReport read_mapped(std::span<const MappedBox> boxes, ThreadPool& pool,

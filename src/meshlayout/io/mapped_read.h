@@ -31,6 +31,28 @@
 // process writes 4 copies (2 GiB) where the baseline writes one (512 MiB); at the baseline's
 // own write speed that would be 0.25, so streaming from cache already beats it 2x.
 //
+// NOTE tried and measured (issue 15, kernel 6.18): single-copy two-phase loads through
+// cross-memory attach (bench/mpi_cma_probe.cc, standalone). Each process maps a contiguous
+// slab (1/P of the rows) and process_vm_writev's every piece straight into its owner's shard
+// (one remote iovec per <= 1024 row runs; addresses allgathered, then a barrier): file read
+// once over all processes, nothing staged. CMA works between mpirun ranks here (root). Ratio to
+// raw pread (best / median of 7; two runs each), and CPU summed over the processes / raw's:
+//                   map:                              CMA write:
+//   case            best       median     CPU         best       median     CPU
+//   np 4, columns   0.94-0.99  0.99-1.04  1.04-1.06x  0.91-0.92  0.96-1.00  1.04-1.06x
+//   np 4, 2-D       1.10-1.14  1.13-1.14  0.95x       0.95-1.04  0.94-1.03  1.00-1.07x
+//   np 2, columns   0.96-1.04  0.97-1.00  1.10x       0.87-0.92  0.83       1.20-1.28x
+//   np 2, 2-D       1.03-1.15  1.02-1.16  0.99-1.02x  0.95-1.13  0.98-1.15  1.04-1.07x
+// (load average 2.4-2.8). Pulling with process_vm_readv (remote iovecs one run each) measured
+// 0.43-0.47 for columns; writev from a 1 MiB pread staging buffer instead of the mapping
+// 0.61-0.84; MAP_POPULATE on the slab no change. The mapping's page-table work is small here:
+// the page cache holds large folios, and a column load takes ~400 minor faults a process
+// (getrusage), so a mapped copy already costs what the raw pread costs and cross-memory
+// attach only adds pinning of the remote pages. Not built into load_arrays.
+// What did cost: wants_mapped sorting every run's span (11 ms a load for 4 column-sharded
+// tensors under np 4, a quarter of the load): now merged_runs counts on merged boxes; auto
+// then loads columns as fast as map (np 4: 37.6-45.9 ms vs 46.5 ms best, load average 2.6-5).
+//
 // Bytes read: a mapped box counts its own bytes (what is copied out of the file), as preadv
 // does. The page cache underneath is shared by the processes of a node; on a cold cache the
 // kernel fills whole pages and readahead windows around the touched rows, as it does for
@@ -77,6 +99,15 @@ namespace io_internal {
 /// on average) but merge into long runs where file-adjacent, and no two of its devices hold
 /// the same box. A local choice (no other process depends on it).
 bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode);
+
+/// How many contiguous runs of the file `boxes` (disjoint boxes of the tensor `whole`) make
+/// once file-adjacent runs are joined, counted on the boxes merged where they tile a larger box
+/// (a grid's neighbours, repeatedly): O(boxes log boxes), not O(runs) as sorting every run's
+/// span was (11 ms for four 8192-row column-sharded tensors a process, issue 15). Exact for a
+/// sharding's boxes except where one box's row ends meet the next's row starts (non-neighbouring
+/// boxes, first and last columns): counted as separate runs, an overestimate (only chooses the
+/// mapping more often).
+uint64_t merged_runs(std::vector<Box> boxes, const Box& whole);
 
 /// One box of one tensor, to land in every buffer of `destinations` (row-major buffers holding
 /// `box`: a process's local replicas of it).

@@ -1,7 +1,8 @@
 // mapped_read_test.cc — loads that copy boxes from a mapping of the file (mapped_read.h): the
 // same arrays, bit for bit, as preadv and two-phase loads on random layouts; what the auto
 // choice maps; each process reads exactly its shard bytes with no staging; the preadv
-// fallback when mapping fails; a file shrunk after open gives the same DataLossError.
+// fallback when mapping fails; a file shrunk after open gives the same DataLossError; the run
+// count (merged_runs) the auto choice is made on.
 #include "meshlayout/io/mapped_read.h"
 
 #include <fmt/format.h>
@@ -9,11 +10,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <random>
 
 #include "meshlayout/array/array_test_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/array_io.h"
+#include "meshlayout/layout/box_ops.h"
 
 namespace meshlayout {
 namespace {
@@ -166,6 +170,92 @@ TEST_F(MappedReadTest, FileShrunkAfterOpenIsTheSameDataLossError) {
       EXPECT_THAT(e.what(), HasSubstr(fmt::format("the file ends at byte {}, inside tensor 'w'",
                                                   end)));
     }
+  }
+}
+
+// The boxes of a grid cutting `shape` into `parts[d]` blocks along each dimension, row-major.
+std::vector<Box> grid_boxes(const Shape& shape, const std::vector<int64_t>& parts) {
+  std::vector<Box> boxes(1, Box{{}, {}});
+  for (size_t d = 0; d < shape.size(); ++d) {
+    std::vector<Box> next;
+    for (const Box& b : boxes) {
+      for (int64_t i = 0; i < parts[d]; ++i) {
+        const auto [begin, end] = block_range(shape[d], parts[d], i);
+        Box c = b;
+        c.offset.push_back(begin);
+        c.shape.push_back(end - begin);
+        next.push_back(c);
+      }
+    }
+    boxes = next;
+  }
+  return boxes;
+}
+
+// The runs of `boxes` in the file with every file-adjacent pair joined (sorting each run).
+uint64_t joined_runs(const std::vector<Box>& boxes, const Box& whole) {
+  std::vector<std::pair<size_t, size_t>> spans;
+  for (const Box& box : boxes) {
+    for_each_contiguous_run(box, whole, box, 1,
+                            [&](size_t, size_t at, size_t n) { spans.emplace_back(at, n); });
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t runs = 0;
+  size_t end = 0;
+  for (const auto& [at, n] : spans) {
+    if (runs == 0 || at != end) ++runs;
+    end = at + n;
+  }
+  return runs;
+}
+
+std::vector<Box> pick(const std::vector<Box>& boxes, std::initializer_list<size_t> which) {
+  std::vector<Box> picked;
+  for (size_t i : which) picked.push_back(boxes[i]);
+  return picked;
+}
+
+// merged_runs (what auto's preadv-or-map choice counts): neighbouring boxes merge, along each
+// dimension and repeatedly (a 2 x 4 grid's first row is one run of the file); boxes that only
+// meet across a row end (the last column block and the first) are counted apart, an
+// overestimate; on random grids and subsets it never counts fewer runs than joining every
+// file-adjacent pair, and equals it for every grid's full set (one run).
+TEST(MergedRunsTest, MergesNeighboursAndNeverUndercounts) {
+  const Box whole{{0, 0}, {64, 4096}};
+  const std::vector<Box> columns = grid_boxes(whole.shape, {1, 8});
+  const std::vector<Box> grid = grid_boxes(whole.shape, {2, 4});
+  EXPECT_EQ(io_internal::merged_runs(columns, whole), 1u);
+  EXPECT_EQ(io_internal::merged_runs(pick(columns, {1, 0}), whole), 64u);
+  EXPECT_EQ(io_internal::merged_runs(pick(columns, {0, 2}), whole), 128u);
+  EXPECT_EQ(io_internal::merged_runs(pick(grid, {0, 1}), whole), 32u);
+  EXPECT_EQ(io_internal::merged_runs(pick(grid, {2, 0, 3, 1}), whole), 1u);
+  EXPECT_EQ(io_internal::merged_runs(pick(grid, {0, 4}), whole), 64u);
+  EXPECT_EQ(io_internal::merged_runs(pick(grid, {0, 5}), whole), 64u);
+  EXPECT_EQ(io_internal::merged_runs(pick(columns, {7, 0}), whole), 128u);
+  EXPECT_EQ(joined_runs(pick(columns, {7, 0}), whole), 65u);
+  EXPECT_EQ(io_internal::merged_runs({}, whole), 0u);
+
+  std::mt19937_64 rng(testing::test_seed(51));
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t rank = 1 + rng() % 3;
+    Shape shape;
+    std::vector<int64_t> parts;
+    for (size_t d = 0; d < rank; ++d) {
+      shape.push_back(1 + static_cast<int64_t>(rng() % 9));
+      const auto most = static_cast<uint64_t>(std::min<int64_t>(shape.back(), 4));
+      parts.push_back(1 + static_cast<int64_t>(rng() % most));
+    }
+    const Box all{Shape(rank, 0), shape};
+    const std::vector<Box> boxes = grid_boxes(shape, parts);
+    std::vector<Box> subset;
+    for (const Box& b : boxes) {
+      if (rng() % 2 == 0) subset.push_back(b);
+    }
+    std::shuffle(subset.begin(), subset.end(), rng);
+    const std::string where = fmt::format("trial {}: shape {} parts {}", trial,
+                                          shape_to_string(shape), fmt::join(parts, "x"));
+    EXPECT_GE(io_internal::merged_runs(subset, all), joined_runs(subset, all)) << where;
+    EXPECT_EQ(io_internal::merged_runs(boxes, all), 1u) << where;
   }
 }
 
