@@ -8,7 +8,7 @@
 //  * slots from add_variable_from_reference: `<name>/<ref path, '/'→'_'>_<slot>`, created per
 //    add_optimizer_variables call, interleaved per variable within a call: Adam
 //    [m0, v0, m1, v1, …] then (amsgrad) [vhat0, vhat1, …]; SGD `momentum` only if momentum != 0;
-//  * every slot is born in its variable's layout (same mesh, same boxes, zeros), never matched
+//  * every slot is born in its variable's layout (same mesh, same boxes, zeros; ZeRO-1 below), never matched
 //    against a LayoutMap (Keras >= 3.10: layout=ref._layout);
 //  * a step: clip gradients → decoupled weight decay θ ← θ − θ·wd·lr (pre-update θ) →
 //    update_step → iteration += 1. The update runs shard by shard on the runtime's thread pool,
