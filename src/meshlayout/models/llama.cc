@@ -139,7 +139,8 @@ Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start, 
   // The residual sums and the gating are computed into the fresh outputs they consume.
   const Array h = attention_->call_plus(n, x, cache, start, max_length);
   const Array m = feedforward_norm_->call_on(h);
-  const Array ff = multiply(gate_->call_on(m), up_->call_on(m));
+  // silu(m·W_gate)·(m·W_up) in one pass (swiglu), as in forward_for_training.
+  const Array ff = swiglu(matmul(m, gate_->kernel()->value()), matmul(m, up_->kernel()->value()));
   // The residual is fused into the down projection: with a row-parallel kernel it joins one
   // partial sum per block instead of being added to every replica of the output.
   return matmul(ff, down_->kernel()->value(), {.add_to_output = &h});
