@@ -43,12 +43,15 @@
 //   np 4, 2-D       1.10-1.14  1.13-1.14  0.95x       0.95-1.04  0.94-1.03  1.00-1.07x
 //   np 2, columns   0.96-1.04  0.97-1.00  1.10x       0.87-0.92  0.83       1.20-1.28x
 //   np 2, 2-D       1.03-1.15  1.02-1.16  0.99-1.02x  0.95-1.13  0.98-1.15  1.04-1.07x
-// (load average 2.4-2.8). Pulling with process_vm_readv (remote iovecs one run each) measured
-// 0.43-0.47 for columns; writev from a 1 MiB pread staging buffer instead of the mapping
-// 0.61-0.84; MAP_POPULATE on the slab no change. The mapping's page-table work is small here:
-// the page cache holds large folios, and a column load takes ~400 minor faults a process
-// (getrusage), so a mapped copy already costs what the raw pread costs and cross-memory
-// attach only adds pinning of the remote pages. Not built into load_arrays.
+// (load average 2.4-2.8). Four more runs at load average 2.8-3.5, best ratio map vs CMA write
+// (CPU): np 4 columns 0.89-0.94 (1.16-1.18x) vs 0.70-0.82 (1.27-1.30x), 2-D 0.93-1.12 vs
+// 0.74-0.85; np 2 columns 0.94-0.96 vs 0.79, 2-D 1.06-1.07 vs 0.92-0.97. Pulling with
+// process_vm_readv (remote iovecs one run each) measured 0.28-0.47 for columns; writev from a
+// 1 MiB pread staging buffer instead of the mapping 0.61-0.84; MAP_POPULATE on the slab no
+// change. The mapping's page-table work is small here: the page cache holds large folios, and
+// a column load takes ~400 minor faults a process (getrusage), so a mapped copy already costs
+// about what the raw pread costs, and cross-memory attach adds the pinning of the remote
+// pages. Not built into load_arrays.
 // What did cost: wants_mapped sorting every run's span (11 ms a load for 4 column-sharded
 // tensors under np 4, a quarter of the load): now merged_runs counts on merged boxes; auto
 // then loads columns as fast as map (np 4: 37.6-45.9 ms vs 46.5 ms best, load average 2.6-5).

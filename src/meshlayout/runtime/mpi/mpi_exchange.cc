@@ -11,6 +11,14 @@
 // (A standalone microbenchmark with two busy loops beside the ranks favoured contiguous
 // messages, 2-47 ms against 44-268 ms; in the reshard the packing delays the sends more.)
 //
+// NOTE [Single copy through CMA, measured, not built]: each sender process_vm_writev'ing its
+// strided piece straight into the receiver's buffer (addresses exchanged first, then a barrier;
+// bench/mpi_cma_probe.cc, issue 15) against these datatypes, rows->columns 64M, best ratio to
+// raw MPI_Alltoallv over 4 runs at load average 2.6-3.5: np 4 CMA 0.77-1.46 vs datatypes
+// 0.77-1.03 (CPU 0.99-1.22x raw vs 0.94-1.39x); np 2 both 0.31-0.35 (raw moves contiguous
+// buffers: 2.6-2.9 ms vs 8.2-8.7 ms). No consistent gain for the protocol it needs (address
+// messages per pair, a completion message, a fallback when CMA is refused).
+//
 // NOTE [Exchange order]: receives are posted before sends, so large messages find their
 // buffers posted, and peers are taken in rotated order (send to rank+1, rank+2, ...; receive
 // from rank-1, rank-2, ...) so that no rank is every rank's first partner; the regions of one
