@@ -7,6 +7,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
@@ -33,13 +34,17 @@ void LayerNormalization::build(const Shape& input_shape) {
     beta_ = add_weight({.name = "beta", .shape = {features_}, .initializer = options_.beta_initializer,
                         .layout = options_.beta_layout});
   }
+  internal_nn::check_compute_dtype("LayerNormalization", name(), compute_dtype());
+}
+
+DType LayerNormalization::compute_dtype() const {
+  if (gamma_) return gamma_->dtype();
+  if (beta_) return beta_->dtype();
+  return dtype();
 }
 
 void LayerNormalization::check_input(const Array& x) const {
-  if (x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("LayerNormalization layer {} runs on F32 tensors, got {}",
-                                 quote(name()), dtype_name(x.dtype())));
-  }
+  check_input_dtype("LayerNormalization", name(), x.dtype(), compute_dtype());
   if (x.shape().empty() || x.shape().back() != features_) {
     throw ValueError(fmt::format("LayerNormalization layer {} was built for {} features (the last "
                                  "dimension), got an input of shape {}",
@@ -64,15 +69,17 @@ Array LayerNormalization::call(const Array& x) {
   if (beta_) beta.emplace(distribute_tensor(beta_->value(), weight_layout));
   const int64_t row = features_;
   const double epsilon = options_.epsilon;
-  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+  // E: float (F32) or double (F64), the element type of x, the weights and y; the statistics
+  // in double either way.
+  const auto normalize = [&]<typename E>(size_t i, E* /*tag*/) {
     Array::Shard& s = y.local_shards()[i];
     if (row == 0 || s.box.num_elements() == 0) return;
-    float* p = reinterpret_cast<float*>(s.buffer.data());
-    const float* g = gamma ? reinterpret_cast<const float*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
-    const float* b = beta ? reinterpret_cast<const float*>(beta->shard_at(s.position)->buffer.data()) : nullptr;
+    E* p = reinterpret_cast<E*>(s.buffer.data());
+    const E* g = gamma ? reinterpret_cast<const E*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
+    const E* b = beta ? reinterpret_cast<const E*>(beta->shard_at(s.position)->buffer.data()) : nullptr;
     const int64_t rows = s.box.num_elements() / row;
     for (int64_t r = 0; r < rows; ++r) {
-      float* v = p + r * row;
+      E* v = p + r * row;
       double mean = 0;
       for (int64_t k = 0; k < row; ++k) mean += v[k];
       mean /= static_cast<double>(row);
@@ -84,9 +91,12 @@ Array LayerNormalization::call(const Array& x) {
         double out = (v[k] - mean) * inv;
         if (g) out *= g[k];
         if (b) out += b[k];
-        v[k] = static_cast<float>(out);
+        v[k] = static_cast<E>(out);
       }
     }
+  };
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    internal_nn::dispatch_float(y.dtype(), [&](auto* tag) { normalize(i, tag); });
   });
   return y;
 }
@@ -97,7 +107,7 @@ Array LayerNormalization::backward(const Array& x, const Array& dy, Gradients& g
                                               "before its backward", quote(name())));
   }
   check_input(x);
-  check_output_gradient(name(), dy, x.shape());
+  check_output_gradient(name(), dy, x.shape(), x.dtype());
   const VariablePtr& any_weight = gamma_ ? gamma_ : beta_;
   const DeviceMesh mesh = any_weight ? any_weight->value().mesh() : x.mesh();
   const int rank = static_cast<int>(x.shape().size());
@@ -108,21 +118,22 @@ Array LayerNormalization::backward(const Array& x, const Array& dy, Gradients& g
   std::optional<Array> x_moved, dy_moved, gamma, xhat_dy;
   const Array& src = in_layout(x, target, x_moved);
   const Array& d_in = in_layout(dy, target, dy_moved);
-  Array dx = allocate_agreed(target, x.shape(), DType::kF32, src.runtime_ptr());
+  Array dx = allocate_agreed(target, x.shape(), x.dtype(), src.runtime_ptr());
   if (gamma_) gamma.emplace(distribute_tensor(gamma_->value(), TensorLayout({DimSharding()}, mesh)));
   if (gamma_ && gamma_->trainable()) {
-    xhat_dy.emplace(allocate_agreed(target, x.shape(), DType::kF32, src.runtime_ptr()));
+    xhat_dy.emplace(allocate_agreed(target, x.shape(), x.dtype(), src.runtime_ptr()));
   }
   const int64_t row = features_;
   const double epsilon = options_.epsilon;
-  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+  // E: float (F32) or double (F64); the sums and coefficients in double either way.
+  const auto backward_rows = [&]<typename E>(size_t i, E* /*tag*/) {
     Array::Shard& s = dx.local_shards()[i];
     if (row == 0 || s.box.num_elements() == 0) return;
-    float* out = reinterpret_cast<float*>(s.buffer.data());
-    float* c = xhat_dy ? reinterpret_cast<float*>(xhat_dy->shard_at(s.position)->buffer.data()) : nullptr;
-    const float* v = reinterpret_cast<const float*>(src.shard_at(s.position)->buffer.data());
-    const float* d = reinterpret_cast<const float*>(d_in.shard_at(s.position)->buffer.data());
-    const float* g = gamma ? reinterpret_cast<const float*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
+    E* out = reinterpret_cast<E*>(s.buffer.data());
+    E* c = xhat_dy ? reinterpret_cast<E*>(xhat_dy->shard_at(s.position)->buffer.data()) : nullptr;
+    const E* v = reinterpret_cast<const E*>(src.shard_at(s.position)->buffer.data());
+    const E* d = reinterpret_cast<const E*>(d_in.shard_at(s.position)->buffer.data());
+    const E* g = gamma ? reinterpret_cast<const E*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
     for (int64_t r = 0; r < s.box.num_elements() / row; ++r) {
       const int64_t o = r * row;
       double mean = 0;
@@ -143,10 +154,13 @@ Array LayerNormalization::backward(const Array& x, const Array& dy, Gradients& g
       for (int64_t k = 0; k < row; ++k) {
         const double xhat = (v[o + k] - mean) * inv;
         const double dk = g ? static_cast<double>(d[o + k]) * g[k] : d[o + k];
-        out[o + k] = static_cast<float>(inv * (dk - mean_d - xhat * mean_dx));
-        if (c) c[o + k] = static_cast<float>(d[o + k] * xhat);
+        out[o + k] = static_cast<E>(inv * (dk - mean_d - xhat * mean_dx));
+        if (c) c[o + k] = static_cast<E>(d[o + k] * xhat);
       }
     }
+  };
+  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+    internal_nn::dispatch_float(dx.dtype(), [&](auto* tag) { backward_rows(i, tag); });
   });
   if (xhat_dy) grads.accumulate(*gamma_, sum_over_leading(*xhat_dy, 1, gamma_->value().layout()));
   if (beta_ && beta_->trainable()) grads.accumulate(*beta_, sum_over_leading(d_in, 1, beta_->value().layout()));

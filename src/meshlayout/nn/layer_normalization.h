@@ -8,12 +8,14 @@
 // (an all-gather over those axes, as apply_activation's softmax); the output keeps that layout.
 // gamma and beta, sharded or replicated, are brought to the layout of the data's last dimension
 // (replicated, after the gather), as Dense does with its bias. An input on another mesh of the
-// same devices is replicated onto the weights' mesh, as Dense does. Statistics are computed in
-// float64 per row, the result rounded to float32.
+// same devices is replicated onto the weights' mesh, as Dense does. Computes in the weights'
+// dtype (floatx() at construction, floatx.h): F32 or F64, x of that dtype (no cast); statistics
+// in float64 per row either way, the result rounded to the dtype. Other weight dtypes (F16,
+// BF16) are refused at build.
 //
 // Example:
 //   auto ln = std::make_shared<LayerNormalization>(LayerNormalizationOptions{.epsilon = 1e-6});
-//   Tensor y = (*ln)(x);   // x F32 (batch, seq, d) → y, same shape
+//   Tensor y = (*ln)(x);   // x F32 (F64 under floatx F64) (batch, seq, d) → y, same shape
 //   Array dx = ln->backward(x, dy, grads);   // grads.find(*ln->gamma()), find(*ln->beta())
 #pragma once
 
@@ -48,17 +50,20 @@ class LayerNormalization : public Layer {
   /// with x̂ = (x - mean)·r, r = 1/sqrt(var + epsilon), and d = dy·gamma, dx = r·(d - mean(d) -
   /// x̂·mean(d·x̂)) in x's layout; d gamma = Σ dy·x̂ and d beta = Σ dy over every row, summed
   /// across devices and processes into their layouts. Collective.
-  /// \error ValueError for x or dy not F32 of the built shape.
+  /// \error ValueError for x or dy not of the compute dtype (the weights') and the built shape.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
-  /// ValueError for a rank-0 input.
+  /// ValueError for a rank-0 input, or weights neither F32 nor F64 (naming their dtype).
   void build(const Shape& input_shape) override;
-  /// ValueError if x is not F32 or its last dimension differs from the built one.
+  /// ValueError if x is not of the compute dtype (naming both) or its last dimension differs
+  /// from the built one.
   Array call(const Array& x) override;
 
  private:
   void check_input(const Array& x) const;
+  /// The weights' dtype (gamma's, else beta's), else the layer's dtype().
+  DType compute_dtype() const;
   LayerNormalizationOptions options_;
   int64_t features_ = 0;
   VariablePtr gamma_, beta_;

@@ -8,7 +8,10 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/backward_test_util.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -110,6 +113,72 @@ TEST_F(LayerNormalizationTest, ShardedInputsMatchAFloat64Reference) {
   }
 }
 
+// Built under FloatxScope(F64): gamma and beta F64, the output F64 and within 1e-12 (relative) of
+// float64 formulas, on inputs that are not float32 values (a float32 computation would miss by
+// ~1e-7), sharded as above; an F32 input then is refused naming both dtypes, and BF16 weights
+// are refused at build.
+TEST_F(LayerNormalizationTest, Float64ShardedInputsMatchAFloat64Reference) {
+  const std::vector<Case> cases = {
+      {"mesh[data=2,model=4]", {8, 12}, {"data", None}, {"model"}, {"data", None}},
+      {"mesh[data=2,model=4]", {8, 10}, {"data", "model"}, {"model"}, {"data", None}},
+      {"mesh[x=8]", {3, 5, 10}, {None, "x", None}, {"x"}, {None, "x", None}},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "case " << n++ << " " << c.mesh << " " << c.input);
+    clear_session();
+    const DeviceMesh mesh = DeviceMesh::from_string(c.mesh);
+    LayoutMap rules(mesh);
+    rules["ln.gamma"] = c.gamma;
+    rules["ln.beta"] = c.gamma;
+    std::shared_ptr<LnModel> model;
+    {
+      FloatxScope f64(DType::kF64);
+      LayoutMapScope scope = rules.scope();
+      model = std::make_shared<LnModel>(LayerNormalizationOptions{
+          .beta_initializer = Initializer::random_uniform({.minval = -1, .maxval = 1}),
+          .gamma_initializer = Initializer::random_normal({.mean = 1, .stddev = 0.5})});
+    }
+    std::vector<double> xv = testing::to_f64(HostTensor::random(DType::kF64, c.shape, static_cast<uint64_t>(n)));
+    for (double& v : xv) v = v * 3.0 + 1.0 + 1e-9;
+    Tensor y = (*model)(distribute_tensor(testing::to_dtype(c.shape, xv, DType::kF64), c.input.with_device_mesh(mesh)));
+    ASSERT_EQ(model->ln->gamma()->dtype(), DType::kF64);
+    ASSERT_EQ(model->ln->beta()->dtype(), DType::kF64);
+    ASSERT_EQ(y.value().dtype(), DType::kF64);
+    EXPECT_EQ(y.value().layout(), c.want_output.with_device_mesh(mesh));
+    const std::vector<double> gamma = testing::gathered_f64(model->ln->gamma()->value());
+    const std::vector<double> beta = testing::gathered_f64(model->ln->beta()->value());
+    const int64_t row = c.shape.back();
+    const std::vector<double> got = testing::gathered_f64(y.value());
+    ASSERT_EQ(got.size(), xv.size());
+    for (size_t r = 0; r < xv.size() / static_cast<size_t>(row); ++r) {
+      const double* v = xv.data() + r * static_cast<size_t>(row);
+      double mean = 0, var = 0;
+      for (int64_t k = 0; k < row; ++k) mean += v[k] / static_cast<double>(row);
+      for (int64_t k = 0; k < row; ++k) var += (v[k] - mean) * (v[k] - mean) / static_cast<double>(row);
+      for (int64_t k = 0; k < row; ++k) {
+        const double want = (v[k] - mean) / std::sqrt(var + 1e-3) * gamma[static_cast<size_t>(k)] +
+                            beta[static_cast<size_t>(k)];
+        ASSERT_NEAR(got[r * static_cast<size_t>(row) + static_cast<size_t>(k)], want,
+                    1e-12 * std::max(1.0, std::abs(want)))
+            << r << ", " << k;
+      }
+    }
+    const Array x32 = distribute_tensor(testing::to_dtype(c.shape, xv, DType::kF32), c.input.with_device_mesh(mesh));
+    EXPECT_EQ(testing::ValueErrorMessage([&] { (void)model->ln->call_on(x32); }),
+              "LayerNormalization layer 'layer_normalization' computes in F64 (its weights' dtype), got an "
+              "F32 input; layers do not cast: convert the input first");
+  }
+  std::shared_ptr<LayerNormalization> half;
+  {
+    FloatxScope bf16(DType::kBF16);
+    half = std::make_shared<LayerNormalization>();
+  }
+  EXPECT_EQ(testing::ValueErrorMessage([&] { half->maybe_build({2, 4}); }),
+            "LayerNormalization layer 'layer_normalization_1' has BF16 weights (its dtype); it computes in "
+            "F32 or F64 only: build it under floatx F32 or F64");
+}
+
 TEST_F(LayerNormalizationTest, DefaultsAndOptionsFollowKeras) {
   const DeviceMesh mesh = DeviceMesh::from_string("mesh[data=2,model=4]");
   LayoutMap rules(mesh);
@@ -155,7 +224,8 @@ TEST_F(LayerNormalizationTest, BadInputsAreRefused) {
     (*ln)(distribute_tensor(HostTensor(DType::kF64, {2, 3}), TensorLayout({None, None}, one)));
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "LayerNormalization layer 'layer_normalization' runs on F32 tensors, got F64");
+    EXPECT_STREQ(e.what(), "LayerNormalization layer 'layer_normalization' computes in F32 (its weights' "
+                           "dtype), got an F64 input; layers do not cast: convert the input first");
   }
   try {
     (*ln)(distribute_tensor(HostTensor(DType::kF32, {2, 4}), TensorLayout({None, None}, one)));

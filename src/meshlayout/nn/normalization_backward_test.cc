@@ -1,8 +1,9 @@
 // RMSNormalization::backward and LayerNormalization::backward against float64 central
 // differences of float64 references written from the formulas, with x replicated, batch-split,
 // split on its last dimension (rows gathered, as the call) and 2-D, and the weights replicated
-// or split; d scale / gamma / beta summed over every row into the weight's layout. RMSNormalization
-// also in float64 (built under FloatxScope F64) against a five-point stencil, to 1e-10.
+// or split; d scale / gamma / beta summed over every row into the weight's layout. Both also in
+// float64 (built under FloatxScope F64) against a five-point stencil, to 1e-10, and refusing an
+// F32 x or dy naming both dtypes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "meshlayout/nn/layer_normalization.h"
 #include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/nn/rms_normalization.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -131,6 +133,48 @@ TEST_F(NormalizationBackwardTest, LayerNormalization) {
     check(*norm, x_layout, {{norm->gamma(), "gamma"}, {norm->beta(), "beta"}},
           [](const Params& q) { return layer_norm_reference(q, 1e-3); });
   }
+}
+
+TEST_F(NormalizationBackwardTest, LayerNormalizationInFloat64) {
+  for (const auto& [x_layout, w_layout] : cases()) {
+    SCOPED_TRACE("x " + x_layout.to_string() + " gamma/beta " + w_layout.to_string());
+    std::shared_ptr<LayerNormalization> norm;
+    {
+      FloatxScope f64(DType::kF64);
+      norm = std::make_shared<LayerNormalization>(LayerNormalizationOptions{
+          .epsilon = 1e-3,
+          .beta_initializer = Initializer::random_normal({.stddev = 0.3, .seed = 10}),
+          .gamma_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 11}),
+          .beta_layout = w_layout, .gamma_layout = w_layout});
+    }
+    norm->maybe_build({2, 3, kFeatures});
+    ASSERT_EQ(norm->gamma()->dtype(), DType::kF64);
+    ASSERT_EQ(norm->beta()->dtype(), DType::kF64);
+    check(*norm, x_layout, {{norm->gamma(), "gamma"}, {norm->beta(), "beta"}},
+          [](const Params& q) { return layer_norm_reference(q, 1e-3); }, DType::kF64);
+  }
+}
+
+// Built in F64, the backward refuses an F32 x and an F32 dy, naming both dtypes.
+TEST_F(NormalizationBackwardTest, LayerNormalizationInFloat64RefusesF32) {
+  std::shared_ptr<LayerNormalization> norm;
+  {
+    FloatxScope f64(DType::kF64);
+    norm = std::make_shared<LayerNormalization>(LayerNormalizationOptions{.beta_layout = layout({kNone}),
+                                                                          .gamma_layout = layout({kNone})});
+  }
+  norm->maybe_build({2, kFeatures});
+  const Shape shape{2, kFeatures};
+  const std::vector<double> v = testing::random_values(shape, 3);
+  const Array x64 = distribute_tensor(testing::to_dtype(shape, v, DType::kF64), layout({kNone, kNone}));
+  const Array x32 = distribute_tensor(testing::to_dtype(shape, v, DType::kF32), layout({kNone, kNone}));
+  Gradients grads;
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)norm->backward(x32, x64, grads); }),
+            "LayerNormalization layer 'layer_normalization' computes in F64 (its weights' dtype), got an F32 "
+            "input; layers do not cast: convert the input first");
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)norm->backward(x64, x32, grads); }),
+            "backward of layer 'layer_normalization': dy must be F64 of the call's output shape (2, 8), got "
+            "F32 (2, 8)");
 }
 
 TEST_F(NormalizationBackwardTest, RefusesDyOfAnotherShape) {
