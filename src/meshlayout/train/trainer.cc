@@ -8,6 +8,7 @@
 #include <exception>
 #include <iostream>
 #include <numeric>
+#include <optional>
 #include <utility>
 
 #include "meshlayout/core/errors.h"
@@ -117,6 +118,25 @@ std::ostream& out_or_cerr(std::ostream* out) { return out != nullptr ? *out : st
 
 bool is_process_zero() { return default_runtime()->process_id() == 0; }
 
+std::vector<VariablePtr> trainable_variables(const Model& model) {
+  std::vector<VariablePtr> vars;
+  for (const VariablePtr& v : model.variables()) {
+    if (v->trainable()) vars.push_back(v);
+  }
+  return vars;
+}
+
+// Keras' sum of model.losses for weight regularisers: the penalty of every trainable variable
+// that has a regulariser (Layer._get_regularization_losses reads trainable_weights, each once),
+// each computed on its distributed value. Collective (one all-reduce per regularised variable).
+double regularization_penalty(const std::vector<VariablePtr>& vars) {
+  double penalty = 0;
+  for (const VariablePtr& v : vars) {
+    if (v->regularizer()) penalty += v->regularization_loss();
+  }
+  return penalty;
+}
+
 }  // namespace
 
 Trainer::Trainer(std::shared_ptr<Model> model, CompileOptions options) : model_(std::move(model)) {
@@ -196,23 +216,27 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
       const Tensor xb(feed(x, order, batches.start(k), b, *dist));
       const Array yb = feed(y, order, batches.start(k), b, *dist);
       const Tensor pred = (*model_)(xb);
+      const std::vector<VariablePtr> vars = trainable_variables(*model_);  // after the call that builds
       loss_->check(pred.value().shape(), pred.value().dtype(), yb.shape(), yb.dtype());
       LossResult r = loss_->value_and_gradient(pred.value(), yb);
-      if (options.terminate_on_nan && !std::isfinite(r.value)) {
+      // Keras' compute_loss: the compiled loss plus the regularisation penalties, on the weights
+      // before this step's update, once per batch (not scaled by its rows).
+      const double loss = r.value + regularization_penalty(vars);
+      if (options.terminate_on_nan && !std::isfinite(loss)) {
         throw ValueError(fmt::format("fit: the loss is {} at epoch {}, step {} (rows [{}, {}) of the epoch's order, "
                                      "optimizer iteration {}): stopped before that step's update "
                                      "(FitOptions::terminate_on_nan)",
-                                     r.value, epoch, k, batches.start(k), batches.start(k) + b,
+                                     loss, epoch, k, batches.start(k), batches.start(k) + b,
                                      optimizer_->iterations()));
       }
       Gradients grads;
       (void)model_->backward(xb.value(), r.gradient, grads);
-      std::vector<VariablePtr> vars;
-      for (const VariablePtr& v : model_->variables()) {
-        if (v->trainable()) vars.push_back(v);
+      // The penalty's gradient, in each variable's layout: elementwise, no communication.
+      for (const VariablePtr& v : vars) {
+        if (v->regularizer()) grads.accumulate(*v, v->regularizer()->gradient(v->value()));
       }
       optimizer_->apply(grads.for_variables(vars), vars);
-      weighted += r.value * static_cast<double>(b);
+      weighted += loss * static_cast<double>(b);
       seen += b;
       progress.update(k + 1, weighted / static_cast<double>(seen));
     }
@@ -237,13 +261,17 @@ double Trainer::evaluate(const HostTensor& x, const HostTensor& y, const Evaluat
   const Batches batches{x.shape()[0], options.batch_size};
   const std::vector<int64_t> order = row_order(batches.rows, false, 0, 0);
   EpochProgress progress(out_or_cerr(options.out), mode, 0, 0, batches.count());
+  // Keras' test_step reports compute_loss too: each batch's loss plus the penalties (the weights
+  // do not change during evaluate: computed once, after the first call has built the model).
+  std::optional<double> penalty;
   double weighted = 0;
   for (int64_t k = 0; k < batches.count(); ++k) {
     const int64_t b = batches.size(k);
     const Tensor pred = (*model_)(Tensor(feed(x, order, batches.start(k), b, *dist)));
+    if (!penalty) penalty = regularization_penalty(trainable_variables(*model_));
     const Array yb = feed(y, order, batches.start(k), b, *dist);
     loss_->check(pred.value().shape(), pred.value().dtype(), yb.shape(), yb.dtype());
-    weighted += loss_->value(pred.value(), yb) * static_cast<double>(b);
+    weighted += (loss_->value(pred.value(), yb) + *penalty) * static_cast<double>(b);
     progress.update(k + 1, weighted / static_cast<double>(batches.start(k) + b));
   }
   const double loss = weighted / static_cast<double>(batches.rows);

@@ -8,6 +8,14 @@
 //    is smaller when batch_size does not divide the rows (Keras' partial batch);
 //  * a step: forward on the global batch, loss (a mean over the global batch), the model's
 //    backward (gradients already summed over data replicas), the optimizer's apply;
+//  * regularisation (Keras' compute_loss: the compiled loss plus model.losses): a step's loss
+//    is the compiled loss plus the penalty of every trainable variable that has a regulariser
+//    (kernel_regularizer, bias_regularizer, …; Keras reads trainable_weights, so a frozen
+//    weight's adds nothing), each computed on the distributed value before the step's update
+//    (one all-reduce per regularised variable, no gathering), once per batch, not scaled by
+//    its rows; each such variable's gradient gets Regularizer::gradient (l1·sign(w) + 2·l2·w)
+//    added in its own layout, element by element, no communication. History::loss, the
+//    progress line, terminate_on_nan and evaluate() all see that total, as Keras' loss tracker;
 //  * History::loss[e] is Keras' history.history["loss"]: the loss tracker of the epoch, a Mean
 //    weighted by each batch's row count (update_state(loss, sample_weight=batch rows)), so a
 //    partial last batch weighs less; evaluate() returns the same weighted mean, no update;
@@ -106,7 +114,8 @@ class Trainer {
   /// FailedPreconditionError for a model that is not built and has no distribution or
   /// LayoutMap to build under, or whose backward is missing (subclassed models).
   History fit(const HostTensor& x, const HostTensor& y, const FitOptions& options = {});
-  /// model.evaluate(x, y): the batch-size-weighted mean loss. Collective.
+  /// model.evaluate(x, y): the batch-size-weighted mean loss, the regularisation penalties of
+  /// the trainable weights included (as fit's). Collective.
   double evaluate(const HostTensor& x, const HostTensor& y, const EvaluateOptions& options = {});
   /// model.predict(x): the outputs of every batch, concatenated, on every process. Collective.
   HostTensor predict(const HostTensor& x, const PredictOptions& options = {});

@@ -3,7 +3,9 @@
 // column-/row-parallel rules, DataParallel on 8 devices and no distribution give the
 // reference's history (SGD and Adam, a partial last batch); evaluate and predict equal the
 // forward on the whole data; the errors; the progress output. compile(zero1) gives the same
-// history bit for bit with slots sharded over the batch axis.
+// history bit for bit with slots sharded over the batch axis. With kernel/bias regularisers, fit
+// and evaluate report the loss plus the penalties and fit's gradients include theirs (against
+// the float64 reference that includes them).
 #include "meshlayout/train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -24,11 +26,12 @@ namespace {
 class TrainerTest : public NnTest {
  protected:
   // The model built under `dist` (none: no scope).
-  std::shared_ptr<Sequential> build(const std::shared_ptr<const Distribution>& dist) {
+  std::shared_ptr<Sequential> build(const std::shared_ptr<const Distribution>& dist,
+                                    const MlpRegularizers& reg = {}) {
     clear_session();
-    if (!dist) return make_mlp();
+    if (!dist) return make_mlp(reg);
     DistributionScope scope = dist->scope();
-    return make_mlp();
+    return make_mlp(reg);
   }
   std::shared_ptr<const Distribution> model_parallel() {
     LayoutMap map(mesh_);
@@ -110,6 +113,76 @@ TEST_F(TrainerTest, FitMatchesTheFloat64ReferenceOnEveryMeshAndTheLossDecreases)
       }
       std::printf("%s %s: loss %.6f -> %.6f (reference %.6f -> %.6f)\n", kind.c_str(), c.name.c_str(),
                   h.loss.front(), h.loss.back(), want.front(), want.back());
+    }
+  }
+}
+
+// Keras' compute_loss: fit's loss is the mse plus the weights' regularisation penalties, and
+// its gradient includes theirs (l1·sign(w) + 2·l2·w, added in each variable's layout): the
+// history and the trained weights are the float64 reference's that includes both, on every
+// mesh, and the history is not the unregularised one.
+TEST_F(TrainerTest, FitWithRegularisersMatchesTheFloat64ReferenceIncludingThePenalty) {
+  const auto [x, y] = regression_data();
+  const std::vector<Config> configs = {
+      {"one device", std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1}, std::vector<std::string>{"batch"}, std::vector<std::string>{"cpu:0"}))},
+      {"ModelParallel 2x4", model_parallel()},
+      {"DataParallel 8", std::make_shared<DataParallel>()},
+      {"no distribution", nullptr},
+  };
+  for (const std::string kind : {"sgd", "adam"}) {
+    const OptimizerOptions opts{.learning_rate = kind == "sgd" ? 0.05 : 0.01};
+    for (const Config& c : configs) {
+      SCOPED_TRACE(kind + " " + c.name);
+      const History plain = compile(build(c.dist), {.optimizer = kind, .optimizer_options = opts, .loss = "mse"})
+                                .fit(x, y, {.batch_size = 8, .epochs = 4, .verbose = 0});
+      auto model = build(c.dist, mlp_regularizers());
+      RefMlp ref(*model);
+      const double initial_penalty = ref.penalty();
+      const std::vector<double> want = ref.fit(x, y, 8, 4, RefOptimizer(kind, opts));
+      Trainer trainer = compile(model, {.optimizer = kind, .optimizer_options = opts, .loss = "mse"});
+      const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 4, .verbose = 0});
+      expect_history_near(h.loss, want, 1e-5);
+      const std::vector<VariablePtr> vars = model->variables();
+      ASSERT_EQ(vars.size(), ref.vars().size());
+      for (size_t i = 0; i < vars.size(); ++i) {
+        EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref.vars()[i].theta), 1e-5) << vars[i]->path();
+      }
+      // The penalty is in the history: the first epoch's loss exceeds the unregularised one by
+      // about the initial penalty (the weights differ little after the epoch's first step).
+      EXPECT_GT(initial_penalty, 0.1);
+      EXPECT_NEAR(h.loss[0] - plain.loss[0], initial_penalty, 0.2 * initial_penalty);
+      std::printf("%s %s: regularised %.6f -> %.6f, unregularised %.6f -> %.6f, initial penalty %.6f\n",
+                  kind.c_str(), c.name.c_str(), h.loss.front(), h.loss.back(), plain.loss.front(),
+                  plain.loss.back(), initial_penalty);
+    }
+  }
+}
+
+// Keras' test_step reports compute_loss: evaluate's loss is the mse plus the penalties of the
+// trainable weights (a frozen weight's regulariser adds nothing, as Keras reads
+// trainable_weights); fit on frozen regularised weights leaves them as they are.
+TEST_F(TrainerTest, EvaluateIncludesThePenaltyOfTheTrainableWeights) {
+  const auto [x, y] = regression_data();
+  for (const bool freeze : {false, true}) {
+    SCOPED_TRACE(freeze ? "d2/kernel frozen" : "all trainable");
+    auto model = build(model_parallel(), mlp_regularizers());
+    const VariablePtr d2_kernel = model->layers()[1]->own_weights()[0].second;
+    ASSERT_TRUE(d2_kernel->regularizer().has_value());
+    if (freeze) d2_kernel->set_trainable(false);
+    Trainer trainer = compile(model, {.optimizer = "sgd", .optimizer_options = {.learning_rate = 0.05}, .loss = "mse"});
+    (void)trainer.fit(x, y, {.batch_size = 8, .epochs = 1, .verbose = 0});
+    RefMlp ref(*model);  // the trained weights; the regularisers of the trainable ones
+    const double mse = RefMlp::mse(ref.forward(to_doubles(x), kRows), to_doubles(y));
+    const double loss = trainer.evaluate(x, y, {.batch_size = 8});  // 8, 8, 4
+    EXPECT_NEAR(loss, mse + ref.penalty(), 1e-5 * loss);
+    EXPECT_GT(ref.penalty(), 100 * 1e-5 * loss);  // the tolerance cannot hide it
+    if (freeze) {
+      // d2/kernel's L1 penalty (0.02 * sum |w|) is left out.
+      const std::vector<double> k = to_doubles(d2_kernel->value().gather());
+      double l1 = 0;
+      for (const double w : k) l1 += std::abs(w);
+      EXPECT_GT(0.02 * l1, 100 * 1e-5 * loss);
+      EXPECT_EQ(k, to_doubles(build(model_parallel(), mlp_regularizers())->layers()[1]->own_weights()[0].second->value().gather()));
     }
   }
 }

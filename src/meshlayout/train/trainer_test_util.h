@@ -1,14 +1,18 @@
 // trainer_test_util.h — the regression problem of the trainer tests and a float64 host reference
-// of fitting a Sequential Dense(relu) → Dense with mean squared error, written from the formulas
+// of fitting a Sequential Dense(relu) → Dense with mean squared error plus the weights'
+// regularisation penalties (if make_mlp was given regularisers), written from the formulas
 // (forward, backward, the optimizer step of optimizer_test_util.h). Test-only.
 //
 // Example:
 //   auto model = make_mlp();                       // under a distribution scope, or none
+//   (make_mlp(mlp_regularizers()): with kernel/bias regularisers, which RefMlp reads)
 //   RefMlp ref(*model);                            // the model's initial weights, float64
 //   std::vector<double> want = ref.fit(x, y, 8, 3, RefOptimizer("sgd", {.learning_rate = 0.05}));
 #pragma once
 
+#include <cmath>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "meshlayout/nn/model.h"
@@ -18,14 +22,28 @@ namespace meshlayout {
 
 constexpr int64_t kRows = 20, kIn = 4, kHidden = 8, kOut = 2;
 
+/// Weight regularisers of the mlp's variables (none by default).
+struct MlpRegularizers {
+  std::optional<Regularizer> d1_kernel, d1_bias, d2_kernel, d2_bias;
+};
+
+/// The regularisers fit's regularisation tests use: L1L2 on d1's kernel, L2 on its bias, L1 on
+/// d2's kernel; penalties of the order of the loss.
+inline MlpRegularizers mlp_regularizers() {
+  return {.d1_kernel = Regularizer::L1L2(0.01, 0.02), .d1_bias = Regularizer::L2(0.05),
+          .d2_kernel = Regularizer::L1(0.02)};
+}
+
 /// Sequential "mlp": d1 = Dense(8, relu), d2 = Dense(2), input (4,), seeded initializers.
-inline std::shared_ptr<Sequential> make_mlp() {
+inline std::shared_ptr<Sequential> make_mlp(const MlpRegularizers& reg = {}) {
   auto d1 = std::make_shared<Dense>(
       kHidden, DenseOptions{.name = "d1", .activation = Activation::kRelu,
                             .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
-                            .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 2})});
+                            .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 2}),
+                            .kernel_regularizer = reg.d1_kernel, .bias_regularizer = reg.d1_bias});
   auto d2 = std::make_shared<Dense>(
-      kOut, DenseOptions{.name = "d2", .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3})});
+      kOut, DenseOptions{.name = "d2", .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
+                         .kernel_regularizer = reg.d2_kernel, .bias_regularizer = reg.d2_bias});
   return std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{d1, d2},
                                       SequentialOptions{.name = "mlp", .input_shape = Shape{kIn}});
 }
@@ -46,8 +64,24 @@ inline std::pair<HostTensor, HostTensor> regression_data(int64_t rows = kRows) {
 
 class RefMlp {
  public:
+  /// The model's weights (d1's kernel and bias, d2's, in that order whichever are frozen), and
+  /// the regularisers of its trainable ones (Keras' model.losses).
   explicit RefMlp(const Sequential& model) {
-    for (const VariablePtr& v : model.variables()) vars_.push_back({to_doubles(v->value().gather()), v->name(), {}});
+    for (const auto& layer : model.layers()) {
+      for (const auto& [attr, v] : layer->own_weights()) {
+        vars_.push_back({to_doubles(v->value().gather()), v->name(), {}});
+        reg_.push_back(v->trainable() ? v->regularizer().value_or(Regularizer{}) : Regularizer{});
+      }
+    }
+  }
+
+  /// The regularisation penalty: sum over variables of l1 * sum|w| + l2 * sum w^2.
+  double penalty() const {
+    double p = 0;
+    for (size_t i = 0; i < vars_.size(); ++i) {
+      for (const double w : vars_[i].theta) p += reg_[i].l1 * std::abs(w) + reg_[i].l2 * w * w;
+    }
+    return p;
   }
 
   /// Model output (rows, kOut) for x (rows, kIn); the hidden pre-activations into *z.
@@ -79,11 +113,11 @@ class RefMlp {
     return s / static_cast<double>(p.size());
   }
 
-  /// One step on a batch: returns the loss before the update.
+  /// One step on a batch: returns the loss (mse plus the penalty) before the update.
   double step(const std::vector<double>& x, const std::vector<double>& t, int64_t rows, RefOptimizer& opt) {
     std::vector<double> z;
     const std::vector<double> y = forward(x, rows, &z);
-    const double loss = mse(y, t);
+    const double loss = mse(y, t) + penalty();
     const auto& k2 = vars_[2].theta;
     std::vector<std::vector<double>> g(4);
     for (size_t i = 0; i < 4; ++i) g[i].assign(vars_[i].theta.size(), 0.0);
@@ -101,6 +135,13 @@ class RefMlp {
             for (int64_t i = 0; i < kIn; ++i) g[0][i * kHidden + h] += x[r * kIn + i] * dz;
           }
         }
+      }
+    }
+    // The penalty's gradient: l1 * sign(w) + 2 * l2 * w.
+    for (size_t i = 0; i < 4; ++i) {
+      for (size_t j = 0; j < g[i].size(); ++j) {
+        const double w = vars_[i].theta[j];
+        g[i][j] += reg_[i].l1 * static_cast<double>((w > 0) - (w < 0)) + 2.0 * reg_[i].l2 * w;
       }
     }
     opt.step(vars_, g);
@@ -129,6 +170,7 @@ class RefMlp {
 
  private:
   std::vector<RefVar> vars_;  // d1/kernel, d1/bias, d2/kernel, d2/bias
+  std::vector<Regularizer> reg_;  // theirs (zero where none, or frozen)
 };
 
 inline void expect_history_near(const std::vector<double>& got, const std::vector<double>& want, double rel) {
