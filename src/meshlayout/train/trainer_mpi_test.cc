@@ -2,7 +2,8 @@
 // (2, n/2) mesh, each process feeding only its rows of each global batch, give the one-process
 // float64 reference's history (trainer_test_util.h), a partial last batch included (one not
 // divisible by the data shards too); evaluate/predict equal the forward; Keras' divisibility
-// error and a bad input on one process only are thrown by every process.
+// error and a bad input on one process only are thrown by every process. With regularisers,
+// fit and evaluate include the penalties (and fit their gradients) as the reference does.
 #include <gtest/gtest.h>
 
 #include "meshlayout/core/errors.h"
@@ -15,10 +16,10 @@
 namespace meshlayout {
 namespace {
 
-std::shared_ptr<Sequential> build(const Distribution& dist) {
+std::shared_ptr<Sequential> build(const Distribution& dist, const MlpRegularizers& reg = {}) {
   clear_session();
   DistributionScope scope = dist.scope();
-  return make_mlp();
+  return make_mlp(reg);
 }
 
 std::shared_ptr<const Distribution> model_parallel() {
@@ -62,6 +63,39 @@ TEST(TrainerMpiTest, FitFeedingEachProcessItsRowsGivesTheOneProcessHistory) {
       const double loss = trainer.evaluate(x, y, {.batch_size = 4});
       EXPECT_NEAR(loss, RefMlp::mse(fwd, to_doubles(y)), 1e-5 * loss);
     }
+  }
+}
+
+// With kernel/bias regularisers, each process holding only its shards of the weights: fit's
+// history and trained weights are the float64 reference's that includes the penalties and
+// their gradients, the history is not the unregularised one, and evaluate adds the penalty.
+TEST(TrainerMpiTest, FitWithRegularisersGivesTheReferenceThatIncludesThePenalty) {
+  const std::vector<std::pair<std::string, std::shared_ptr<const Distribution>>> configs = {
+      {"DataParallel", std::make_shared<DataParallel>()}, {"ModelParallel", model_parallel()}};
+  const auto [x, y] = regression_data();
+  const OptimizerOptions opts{.learning_rate = 0.01};
+  for (const auto& [name, dist] : configs) {
+    SCOPED_TRACE(name);
+    const History plain = compile(build(*dist), {.optimizer = "adam", .optimizer_options = opts, .loss = "mse"})
+                              .fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0});
+    auto model = build(*dist, mlp_regularizers());
+    RefMlp ref(*model);
+    const double initial_penalty = ref.penalty();
+    const std::vector<double> want = ref.fit(x, y, 8, 3, RefOptimizer("adam", opts));
+    Trainer trainer = compile(model, {.optimizer = "adam", .optimizer_options = opts, .loss = "mse"});
+    const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0});
+    expect_history_near(h.loss, want, 1e-5);
+    EXPECT_NEAR(h.loss[0] - plain.loss[0], initial_penalty, 0.2 * initial_penalty);
+    const std::vector<VariablePtr> vars = model->variables();
+    ASSERT_EQ(vars.size(), ref.vars().size());
+    for (size_t i = 0; i < vars.size(); ++i) {
+      EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref.vars()[i].theta), 1e-5) << vars[i]->path();
+    }
+    RefMlp trained(*model);
+    const double loss = trainer.evaluate(x, y, {.batch_size = 4});
+    EXPECT_NEAR(loss, RefMlp::mse(trained.forward(to_doubles(x), kRows), to_doubles(y)) + trained.penalty(),
+                1e-5 * loss);
+    EXPECT_GT(trained.penalty(), 100 * 1e-5 * loss);
   }
 }
 
