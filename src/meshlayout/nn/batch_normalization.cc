@@ -6,6 +6,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
@@ -43,21 +44,21 @@ void BatchNormalization::build(const Shape& input_shape) {
   moving_variance_ = add_weight({.name = "moving_variance", .shape = shape,
                                  .initializer = options_.moving_variance_initializer,
                                  .trainable = false, .layout = options_.moving_variance_layout});
+  internal_nn::check_compute_dtype("BatchNormalization", name(), moving_mean_->dtype());
 }
 
 namespace {
 
-const float* f32(const Array& a, const Array::Shard& s) {
-  return reinterpret_cast<const float*>(a.shard_at(s.position)->buffer.data());
+// The elements of a's shard at s's position, as E (float for F32, double for F64).
+template <typename E>
+const E* data(const Array& a, const Array::Shard& s) {
+  return reinterpret_cast<const E*>(a.shard_at(s.position)->buffer.data());
 }
 
 }  // namespace
 
 void BatchNormalization::check_call_input(const Array& x) const {
-  if (x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("BatchNormalization layer {} runs on F32 tensors, got {} of shape {}",
-                                 quote(name()), dtype_name(x.dtype()), shape_to_string(x.shape())));
-  }
+  check_input_dtype("BatchNormalization", name(), x.dtype(), moving_mean_->dtype());
   if (x.shape().empty() || x.shape().back() != features_) {
     throw ValueError(fmt::format("BatchNormalization layer {} was built for {} features (the last "
                                  "dimension), got an input of shape {}",
@@ -80,48 +81,57 @@ BatchNormalization::Moments BatchNormalization::moments(const Array& xs) const {
   // Batch statistics over every axis but the last, across the global batch: the sums run
   // through sum_over_leading, whose contraction over a batch split (over devices or processes)
   // is completed by matmul's collective. Two passes: mean, then the mean of (x - mean)².
+  // E: float (F32) or double (F64), the element type of xs and of the statistics.
   const int64_t n = features_ == 0 ? 0 : num_elements(xs.shape()) / features_;
-  const float inv_n = n == 0 ? 0.0f : static_cast<float>(1.0 / static_cast<double>(n));
-  auto scale = [&](Array& a) {
+  const double inv_n = n == 0 ? 0.0 : 1.0 / static_cast<double>(n);
+  const auto scale = [&]<typename E>(Array& a, E* /*tag*/) {
+    const E factor = static_cast<E>(inv_n);
     for (Array::Shard& s : a.local_shards()) {
-      float* p = reinterpret_cast<float*>(s.buffer.data());
-      for (int64_t k = 0; k < s.box.num_elements(); ++k) p[k] *= inv_n;
+      E* p = reinterpret_cast<E*>(s.buffer.data());
+      for (int64_t k = 0; k < s.box.num_elements(); ++k) p[k] *= factor;
     }
   };
-  Array mean = sum_over_leading(xs, 1, feature_layout);
-  scale(mean);
-  Array squares = allocate_agreed(xs.layout(), xs.shape(), DType::kF32, xs.runtime_ptr());
-  squares.runtime().pool().parallel_for(squares.local_shards().size(), [&](size_t i) {
+  const auto deviations = [&]<typename E>(Array& squares, const Array& mean, size_t i, E* /*tag*/) {
     Array::Shard& s = squares.local_shards()[i];
     const int64_t cols = s.box.shape.back();
     if (cols == 0 || s.box.num_elements() == 0) return;
-    const float* v = f32(xs, s);
-    const float* m = f32(mean, s);
-    float* p = reinterpret_cast<float*>(s.buffer.data());
+    const E* v = data<E>(xs, s);
+    const E* m = data<E>(mean, s);
+    E* p = reinterpret_cast<E*>(s.buffer.data());
     for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const double d = static_cast<double>(v[r * cols + c]) - m[c];
-        p[r * cols + c] = static_cast<float>(d * d);
+        p[r * cols + c] = static_cast<E>(d * d);
       }
     }
+  };
+  Array mean = sum_over_leading(xs, 1, feature_layout);
+  internal_nn::dispatch_float(xs.dtype(), [&](auto* tag) { scale(mean, tag); });
+  Array squares = allocate_agreed(xs.layout(), xs.shape(), xs.dtype(), xs.runtime_ptr());
+  squares.runtime().pool().parallel_for(squares.local_shards().size(), [&](size_t i) {
+    internal_nn::dispatch_float(xs.dtype(), [&](auto* tag) { deviations(squares, mean, i, tag); });
   });
   Array variance = sum_over_leading(squares, 1, feature_layout);
-  scale(variance);
+  internal_nn::dispatch_float(xs.dtype(), [&](auto* tag) { scale(variance, tag); });
   return {std::move(mean), std::move(variance)};
 }
 
 void BatchNormalization::update_moving(const Moments& batch) {
   // Keras: moving = moving × momentum + batch × (1 - momentum) (the biased batch variance).
   const double momentum = options_.momentum;
-  auto update = [&](const VariablePtr& v, const Array& stat) {
-    Array moved = distribute_tensor(v->value(), stat.layout());
+  // E: float (F32) or double (F64), the moving statistics' element type.
+  const auto update_shards = [&]<typename E>(Array& moved, const Array& stat, E* /*tag*/) {
     for (Array::Shard& s : moved.local_shards()) {
-      float* p = reinterpret_cast<float*>(s.buffer.data());
-      const float* b = f32(stat, s);
+      E* p = reinterpret_cast<E*>(s.buffer.data());
+      const E* b = data<E>(stat, s);
       for (int64_t k = 0; k < s.box.num_elements(); ++k) {
-        p[k] = static_cast<float>(p[k] * momentum + b[k] * (1.0 - momentum));
+        p[k] = static_cast<E>(p[k] * momentum + b[k] * (1.0 - momentum));
       }
     }
+  };
+  auto update = [&](const VariablePtr& v, const Array& stat) {
+    Array moved = distribute_tensor(v->value(), stat.layout());
+    internal_nn::dispatch_float(moved.dtype(), [&](auto* tag) { update_shards(moved, stat, tag); });
     v->assign(moved);
   };
   update(moving_mean_, batch.mean);
@@ -140,23 +150,27 @@ Array BatchNormalization::call(const Array& x) {
   const std::optional<Array> gamma = local(gamma_), beta = local(beta_);
   const Moments stats = moments(y);
   const double epsilon = options_.epsilon;
-  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+  // E: float (F32) or double (F64), the element type of x, the weights and y; in double within.
+  const auto normalize = [&]<typename E>(size_t i, E* /*tag*/) {
     Array::Shard& s = y.local_shards()[i];
     const int64_t cols = s.box.shape.empty() ? 0 : s.box.shape.back();
     if (cols == 0 || s.box.num_elements() == 0) return;
-    const float* g = gamma ? f32(*gamma, s) : nullptr;
-    const float* b = beta ? f32(*beta, s) : nullptr;
-    const float* m = f32(stats.mean, s);
-    const float* v = f32(stats.variance, s);
-    float* p = reinterpret_cast<float*>(s.buffer.data());
+    const E* g = gamma ? data<E>(*gamma, s) : nullptr;
+    const E* b = beta ? data<E>(*beta, s) : nullptr;
+    const E* m = data<E>(stats.mean, s);
+    const E* v = data<E>(stats.variance, s);
+    E* p = reinterpret_cast<E*>(s.buffer.data());
     for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         double out = (p[r * cols + c] - static_cast<double>(m[c])) / std::sqrt(static_cast<double>(v[c]) + epsilon);
         if (g) out *= g[c];
         if (b) out += b[c];
-        p[r * cols + c] = static_cast<float>(out);
+        p[r * cols + c] = static_cast<E>(out);
       }
     }
+  };
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    internal_nn::dispatch_float(y.dtype(), [&](auto* tag) { normalize(i, tag); });
   });
   if (training_ && update_moving_) update_moving(stats);
   return y;
@@ -177,7 +191,7 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
                                               "before its backward", quote(name())));
   }
   check_call_input(x);
-  check_output_gradient(name(), dy, x.shape());
+  check_output_gradient(name(), dy, x.shape(), x.dtype());
   const TensorLayout target = data_layout(x);
   const DeviceMesh mesh = target.device_mesh().value();
   const TensorLayout feature_layout({target.axes().back()}, mesh);
@@ -189,22 +203,29 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
   // Per feature: Σ dy (d beta) and Σ dy·x̂ (d gamma); training mode needs both for dx too.
   const bool want_dgamma = gamma_ && gamma_->trainable(), want_dbeta = beta_ && beta_->trainable();
   std::optional<Array> xhat_dy, sum_dy, sum_xhat_dy;
-  if (training_ || want_dgamma) xhat_dy.emplace(allocate_agreed(target, x.shape(), DType::kF32, xs.runtime_ptr()));
+  const DType dtype = x.dtype();
+  if (training_ || want_dgamma) xhat_dy.emplace(allocate_agreed(target, x.shape(), dtype, xs.runtime_ptr()));
   const double epsilon = options_.epsilon;
-  auto inv_std = [&](const float* v, int64_t c) { return 1.0 / std::sqrt(static_cast<double>(v[c]) + epsilon); };
+  // E: float (F32) or double (F64), the element type of x, dy, the weights and the statistics.
+  const auto inv_std = [&]<typename E>(const E* v, int64_t c) {
+    return 1.0 / std::sqrt(static_cast<double>(v[c]) + epsilon);
+  };
+  const auto xhat_times_dy = [&]<typename E>(size_t i, E* /*tag*/) {
+    Array::Shard& s = xhat_dy->local_shards()[i];
+    const int64_t cols = s.box.shape.back();
+    if (cols == 0 || s.box.num_elements() == 0) return;
+    const E *v = data<E>(xs, s), *dv = data<E>(d, s), *m = data<E>(stats.mean, s), *var = data<E>(stats.variance, s);
+    E* p = reinterpret_cast<E*>(s.buffer.data());
+    for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t k = r * cols + c;
+        p[k] = static_cast<E>(dv[k] * ((v[k] - static_cast<double>(m[c])) * inv_std(var, c)));
+      }
+    }
+  };
   if (xhat_dy) {
     xhat_dy->runtime().pool().parallel_for(xhat_dy->local_shards().size(), [&](size_t i) {
-      Array::Shard& s = xhat_dy->local_shards()[i];
-      const int64_t cols = s.box.shape.back();
-      if (cols == 0 || s.box.num_elements() == 0) return;
-      const float *v = f32(xs, s), *dv = f32(d, s), *m = f32(stats.mean, s), *var = f32(stats.variance, s);
-      float* p = reinterpret_cast<float*>(s.buffer.data());
-      for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
-        for (int64_t c = 0; c < cols; ++c) {
-          const int64_t k = r * cols + c;
-          p[k] = static_cast<float>(dv[k] * ((v[k] - static_cast<double>(m[c])) * inv_std(var, c)));
-        }
-      }
+      internal_nn::dispatch_float(dtype, [&](auto* tag) { xhat_times_dy(i, tag); });
     });
     sum_xhat_dy.emplace(sum_over_leading(*xhat_dy, 1, feature_layout));
   }
@@ -212,16 +233,16 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
   // dx = gamma / σ · (dy - Σdy / N - x̂ · Σ(dy·x̂) / N) in training mode (the batch statistics
   // depend on x), gamma / σ · dy with the moving statistics.
   const int64_t n = num_elements(x.shape()) / features_;
-  Array dx = allocate_agreed(target, x.shape(), DType::kF32, xs.runtime_ptr());
-  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+  Array dx = allocate_agreed(target, x.shape(), dtype, xs.runtime_ptr());
+  const auto input_gradient = [&]<typename E>(size_t i, E* /*tag*/) {
     Array::Shard& s = dx.local_shards()[i];
     const int64_t cols = s.box.shape.back();
     if (cols == 0 || s.box.num_elements() == 0) return;
-    const float *v = f32(xs, s), *dv = f32(d, s), *m = f32(stats.mean, s), *var = f32(stats.variance, s);
-    const float* g = gamma ? f32(*gamma, s) : nullptr;
-    const float* sd = training_ ? f32(*sum_dy, s) : nullptr;
-    const float* sx = training_ ? f32(*sum_xhat_dy, s) : nullptr;
-    float* p = reinterpret_cast<float*>(s.buffer.data());
+    const E *v = data<E>(xs, s), *dv = data<E>(d, s), *m = data<E>(stats.mean, s), *var = data<E>(stats.variance, s);
+    const E* g = gamma ? data<E>(*gamma, s) : nullptr;
+    const E* sd = training_ ? data<E>(*sum_dy, s) : nullptr;
+    const E* sx = training_ ? data<E>(*sum_xhat_dy, s) : nullptr;
+    E* p = reinterpret_cast<E*>(s.buffer.data());
     for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t k = r * cols + c;
@@ -231,9 +252,12 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
           const double xhat = (v[k] - static_cast<double>(m[c])) * inv;
           out -= (sd[c] + xhat * sx[c]) / static_cast<double>(n);
         }
-        p[k] = static_cast<float>(scale * out);
+        p[k] = static_cast<E>(scale * out);
       }
     }
+  };
+  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+    internal_nn::dispatch_float(dtype, [&](auto* tag) { input_gradient(i, tag); });
   });
   if (want_dgamma) grads.accumulate(*gamma_, std::move(*sum_xhat_dy));
   if (want_dbeta) grads.accumulate(*beta_, std::move(*sum_dy));

@@ -20,6 +20,10 @@
 // data besides the statistics' sums); the weights are brought to the layout of the input's
 // last dimension.
 //
+// Dtype: the weights' (floatx() at construction, floatx.h), F32 or F64; x and dy must be of it
+// (no cast), the statistics and moving statistics are kept in it, and each element is computed
+// in double then rounded to it. Weights of another dtype (F16, BF16) are refused at build.
+//
 // Backward (Layer::backward, the mode of the layer now): d beta = Σ dy, d gamma = Σ dy·x̂
 // (x̂ = (x - mean)/σ, sums over every axis but the last, across the global batch, summed into
 // the weights' layouts), and dx in x's layout:
@@ -32,7 +36,7 @@
 // Example:
 //   auto bn = std::make_shared<BatchNormalization>(BatchNormalizationOptions{.epsilon = 1e-5});
 //   bn->set_training(true);
-//   Tensor y = (*bn)(x);   // x F32 (batch, …, features) → y, same shape and layout
+//   Tensor y = (*bn)(x);   // x F32 (F64 under floatx F64) (batch, …, features) → y, same layout
 //   Array dx = bn->backward(x.value(), dy, grads);   // grads.find(*bn->gamma()), …
 #pragma once
 
@@ -71,20 +75,21 @@ class BatchNormalization : public Layer {
   bool training() const { return training_; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
   /// See the file comment. FailedPreconditionError before the layer is built; ValueError if x
-  /// is not F32 with the built features or dy is not F32 of x's shape.
+  /// is not of the weights' dtype with the built features or dy is not of x's dtype and shape.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
   /// The call again without updating the moving statistics.
   Array recompute(const Array& x) override;
 
  protected:
-  /// ValueError for a rank-0 input.
+  /// ValueError for a rank-0 input, or weights neither F32 nor F64 (naming their dtype).
   void build(const Shape& input_shape) override;
-  /// ValueError if x is not F32 or its last dimension differs from the built one.
+  /// ValueError if x is not of the weights' dtype (naming both) or its last dimension differs
+  /// from the built one.
   Array call(const Array& x) override;
 
  private:
   struct Moments {
-    Array mean, variance;  // F32 (features,), laid out as the data's last dimension
+    Array mean, variance;  // (features,) in x's dtype, laid out as the data's last dimension
   };
   void check_call_input(const Array& x) const;
   /// x's layout when x is on the weights' mesh, else replicated on it.

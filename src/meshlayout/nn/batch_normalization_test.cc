@@ -11,8 +11,10 @@
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/conv2d.h"
 #include "meshlayout/nn/embedding.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/layer_normalization.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -97,6 +99,26 @@ TEST_F(BatchNormalizationTest, TrainingModeAndBadOptions) {
   bn.set_training(false);
   EXPECT_THROW(BatchNormalization(BatchNormalizationOptions{.epsilon = 0}), ValueError);
   EXPECT_THROW(BatchNormalization(BatchNormalizationOptions{.momentum = 1.5}), ValueError);
+}
+
+// An F32 layer refuses an F64 input naming both dtypes; a layer built under floatx BF16 is
+// refused at build (it would read BF16 weights as floats). F64: batch_normalization_backward_test.
+TEST_F(BatchNormalizationTest, RefusesAnotherInputDtypeAndBf16Weights) {
+  auto bn = std::make_shared<BatchNormalization>();
+  bn->maybe_build({2, 3});
+  EXPECT_EQ(testing::ValueErrorMessage([&] {
+              (void)bn->call_on(distribute_tensor(HostTensor(DType::kF64, {2, 3}), TensorLayout({None, None}, mesh_)));
+            }),
+            "BatchNormalization layer 'batch_normalization' computes in F32 (its weights' dtype), got an F64 "
+            "input; layers do not cast: convert the input first");
+  std::shared_ptr<BatchNormalization> half;
+  {
+    FloatxScope bf16(DType::kBF16);
+    half = std::make_shared<BatchNormalization>();
+  }
+  EXPECT_EQ(testing::ValueErrorMessage([&] { half->maybe_build({2, 3}); }),
+            "BatchNormalization layer 'batch_normalization_1' has BF16 weights (its dtype); it computes in F32 "
+            "or F64 only: build it under floatx F32 or F64");
 }
 
 // Keras 2 DTensor per-layer layout options: explicit, they win over the map's rules.
