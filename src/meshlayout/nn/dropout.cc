@@ -8,6 +8,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/init/philox.h"
+#include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
@@ -66,11 +67,10 @@ std::vector<std::pair<std::string, std::shared_ptr<Layer>>> Dropout::sublayers()
   return {{"seed_generator", seed_generator_}};
 }
 
+void Dropout::build(const Shape&) { internal_nn::check_compute_dtype("Dropout", name(), dtype()); }
+
 Array Dropout::call(const Array& x) {
-  if (x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("Dropout layer {} runs on F32 tensors, got {}", quote(name()),
-                                 dtype_name(x.dtype())));
-  }
+  check_input_dtype("Dropout", name(), x.dtype(), dtype());
   Array y = distribute_tensor(x, x.layout());
   if (!training_ || !seed_generator_) return y;
   const auto [seed, step] = seed_generator_->next();
@@ -84,14 +84,15 @@ void Dropout::apply_mask(Array& y, int64_t seed, int64_t step) const {
   const uint64_t high = static_cast<uint64_t>(step);
   // keep iff word < keep_prob * 2^32 (exact in double).
   const double threshold = (1.0 - rate_) * 4294967296.0;
-  const float keep_prob = static_cast<float>(1.0 - rate_);
   const Shape& shape = y.shape();
   const int rank = static_cast<int>(shape.size());
-  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+  // E: float (F32) or double (F64), y's element type; the mask does not depend on it.
+  const auto mask_shard = [&]<typename E>(size_t i, E* /*tag*/) {
+    const E keep_prob = static_cast<E>(1.0 - rate_);
     Array::Shard& s = y.local_shards()[i];
     const int64_t n_elems = s.box.num_elements();
     if (n_elems == 0) return;
-    float* p = reinterpret_cast<float*>(s.buffer.data());
+    E* p = reinterpret_cast<E*>(s.buffer.data());
     const int64_t row = rank == 0 ? 1 : s.box.shape.back();
     const int64_t rows = n_elems / row;
     Shape coords = s.box.offset;  // the start of the current row, global coordinates
@@ -103,11 +104,11 @@ void Dropout::apply_mask(Array& y, int64_t seed, int64_t step) const {
       const size_t blocks = static_cast<size_t>((static_cast<uint64_t>(g0 + row - 1) / 4) - first + 1);
       for (auto& words : w) words.resize(blocks);
       philox4x32_10_blocks(key, first, high, blocks, {w[0].data(), w[1].data(), w[2].data(), w[3].data()});
-      float* v = p + r * row;
+      E* v = p + r * row;
       for (int64_t k = 0; k < row; ++k) {
         const uint64_t g = static_cast<uint64_t>(g0 + k);
         const uint32_t word = w[g % 4][g / 4 - first];
-        v[k] = static_cast<double>(word) < threshold ? v[k] / keep_prob : 0.0f;
+        v[k] = static_cast<double>(word) < threshold ? v[k] / keep_prob : E{0};
       }
       // Next row: advance the leading coordinates inside the box (odometer).
       for (int d = rank - 2; d >= 0; --d) {
@@ -116,26 +117,23 @@ void Dropout::apply_mask(Array& y, int64_t seed, int64_t step) const {
         coords[di] = s.box.offset[di];
       }
     }
+  };
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    internal_nn::dispatch_float(y.dtype(), [&](auto* tag) { mask_shard(i, tag); });
   });
 }
 
 Array Dropout::recompute(const Array& x) {
   if (!training_ || !seed_generator_ || !last_draw_) return Layer::recompute(x);
-  if (x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("Dropout layer {} runs on F32 tensors, got {}", quote(name()),
-                                 dtype_name(x.dtype())));
-  }
+  check_input_dtype("Dropout", name(), x.dtype(), dtype());
   Array y = distribute_tensor(x, x.layout());
   apply_mask(y, last_draw_->first, last_draw_->second);
   return y;
 }
 
 Array Dropout::backward(const Array& x, const Array& dy, Gradients&) {
-  if (x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("backward of Dropout layer {}: x must be F32, got {}", quote(name()),
-                                 dtype_name(x.dtype())));
-  }
-  check_output_gradient(name(), dy, x.shape());
+  check_input_dtype("Dropout", name(), x.dtype(), dtype());
+  check_output_gradient(name(), dy, x.shape(), x.dtype());
   Array dx = distribute_tensor(dy, x.layout());
   if (!training_ || !seed_generator_) return dx;
   if (!last_draw_) {

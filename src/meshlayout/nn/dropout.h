@@ -21,6 +21,8 @@
 // [seed, counter + 1]. Initial value: [seed, 0]. A variable materialised at creation (no scope)
 // holds it at once; a lazy one is materialised by its model with zeros (initializers fill
 // every element alike) and gets [seed, 0] at the first use, unless something else was assigned.
+// Dtype: the layer's (floatx() at construction, floatx.h), F32 or F64 (refused at build
+// otherwise); x and dy must be of it (no cast). The mask is the same in either dtype.
 // Not supported: noise_shape.
 //
 // Example:
@@ -82,14 +84,15 @@ class Dropout : public Layer {
   /// call — the (seed, step) it drew, so the same elements — zeroed and the kept ones divided
   /// by (1 - rate), in x's layout; the identity (a copy in x's layout) in inference mode or at
   /// rate 0. Draws nothing. FailedPreconditionError in training mode before any training call;
-  /// ValueError for x or dy not F32 of one shape.
+  /// ValueError for x or dy not of the layer's dtype (naming both) and one shape.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
   /// The last training call's output again (its mask, no new draw): for a model's backward.
   Array recompute(const Array& x) override;
 
  protected:
-  void build(const Shape&) override {}
-  /// ValueError if x is not F32.
+  /// ValueError unless the layer's dtype is F32 or F64 (naming it).
+  void build(const Shape&) override;
+  /// ValueError if x is not of the layer's dtype (naming both).
   Array call(const Array& x) override;
 
  private:

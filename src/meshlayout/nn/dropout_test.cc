@@ -10,7 +10,10 @@
 #include "meshlayout/init/philox.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/backward_test_util.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -91,6 +94,72 @@ TEST_F(DropoutTest, TrainingMatchesTheReferenceMaskOnShardedLayouts) {
     }
     ++n;
   }
+}
+
+// Built under FloatxScope(F64): y F64 with the documented mask, kept elements x / (1 - rate) in
+// double (within 1e-15 relative, on inputs that are not float32 values), sharded; the backward
+// F64 against a five-point stencil of that forward (to 1e-10); recompute reuses the mask; F32
+// x, dy or recompute input refused naming both dtypes; a BF16 Dropout refused at build.
+TEST_F(DropoutTest, Float64TrainingAndBackwardOnShardedLayouts) {
+  const DeviceMesh mesh = DeviceMesh::from_string("mesh[data=2,model=4]");
+  const Shape shape{5, 7};
+  const TensorLayout layout({"data", "model"}, mesh);
+  std::shared_ptr<Dropout> drop;
+  {
+    FloatxScope f64(DType::kF64);
+    drop = std::make_shared<Dropout>(0.3, DropoutOptions{.seed = 77});
+  }
+  ASSERT_EQ(drop->dtype(), DType::kF64);
+  drop->set_training(true);
+  std::vector<double> xv = testing::to_f64(HostTensor::random(DType::kF64, shape, 5));
+  for (double& v : xv) v += 1e-9;
+  const Array x = distribute_tensor(testing::to_dtype(shape, xv, DType::kF64), layout);
+  const Array y = drop->call_on(x);
+  ASSERT_EQ(y.dtype(), DType::kF64);
+  EXPECT_EQ(y.layout(), layout);
+  // The mask of (seed 77, step 0), from the F32 reference on random x: nonzero where kept.
+  const std::vector<double> kept = reference(HostTensor::random(DType::kF32, shape, 0), 0.3, 77, 0);
+  const auto forward = [&](const testing::Params& q) {
+    std::vector<double> out(q.at("x").size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = kept[i] != 0.0 ? q.at("x")[i] / (1.0 - 0.3) : 0.0;
+    return out;
+  };
+  const testing::Params p{{"x", xv}};
+  const std::vector<double> want = forward(p);
+  const std::vector<double> got = testing::gathered_f64(y);
+  int zeros = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 1e-15 * std::max(1.0, std::abs(want[i]))) << i;
+    zeros += want[i] == 0.0;
+  }
+  EXPECT_GT(zeros, 0);
+  EXPECT_LT(zeros, static_cast<int>(want.size()));
+  const std::vector<double> w = testing::random_values(shape, 9);
+  const Array dy = distribute_tensor(testing::to_dtype(shape, w, DType::kF64), layout);
+  Gradients grads;
+  const Array dx = drop->backward(x, dy, grads);
+  ASSERT_EQ(dx.dtype(), DType::kF64);
+  EXPECT_EQ(dx.layout(), layout);
+  testing::expect_close(testing::gathered_f64(dx), testing::numeric_gradient(forward, p, "x", w, 1e-3, true),
+                        "dx", 1e-10);
+  testing::expect_close(testing::gathered_f64(drop->recompute(x)), want, "recompute", 1e-15);
+  const Array x32 = distribute_tensor(testing::to_dtype(shape, xv, DType::kF32), layout);
+  const std::string refused =
+      "Dropout layer 'dropout' computes in F64 (its weights' dtype), got an F32 input; layers do not cast: "
+      "convert the input first";
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->call_on(x32); }), refused);
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->recompute(x32); }), refused);
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->backward(x32, dy, grads); }), refused);
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->backward(x, x32, grads); }),
+            "backward of layer 'dropout': dy must be F64 of the call's output shape (5, 7), got F32 (5, 7)");
+  std::shared_ptr<Dropout> half;
+  {
+    FloatxScope bf16(DType::kBF16);
+    half = std::make_shared<Dropout>(0.5);
+  }
+  EXPECT_EQ(testing::ValueErrorMessage([&] { half->maybe_build({2, 3}); }),
+            "Dropout layer 'dropout_1' has BF16 weights (its dtype); it computes in F32 or F64 only: build it "
+            "under floatx F32 or F64");
 }
 
 TEST_F(DropoutTest, SameInputGivesTheSameOutputOnEveryMeshAndLayout) {
@@ -206,7 +275,8 @@ TEST_F(DropoutTest, BadRateAndDtypeAreRefused) {
     (*drop)(distribute_tensor(HostTensor(DType::kI32, {8}), TensorLayout({"x"}, mesh)));
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Dropout layer 'dropout' runs on F32 tensors, got I32");
+    EXPECT_STREQ(e.what(), "Dropout layer 'dropout' computes in F32 (its weights' dtype), got an I32 input; "
+                           "layers do not cast: convert the input first");
   }
 }
 
