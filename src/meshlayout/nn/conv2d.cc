@@ -7,6 +7,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/ops/blas.h"
 #include "meshlayout/ops/matmul_backward.h"
@@ -77,6 +78,7 @@ void Conv2D::build(const Shape& input_shape) {
                         .regularizer = options_.bias_regularizer,
                         .layout = options_.bias_layout});
   }
+  internal_nn::check_compute_dtype("Conv2D", name(), kernel_->dtype());
 }
 
 namespace {
@@ -87,20 +89,21 @@ struct ConvGeometry {
 };
 
 // im2col of one image (H, W, C): row (oh, ow) of `columns` holds the patch (i, j, c) in the
-// kernel's row-major order, zeros where it reads padding.
-void im2col(const ConvGeometry& g, const float* image, float* columns) {
+// kernel's row-major order, zeros where it reads padding. E: float (F32) or double (F64).
+template <typename E>
+void im2col(const ConvGeometry& g, const E* image, E* columns) {
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     for (int64_t ow = 0; ow < g.OW; ++ow) {
-      float* row = columns + (oh * g.OW + ow) * g.patch();
+      E* row = columns + (oh * g.OW + ow) * g.patch();
       for (int64_t di = 0; di < g.kh; ++di) {
         const int64_t ih = oh * g.sh + di - g.top;
         for (int64_t dj = 0; dj < g.kw; ++dj) {
           const int64_t iw = ow * g.sw + dj - g.left;
-          float* dst = row + (di * g.kw + dj) * g.C;
+          E* dst = row + (di * g.kw + dj) * g.C;
           if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
-            std::fill(dst, dst + g.C, 0.0f);
+            std::fill(dst, dst + g.C, E{0});
           } else {
-            std::memcpy(dst, image + (ih * g.W + iw) * g.C, static_cast<size_t>(g.C) * sizeof(float));
+            std::memcpy(dst, image + (ih * g.W + iw) * g.C, static_cast<size_t>(g.C) * sizeof(E));
           }
         }
       }
@@ -110,18 +113,19 @@ void im2col(const ConvGeometry& g, const float* image, float* columns) {
 
 // The adjoint of im2col: each patch element of `columns` is added to the image element it was
 // read from (padding reads are dropped). `image` (H, W, C) must be zeroed first.
-void col2im_add(const ConvGeometry& g, const float* columns, float* image) {
+template <typename E>
+void col2im_add(const ConvGeometry& g, const E* columns, E* image) {
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     for (int64_t ow = 0; ow < g.OW; ++ow) {
-      const float* row = columns + (oh * g.OW + ow) * g.patch();
+      const E* row = columns + (oh * g.OW + ow) * g.patch();
       for (int64_t di = 0; di < g.kh; ++di) {
         const int64_t ih = oh * g.sh + di - g.top;
         if (ih < 0 || ih >= g.H) continue;
         for (int64_t dj = 0; dj < g.kw; ++dj) {
           const int64_t iw = ow * g.sw + dj - g.left;
           if (iw < 0 || iw >= g.W) continue;
-          const float* src = row + (di * g.kw + dj) * g.C;
-          float* dst = image + (ih * g.W + iw) * g.C;
+          const E* src = row + (di * g.kw + dj) * g.C;
+          E* dst = image + (ih * g.W + iw) * g.C;
           for (int64_t c = 0; c < g.C; ++c) dst[c] += src[c];
         }
       }
@@ -148,10 +152,7 @@ DimSharding Conv2D::batch_axes_for(const Array& x) const {
 
 void Conv2D::check_call_input(const Array& x) const {
   check_input(x.shape());
-  if (x.dtype() != DType::kF32) {
-    throw ValueError(fmt::format("Conv2D layer {} takes F32 inputs, got {} of shape {}", quote(name()),
-                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
-  }
+  check_input_dtype("Conv2D", name(), x.dtype(), kernel_->dtype());
 }
 
 Array Conv2D::pre_activation(const Array& x) const {
@@ -162,8 +163,9 @@ Array Conv2D::pre_activation(const Array& x) const {
   Array k = distribute_tensor(kernel_value, TensorLayout({None, None, None, filter_axes}, mesh));
   Array in = distribute_tensor(x, TensorLayout({batch_axes, None, None, None}, mesh));
   const Shape out_shape = compute_output_shape(x.shape());
+  const DType dtype = kernel_value.dtype();
   Array y = Array::allocate(TensorLayout({batch_axes, None, None, filter_axes}, mesh), out_shape,
-                            DType::kF32, in.runtime_ptr());
+                            dtype, in.runtime_ptr());
   const ConvGeometry g{.H = x.shape()[1], .W = x.shape()[2], .C = x.shape()[3],
                        .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
                        .sh = options_.strides[0], .sw = options_.strides[1],
@@ -171,31 +173,38 @@ Array Conv2D::pre_activation(const Array& x) const {
                        .top = pad_before(x.shape()[1], 0), .left = pad_before(x.shape()[2], 1)};
   const int64_t patch = g.patch();
   internal_ops::use_single_threaded_blas();
-  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+  // E: float (F32) or double (F64), the element type of x, the kernel, the bias and y.
+  const auto convolve = [&]<typename E>(size_t i, E* /*tag*/) {
     Array::Shard& out = y.local_shards()[i];
     const Array::Shard* xs = in.shard_at(out.position);
     const Array::Shard* ks = k.shard_at(out.position);
     const int64_t images = out.box.shape[0], nf = out.box.shape[3];
     if (images == 0 || nf == 0 || g.OH * g.OW == 0) return;
-    std::vector<float> columns(static_cast<size_t>(g.OH * g.OW * patch));
+    std::vector<E> columns(static_cast<size_t>(g.OH * g.OW * patch));
     for (int64_t b = 0; b < images; ++b) {
-      im2col(g, reinterpret_cast<const float*>(xs->buffer.data()) + b * g.H * g.W * g.C, columns.data());
-      float* result = reinterpret_cast<float*>(out.buffer.data()) + b * g.OH * g.OW * nf;
-      internal_ops::gemm<float>(g.OH * g.OW, nf, patch, columns.data(), patch,
-                                reinterpret_cast<const float*>(ks->buffer.data()), nf, result, nf);
+      im2col(g, reinterpret_cast<const E*>(xs->buffer.data()) + b * g.H * g.W * g.C, columns.data());
+      E* result = reinterpret_cast<E*>(out.buffer.data()) + b * g.OH * g.OW * nf;
+      internal_ops::gemm<E>(g.OH * g.OW, nf, patch, columns.data(), patch,
+                            reinterpret_cast<const E*>(ks->buffer.data()), nf, result, nf);
     }
+  };
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    internal_nn::dispatch_float(dtype, [&](auto* tag) { convolve(i, tag); });
   });
   if (bias_) {
     Array bias = distribute_tensor(bias_->value(), TensorLayout({filter_axes}, mesh));
-    y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    const auto add_bias = [&]<typename E>(size_t i, E* /*tag*/) {
       Array::Shard& s = y.local_shards()[i];
       const int64_t nf = s.box.shape[3];
       if (nf == 0) return;
-      const float* b = reinterpret_cast<const float*>(bias.shard_at(s.position)->buffer.data());
-      float* p = reinterpret_cast<float*>(s.buffer.data());
+      const E* b = reinterpret_cast<const E*>(bias.shard_at(s.position)->buffer.data());
+      E* p = reinterpret_cast<E*>(s.buffer.data());
       for (int64_t r = 0; r < s.box.num_elements() / nf; ++r) {
         for (int64_t c = 0; c < nf; ++c) p[r * nf + c] += b[c];
       }
+    };
+    y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+      internal_nn::dispatch_float(dtype, [&](auto* tag) { add_bias(i, tag); });
     });
   }
   return y;
@@ -215,8 +224,9 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   }
   check_call_input(x);
   const Shape out_shape = compute_output_shape(x.shape());
-  check_output_gradient(name(), dy, out_shape);
+  check_output_gradient(name(), dy, out_shape, x.dtype());
   const Array& kernel_value = kernel_->value();
+  const DType dtype = kernel_value.dtype();
   const DeviceMesh& mesh = kernel_value.mesh();
   const DimSharding filter_axes = kernel_value.layout().axes()[3];
   const DimSharding batch_axes = batch_axes_for(x);
@@ -243,14 +253,17 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
     // d kernel = columnsᵀ · dz over every image and position: a partial sum over the batch
     // axes, completed by matmul_backward_weight's collective.
     const Array in = distribute_tensor(x, in_layout4);
-    Array columns = allocate_agreed(in_layout4, columns_shape, DType::kF32, in.runtime_ptr());
-    columns.runtime().pool().parallel_for(columns.local_shards().size(), [&](size_t i) {
+    Array columns = allocate_agreed(in_layout4, columns_shape, dtype, in.runtime_ptr());
+    const auto unfold = [&]<typename E>(size_t i, E* /*tag*/) {
       Array::Shard& s = columns.local_shards()[i];
-      const float* image = reinterpret_cast<const float*>(in.shard_at(s.position)->buffer.data());
-      float* col = reinterpret_cast<float*>(s.buffer.data());
+      const E* image = reinterpret_cast<const E*>(in.shard_at(s.position)->buffer.data());
+      E* col = reinterpret_cast<E*>(s.buffer.data());
       for (int64_t b = 0; b < s.box.shape[0]; ++b) {
         im2col(g, image + b * g.H * g.W * g.C, col + b * g.OH * g.OW * patch);
       }
+    };
+    columns.runtime().pool().parallel_for(columns.local_shards().size(), [&](size_t i) {
+      internal_nn::dispatch_float(dtype, [&](auto* tag) { unfold(i, tag); });
     });
     Array dk = matmul_backward_weight(columns, dz, TensorLayout({None, filter_axes}, mesh));
     grads.accumulate(*kernel_, reshaped(std::move(dk), kernel_->shape()));
@@ -258,15 +271,18 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   // d columns = dz · kernelᵀ (a partial sum over the filter axes, reduced by matmul), then
   // col2im adds each patch element back to the input element it was read from.
   const Array dcols = matmul_backward_input(dz, k2, in_layout4);
-  Array dx = allocate_agreed(in_layout4, x.shape(), DType::kF32, dcols.runtime_ptr());
-  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+  Array dx = allocate_agreed(in_layout4, x.shape(), dtype, dcols.runtime_ptr());
+  const auto fold = [&]<typename E>(size_t i, E* /*tag*/) {
     Array::Shard& s = dx.local_shards()[i];
-    float* image = reinterpret_cast<float*>(s.buffer.data());
-    std::fill(image, image + s.box.num_elements(), 0.0f);
-    const float* col = reinterpret_cast<const float*>(dcols.shard_at(s.position)->buffer.data());
+    E* image = reinterpret_cast<E*>(s.buffer.data());
+    std::fill(image, image + s.box.num_elements(), E{0});
+    const E* col = reinterpret_cast<const E*>(dcols.shard_at(s.position)->buffer.data());
     for (int64_t b = 0; b < s.box.shape[0]; ++b) {
       col2im_add(g, col + b * g.OH * g.OW * patch, image + b * g.H * g.W * g.C);
     }
+  };
+  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
+    internal_nn::dispatch_float(dtype, [&](auto* tag) { fold(i, tag); });
   });
   if (dx.layout() == x.layout()) return dx;
   return distribute_tensor(dx, x.layout());

@@ -21,6 +21,9 @@
 //              each device for its images, then dx goes to x's layout.
 // The backward holds the im2col columns of the local images at once (B × OH × OW × kh·kw·C).
 //
+// Dtype: the weights' (floatx() at construction, floatx.h), F32 (sgemm) or F64 (dgemm); x and
+// dy must be of it (no cast). Weights of another dtype (F16, BF16) are refused at build.
+//
 // Example:
 //   auto conv = std::make_shared<Conv2D>(32, Conv2DOptions{.kernel_size = {3, 3},
 //                                                          .padding = "same"});
@@ -61,12 +64,15 @@ class Conv2D : public Layer {
   Shape compute_output_shape(const Shape& input_shape) const override;
   /// See the file comment: dx in x's layout, d kernel and d bias accumulated in their
   /// variables' layouts, summed over the batch replicas. A non-trainable weight gets no
-  /// gradient. FailedPreconditionError before the layer is built; ValueError if x is not F32
-  /// NHWC with the built channels, or dy not F32 of the call's output shape.
+  /// gradient. FailedPreconditionError before the layer is built; ValueError if x is not NHWC
+  /// of the kernel's dtype with the built channels, or dy not of x's dtype and the call's output
+  /// shape.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
+  /// ValueError for an input not of rank 4, or a kernel neither F32 nor F64 (naming its dtype).
   void build(const Shape& input_shape) override;
+  /// ValueError for x not NHWC of the built channels, or not of the kernel's dtype (naming both).
   Array call(const Array& x) override;
 
  private:

@@ -3,7 +3,8 @@
 // H-split (gathered by the call), batch over an axis the filters use (gathered); kernel
 // replicated, output-channel-split, in-channel-split and split over both axes; strides 1 and 2,
 // even and odd kernels, with and without bias and activation. dx in x's layout, d kernel and
-// d bias in their variables' layouts.
+// d bias in their variables' layouts. Also in float64 (built under FloatxScope F64): y within
+// 1e-12, gradients within 1e-10 of a five-point stencil; F32 x or dy refused naming both dtypes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +12,9 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/backward_test_util.h"
 #include "meshlayout/nn/conv2d.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/nn_test_util.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -81,38 +84,48 @@ class Conv2DBackwardTest : public NnTest {
     };
   }
 
-  void check(const Config& c, const Layouts& l) {
+  // In F64 (the layer built under FloatxScope F64): y to 1e-12, gradients to 1e-10 of a
+  // five-point stencil.
+  void check(const Config& c, const Layouts& l, DType dtype = DType::kF32) {
+    const bool f64 = dtype == DType::kF64;
     clear_session();
+    std::optional<FloatxScope> floatx;
+    floatx.emplace(dtype);
     auto conv = std::make_shared<Conv2D>(
         kFilters, Conv2DOptions{.kernel_size = c.kernel, .strides = c.strides, .padding = c.padding,
                                 .activation = c.activation, .use_bias = c.use_bias,
                                 .kernel_initializer = Initializer::random_normal({.stddev = 0.3, .seed = 5}),
                                 .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 6}),
                                 .kernel_layout = l.kernel, .bias_layout = l.bias});
+    floatx.reset();
     conv->maybe_build(kInput);
+    ASSERT_EQ(conv->kernel()->dtype(), dtype);
     const std::vector<double> xv = testing::random_values(kInput, 71);
-    const Array x = distribute_tensor(testing::to_f32(kInput, xv), l.x);
+    const Array x = distribute_tensor(testing::to_dtype(kInput, xv, dtype), l.x);
     const Array y = conv->call_on(x);
+    EXPECT_EQ(y.dtype(), dtype);
     Params p{{"x", xv}, {"kernel", gathered_f64(conv->kernel()->value())}};
     if (c.use_bias) p["bias"] = gathered_f64(conv->bias()->value());
     auto forward = [&c](const Params& q) { return reference(q, c); };
-    expect_close(gathered_f64(y), forward(p), "forward y");
+    expect_close(gathered_f64(y), forward(p), "forward y", f64 ? 1e-12 : 1e-4);
     const std::vector<double> w = testing::random_values(y.shape(), 72);
-    const Array dy = distribute_tensor(testing::to_f32(y.shape(), w), y.layout());
+    const Array dy = distribute_tensor(testing::to_dtype(y.shape(), w, dtype), y.layout());
     Gradients grads;
     const Array dx = conv->backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
-    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w), "dx");
+    EXPECT_EQ(dx.dtype(), dtype);
+    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64), "dx",
+                 f64 ? 1e-10 : 1e-4);
     std::vector<std::pair<VariablePtr, std::string>> weights{{conv->kernel(), "kernel"}};
     if (c.use_bias) weights.emplace_back(conv->bias(), "bias");
     EXPECT_EQ(grads.size(), weights.size());
-    testing::expect_weight_gradients(grads, weights, forward, p, w);
+    testing::expect_weight_gradients(grads, weights, forward, p, w, f64);
   }
 
-  void check_all(const Config& c) {
+  void check_all(const Config& c, DType dtype = DType::kF32) {
     for (const Layouts& l : cases()) {
       SCOPED_TRACE("x " + l.x.to_string() + " kernel " + l.kernel.to_string() + " bias " + l.bias.to_string());
-      check(c, l);
+      check(c, l, dtype);
     }
   }
 };
@@ -135,6 +148,47 @@ TEST_F(Conv2DBackwardTest, SameStride1Tanh) {
 TEST_F(Conv2DBackwardTest, SameEvenKernelStride2x1NoBias) {
   check_all({.kernel = {2, 4}, .strides = {2, 1}, .padding = "same", .activation = Activation::kLinear,
              .use_bias = false});
+}
+
+TEST_F(Conv2DBackwardTest, Float64SameStride1Tanh) {
+  check_all({.kernel = {3, 3}, .strides = {1, 1}, .padding = "same", .activation = Activation::kTanh,
+             .use_bias = true},
+            DType::kF64);
+}
+
+TEST_F(Conv2DBackwardTest, Float64ValidStride2NoBias) {
+  const Config c{.kernel = {3, 2}, .strides = {2, 2}, .padding = "valid", .activation = Activation::kLinear,
+                 .use_bias = false};
+  check(c, cases()[2], DType::kF64);
+  check(c, cases()[5], DType::kF64);
+}
+
+// Built in F64: an F32 x (call and backward) or dy is refused, naming both dtypes.
+TEST_F(Conv2DBackwardTest, Float64RefusesF32) {
+  std::shared_ptr<Conv2D> conv;
+  {
+    FloatxScope f64(DType::kF64);
+    conv = std::make_shared<Conv2D>(kFilters, Conv2DOptions{.kernel_layout = layout({kNone, kNone, kNone, kNone}),
+                                                            .bias_layout = layout({kNone})});
+  }
+  conv->maybe_build(kInput);
+  const std::vector<double> v = testing::random_values(kInput, 1);
+  const TensorLayout replicated = layout({kNone, kNone, kNone, kNone});
+  const Array x64 = distribute_tensor(testing::to_dtype(kInput, v, DType::kF64), replicated);
+  const Array x32 = distribute_tensor(testing::to_dtype(kInput, v, DType::kF32), replicated);
+  const Shape out = conv->compute_output_shape(kInput);
+  const std::vector<double> w = testing::random_values(out, 2);
+  const Array dy64 = distribute_tensor(testing::to_dtype(out, w, DType::kF64), replicated);
+  const Array dy32 = distribute_tensor(testing::to_dtype(out, w, DType::kF32), replicated);
+  const std::string want = "Conv2D layer 'conv2d' computes in F64 (its weights' dtype), got an F32 input; layers "
+                           "do not cast: convert the input first";
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)conv->call_on(x32); }), want);
+  Gradients grads;
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)conv->backward(x32, dy64, grads); }), want);
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)conv->backward(x64, dy32, grads); }),
+            "backward of layer 'conv2d': dy must be F64 of the call's output shape (4, 4, 3, 8), got F32 "
+            "(4, 4, 3, 8)");
+  EXPECT_EQ(grads.size(), 0u);
 }
 
 TEST_F(Conv2DBackwardTest, MaxRelativeError) {

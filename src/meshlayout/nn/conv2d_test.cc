@@ -8,6 +8,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/model.h"
 
 namespace meshlayout {
@@ -144,6 +145,22 @@ TEST_F(Conv2DTest, BadInputsGetClearErrors) {
   (*conv)(Tensor::symbolic({2, 5, 5, 3}));
   EXPECT_EQ(error_of([&] { (*conv)(Tensor::symbolic({2, 5, 5, 4})); }),
             "Conv2D layer 'c' was built for 3 input channels, got an input of shape (2, 5, 5, 4)");
+  // Another dtype than the kernel's (F32 here; F64: conv2d_backward_test.cc) names both.
+  const DeviceMesh one = DeviceMesh::from_string("mesh[x=1]");
+  EXPECT_EQ(error_of([&] {
+              (void)conv->call_on(distribute_tensor(HostTensor(DType::kF64, {2, 5, 5, 3}), TensorLayout::replicated(4, one)));
+            }),
+            "Conv2D layer 'c' computes in F32 (its weights' dtype), got an F64 input; layers do not cast: "
+            "convert the input first");
+  // Built under floatx BF16: refused at build rather than reading BF16 weights as floats.
+  std::shared_ptr<Conv2D> half;
+  {
+    FloatxScope bf16(DType::kBF16);
+    half = std::make_shared<Conv2D>(2, Conv2DOptions{.name = "h"});
+  }
+  EXPECT_EQ(error_of([&] { half->maybe_build({2, 5, 5, 3}); }),
+            "Conv2D layer 'h' has BF16 weights (its dtype); it computes in F32 or F64 only: build it under "
+            "floatx F32 or F64");
 }
 
 }  // namespace

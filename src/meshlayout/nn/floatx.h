@@ -3,11 +3,12 @@
 // A floating weight whose VariableSpec leaves `dtype` unset takes the dtype of the layer that
 // creates it, and a layer takes floatx() when it is constructed (Keras: a layer's dtype policy
 // defaults to the global one, read at construction; a Variable without a dtype takes floatx()).
-// Layers that run in F64 compute in the dtype of their weights: the Llama's (Dense, EinsumDense,
-// RMSNormalization, Embedding, MultiHeadAttention and the ops under them); an input of another
-// dtype is a ValueError naming both (no implicit cast). LSTM also runs in F64; LayerNormalization,
-// BatchNormalization, Conv2D and Dropout compute in F32 only and do not yet check their weights'
-// dtype: build them with floatx() F32.
+// Layers compute in the dtype of their weights, F32 or F64: the Llama's (Dense, EinsumDense,
+// RMSNormalization, Embedding, MultiHeadAttention and the ops under them), LSTM,
+// LayerNormalization, BatchNormalization (batch and moving statistics), Conv2D, and Dropout (its
+// own dtype: it has no float weights), forward and backward; an input or dy of another dtype is
+// a ValueError naming both (no implicit cast). LayerNormalization, BatchNormalization, Conv2D and
+// Dropout refuse F16/BF16 weights at build (ValueError naming the layer and the dtype).
 //
 // Two ways to set it:
 //   set_floatx(DType::kF64)   process-wide, as keras.config.set_floatx("float64"). Tests run
