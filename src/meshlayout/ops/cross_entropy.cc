@@ -17,51 +17,93 @@
 namespace meshlayout {
 namespace {
 
-constexpr std::string_view kOp = "sparse_categorical_crossentropy";
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kEpsilon = 1e-7;  // keras.config.epsilon()
 
-Shape lead_shape(const Array& logits) {
-  return Shape(logits.shape().begin(), logits.shape().end() - 1);
+// Which loss, and how y_pred is read.
+struct Spec {
+  bool sparse;
+  bool from_logits;
+  double smoothing;  // categorical only
+  std::string_view op() const { return sparse ? "sparse_categorical_crossentropy" : "categorical_crossentropy"; }
+  std::string_view pred() const { return from_logits ? "logits" : "probabilities"; }
+  // Statistics per row and class block of the first (and only, but for categorical
+  // probabilities) round.
+  int64_t width() const { return from_logits ? 4 : 2; }
+  bool two_rounds() const { return !sparse && !from_logits; }
+};
+
+Spec spec_of(bool sparse, const CrossEntropyOptions& o) { return {sparse, o.from_logits, o.label_smoothing}; }
+
+Shape lead_shape(const Array& x) { return Shape(x.shape().begin(), x.shape().end() - 1); }
+
+std::vector<DimSharding> lead_axes(const Array& x) {
+  return std::vector<DimSharding>(x.layout().axes().begin(), x.layout().axes().end() - 1);
 }
 
-std::vector<DimSharding> lead_axes(const Array& logits) {
-  return std::vector<DimSharding>(logits.layout().axes().begin(), logits.layout().axes().end() - 1);
-}
+bool is_float(DType d) { return d == DType::kF32 || d == DType::kF64; }
 
-void check_inputs(const Array& logits, const Array& labels, const CrossEntropyOptions& options) {
-  if (logits.dtype() != DType::kF32 && logits.dtype() != DType::kF64) {
-    throw ValueError(fmt::format("{}: logits must be F32 or F64, got {} logits of shape {}", kOp,
-                                 dtype_name(logits.dtype()), shape_to_string(logits.shape())));
+void check_inputs(const Spec& sp, const Array& pred, const Array& targets, const CrossEntropyOptions& options) {
+  const std::string_view op = sp.op(), what = sp.pred();
+  if (!is_float(pred.dtype())) {
+    throw ValueError(fmt::format("{}: {} must be F32 or F64, got {} {} of shape {}", op, what,
+                                 dtype_name(pred.dtype()), what, shape_to_string(pred.shape())));
   }
-  if (labels.dtype() != DType::kI32 && labels.dtype() != DType::kI64) {
-    throw ValueError(fmt::format("{}: labels must be integer class indices (I32 or I64), got {} "
-                                 "labels of shape {}",
-                                 kOp, dtype_name(labels.dtype()), shape_to_string(labels.shape())));
+  if (pred.shape().empty()) {
+    throw ValueError(fmt::format("{}: {} need a class dimension (…, classes), got shape ()", op, what));
   }
-  if (logits.shape().empty()) {
-    throw ValueError(fmt::format("{}: logits need a class dimension (…, classes), got shape ()", kOp));
-  }
-  if (labels.shape() != lead_shape(logits)) {
-    throw ValueError(fmt::format(
-        "{}: labels of shape {} must have the shape of logits {} without its last (class) "
-        "dimension, {}",
-        kOp, shape_to_string(labels.shape()), shape_to_string(logits.shape()),
-        shape_to_string(lead_shape(logits))));
+  if (sp.sparse) {
+    if (targets.dtype() != DType::kI32 && targets.dtype() != DType::kI64) {
+      throw ValueError(fmt::format("{}: labels must be integer class indices (I32 or I64), got {} "
+                                   "labels of shape {}",
+                                   op, dtype_name(targets.dtype()), shape_to_string(targets.shape())));
+    }
+    if (targets.shape() != lead_shape(pred)) {
+      throw ValueError(fmt::format(
+          "{}: labels of shape {} must have the shape of {} {} without its last (class) dimension, {}",
+          op, shape_to_string(targets.shape()), what, shape_to_string(pred.shape()),
+          shape_to_string(lead_shape(pred))));
+    }
+    if (options.label_smoothing != 0.0) {
+      throw ValueError(fmt::format("{}: label_smoothing must be 0 (Keras' SparseCategoricalCrossentropy has "
+                                   "none), got {}",
+                                   op, options.label_smoothing));
+    }
+  } else {
+    if (!is_float(targets.dtype())) {
+      throw ValueError(fmt::format("{}: targets must be F32 or F64 (one-hot or probability rows), got {} "
+                                   "targets of shape {}",
+                                   op, dtype_name(targets.dtype()), shape_to_string(targets.shape())));
+    }
+    if (targets.shape() != pred.shape()) {
+      throw ValueError(fmt::format("{}: targets of shape {} must have the shape of {} {}", op,
+                                   shape_to_string(targets.shape()), what, shape_to_string(pred.shape())));
+    }
+    if (!(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0)) {
+      throw ValueError(fmt::format("{}: label_smoothing must be in [0, 1], got {}", op, options.label_smoothing));
+    }
   }
   if (!std::isfinite(options.grad_scale)) {
-    throw ValueError(fmt::format("{}: grad_scale must be finite, got {}", kOp, options.grad_scale));
+    throw ValueError(fmt::format("{}: grad_scale must be finite, got {}", op, options.grad_scale));
   }
-}
-
-int64_t label_at(const Array::Shard& s, DType dtype, int64_t i) {
-  return dtype == DType::kI32 ? reinterpret_cast<const int32_t*>(s.buffer.data())[i]
-                              : reinterpret_cast<const int64_t*>(s.buffer.data())[i];
 }
 
 template <typename T>
 const T* data(const Array::Shard& s) { return reinterpret_cast<const T*>(s.buffer.data()); }
 template <typename T>
 T* data(Array::Shard& s) { return reinterpret_cast<T*>(s.buffer.data()); }
+
+int64_t label_at(const Array::Shard& s, DType dtype, int64_t i) {
+  return dtype == DType::kI32 ? data<int32_t>(s)[i] : data<int64_t>(s)[i];
+}
+
+double float_at(const Array::Shard& s, DType dtype, int64_t i) {
+  return dtype == DType::kF32 ? static_cast<double>(data<float>(s)[i]) : data<double>(s)[i];
+}
+
+double clip(double q) { return std::min(std::max(q, kEpsilon), 1.0 - kEpsilon); }
+// Inside the band the clip passes the gradient; outside it is constant.
+bool in_band(double q) { return q >= kEpsilon && q <= 1.0 - kEpsilon; }
 
 // The global coordinates of local row `row` of a box's leading dims (the last dim excluded
 // when `dims` is one less than the box's rank).
@@ -82,7 +124,7 @@ int64_t ravel(const Shape& coords, const Shape& shape) {
 
 // A bad input one device found; the lowest (kind, flat index) wins.
 struct Failure {
-  int kind = 0;  // 0: label out of range, 1: non-finite logit
+  int kind = 0;  // 0: label out of range, 1: non-finite prediction
   int64_t flat = 0;
   std::string message;
   bool before(const Failure& o) const { return kind != o.kind ? kind < o.kind : flat < o.flat; }
@@ -92,106 +134,214 @@ void keep_first(std::optional<Failure>& slot, Failure f) {
   if (!slot || f.before(*slot)) slot = std::move(f);
 }
 
-// The combined statistics of one row from its k (max, sum, target) triples, in block order.
-struct Row {
-  double lse;     // log Σ exp(x)
-  double target;  // x[label]
+// Everything the loss and the gradient read besides y_pred: the targets in the rows' layout
+// (sparse) or y_pred's (categorical), and the per-row statistics of every class block,
+// replicated over the class axes.
+struct Stats {
+  Spec spec;
+  Array targets;
+  std::optional<Array> rows;   // F64 (…, k, width), layout (lead axes…, None, None)
+  std::optional<Array> rows2;  // categorical probabilities: (…, k, 2) partial loss and in-band Σt
+  int64_t k = 0;
+  int64_t classes = 0;
+  int64_t positions = 0;
 };
 
-Row combine(const double* st, int64_t k) {
-  double m = -kInf;
-  for (int64_t b = 0; b < k; ++b) m = std::max(m, st[3 * b]);
-  double s = 0, t = 0;
-  for (int64_t b = 0; b < k; ++b) {
-    if (st[3 * b + 1] > 0) s += st[3 * b + 1] * std::exp(st[3 * b] - m);
-    t += st[3 * b + 2];
-  }
-  return {m + std::log(s), t};
+// The target of class j (global index) of local element i of the targets' box.
+double target(const Stats& st, const Array::Shard& ts, int64_t row, int64_t label_or_i, int64_t j) {
+  if (st.spec.sparse) return label_at(ts, st.targets.dtype(), row) == j ? 1.0 : 0.0;
+  const double t = float_at(ts, st.targets.dtype(), label_or_i);
+  return st.spec.smoothing == 0.0 ? t
+                                  : t * (1.0 - st.spec.smoothing) + st.spec.smoothing / static_cast<double>(st.classes);
 }
 
-// Labels in the rows' layout and the combined statistics (…, k, 3), replicated over the vocab
-// axes: what every loss and gradient computation reads besides the logits themselves.
-struct Stats {
-  Array labels;
-  Array rows;  // F64 (…, k, 3), layout (lead axes…, None, None)
-  int64_t k;
-  int64_t positions;
+// A row's combined first-round statistics, in block order.
+struct Row {
+  double lse = 0;  // logits: log Σ exp(x)
+  double sum = 0;  // probabilities: Σ p
+  double t = 0;    // logits: Σ t; sparse probabilities: p[label]
+  double u = 0;    // logits: Σ t·x
 };
 
+Row combine(const Spec& sp, const double* st, int64_t k) {
+  Row r;
+  if (sp.from_logits) {
+    double m = -kInf;
+    for (int64_t b = 0; b < k; ++b) m = std::max(m, st[4 * b]);
+    double s = 0;
+    for (int64_t b = 0; b < k; ++b) {
+      if (st[4 * b + 1] > 0) s += st[4 * b + 1] * std::exp(st[4 * b] - m);
+      r.t += st[4 * b + 2];
+      r.u += st[4 * b + 3];
+    }
+    r.lse = m + std::log(s);
+  } else {
+    for (int64_t b = 0; b < k; ++b) {
+      r.sum += st[2 * b];
+      r.t += st[2 * b + 1];
+    }
+  }
+  return r;
+}
+
+// The loss of one row from its combined statistics.
+double row_loss(const Stats& st, const double* s1, const double* s2) {
+  if (st.spec.two_rounds()) {
+    double l = 0;
+    for (int64_t b = 0; b < st.k; ++b) l += s2[2 * b];
+    return l;
+  }
+  const Row r = combine(st.spec, s1, st.k);
+  if (st.spec.from_logits) return r.lse * r.t - r.u;
+  return -std::log(clip(r.t / r.sum));
+}
+
+// First round: each device's (…, 1 block, width) statistics of its box.
 template <typename T>
-void local_stats(const Array& logits, const Array& labels, Array& stats,
-                 std::vector<std::optional<Failure>>& failures) {
-  const int64_t V = logits.shape().back();
-  const size_t lead = logits.shape().size() - 1;
-  const Shape lshape = lead_shape(logits);
-  logits.runtime().pool().parallel_for(logits.local_shards().size(), [&](size_t i) {
-    const Array::Shard& xs = logits.local_shards()[i];
-    const Array::Shard& ls = *labels.shard_at(xs.position);
-    Array::Shard& ss = *stats.shard_at(xs.position);
+void local_stats(const Array& pred, Stats& st, Array& out, std::vector<std::optional<Failure>>& failures) {
+  const Spec& sp = st.spec;
+  const int64_t V = pred.shape().back();
+  const size_t lead = pred.shape().size() - 1;
+  const Shape lshape = lead_shape(pred);
+  const int64_t w = sp.width();
+  pred.runtime().pool().parallel_for(pred.local_shards().size(), [&](size_t i) {
+    const Array::Shard& xs = pred.local_shards()[i];
+    const Array::Shard& ts = *st.targets.shard_at(xs.position);
+    Array::Shard& ss = *out.shard_at(xs.position);
     const int64_t nv = xs.box.shape[lead], v0 = xs.box.offset[lead];
     const int64_t rows = num_elements(Shape(xs.box.shape.begin(), xs.box.shape.end() - 1));
     const T* x = data<T>(xs);
-    double* out = data<double>(ss);
+    double* o = data<double>(ss);
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = x + r * nv;
-      const int64_t label = label_at(ls, labels.dtype(), r);
-      if (label < 0 || label >= V) {
-        const Shape at = row_coords(xs.box, lead, r);
-        keep_first(failures[i], {0, ravel(at, lshape),
-                                 fmt::format("{}: label {} at labels[{}] is outside [0, {}): V = {} "
-                                             "is the last dimension of logits {}",
-                                             kOp, label, fmt::join(at, ", "), V, V,
-                                             shape_to_string(logits.shape()))});
+      int64_t label = -1;
+      if (sp.sparse) {
+        label = label_at(ts, st.targets.dtype(), r);
+        if (label < 0 || label >= V) {
+          const Shape at = row_coords(xs.box, lead, r);
+          keep_first(failures[i], {0, ravel(at, lshape),
+                                   fmt::format("{}: label {} at labels[{}] is outside [0, {}): V = {} "
+                                               "is the last dimension of {} {}",
+                                               sp.op(), label, fmt::join(at, ", "), V, V, sp.pred(),
+                                               shape_to_string(pred.shape()))});
+        }
       }
       double m = -kInf;
+      bool finite = true;
       for (int64_t j = 0; j < nv; ++j) {
         const double v = static_cast<double>(row[j]);
         if (!std::isfinite(v)) {
           Shape at = row_coords(xs.box, lead, r);
           at.push_back(v0 + j);
-          keep_first(failures[i], {1, ravel(at, logits.shape()),
-                                   fmt::format("{}: logits[{}] is {}; the logits must be finite",
-                                               kOp, fmt::join(at, ", "), v)});
+          keep_first(failures[i], {1, ravel(at, pred.shape()),
+                                   fmt::format("{}: {}[{}] is {}; the {} must be finite", sp.op(), sp.pred(),
+                                               fmt::join(at, ", "), v, sp.pred())});
+          finite = false;
           break;
         }
         m = std::max(m, v);
       }
-      double s = 0;
-      if (nv > 0 && std::isfinite(m)) {
-        for (int64_t j = 0; j < nv; ++j) s += std::exp(static_cast<double>(row[j]) - m);
+      const bool owner = label >= v0 && label < v0 + nv;
+      double* out_row = o + r * w;
+      if (sp.from_logits) {
+        double s = 0, t = 0, u = 0;
+        if (nv > 0 && finite) {
+          for (int64_t j = 0; j < nv; ++j) s += std::exp(static_cast<double>(row[j]) - m);
+          if (sp.sparse) {
+            t = owner ? 1.0 : 0.0;
+            u = owner ? static_cast<double>(row[label - v0]) : 0.0;
+          } else {
+            for (int64_t j = 0; j < nv; ++j) {
+              const double tj = target(st, ts, r, r * nv + j, v0 + j);
+              t += tj;
+              u += tj * static_cast<double>(row[j]);
+            }
+          }
+        }
+        out_row[0] = nv > 0 ? m : -kInf;
+        out_row[1] = s;
+        out_row[2] = t;
+        out_row[3] = u;
+      } else {
+        double s = 0;
+        for (int64_t j = 0; j < nv; ++j) s += static_cast<double>(row[j]);
+        out_row[0] = s;
+        out_row[1] = owner ? static_cast<double>(row[label - v0]) : 0.0;
       }
-      out[3 * r] = nv > 0 ? m : -kInf;
-      out[3 * r + 1] = s;
-      out[3 * r + 2] = label >= v0 && label < v0 + nv ? static_cast<double>(row[label - v0]) : 0.0;
     }
   });
 }
 
-Stats compute_stats(const Array& logits, const Array& labels_in, const CrossEntropyOptions& options) {
-  check_inputs(logits, labels_in, options);
-  const DeviceMesh& mesh = logits.mesh();
-  const auto rt = logits.runtime_ptr();
-  const int vd = logits.geometry().rank() - 1;
-  const int64_t k = logits.geometry().num_blocks(vd);
-  std::vector<DimSharding> axes = lead_axes(logits);
-  Array labels = distribute_tensor(labels_in, TensorLayout(axes, mesh));
+// Categorical probabilities, second round: per block the partial loss Σ −t·log clip(p/S) and
+// the in-band Σ t, S from the first round.
+template <typename T>
+void local_stats2(const Array& pred, const Stats& st, Array& out) {
+  const size_t lead = pred.shape().size() - 1;
+  pred.runtime().pool().parallel_for(pred.local_shards().size(), [&](size_t i) {
+    const Array::Shard& xs = pred.local_shards()[i];
+    const Array::Shard& ts = *st.targets.shard_at(xs.position);
+    const double* s1 = data<double>(*st.rows->shard_at(xs.position));
+    double* o = data<double>(*out.shard_at(xs.position));
+    const int64_t nv = xs.box.shape[lead], v0 = xs.box.offset[lead];
+    const int64_t rows = num_elements(Shape(xs.box.shape.begin(), xs.box.shape.end() - 1));
+    const T* x = data<T>(xs);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double sum = combine(st.spec, s1 + r * 2 * st.k, st.k).sum;
+      double l = 0, band = 0;
+      for (int64_t j = 0; j < nv; ++j) {
+        const double t = target(st, ts, r, r * nv + j, v0 + j);
+        const double q = static_cast<double>(x[r * nv + j]) / sum;
+        l -= t * std::log(clip(q));
+        if (in_band(q)) band += t;
+      }
+      o[2 * r] = l;
+      o[2 * r + 1] = band;
+    }
+  });
+}
 
-  Shape sshape = lead_shape(logits);
-  sshape.push_back(k);
-  sshape.push_back(3);
-  std::vector<DimSharding> saxes = axes;
-  saxes.push_back(logits.layout().axes()[static_cast<size_t>(vd)]);
-  saxes.push_back(None);
-  Array local = allocate_agreed(TensorLayout(saxes, mesh), sshape, DType::kF64, rt);
+// (…, k, w) statistics with the k blocks split like y_pred's classes.
+Array allocate_stats(const Array& pred, int64_t k, int64_t w) {
+  Shape shape = lead_shape(pred);
+  shape.push_back(k);
+  shape.push_back(w);
+  std::vector<DimSharding> axes = lead_axes(pred);
+  axes.push_back(pred.layout().axes().back());
+  axes.push_back(None);
+  return allocate_agreed(TensorLayout(axes, pred.mesh()), shape, DType::kF64, pred.runtime_ptr());
+}
+
+// The statistics replicated over the class axes: the small all-gather.
+Array gather_blocks(Array local, const Array& pred) {
+  std::vector<DimSharding> axes = lead_axes(pred);
+  axes.push_back(None);
+  axes.push_back(None);
+  const TensorLayout gathered(axes, pred.mesh());
+  return local.layout() == gathered ? std::move(local) : distribute_tensor(local, gathered);
+}
+
+Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in, const CrossEntropyOptions& options) {
+  check_inputs(sp, pred, targets_in, options);
+  const auto rt = pred.runtime_ptr();
+  const int vd = pred.geometry().rank() - 1;
+  Stats st{.spec = sp,
+           .targets = distribute_tensor(targets_in, sp.sparse ? TensorLayout(lead_axes(pred), pred.mesh())
+                                                              : pred.layout()),
+           .rows = std::nullopt,
+           .rows2 = std::nullopt,
+           .k = pred.geometry().num_blocks(vd),
+           .classes = pred.shape().back(),
+           .positions = num_elements(lead_shape(pred))};
+  Array local = allocate_stats(pred, st.k, sp.width());
 
   // Local pass; a bad input (or any failure) is agreed before the statistics move.
   std::exception_ptr error;
   try {
-    std::vector<std::optional<Failure>> failures(logits.local_shards().size());
-    if (logits.dtype() == DType::kF32) {
-      local_stats<float>(logits, labels, local, failures);
+    std::vector<std::optional<Failure>> failures(pred.local_shards().size());
+    if (pred.dtype() == DType::kF32) {
+      local_stats<float>(pred, st, local, failures);
     } else {
-      local_stats<double>(logits, labels, local, failures);
+      local_stats<double>(pred, st, local, failures);
     }
     std::optional<Failure> first;
     for (auto& f : failures) {
@@ -206,25 +356,32 @@ Stats compute_stats(const Array& logits, const Array& labels_in, const CrossEntr
   } else if (error) {
     std::rethrow_exception(error);
   }
-
-  saxes[static_cast<size_t>(vd)] = None;
-  const TensorLayout gathered(saxes, mesh);
-  Array rows = local.layout() == gathered ? std::move(local) : distribute_tensor(local, gathered);
-  return Stats{std::move(labels), std::move(rows), k, num_elements(labels_in.shape())};
+  st.rows = gather_blocks(std::move(local), pred);
+  if (sp.two_rounds()) {
+    Array local2 = allocate_stats(pred, st.k, 2);
+    if (pred.dtype() == DType::kF32) {
+      local_stats2<float>(pred, st, local2);
+    } else {
+      local_stats2<double>(pred, st, local2);
+    }
+    st.rows2 = gather_blocks(std::move(local2), pred);
+  }
+  return st;
 }
 
-double reduce_loss(const Stats& st, const Array& logits, const CrossEntropyOptions& options) {
+double reduce_loss(const Stats& st, const Array& pred, const CrossEntropyOptions& options) {
   double local = 0;
-  for (const Array::Shard& s : st.rows.local_shards()) {
-    if (st.rows.geometry().replica_of(s.position) != 0) continue;
-    const int64_t rows = s.box.num_elements() / (3 * st.k);
+  const int64_t w1 = st.spec.width();
+  for (const Array::Shard& s : st.rows->local_shards()) {
+    if (st.rows->geometry().replica_of(s.position) != 0) continue;
+    const int64_t rows = s.box.num_elements() / (w1 * st.k);
     const double* p = data<double>(s);
+    const double* p2 = st.spec.two_rounds() ? data<double>(*st.rows2->shard_at(s.position)) : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
-      const Row row = combine(p + r * 3 * st.k, st.k);
-      local += row.lse - row.target;
+      local += row_loss(st, p + r * w1 * st.k, p2 ? p2 + r * 2 * st.k : nullptr);
     }
   }
-  Runtime& rt = logits.runtime();
+  Runtime& rt = pred.runtime();
   double total = local;
   if (rt.num_processes() > 1) {
     std::vector<double> all(static_cast<size_t>(rt.num_processes()));
@@ -237,40 +394,62 @@ double reduce_loss(const Stats& st, const Array& logits, const CrossEntropyOptio
 }
 
 template <typename T>
-void fill_grad(const Stats& st, const Array& logits, double coef, Array& grad) {
-  const size_t lead = logits.shape().size() - 1;
+void fill_grad(const Stats& st, const Array& pred, double coef, Array& grad) {
+  const size_t lead = pred.shape().size() - 1;
+  const Spec& sp = st.spec;
+  const int64_t w1 = sp.width();
   grad.runtime().pool().parallel_for(grad.local_shards().size(), [&](size_t i) {
     Array::Shard& gs = grad.local_shards()[i];
-    const Array::Shard& xs = *logits.shard_at(gs.position);
-    const Array::Shard& ls = *st.labels.shard_at(gs.position);
-    const double* stats = data<double>(*st.rows.shard_at(gs.position));
+    const Array::Shard& xs = *pred.shard_at(gs.position);
+    const Array::Shard& ts = *st.targets.shard_at(gs.position);
+    const double* s1 = data<double>(*st.rows->shard_at(gs.position));
+    const double* s2 = sp.two_rounds() ? data<double>(*st.rows2->shard_at(gs.position)) : nullptr;
     const int64_t nv = xs.box.shape[lead], v0 = xs.box.offset[lead];
     if (nv == 0) return;
     const int64_t rows = xs.box.num_elements() / nv;
     const T* x = data<T>(xs);
     T* g = data<T>(gs);
     for (int64_t r = 0; r < rows; ++r) {
-      const double lse = combine(stats + r * 3 * st.k, st.k).lse;
-      const int64_t label = label_at(ls, st.labels.dtype(), r);
-      for (int64_t j = 0; j < nv; ++j) {
-        double p = std::exp(static_cast<double>(x[r * nv + j]) - lse);
-        if (v0 + j == label) p -= 1.0;
-        g[r * nv + j] = static_cast<T>(p * coef);
+      const Row row = combine(sp, s1 + r * w1 * st.k, st.k);
+      const T* xr = x + r * nv;
+      T* gr = g + r * nv;
+      if (sp.from_logits) {
+        for (int64_t j = 0; j < nv; ++j) {
+          const double p = std::exp(static_cast<double>(xr[j]) - row.lse) * row.t;
+          gr[j] = static_cast<T>((p - target(st, ts, r, r * nv + j, v0 + j)) * coef);
+        }
+      } else if (sp.sparse) {
+        // g = (in band) (1 − [j = label]/q)/S, q = p[label]/S: 0 for the row outside the band.
+        const int64_t label = label_at(ts, st.targets.dtype(), r);
+        const double q = row.t / row.sum;
+        const bool band = in_band(q);
+        for (int64_t j = 0; j < nv; ++j) {
+          const double d = band ? (1.0 - (v0 + j == label ? 1.0 / q : 0.0)) / row.sum : 0.0;
+          gr[j] = static_cast<T>(d * coef);
+        }
+      } else {
+        double b = 0;
+        for (int64_t blk = 0; blk < st.k; ++blk) b += s2[r * 2 * st.k + 2 * blk + 1];
+        for (int64_t j = 0; j < nv; ++j) {
+          const double q = static_cast<double>(xr[j]) / row.sum;
+          const double gj = in_band(q) ? -target(st, ts, r, r * nv + j, v0 + j) / q : 0.0;
+          gr[j] = static_cast<T>((gj + b) / row.sum * coef);
+        }
       }
     }
   });
 }
 
-Array backward_from(const Stats& st, const Array& logits, const CrossEntropyOptions& options) {
-  Array grad = allocate_agreed(logits.layout(), logits.shape(), logits.dtype(), logits.runtime_ptr());
+Array backward_from(const Stats& st, const Array& pred, const CrossEntropyOptions& options) {
+  Array grad = allocate_agreed(pred.layout(), pred.shape(), pred.dtype(), pred.runtime_ptr());
   const double n = options.reduction == LossReduction::kSum || st.positions == 0
                        ? 1.0
                        : static_cast<double>(st.positions);
   const double coef = options.grad_scale / n;
-  if (logits.dtype() == DType::kF32) {
-    fill_grad<float>(st, logits, coef, grad);
+  if (pred.dtype() == DType::kF32) {
+    fill_grad<float>(st, pred, coef, grad);
   } else {
-    fill_grad<double>(st, logits, coef, grad);
+    fill_grad<double>(st, pred, coef, grad);
   }
   return grad;
 }
@@ -279,35 +458,34 @@ Array backward_from(const Stats& st, const Array& logits, const CrossEntropyOpti
 
 double sparse_categorical_crossentropy(const Array& logits, const Array& labels,
                                        const CrossEntropyOptions& options) {
-  const Stats st = compute_stats(logits, labels, options);
+  const Stats st = compute_stats(spec_of(true, options), logits, labels, options);
   return reduce_loss(st, logits, options);
 }
 
 Array sparse_categorical_crossentropy_backward(const Array& logits, const Array& labels,
                                                const CrossEntropyOptions& options) {
-  const Stats st = compute_stats(logits, labels, options);
+  const Stats st = compute_stats(spec_of(true, options), logits, labels, options);
   return backward_from(st, logits, options);
 }
 
 CrossEntropyResult sparse_categorical_crossentropy_with_grad(const Array& logits,
                                                              const Array& labels,
                                                              const CrossEntropyOptions& options) {
-  const Stats st = compute_stats(logits, labels, options);
+  const Stats st = compute_stats(spec_of(true, options), logits, labels, options);
   const double loss = reduce_loss(st, logits, options);
   return {loss, backward_from(st, logits, options)};
 }
 
 Array sparse_categorical_crossentropy_values(const Array& logits, const Array& labels) {
-  const Stats st = compute_stats(logits, labels, {});
-  Array out = allocate_agreed(st.labels.layout(), st.labels.shape(), logits.dtype(),
+  const Stats st = compute_stats(spec_of(true, {}), logits, labels, {});
+  Array out = allocate_agreed(st.targets.layout(), st.targets.shape(), logits.dtype(),
                               logits.runtime_ptr());
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& o = out.local_shards()[i];
-    const double* p = data<double>(*st.rows.shard_at(o.position));
+    const double* p = data<double>(*st.rows->shard_at(o.position));
     const int64_t rows = o.box.num_elements();
     for (int64_t r = 0; r < rows; ++r) {
-      const Row row = combine(p + r * 3 * st.k, st.k);
-      const double v = row.lse - row.target;
+      const double v = row_loss(st, p + r * 4 * st.k, nullptr);
       if (logits.dtype() == DType::kF32) {
         data<float>(o)[r] = static_cast<float>(v);
       } else {
@@ -316,6 +494,24 @@ Array sparse_categorical_crossentropy_values(const Array& logits, const Array& l
     }
   });
   return out;
+}
+
+double categorical_crossentropy(const Array& y_pred, const Array& targets, const CrossEntropyOptions& options) {
+  const Stats st = compute_stats(spec_of(false, options), y_pred, targets, options);
+  return reduce_loss(st, y_pred, options);
+}
+
+Array categorical_crossentropy_backward(const Array& y_pred, const Array& targets,
+                                        const CrossEntropyOptions& options) {
+  const Stats st = compute_stats(spec_of(false, options), y_pred, targets, options);
+  return backward_from(st, y_pred, options);
+}
+
+CrossEntropyResult categorical_crossentropy_with_grad(const Array& y_pred, const Array& targets,
+                                                      const CrossEntropyOptions& options) {
+  const Stats st = compute_stats(spec_of(false, options), y_pred, targets, options);
+  const double loss = reduce_loss(st, y_pred, options);
+  return {loss, backward_from(st, y_pred, options)};
 }
 
 }  // namespace meshlayout

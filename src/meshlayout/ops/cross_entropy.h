@@ -1,32 +1,46 @@
-// cross_entropy.h — sparse categorical cross-entropy from logits on distributed arrays, forward
-// and backward: keras.losses.SparseCategoricalCrossentropy(from_logits=True) with the default
-// reduction "sum_over_batch_size" (the mean over every label position), for logits in ANY
-// layout — vocab-parallel (Megatron), rows over a data axis, both, or replicated — without
-// ever gathering the logits.
+// cross_entropy.h — categorical and sparse categorical cross-entropy on distributed arrays,
+// forward and backward, as keras.losses.CategoricalCrossentropy / SparseCategoricalCrossentropy
+// with the default reduction "sum_over_batch_size" (the mean over every position: all leading
+// indices), from logits (log_softmax) or from probabilities (from_logits=false: each row divided
+// by its sum, clipped to [1e-7, 1 − 1e-7], then −Σ t·log), for predictions in ANY layout —
+// vocab-parallel (Megatron), rows over a data axis, both, or replicated — without ever gathering
+// a row of the predictions.
 //
 // NOTE [Vocab-parallel cross-entropy]
-// logits (…, V) F32/F64, labels (…) I32/I64. Each device reads only its logits box: for each of
-// its rows it computes, over its vocab block [v0, v1), the local max m, the local
-// sum s = Σ exp(x − m) and the target logit t (x[label] if label ∈ [v0, v1), else 0). These
-// (m, s, t) triples — a (…, k, 3) float64 array for k vocab blocks, the logits' row layout with
-// the k blocks split like the vocab — are brought to the devices of every vocab block of the
-// same rows by one small reshard (an all-gather over the vocab axes of 24 bytes per row and
-// block: nothing of size V moves). Each device then combines them in block order, the
-// max-then-sum of Megatron in one round: M = max m_b, S = Σ s_b·exp(m_b − M), T = Σ t_b
-// (only the owner of the label adds a non-zero t), so every replica gets bit-identical values.
-// loss(row) = M + log S − T. The scalar sums each row once (the devices of replica 0 of the row
-// blocks), per process, then across processes in rank order, and divides by the number of
-// positions. The backward is local: dlogits = (exp(x − M − log S) − onehot) · scale / N in the
-// logits' own layout; the one-hot lands only on the device whose vocab block holds the label.
-// Memory per device: its dlogits box (backward) plus O(rows · k) statistics.
+// y_pred (…, V) F32/F64; sparse labels (…) I32/I64, categorical targets (…, V) F32/F64 (brought
+// to y_pred's layout: a reshard of the targets only). Each device reads only its box: for each
+// of its rows it computes per-row partial statistics over its class block [v0, v1):
+//   from logits: the local max m, s = Σ exp(x − m), T = Σ t and U = Σ t·x (sparse: t is the
+//     one-hot of the label, so T = 1 and U = x[label] on the label's owner, 0 elsewhere);
+//   from probabilities: s = Σ p and (sparse) P = p[label] on the label's owner.
+// These (…, k, w) float64 arrays for k class blocks — the rows' layout with the k blocks split
+// like the classes — are brought to the devices of every class block of the same rows by one
+// small reshard (an all-gather over the class axes of 8·w bytes per row and block: nothing of
+// size V moves). Each device combines them in block order (bit-identical on every replica):
+//   logits: M = max m_b, S = Σ s_b·exp(m_b − M), lse = M + log S, loss(row) = lse·T − U;
+//   sparse probabilities: loss(row) = −log clip(P / S);
+//   categorical probabilities: a second round of the same kind carries, per block, the partial
+//     loss Σ −t·log clip(p/S) and B = Σ t over the classes whose p/S is inside the clip band.
+// The scalar sums each row once (replica 0 of the row blocks), per process, then across
+// processes in rank order, and divides by the number of positions. The backward is local, in
+// y_pred's layout (N positions, c = grad_scale / N for the mean):
+//   logits: (softmax(x)·T − t)·c;
+//   probabilities: with q = p/S, g_j = −t_j/q_j inside the band [ε, 1 − ε] and 0 outside (the
+//     clip's gradient), d loss/d p_k = (g_k + B)/S·c, B = Σ_{j in band} t_j — exactly the chain
+//     rule through the normalisation and the clip.
+// label_smoothing (categorical only, in [0, 1]): t ← t·(1 − ls) + ls/V, as Keras, applied on
+// the fly. Memory per device: its gradient box (backward), the targets' box (categorical) plus
+// O(rows · k) statistics.
 //
-// Checks: logits F32/F64, labels I32/I64 of logits' shape without the last dimension (Keras'
-// squeeze of a trailing 1 is not done: pass (…) labels) — ValueError naming both shapes/dtypes,
-// on every process before any communication. A label outside [0, V) (Keras silently gives loss
-// 0) and a non-finite logit (NaN or ±inf) are ValueErrors naming the value and its index; they
-// are found by the devices holding them and agreed across processes (agree_on_failure), so
-// every process throws the same error (under mpirun prefixed "rank <r>: "). The lowest index
-// is reported, labels before logits.
+// Checks: y_pred F32/F64 of rank ≥ 1; sparse labels I32/I64 of y_pred's shape without the last
+// dimension (Keras' squeeze of a trailing 1 is not done: pass (…) labels); categorical targets
+// F32/F64 of y_pred's shape; label_smoothing in [0, 1] and 0 for the sparse loss (Keras has none)
+// — ValueError naming the value, on every process before any communication. A label outside
+// [0, V) (Keras silently gives loss 0) and a non-finite prediction (NaN or ±inf) are ValueErrors
+// naming the value and its index; they are found by the devices holding them and agreed across
+// processes (agree_on_failure), so every process throws the same error (under mpirun prefixed
+// "rank <r>: "). The lowest index is reported, labels before predictions. Probabilities are not
+// checked further: a row summing to 0 gives NaN, as in Keras.
 //
 // Example:
 //   DeviceMesh mesh({2, 4}, {"data", "model"});
@@ -35,6 +49,8 @@
 //   double loss = sparse_categorical_crossentropy(logits, labels);     // same on every process
 //   auto [l, dlogits] = sparse_categorical_crossentropy_with_grad(logits, labels);
 //   dlogits.layout() == logits.layout();
+//   Array onehot = …;                                                  // (B,T,V), any layout
+//   auto [c, dprobs] = categorical_crossentropy_with_grad(softmax_out, onehot, {.from_logits = false});
 #pragma once
 
 #include "meshlayout/array/array.h"
@@ -50,6 +66,13 @@ struct CrossEntropyOptions {
   LossReduction reduction = LossReduction::kSumOverBatchSize;
   /// The backward multiplies dlogits by this (the gradient flowing into the loss).
   double grad_scale = 1.0;
+  /// y_pred are logits (log_softmax) or probabilities (normalised by the row sum, clipped to
+  /// [1e-7, 1 − 1e-7]). Keras' default is false; these ops default to logits (the losses of
+  /// train/losses.h pass Keras' value).
+  bool from_logits = true;
+  /// Categorical only: targets become t·(1 − ls) + ls/V. A nonzero value for the sparse loss is
+  /// a ValueError (SparseCategoricalCrossentropy has no label smoothing).
+  double label_smoothing = 0.0;
 };
 
 /// The reduced loss, as a double equal on every process (0 when there are no positions).
@@ -57,14 +80,15 @@ struct CrossEntropyOptions {
 double sparse_categorical_crossentropy(const Array& logits, const Array& labels,
                                        const CrossEntropyOptions& options = {});
 
-/// d loss / d logits in logits' layout and dtype: (softmax − onehot) · grad_scale / N (N = the
-/// number of positions for kSumOverBatchSize, 1 for kSum). Collective.
+/// d loss / d y_pred in y_pred's layout and dtype: from logits (softmax − onehot) · grad_scale / N
+/// (N = the number of positions for kSumOverBatchSize, 1 for kSum); from probabilities see the
+/// NOTE. Collective.
 Array sparse_categorical_crossentropy_backward(const Array& logits, const Array& labels,
                                                const CrossEntropyOptions& options = {});
 
 struct CrossEntropyResult {
   double loss;
-  Array dlogits;
+  Array dlogits;  // d loss / d y_pred (logits or probabilities)
 };
 
 /// Both at the cost of one forward (the statistics are shared). Collective.
@@ -73,7 +97,20 @@ CrossEntropyResult sparse_categorical_crossentropy_with_grad(const Array& logits
                                                              const CrossEntropyOptions& options = {});
 
 /// The per-position losses (Keras reduction="none"): (…) in logits' dtype, laid out as logits
-/// without the vocab dimension. Collective.
+/// without the vocab dimension. From logits only. Collective.
 Array sparse_categorical_crossentropy_values(const Array& logits, const Array& labels);
+
+/// keras.losses.categorical_crossentropy reduced: targets (…, V) F32/F64 of y_pred's shape (one-hot
+/// or probability rows), any layout (resharded to y_pred's). Collective; equal on every process.
+double categorical_crossentropy(const Array& y_pred, const Array& targets,
+                                const CrossEntropyOptions& options = {});
+
+/// d loss / d y_pred in y_pred's layout and dtype (see the NOTE). Collective.
+Array categorical_crossentropy_backward(const Array& y_pred, const Array& targets,
+                                        const CrossEntropyOptions& options = {});
+
+/// Both, sharing the statistics. Collective.
+CrossEntropyResult categorical_crossentropy_with_grad(const Array& y_pred, const Array& targets,
+                                                      const CrossEntropyOptions& options = {});
 
 }  // namespace meshlayout

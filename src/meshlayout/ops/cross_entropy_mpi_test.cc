@@ -1,4 +1,4 @@
-// sparse categorical cross-entropy under a real mpirun (np 2 and 4): each process holds only its
+// sparse and categorical cross-entropy under a real mpirun (np 2 and 4): each process holds only its
 // devices' logits shards, the per-row statistics cross processes, and every check of
 // cross_entropy_test_util.h (values, finite differences, memory, errors) runs on every rank.
 // The main() is mpi_gtest_main.cc's.
@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "meshlayout/ops/categorical_crossentropy_test_util.h"
 #include "meshlayout/ops/cross_entropy_test_util.h"
 
 namespace meshlayout {
@@ -17,6 +18,15 @@ TEST(CrossEntropyMpiTest, EveryLayoutMatchesTheFloat64Reference) {
   ASSERT_GE(rt->num_processes(), 2);
   ASSERT_EQ(rt->global_device_count(), 8) << "run with 8 global devices (the default)";
   EXPECT_NO_THROW(testing::run_all_cross_entropy_cases(rt, 9401));
+}
+
+// categorical_crossentropy (logits, probabilities, label smoothing) and the sparse loss from
+// probabilities: every check of categorical_crossentropy_test_util.h on every rank.
+TEST(CrossEntropyMpiTest, CategoricalAndProbabilitiesMatchTheFloat64Formulas) {
+  auto rt = default_runtime();
+  ASSERT_GE(rt->num_processes(), 2);
+  ASSERT_EQ(rt->global_device_count(), 8) << "run with 8 global devices (the default)";
+  EXPECT_NO_THROW(testing::run_all_cce_cases(rt, 9411));
 }
 
 TEST(CrossEntropyMpiTest, ABadLabelOnTheLastProcessIsThrownByAll) {

@@ -15,6 +15,7 @@
 #include "meshlayout/array/array_test_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/ops/categorical_crossentropy_test_util.h"
 #include "meshlayout/ops/cross_entropy_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
@@ -70,6 +71,50 @@ TEST_F(CrossEntropyTest, EveryLayoutMatchesTheFloat64ReferenceAsTwoAndFourProces
       EXPECT_EQ(f, "");
     }
   }
+}
+
+// categorical_crossentropy (from logits, from probabilities, label smoothing) and the sparse
+// loss from probabilities: categorical_crossentropy_test_util.h's table.
+TEST_F(CrossEntropyTest, CategoricalAndProbabilitiesMatchTheFloat64FormulasInOneProcess) {
+  const uint64_t seed = testing::test_seed(9311);
+  SCOPED_TRACE("MESHLAYOUT_TEST_SEED=" + std::to_string(seed));
+  EXPECT_NO_THROW(testing::run_all_cce_cases(Runtime::single_process(8), seed));
+}
+
+TEST_F(CrossEntropyTest, CategoricalAndProbabilitiesMatchTheFloat64FormulasAsTwoAndFourProcesses) {
+  const uint64_t seed = testing::test_seed(9312);
+  for (int procs : {2, 4}) {
+    SCOPED_TRACE(fmt::format("{} processes, MESHLAYOUT_TEST_SEED={}", procs, seed));
+    for (const std::string& f : run_as_processes(procs, [&](std::shared_ptr<Runtime> rt) {
+           testing::run_all_cce_cases(rt, seed);
+         })) {
+      EXPECT_EQ(f, "");
+    }
+  }
+}
+
+// Keras' documented example (keras.losses.CategoricalCrossentropy): y_true [[0, 1, 0], [0, 0, 1]],
+// y_pred [[0.05, 0.95, 0], [0.1, 0.8, 0.1]] give 1.177 (the 0 is clipped to 1e-7); the sparse
+// loss from probabilities on the labels [1, 2] is the same.
+TEST_F(CrossEntropyTest, KerasDocumentedExampleFromProbabilities) {
+  DeviceMesh mesh({2, 4}, {"data", "model"});
+  HostTensor p(DType::kF32, {2, 3}), t(DType::kF32, {2, 3}), y(DType::kI32, {2});
+  const float pv[] = {0.05f, 0.95f, 0.0f, 0.1f, 0.8f, 0.1f}, tv[] = {0, 1, 0, 0, 0, 1};
+  for (int i = 0; i < 6; ++i) p.data_as<float>()[i] = pv[i], t.data_as<float>()[i] = tv[i];
+  y.data_as<int32_t>()[0] = 1, y.data_as<int32_t>()[1] = 2;
+  const Array lp = distribute_tensor(p, TensorLayout({None, "model"}, mesh));
+  const Array lt = distribute_tensor(t, TensorLayout({"data", None}, mesh));
+  const Array ly = distribute_tensor(y, TensorLayout({None}, mesh));
+  // The rows are divided by their sums (of the float values: not exactly 1).
+  const auto d = [](float v) { return static_cast<double>(v); };
+  const double want = -(std::log(d(0.95f) / (d(0.05f) + d(0.95f))) + std::log(d(0.1f) / (d(0.1f) + d(0.8f) + d(0.1f)))) / 2;
+  EXPECT_NEAR(want, 1.1769392, 1e-7);
+  EXPECT_NEAR(categorical_crossentropy(lp, lt, {.from_logits = false}), want, 1e-12);
+  EXPECT_NEAR(sparse_categorical_crossentropy(lp, ly, {.from_logits = false}), want, 1e-12);
+  // From logits, the same numbers are logits: −log_softmax.
+  const double lse0 = std::log(std::exp(0.05) + std::exp(0.95) + std::exp(0.0));
+  const double lse1 = std::log(std::exp(0.1) + std::exp(0.8) + std::exp(0.1));
+  EXPECT_NEAR(categorical_crossentropy(lp, lt, {.from_logits = true}), ((lse0 - 0.95) + (lse1 - 0.1)) / 2, 1e-7);
 }
 
 TEST_F(CrossEntropyTest, ProcessesAndReplicasAgreeBitForBit) {

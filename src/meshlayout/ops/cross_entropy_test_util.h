@@ -221,7 +221,7 @@ inline void check_memory_bound(const std::shared_ptr<Runtime>& rt, const std::st
     const int64_t pos = *mesh.position_of_device(d->id());
     const Box box = gx.box(pos);
     const int64_t rows = box.shape[0] * box.shape[1];
-    const int64_t bound = box.num_elements() * 4 + rows * 4 + rows * 3 * 8 + rows * k * 3 * 8;
+    const int64_t bound = box.num_elements() * 4 + rows * 4 + rows * 4 * 8 + rows * k * 4 * 8;
     const int64_t used = d->memory().stats().peak_bytes - live[i];
     if (used > bound || d->memory().stats().peak_bytes >= whole) {
       throw InternalError(fmt::format("[{}] {} used {} bytes (peak {}), above its dlogits box + "
