@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -107,27 +108,59 @@ class MeanSquaredError : public Loss {
   }
 };
 
+// The cross-entropies of ops/cross_entropy.h with Keras' from_logits / label_smoothing.
 class SparseCategoricalCrossentropy : public Loss {
  public:
+  explicit SparseCategoricalCrossentropy(bool from_logits) : options_{.from_logits = from_logits} {}
   std::string name() const override { return "sparse_categorical_crossentropy"; }
   void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) const override {
     const Shape lead = pred_shape.empty() ? Shape{} : Shape(pred_shape.begin(), pred_shape.end() - 1);
     if (!is_float(pred_dtype) || (true_dtype != DType::kI32 && true_dtype != DType::kI64) || pred_shape.empty() ||
         true_shape != lead) {
       throw ValueError(fmt::format(
-          "sparse_categorical_crossentropy: needs F32/F64 logits (…, classes) and I32/I64 labels of the logits' "
-          "shape without the class dimension, got logits {} {} and labels {} {}",
-          dtype_name(pred_dtype), shape_to_string(pred_shape), dtype_name(true_dtype),
+          "sparse_categorical_crossentropy: needs F32/F64 {} (…, classes) and I32/I64 labels of their shape "
+          "without the class dimension, got {} {} and labels {} {}",
+          what(), dtype_name(pred_dtype), shape_to_string(pred_shape), dtype_name(true_dtype),
           shape_to_string(true_shape)));
     }
   }
   double value(const Array& y_pred, const Array& y_true) const override {
-    return sparse_categorical_crossentropy(y_pred, y_true);
+    return sparse_categorical_crossentropy(y_pred, y_true, options_);
   }
   LossResult value_and_gradient(const Array& y_pred, const Array& y_true) const override {
-    CrossEntropyResult r = sparse_categorical_crossentropy_with_grad(y_pred, y_true);
+    CrossEntropyResult r = sparse_categorical_crossentropy_with_grad(y_pred, y_true, options_);
     return {r.loss, std::move(r.dlogits)};
   }
+
+ private:
+  std::string_view what() const { return options_.from_logits ? "logits" : "probabilities"; }
+  CrossEntropyOptions options_;
+};
+
+class CategoricalCrossentropy : public Loss {
+ public:
+  CategoricalCrossentropy(bool from_logits, double label_smoothing)
+      : options_{.from_logits = from_logits, .label_smoothing = label_smoothing} {}
+  std::string name() const override { return "categorical_crossentropy"; }
+  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) const override {
+    if (!is_float(pred_dtype) || !is_float(true_dtype) || pred_shape.empty() || true_shape != pred_shape) {
+      throw ValueError(fmt::format(
+          "categorical_crossentropy: needs F32/F64 {} (…, classes) and F32/F64 targets (one-hot or probability "
+          "rows) of the same shape, got {} {} and targets {} {}",
+          options_.from_logits ? "logits" : "probabilities", dtype_name(pred_dtype), shape_to_string(pred_shape),
+          dtype_name(true_dtype), shape_to_string(true_shape)));
+    }
+  }
+  double value(const Array& y_pred, const Array& y_true) const override {
+    return categorical_crossentropy(y_pred, y_true, options_);
+  }
+  LossResult value_and_gradient(const Array& y_pred, const Array& y_true) const override {
+    CrossEntropyResult r = categorical_crossentropy_with_grad(y_pred, y_true, options_);
+    return {r.loss, std::move(r.dlogits)};
+  }
+
+ private:
+  CrossEntropyOptions options_;
 };
 
 }  // namespace
@@ -156,21 +189,30 @@ double Loss::value(const Array& y_pred, const Array& y_true) const {
 }
 
 std::vector<std::string> loss_names() {
-  return {"mean_squared_error", "mse", "sparse_categorical_crossentropy"};
+  return {"mean_squared_error", "mse", "categorical_crossentropy", "sparse_categorical_crossentropy"};
 }
 
 std::unique_ptr<Loss> make_loss(std::string_view name, const LossOptions& options) {
-  if (name == "mean_squared_error" || name == "mse") return std::make_unique<MeanSquaredError>();
-  if (name == "sparse_categorical_crossentropy") {
-    if (!options.from_logits) {
-      throw ValueError(
-          "sparse_categorical_crossentropy: only from_logits=true is implemented (the model must output logits); "
-          "pass LossOptions{.from_logits = true}");
+  const bool categorical = name == "categorical_crossentropy";
+  if (categorical) {
+    if (!(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0)) {
+      throw ValueError(fmt::format("categorical_crossentropy: label_smoothing must be in [0, 1], got {}",
+                                   options.label_smoothing));
     }
-    return std::make_unique<SparseCategoricalCrossentropy>();
+    return std::make_unique<CategoricalCrossentropy>(options.from_logits, options.label_smoothing);
   }
   const std::vector<std::string> names = loss_names();
-  throw ValueError(fmt::format("unknown loss {}; valid names: {}", quote(name), repr_list(names)));
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    throw ValueError(fmt::format("unknown loss {}; valid names: {}", quote(name), repr_list(names)));
+  }
+  if (options.label_smoothing != 0.0) {
+    throw ValueError(fmt::format("loss {}: label_smoothing is an argument of categorical_crossentropy only, got {}",
+                                 quote(name), options.label_smoothing));
+  }
+  if (name == "sparse_categorical_crossentropy") {
+    return std::make_unique<SparseCategoricalCrossentropy>(options.from_logits);
+  }
+  return std::make_unique<MeanSquaredError>();
 }
 
 }  // namespace meshlayout

@@ -1,6 +1,8 @@
 // losses.h — Keras 3 losses on distributed arrays, value and gradient: mean squared error
 // (keras.losses.MeanSquaredError) and the Loss objects compile() names ("mse",
-// "sparse_categorical_crossentropy", …), as keras.losses.get.
+// "categorical_crossentropy", "sparse_categorical_crossentropy", …), as keras.losses.get. The
+// cross-entropies are the vocab-parallel ops of ops/cross_entropy.h (from logits or, Keras'
+// default, from probabilities: normalised by the row sum and clipped to [1e-7, 1 − 1e-7]).
 //
 // Mean squared error, exactly as Keras: mean_squared_error(y_true, y_pred) is
 // mean((y_true − y_pred)², axis=-1), then the default reduction "sum_over_batch_size" divides
@@ -17,6 +19,7 @@
 //   r.gradient.layout() == y_pred.layout();
 //   std::unique_ptr<Loss> loss = make_loss("mse");
 //   LossResult same = loss->value_and_gradient(y_pred, y_true);
+//   auto cce = make_loss("categorical_crossentropy", {.from_logits = false});  // after a softmax
 #pragma once
 
 #include <memory>
@@ -44,16 +47,19 @@ Array mean_squared_error_backward(const Array& y_pred, const Array& y_true, doub
 LossResult mean_squared_error_with_grad(const Array& y_pred, const Array& y_true);
 
 struct LossOptions {
-  /// sparse_categorical_crossentropy: y_pred are logits. Only true is implemented (the
-  /// vocab-parallel op of ops/cross_entropy.h); false is a ValueError saying so.
+  /// The cross-entropies: y_pred are logits (true) or probabilities (false, Keras' default).
   bool from_logits = false;
+  /// categorical_crossentropy: targets become t·(1 − ls) + ls/classes; in [0, 1]. Nonzero for
+  /// another loss is a ValueError naming it (Keras' other losses have no such argument).
+  double label_smoothing = 0.0;
 };
 
 /// A compiled loss (keras.losses.Loss with reduction "sum_over_batch_size").
 class Loss {
  public:
   virtual ~Loss() = default;
-  /// The canonical Keras name: "mean_squared_error", "sparse_categorical_crossentropy".
+  /// The canonical Keras name: "mean_squared_error", "categorical_crossentropy",
+  /// "sparse_categorical_crossentropy".
   virtual std::string name() const = 0;
   /// ValueError naming the shapes and dtypes unless a prediction of `pred_shape`/`pred_dtype`
   /// and a target of `true_shape`/`true_dtype` (batch dimension included) can be compared.
@@ -67,11 +73,12 @@ class Loss {
 };
 
 /// The names make_loss accepts, in order: "mean_squared_error", "mse",
-/// "sparse_categorical_crossentropy".
+/// "categorical_crossentropy", "sparse_categorical_crossentropy".
 std::vector<std::string> loss_names();
 
-/// keras.losses.get(name). ValueError listing the valid names for any other name, and for
-/// sparse_categorical_crossentropy without from_logits.
+/// keras.losses.get(name) with the Loss's from_logits / label_smoothing. ValueError naming the
+/// name and listing the valid ones for any other name; ValueError naming the value for a
+/// label_smoothing outside [0, 1] or given to a loss without one.
 std::unique_ptr<Loss> make_loss(std::string_view name, const LossOptions& options = {});
 
 }  // namespace meshlayout

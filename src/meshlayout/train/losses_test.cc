@@ -1,9 +1,14 @@
 // Mean squared error value and gradient against a float64 host reference and central
 // differences, in replicated, row-, column-, 2-D and uneven layouts on the 2 x 4 mesh; the
-// Loss objects (names, the cross-entropy wrapper) and their errors.
+// Loss objects (names, the (sparse) categorical cross-entropy wrappers, from logits and from
+// probabilities, label smoothing) and their errors.
 #include "meshlayout/train/losses.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/backward_test_util.h"
@@ -103,8 +108,19 @@ TEST_F(LossesTest, MakeLossNamesAndErrors) {
   std::string msg = testing::ValueErrorMessage([] { (void)make_loss("mae"); });
   EXPECT_TRUE(testing::HasSubstr(msg, "'mae'"));
   for (const std::string& name : loss_names()) EXPECT_TRUE(testing::HasSubstr(msg, name));
-  msg = testing::ValueErrorMessage([] { (void)make_loss("sparse_categorical_crossentropy"); });
-  EXPECT_TRUE(testing::HasSubstr(msg, "from_logits"));
+  EXPECT_EQ(make_loss("sparse_categorical_crossentropy")->name(), "sparse_categorical_crossentropy");
+  EXPECT_EQ(make_loss("categorical_crossentropy")->name(), "categorical_crossentropy");
+  EXPECT_EQ(loss_names(), (std::vector<std::string>{"mean_squared_error", "mse", "categorical_crossentropy",
+                                                    "sparse_categorical_crossentropy"}));
+  EXPECT_TRUE(testing::HasSubstr(msg, "'categorical_crossentropy'"));
+  msg = testing::ValueErrorMessage([] { (void)make_loss("categorical_crossentropy", {.label_smoothing = -0.5}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "label_smoothing must be in [0, 1], got -0.5"));
+  msg = testing::ValueErrorMessage(
+      [] { (void)make_loss("sparse_categorical_crossentropy", {.from_logits = true, .label_smoothing = 0.1}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "'sparse_categorical_crossentropy': label_smoothing is an argument of "
+                                      "categorical_crossentropy only, got 0.1"));
+  msg = testing::ValueErrorMessage([] { (void)make_loss("categorical_crossentropyy"); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "unknown loss 'categorical_crossentropyy'"));
   const auto mse = make_loss("mse");
   msg = testing::ValueErrorMessage([&] { mse->check({4, 1}, DType::kF32, {4}, DType::kF32); });
   EXPECT_TRUE(testing::HasSubstr(msg, "(4,)"));
@@ -112,6 +128,59 @@ TEST_F(LossesTest, MakeLossNamesAndErrors) {
   msg = testing::ValueErrorMessage([&] { scce->check({4, 5}, DType::kF32, {4}, DType::kF32); });
   EXPECT_TRUE(testing::HasSubstr(msg, "F32"));
   EXPECT_NO_THROW(scce->check({4, 5}, DType::kF32, {4}, DType::kI32));
+}
+
+// compile("categorical_crossentropy", from_logits) is the vocab-parallel op with Keras'
+// options: from probabilities by default, label smoothing passed on; its check() names the
+// shapes and dtypes.
+TEST_F(LossesTest, CategoricalCrossentropyLossWrapsTheVocabParallelOp) {
+  const Shape shape{4, 10};
+  std::vector<double> p = random_values(shape, 7), t(40, 0.0);
+  for (double& v : p) v = std::exp(v);  // positive, not normalised
+  for (int i = 0; i < 4; ++i) t[static_cast<size_t>(i * 10 + (3 * i + 2) % 10)] = 1.0;
+  const Array pred = distribute_tensor(to_f32(shape, p), TensorLayout({"data", "model"}, mesh_));
+  const Array targ = distribute_tensor(to_f32(shape, t), TensorLayout({None, "model"}, mesh_));
+  // −mean log(p[label] / Σp): the probabilities reading, by hand.
+  double want = 0;
+  for (int i = 0; i < 4; ++i) {
+    double s = 0;
+    for (int j = 0; j < 10; ++j) s += static_cast<double>(static_cast<float>(p[static_cast<size_t>(i * 10 + j)]));
+    want -= std::log(static_cast<double>(static_cast<float>(p[static_cast<size_t>(i * 10 + (3 * i + 2) % 10)])) / s);
+  }
+  want /= 4;
+  const auto probs = make_loss("categorical_crossentropy");
+  const LossResult r = probs->value_and_gradient(pred, targ);
+  expect_rel(r.value, want, 1e-12, "from probabilities");
+  EXPECT_EQ(probs->value(pred, targ), r.value);
+  const CrossEntropyResult op = categorical_crossentropy_with_grad(pred, targ, {.from_logits = false});
+  EXPECT_EQ(r.gradient.gather(), op.dlogits.gather());
+  EXPECT_EQ(r.gradient.layout(), pred.layout());
+  for (const double ls : {0.0, 0.2}) {
+    const auto logits = make_loss("categorical_crossentropy", {.from_logits = true, .label_smoothing = ls});
+    const CrossEntropyResult want_l =
+        categorical_crossentropy_with_grad(pred, targ, {.from_logits = true, .label_smoothing = ls});
+    const LossResult got = logits->value_and_gradient(pred, targ);
+    EXPECT_EQ(got.value, want_l.loss);
+    EXPECT_EQ(got.gradient.gather(), want_l.dlogits.gather());
+    EXPECT_NE(got.value, r.value);
+  }
+  EXPECT_NE(make_loss("categorical_crossentropy", {.from_logits = true, .label_smoothing = 0.2})->value(pred, targ),
+            make_loss("categorical_crossentropy", {.from_logits = true})->value(pred, targ));
+  // The sparse loss from probabilities on the same labels is the same number.
+  HostTensor labels(DType::kI32, {4});
+  for (int i = 0; i < 4; ++i) labels.data_as<int32_t>()[i] = (3 * i + 2) % 10;
+  const Array y = distribute_tensor(labels, TensorLayout({"data"}, mesh_));
+  expect_rel(make_loss("sparse_categorical_crossentropy")->value(pred, y), want, 1e-12, "sparse from probabilities");
+
+  std::string msg = testing::ValueErrorMessage([&] { probs->check({4, 10}, DType::kF32, {4, 9}, DType::kF32); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "(4, 9)"));
+  EXPECT_TRUE(testing::HasSubstr(msg, "(4, 10)"));
+  msg = testing::ValueErrorMessage([&] { probs->check({4, 10}, DType::kF32, {4, 10}, DType::kI32); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "targets I32 (4, 10)"));
+  EXPECT_NO_THROW(probs->check({4, 10}, DType::kF32, {4, 10}, DType::kF64));
+  msg = testing::ValueErrorMessage(
+      [&] { (void)probs->value(pred, distribute_tensor(HostTensor(DType::kI64, shape), TensorLayout({None, None}, mesh_))); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "got I64 targets"));
 }
 
 TEST_F(LossesTest, SparseCategoricalCrossentropyLossWrapsTheVocabParallelOp) {
