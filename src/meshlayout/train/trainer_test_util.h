@@ -10,6 +10,7 @@
 //   std::vector<double> want = ref.fit(x, y, 8, 3, RefOptimizer("sgd", {.learning_rate = 0.05}));
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -179,5 +180,138 @@ inline void expect_history_near(const std::vector<double>& got, const std::vecto
     EXPECT_LE(std::abs(got[e] - want[e]), rel * std::abs(want[e])) << "epoch " << e << ": " << got[e] << " vs " << want[e];
   }
 }
+
+// --- A softmax classifier (categorical cross-entropy) ---------------------------------------
+
+constexpr int64_t kClasses = 5;
+
+/// Sequential "clf": d1 = Dense(8, relu), d2 = Dense(5, softmax) (or linear: logits), seeded.
+inline std::shared_ptr<Sequential> make_classifier(bool softmax) {
+  auto d1 = std::make_shared<Dense>(
+      kHidden, DenseOptions{.name = "d1", .activation = Activation::kRelu,
+                            .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
+                            .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 2})});
+  auto d2 = std::make_shared<Dense>(
+      kClasses, DenseOptions{.name = "d2", .activation = softmax ? Activation::kSoftmax : Activation::kLinear,
+                             .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
+                             .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 4})});
+  return std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{d1, d2},
+                                      SequentialOptions{.name = "clf", .input_shape = Shape{kIn}});
+}
+
+/// x (20, 4) as regression_data's and one-hot targets (20, 5) F32: the class of a smooth
+/// function of x; rows 3, 9 and 15 are probability rows (soft targets).
+inline std::pair<HostTensor, HostTensor> classification_data(int64_t rows = kRows) {
+  HostTensor x = regression_data(rows).first;
+  HostTensor y(DType::kF32, {rows, kClasses});
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x.data_as<float>() + r * kIn;
+    const double f = 2.5 * (xr[0] + 0.5 * xr[1] * xr[2] - 0.3 * xr[3]) + 2.5;
+    const int64_t c = std::clamp<int64_t>(static_cast<int64_t>(std::floor(f)), 0, kClasses - 1);
+    for (int64_t j = 0; j < kClasses; ++j) {
+      y.data_as<float>()[r * kClasses + j] = r % 6 == 3 ? (j == c ? 0.6f : 0.1f) : (j == c ? 1.0f : 0.0f);
+    }
+  }
+  return {std::move(x), std::move(y)};
+}
+
+/// Float64 fit of make_classifier with categorical_crossentropy, from the formulas: from logits
+/// −Σ t·log_softmax(z), dz = softmax(z)·Σt − t; from probabilities (a softmax output p)
+/// q = p / Σp, c = clip(q, 1e-7, 1 − 1e-7), −Σ t·log c, dp = ((in band ? −t/q : 0) + Σ_{in band} t)/Σp,
+/// then the softmax backward dz = p·(dp − Σ dp·p); the mean over rows.
+class RefClassifier {
+ public:
+  RefClassifier(const Sequential& model, bool softmax) : softmax_(softmax) {
+    for (const auto& layer : model.layers()) {
+      for (const auto& [attr, v] : layer->own_weights()) vars_.push_back({to_doubles(v->value().gather()), v->name(), {}});
+    }
+  }
+
+  /// One step on a batch: the loss before the update.
+  double step(const std::vector<double>& x, const std::vector<double>& t, int64_t rows, RefOptimizer& opt) {
+    const auto& k1 = vars_[0].theta;
+    const auto& b1 = vars_[1].theta;
+    const auto& k2 = vars_[2].theta;
+    const auto& b2 = vars_[3].theta;
+    std::vector<std::vector<double>> g(4);
+    for (size_t i = 0; i < 4; ++i) g[i].assign(vars_[i].theta.size(), 0.0);
+    const double n = static_cast<double>(rows), eps = 1e-7;
+    double loss = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> z1(kHidden), z2(kClasses), dz(kClasses);
+      for (int64_t h = 0; h < kHidden; ++h) {
+        z1[h] = b1[h];
+        for (int64_t i = 0; i < kIn; ++i) z1[h] += x[r * kIn + i] * k1[i * kHidden + h];
+      }
+      for (int64_t o = 0; o < kClasses; ++o) {
+        z2[o] = b2[o];
+        for (int64_t h = 0; h < kHidden; ++h) z2[o] += std::max(0.0, z1[h]) * k2[h * kClasses + o];
+      }
+      const double m = *std::max_element(z2.begin(), z2.end());
+      double se = 0, ts = 0;
+      for (int64_t o = 0; o < kClasses; ++o) se += std::exp(z2[o] - m), ts += t[r * kClasses + o];
+      std::vector<double> sm(kClasses);
+      for (int64_t o = 0; o < kClasses; ++o) sm[o] = std::exp(z2[o] - m) / se;
+      const double* tr = t.data() + r * kClasses;
+      if (!softmax_) {
+        for (int64_t o = 0; o < kClasses; ++o) {
+          loss -= tr[o] * (z2[o] - m - std::log(se));
+          dz[o] = (sm[o] * ts - tr[o]) / n;
+        }
+      } else {
+        double s = 0, band = 0, dot = 0;
+        for (int64_t o = 0; o < kClasses; ++o) s += sm[o];
+        std::vector<double> dp(kClasses);
+        for (int64_t o = 0; o < kClasses; ++o) {
+          const double q = sm[o] / s;
+          loss -= tr[o] * std::log(std::clamp(q, eps, 1 - eps));
+          if (q >= eps && q <= 1 - eps) band += tr[o];
+        }
+        for (int64_t o = 0; o < kClasses; ++o) {
+          const double q = sm[o] / s;
+          dp[o] = ((q >= eps && q <= 1 - eps ? -tr[o] / q : 0.0) + band) / s / n;
+          dot += dp[o] * sm[o];
+        }
+        for (int64_t o = 0; o < kClasses; ++o) dz[o] = sm[o] * (dp[o] - dot);
+      }
+      for (int64_t o = 0; o < kClasses; ++o) {
+        g[3][o] += dz[o];
+        for (int64_t h = 0; h < kHidden; ++h) {
+          g[2][h * kClasses + o] += std::max(0.0, z1[h]) * dz[o];
+          if (z1[h] > 0) {
+            g[1][h] += dz[o] * k2[h * kClasses + o];
+            for (int64_t i = 0; i < kIn; ++i) g[0][i * kHidden + h] += x[r * kIn + i] * dz[o] * k2[h * kClasses + o];
+          }
+        }
+      }
+    }
+    opt.step(vars_, g);
+    return loss / n;
+  }
+
+  /// fit without shuffling: the batch-size-weighted epoch means.
+  std::vector<double> fit(const HostTensor& xh, const HostTensor& yh, int64_t batch, int64_t epochs, RefOptimizer opt) {
+    const std::vector<double> x = to_doubles(xh), y = to_doubles(yh);
+    const int64_t rows = xh.shape()[0];
+    std::vector<double> history;
+    for (int64_t e = 0; e < epochs; ++e) {
+      double weighted = 0;
+      for (int64_t start = 0; start < rows; start += batch) {
+        const int64_t b = std::min(batch, rows - start);
+        const std::vector<double> xb(x.begin() + start * kIn, x.begin() + (start + b) * kIn);
+        const std::vector<double> yb(y.begin() + start * kClasses, y.begin() + (start + b) * kClasses);
+        weighted += step(xb, yb, b, opt) * static_cast<double>(b);
+      }
+      history.push_back(weighted / static_cast<double>(rows));
+    }
+    return history;
+  }
+
+  const std::vector<RefVar>& vars() const { return vars_; }
+
+ private:
+  bool softmax_;
+  std::vector<RefVar> vars_;  // d1/kernel, d1/bias, d2/kernel, d2/bias
+};
 
 }  // namespace meshlayout
