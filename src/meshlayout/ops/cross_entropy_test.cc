@@ -1,6 +1,8 @@
-// sparse categorical cross-entropy (cross_entropy.h) in one process, with one pool thread, and
-// as 2 and 4 threads-as-processes: the table of cross_entropy_test_util.h plus a hand-computed
-// value, bit-identical replicas and a bad label seen by one process only.
+// sparse and categorical cross-entropy (cross_entropy.h) in one process, with one pool thread, and
+// as 2 and 4 threads-as-processes: the tables of cross_entropy_test_util.h (sparse, logits) and
+// categorical_crossentropy_test_util.h (categorical from logits and probabilities, label smoothing,
+// sparse from probabilities) plus hand-computed values (Keras' documented example), bit-identical
+// replicas and a bad label seen by one process only.
 #include "meshlayout/ops/cross_entropy.h"
 
 #include <fmt/format.h>
