@@ -4,7 +4,7 @@
 // A sharded model calls parallel_for once per op, a few hundred times per forward pass, with
 // items of 10 us to a few ms. Waking a sleeping worker through the condition variable costs
 // tens of microseconds, so an idle worker first polls for new work for a short while
-// (kSpinMicroseconds, yielding the core to any other runnable thread on each poll) before it
+// (kSpin, 50 us: short runs of polls, then a yield of the core to any other runnable thread)
 // sleeps, and the caller polls the same way for the last items to finish.
 //
 // Example:
