@@ -133,6 +133,12 @@ TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_hea
   return TensorLayout({q_layout.axes()[0], None, aligned ? head_axes : DimSharding(), None}, mesh);
 }
 
+namespace {
+// Query rows per block of a causal attention (see attention()): small enough to skip most of
+// the masked triangle, large enough for the BLAS to run near its rate.
+constexpr int64_t kCausalBlock = 32;
+}  // namespace
+
 Array attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& options) {
   internal_ops::check_attention("attention", q, k, v, nullptr, options);
   const int64_t T = q.shape()[1], Hq = q.shape()[2], D = q.shape()[3];
@@ -178,35 +184,50 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
       for (int64_t t = 0; t < T; ++t) std::fill(op + t * nh * D, op + t * nh * D + D, E(0));
       return;
     }
-    std::vector<E> p(static_cast<size_t>(T * L));
-    gemm_nt<E>(T, L, D, qp, nh * D, kp, nkh * D, p.data(), L);
+    // Query rows in blocks: under a causal mask a block needs only the keys its last row sees,
+    // so the scores and the probabilities·values products skip the masked upper triangle.
+    const int64_t block = options.causal ? kCausalBlock : T;
+    // Scores of one block, reused by the tasks a thread runs (no allocation per task).
+    thread_local std::vector<E> scores;
+    scores.resize(static_cast<size_t>(std::min(block, T) * L));
     const Array::Shard* ms = mt ? mt->shard_at(os.position) : nullptr;
     constexpr E kMinusInf = -std::numeric_limits<E>::infinity();
     const E fscale = static_cast<E>(scale);
-    for (int64_t t = 0; t < T; ++t) {
-      E* row = p.data() + t * L;
-      // Keys past `visible` (causal) are masked: only [0, visible) is scaled and exponentiated.
-      const int64_t visible = options.causal ? std::max<int64_t>(0, std::min(L, t + options.query_offset + 1)) : L;
-      std::fill(row + visible, row + L, E(0));
-      E m = kMinusInf;
-      if (ms) {
-        for (int64_t s = 0; s < visible; ++s) {
-          row[s] = mask_value(*ms, mt->dtype(), task.b * S + s) != 0 ? row[s] * fscale : kMinusInf;
-          m = std::max(m, row[s]);
-        }
-      } else {
-        for (int64_t s = 0; s < visible; ++s) m = std::max(m, row[s] *= fscale);
-      }
-      if (m == kMinusInf) {  // nothing to attend: zeros
-        std::fill(row, row + visible, E(0));
+    for (int64_t t0 = 0; t0 < T; t0 += block) {
+      const int64_t rows = std::min(block, T - t0);
+      const int64_t keys = options.causal ? std::max<int64_t>(0, std::min(L, t0 + rows + options.query_offset)) : L;
+      if (keys == 0) {  // no row of this block sees a key: zeros
+        for (int64_t t = t0; t < t0 + rows; ++t) std::fill(op + t * nh * D, op + t * nh * D + D, E(0));
         continue;
       }
-      E sum = 0;
-      for (int64_t s = 0; s < visible; ++s) sum += (row[s] = std::exp(row[s] - m));
-      const E inv = E(1) / sum;
-      for (int64_t s = 0; s < visible; ++s) row[s] *= inv;
+      E* p = scores.data();
+      gemm_nt<E>(rows, keys, D, qp + t0 * nh * D, nh * D, kp, nkh * D, p, keys);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t t = t0 + i;
+        E* row = p + i * keys;
+        // Keys past `visible` (causal) are masked: only [0, visible) is scaled and exponentiated.
+        const int64_t visible = options.causal ? std::max<int64_t>(0, std::min(L, t + options.query_offset + 1)) : L;
+        std::fill(row + visible, row + keys, E(0));
+        E m = kMinusInf;
+        if (ms) {
+          for (int64_t s = 0; s < visible; ++s) {
+            row[s] = mask_value(*ms, mt->dtype(), task.b * S + s) != 0 ? row[s] * fscale : kMinusInf;
+            m = std::max(m, row[s]);
+          }
+        } else {
+          for (int64_t s = 0; s < visible; ++s) m = std::max(m, row[s] *= fscale);
+        }
+        if (m == kMinusInf) {  // nothing to attend: zeros
+          std::fill(row, row + visible, E(0));
+          continue;
+        }
+        E sum = 0;
+        for (int64_t s = 0; s < visible; ++s) sum += (row[s] = std::exp(row[s] - m));
+        const E inv = E(1) / sum;
+        for (int64_t s = 0; s < visible; ++s) row[s] *= inv;
+      }
+      gemm<E>(rows, D, keys, p, keys, vp, nkh * D, op + t0 * nh * D, nh * D);
     }
-    gemm<E>(T, D, L, p.data(), L, vp, nkh * D, op, nh * D);
   };
   out.runtime().pool().parallel_for(tasks.size(), [&](size_t n) {
     if (out.dtype() == DType::kF32) {

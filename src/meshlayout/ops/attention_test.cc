@@ -170,6 +170,37 @@ TEST(AttentionTest, CacheLengthOffsetAndPaddingMask) {
   }
 }
 
+// A causal attention runs its query rows in blocks of 32 (kCausalBlock) and skips the keys a
+// block cannot see: sequences of several blocks (an uneven last one), with a cache offset
+// (keys visible past the block), a padding mask, and a block whose rows see nothing.
+TEST(AttentionTest, CausalQueryBlocksMatchFloat64) {
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DeviceMesh mesh({2, 4}, {"batch", "model"});
+    HostTensor q = HostTensor::random(DType::kF32, {2, 75, 4, 8}, 11);
+    HostTensor k = HostTensor::random(DType::kF32, {2, 90, 2, 8}, 12);
+    HostTensor v = HostTensor::random(DType::kF32, {2, 90, 2, 8}, 13);
+    if (dtype == DType::kF64) q = widened(q), k = widened(k), v = widened(v);
+    const TensorLayout hl({"batch", None, "model", None}, mesh);
+    const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl), va = distribute_tensor(v, hl);
+    for (const int64_t offset : {0, 9, 15}) {
+      const AttentionOptions o{.causal = true, .query_offset = offset, .key_length = 75 + offset};
+      expect_close(attention(qa, ka, va, o).gather(), reference_attention(q, k, v, o, nullptr),
+                   fmt::format("offset {}", offset));
+    }
+    // Row 0 sees keys 40.. only (padding before): its first block of queries (0..31) sees nothing.
+    std::vector<int> mask(180, 0);
+    for (int b = 0; b < 2; ++b) {
+      for (int s = b == 0 ? 40 : 0; s < 90; ++s) mask[static_cast<size_t>(b * 90 + s)] = 1;
+    }
+    HostTensor m(DType::kI32, {2, 90});
+    std::copy(mask.begin(), mask.end(), reinterpret_cast<int32_t*>(m.data()));
+    const Array ma = distribute_tensor(m, TensorLayout({None, "model"}, mesh));
+    const AttentionOptions masked{.causal = true, .key_length = 75, .key_mask = &ma};
+    expect_close(attention(qa, ka, va, masked).gather(), reference_attention(q, k, v, masked, &mask), "mask");
+  }
+}
+
 TEST(AttentionTest, BadShapesAreNamed) {
   DeviceMesh mesh({8}, {"x"});
   const TensorLayout r4 = TensorLayout::replicated(4, mesh);
