@@ -7,7 +7,7 @@
 // Model: d=1024, 8 layers, 16 heads (8 key-value heads, head_dim 64), ff 2816, vocab 32000,
 // untied embeddings, its own random initial weights (159M parameters, 636 MB F32). One
 // generate() of a T-token prompt (default 128, batch 1) and N new tokens (default 16), R
-// times (default 3): prefill tokens/s = T / prefill time, decode tokens/s = (N-1) / decode
+// times (default 5): prefill tokens/s = T / prefill time, decode tokens/s = (N-1) / decode
 // time (GenerateResult); the best run of each is reported. Each repetition runs the baseline
 // right after the model (interleaved, so a busy phase of the machine hits both), and the
 // median of the per-repetition ratios is printed beside the ratio of the bests.
@@ -146,7 +146,7 @@ int arg(int argc, char** argv, const std::string& name, int fallback) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int reps = arg(argc, argv, "--reps", 3);
+  const int reps = arg(argc, argv, "--reps", 5);
   const int prompt_len = arg(argc, argv, "--prompt", 128);
   const int new_tokens = arg(argc, argv, "--new", 16);
   const int layers = arg(argc, argv, "--layers", 8);
