@@ -2,7 +2,7 @@
 // same run, the bytes each process read, and each device's peak memory.
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/mpi_checkpoint_bench [MIB] [MODE] [REPS]
-//   (also -np 2.) MODE: auto (LoadOptions defaults), map (every box copied from a mapping),
+//   [CASE] (also -np 2; CASE: run only the cases whose name starts with it, e.g. columns.) MODE: auto (LoadOptions defaults), map (every box copied from a mapping),
 //   pread (every box read with preadv), 2ph (two-phase wherever it can), never / always (only
 //   LoadOptions::two_phase), or compare (pread, map, 2ph and auto, interleaved in one run).
 //
@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
   const int64_t rows_per_tensor = 8192, cols = 4096;  // 128 MiB per f32 tensor
   const int64_t tensors = std::max<int64_t>(1, mib / 128);
   const int reps = argc > 3 ? std::max(1, std::atoi(argv[3])) : 5;
+  const std::string only = argc > 4 ? argv[4] : "";
 
   char path[256] = {};
   if (me == 0) {
@@ -158,6 +159,7 @@ int main(int argc, char** argv) {
   const double file_tensor_bytes = static_cast<double>(tensors) * rows_per_tensor * cols * 4;
   std::vector<std::string> details;
   for (const Case& c : cases) {
+    if (!std::string(c.name).starts_with(only)) continue;
     std::vector<Array> targets;
     std::vector<LoadTarget> to_load;
     for (int64_t t = 0; t < tensors; ++t) targets.push_back(Array::allocate(c.layout, {rows_per_tensor, cols}, DType::kF32, rt));

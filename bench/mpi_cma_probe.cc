@@ -10,7 +10,10 @@
 // The file: 4 f32 tensors of 8192 x 4096 (512 MiB, no header), written by process 0, warm in
 // the page cache. Devices are numbered process-major (process p holds p*L .. p*L+L-1), as the
 // runtime does; "columns" splits dim 1 over all of them, "2-D" splits dim 0 in 2 and dim 1 over
-// the rest (mpi_checkpoint_bench's [data, model] grid). Destination buffers are 2 MiB aligned
+// the rest (mpi_checkpoint_bench's [data, model] grid), "replicated" gives every device the
+// whole tensor (raw then reads one copy a process; cmaw reads the file once over all processes
+// and writes each slab to every device of every process). PROBE_LAYOUT=columns|2-D|replicated
+// runs one layout. Destination buffers are 2 MiB aligned
 // with MADV_HUGEPAGE, as VirtualDevice allocates shards (runtime/device.cc). Methods, each
 // timed as the slowest process (wall) and as the CPU time summed over processes:
 //   raw   each process preads a contiguous slice of its shard bytes (16 MiB requests)
@@ -301,10 +304,14 @@ int main(int argc, char** argv) {
   }
 
   int mismatches = 0;
-  for (const char* layout : {"columns", "2-D"}) {
+  const char* only = std::getenv("PROBE_LAYOUT");
+  for (const char* layout : {"columns", "2-D", "replicated"}) {
+    if (only != nullptr && std::string(only) != layout) continue;
     const bool grid = std::string(layout) == "2-D";
-    const int64_t row_parts = grid ? 2 : 1, col_parts = devices / row_parts;
+    const bool replicated = std::string(layout) == "replicated";
+    const int64_t row_parts = grid ? 2 : 1, col_parts = replicated ? 1 : devices / row_parts;
     auto box_of = [&](int64_t d) {
+      if (replicated) return Box{0, kRows, 0, kRowBytes};
       const int64_t rows = kRows / row_parts, cb = kRowBytes / col_parts;
       return Box{(d / col_parts) * rows, rows, (d % col_parts) * cb, cb};
     };
@@ -321,7 +328,7 @@ int main(int argc, char** argv) {
         per_tensor.push_back(p);
       }
     }
-    const int64_t process_bytes = shard_bytes * kTensors * local;
+    const int64_t process_bytes = shard_bytes * kTensors * (replicated ? 1 : local);
     std::vector<std::byte> raw_buffer(static_cast<size_t>(process_bytes), std::byte{1});
     const int64_t slab_rows = kRows / procs;
 
