@@ -21,6 +21,7 @@ namespace {
 
 std::atomic<bool> fail_mappings{false};
 std::atomic<bool> stream_all{false};
+std::atomic<int> stream_width{0};  // bytes a streaming store writes; 0: the widest the CPU has
 
 // Box bytes one task copies: small enough to spread a box over the pool's threads and to
 // stay in L2 while it is copied to every replica, large enough that a task is not overhead.
@@ -115,10 +116,13 @@ void stream_16(std::byte* dst, const std::byte* src, size_t n) {
   }
 }
 using StreamLoop = void (*)(std::byte*, const std::byte*, size_t);
-StreamLoop widest_stream_loop() {
+// The loop storing `width` bytes at a time (0: the widest the CPU has), or null if the CPU
+// lacks those stores.
+StreamLoop stream_loop(int width) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return stream_64;
-  if (__builtin_cpu_supports("avx")) return stream_32;
+  const bool has64 = __builtin_cpu_supports("avx512f"), has32 = __builtin_cpu_supports("avx");
+  if (width == 64 || (width == 0 && has64)) return has64 ? stream_64 : nullptr;
+  if (width == 32 || (width == 0 && has32)) return has32 ? stream_32 : nullptr;
   return stream_16;
 }
 #endif
@@ -132,7 +136,9 @@ StreamLoop widest_stream_loop() {
 // 64-byte 0.81-0.84.
 void stream_copy(std::byte* dst, const std::byte* src, size_t n) {
 #if defined(__x86_64__)
-  static const StreamLoop loop = widest_stream_loop();
+  static const StreamLoop widest = stream_loop(0);
+  const int forced = stream_width.load(std::memory_order_relaxed);
+  const StreamLoop loop = forced == 0 ? widest : stream_loop(forced);
   const size_t head = std::min<size_t>((64 - reinterpret_cast<uintptr_t>(dst) % 64) % 64, n);
   std::memcpy(dst, src, head);
   const size_t body = (n - head) / 64 * 64;
@@ -196,6 +202,16 @@ uint64_t merged_runs(std::vector<Box> boxes, const Box& whole) {
 
 void fail_mappings_for_testing(bool fail) { fail_mappings.store(fail); }
 void stream_all_for_testing(bool stream) { stream_all.store(stream); }
+
+bool stream_width_for_testing(int bytes) {
+#if defined(__x86_64__)
+  if (bytes != 0 && stream_loop(bytes) == nullptr) return false;
+  stream_width.store(bytes);
+  return true;
+#else
+  return bytes == 0;
+#endif
+}
 
 bool wants_mapped(const Array& array, const TensorInfo& tensor, MapMode mode) {
   if (mode == MapMode::kNever || num_elements(tensor.shape) == 0 || !tensor.dtype ||

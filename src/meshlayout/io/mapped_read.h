@@ -148,6 +148,9 @@ void fail_mappings_for_testing(bool fail);
 /// Tests: copy every run with streaming stores (normally only loads writing >= 64 MiB, runs
 /// of >= 4 KiB), to check them on small tensors, odd lengths and alignments.
 void stream_all_for_testing(bool stream);
+/// Tests: stream with stores of `bytes` (16, 32 or 64; 0 restores the widest the CPU has).
+/// False, and nothing changed, if the CPU lacks them.
+bool stream_width_for_testing(int bytes);
 
 }  // namespace io_internal
 }  // namespace meshlayout
