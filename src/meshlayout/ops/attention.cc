@@ -180,10 +180,6 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
     const E* kp = data<E>(ks) + (task.b * S * nkh + kv_head) * D;
     const E* vp = data<E>(vs) + (task.b * S * nkh + kv_head) * D;
     E* op = data<E>(os) + (task.b * T * nh + task.h) * D;
-    if (L == 0) {
-      for (int64_t t = 0; t < T; ++t) std::fill(op + t * nh * D, op + t * nh * D + D, E(0));
-      return;
-    }
     // Query rows in blocks: under a causal mask a block needs only the keys its last row sees,
     // so the scores and the probabilities·values products skip the masked upper triangle.
     const int64_t block = options.causal ? kCausalBlock : T;
