@@ -1,14 +1,21 @@
 #include "meshlayout/runtime/thread_pool.h"
 
+#include <fmt/format.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <cstdlib>
 #include <memory>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
 
 namespace meshlayout {
 namespace {
@@ -35,8 +42,31 @@ bool poll_for(const Ready& ready) {
 
 }  // namespace
 
+std::optional<size_t> thread_count_from_environment() {
+  const char* text = std::getenv(kThreadsEnvVar);
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  const int64_t n = parse_int64(text, fmt::format("environment variable {}", kThreadsEnvVar));
+  if (n < 1 || n > static_cast<int64_t>(kMaxThreads)) {
+    throw ValueError(fmt::format("{}={} must be a thread count from 1 to {}", kThreadsEnvVar,
+                                 text, kMaxThreads));
+  }
+  return static_cast<size_t>(n);
+}
+
+size_t available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return static_cast<size_t>(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+size_t default_thread_count() { return thread_count_from_environment().value_or(available_cpus()); }
+
 ThreadPool::ThreadPool(size_t threads) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads == 0) threads = default_thread_count();
   for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 

@@ -7,8 +7,12 @@
 // (kSpin, 50 us: short runs of polls, then a yield of the core to any other runnable thread)
 // sleeps, and the caller polls the same way for the last items to finish.
 //
+// Size: by default the CPUs this process may run on (its affinity mask: a process mpirun binds
+// to one core gets one thread), or MESHLAYOUT_THREADS. Under mpirun, initialize() divides the
+// node's CPUs between its processes (initialize.h).
+//
 // Example:
-//   ThreadPool pool;                                  // hardware_concurrency() threads
+//   ThreadPool pool;                                  // default_thread_count() threads
 //   pool.parallel_for(8, [&](size_t device) { fill(device); });   // blocks until all ran
 #pragma once
 
@@ -18,15 +22,28 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 namespace meshlayout {
 
+/// The environment variable that sets the threads of every pool made with the default size.
+inline constexpr const char* kThreadsEnvVar = "MESHLAYOUT_THREADS";
+inline constexpr size_t kMaxThreads = 1024;
+
+/// MESHLAYOUT_THREADS, if set and not empty. \error ValueError naming the variable and its
+/// text unless it is a count from 1 to kMaxThreads.
+std::optional<size_t> thread_count_from_environment();
+/// The CPUs this process may run on (sched_getaffinity), at least 1.
+size_t available_cpus();
+/// MESHLAYOUT_THREADS if set, else available_cpus().
+size_t default_thread_count();
+
 class ThreadPool {
  public:
-  /// `threads` = 0 means std::thread::hardware_concurrency() (at least 1). The calling
-  /// thread also works during parallel_for, so `threads - 1` workers are started.
+  /// `threads` = 0 means default_thread_count(). The calling thread also works during
+  /// parallel_for, so `threads - 1` workers are started.
   explicit ThreadPool(size_t threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
@@ -63,6 +65,11 @@ LocalDevices choose_local_devices(const InitializeOptions& options, int processe
 
 }  // namespace
 
+size_t pool_threads_per_process(size_t available, size_t node_cpus, int local_processes) {
+  const size_t share = std::max<size_t>(1, node_cpus / static_cast<size_t>(std::max(1, local_processes)));
+  return std::max<size_t>(1, std::min(available, share));
+}
+
 bool launched_by_mpirun() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
          std::getenv("PMI_RANK") != nullptr;
@@ -74,9 +81,13 @@ std::shared_ptr<Runtime> initialize(int* argc, char*** argv, const InitializeOpt
   // Each process reads its own environment: a bad value on one process, or processes that
   // would name their devices differently, fail every process with one message.
   LocalDevices local{1, ""};
+  size_t threads = 1;
   std::exception_ptr failure;
   try {
     local = choose_local_devices(options, mpi.num_processes);
+    threads = thread_count_from_environment().value_or(
+        pool_threads_per_process(available_cpus(), std::thread::hardware_concurrency(),
+                                 mpi.local_processes));
   } catch (...) {
     failure = std::current_exception();
   }
@@ -89,7 +100,8 @@ std::shared_ptr<Runtime> initialize(int* argc, char*** argv, const InitializeOpt
                                  local.source));
   }
   set_device_count(local.count * mpi.num_processes);
-  auto runtime = std::make_shared<Runtime>(mpi.world, local.count);
+  auto runtime =
+      std::make_shared<Runtime>(mpi.world, local.count, std::make_shared<ThreadPool>(threads));
   set_default_runtime(runtime);
   return runtime;
 }

@@ -13,10 +13,12 @@
 #include <ctime>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/runtime/mpi/initialize.h"
 #include "meshlayout/runtime/communicator_conformance.h"
 #include "meshlayout/runtime/mpi/mpi_runtime.h"
 
@@ -138,6 +140,40 @@ TEST(InitializeMpiTest, ContextMatchesMpi) {
   EXPECT_EQ(mpi.world.get(), &mpi_world());
   // Explicit options that agree with MPI are accepted.
   initialize_mpi(nullptr, nullptr, {.num_processes = size, .process_id = rank});
+}
+
+TEST(InitializeMpiTest, CountsTheProcessesOfTheNode) {
+  MpiContext mpi = initialize_mpi(nullptr, nullptr);
+  MPI_Comm node = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            MPI_SUCCESS);
+  int size = 0;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  EXPECT_EQ(mpi.local_processes, size);
+  EXPECT_GE(mpi.local_processes, 1);
+  EXPECT_LE(mpi.local_processes, mpi.num_processes);
+}
+
+// The pool of each process is its share of the node's CPUs, within its own CPUs: the
+// processes of a node together start no more threads than it has CPUs (each at least one).
+TEST(InitializeMpiTest, PoolThreadsShareTheNode) {
+  EXPECT_EQ(pool_threads_per_process(2, 2, 4), 1u);   // np 4 on 2 cores
+  EXPECT_EQ(pool_threads_per_process(1, 2, 2), 1u);   // np 2, each bound to a core
+  EXPECT_EQ(pool_threads_per_process(8, 8, 2), 4u);
+  EXPECT_EQ(pool_threads_per_process(2, 8, 2), 2u);   // bound to 2 of its 4
+  EXPECT_EQ(pool_threads_per_process(16, 16, 1), 16u);
+  EXPECT_EQ(pool_threads_per_process(4, 4, 0), 4u);   // no count: the whole node
+  if (std::getenv(kThreadsEnvVar) != nullptr) GTEST_SKIP() << "MESHLAYOUT_THREADS is set";
+  const MpiContext mpi = initialize_mpi(nullptr, nullptr);
+  const size_t threads = default_runtime()->pool().size();
+  const size_t cpus = std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_LE(threads, available_cpus());
+  if (static_cast<size_t>(mpi.local_processes) <= cpus) {
+    EXPECT_LE(threads * static_cast<size_t>(mpi.local_processes), cpus);
+  } else {
+    EXPECT_EQ(threads, 1u);
+  }
 }
 
 TEST(InitializeMpiTest, WrongProcessCountIsAValueErrorOnEveryRank) {

@@ -160,6 +160,13 @@ MpiContext initialize_mpi(int* argc, char*** argv, const MpiInitOptions& options
     MPI_Comm_rank(MPI_COMM_WORLD, &mpi.process_id);
     MPI_Comm_size(MPI_COMM_WORLD, &mpi.num_processes);
     mpi.launched_by_mpirun = launched_by_mpirun();
+    MPI_Comm node = MPI_COMM_NULL;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mpi.process_id, MPI_INFO_NULL,
+                            &node) == MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+      MPI_Comm_size(node, &mpi.local_processes);
+      MPI_Comm_free(&node);
+    }
     mpi.world = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD);
     if (s.exit_comm == MPI_COMM_NULL) {
       MPI_Comm_dup(MPI_COMM_WORLD, &s.exit_comm);

@@ -39,6 +39,8 @@ struct MpiContext {
   /// True when a launcher started the process (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK is
   /// set). A program started directly runs as an MPI singleton: process 0 of 1.
   bool launched_by_mpirun = false;
+  /// The processes of this launch on this process's node (MPI_COMM_TYPE_SHARED), itself included.
+  int local_processes = 1;
   /// The collectives over MPI_COMM_WORLD (shared by every initialize_mpi() result).
   std::shared_ptr<MpiCommunicator> world;
 };
