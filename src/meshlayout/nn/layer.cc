@@ -262,12 +262,11 @@ std::vector<VariablePtr> Layer::variables() const {
 }
 
 std::vector<double> Layer::losses() const {
+  // Keras' Layer._get_regularization_losses: the trainable weights (own, then each sub-layer's),
+  // each once, that have a regulariser. A frozen weight adds no penalty (fit skips it too).
   std::vector<double> out;
-  for (const auto& [attr, v] : weights_) {
-    if (v->regularizer()) out.push_back(v->regularization_loss());
-  }
-  for (const auto& [attr, child] : sublayers()) {
-    for (double loss : child->losses()) out.push_back(loss);
+  for (const VariablePtr& v : variables()) {
+    if (v->trainable() && v->regularizer()) out.push_back(v->regularization_loss());
   }
   return out;
 }

@@ -129,8 +129,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Every variable of this layer and its sub-layers in Keras' order (Layer.variables): own
   /// trainable, own non-trainable, then each sub-layer's, recursively; each variable once.
   std::vector<VariablePtr> variables() const;
-  /// The regularisation losses of every weight of this layer and its sub-layers that has a
-  /// regulariser (keras Layer.losses). Collective under several processes.
+  /// The regularisation losses of the trainable weights of this layer and its sub-layers that
+  /// have a regulariser, each weight once (keras Layer.losses; a frozen weight adds none).
+  /// Collective under several processes.
   std::vector<double> losses() const;
   /// Sub-layers under their attribute paths ("d1", "blocks.0"): the tracked ones by default.
   virtual std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const { return tracked_; }

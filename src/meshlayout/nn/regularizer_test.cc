@@ -141,6 +141,41 @@ TEST_F(RegularizerTest, AttachesAfterMaterialisationAndMatchesTheGatheredKernel)
   EXPECT_NEAR(losses[0], want, 1e-9);
 }
 
+// Keras counts the regularisers of trainable weights only, each once: freezing the kernel drops
+// its penalty, a weight shared by two sub-layers is counted once.
+TEST_F(RegularizerTest, LossesCountTrainableWeightsOnceEach) {
+  class Twice : public Model {
+   public:
+    Twice() : Model("twice") {
+      d = track("d", std::make_shared<Dense>(
+                         4, DenseOptions{.kernel_regularizer = Regularizer::L2(0.01),
+                                         .bias_regularizer = Regularizer::L1(0.5)}));
+      again = track("again", d);
+    }
+    Tensor call(const Tensor& x) override { return (*again)((*d)(x)); }
+    std::shared_ptr<Dense> d, again;
+  };
+  LayoutMap rules(mesh_);
+  rules["d.kernel"] = {None, "model"};
+  std::shared_ptr<Twice> m;
+  {
+    LayoutMapScope scope = rules.scope();
+    m = std::make_shared<Twice>();
+  }
+  (*m)(distribute_tensor(HostTensor::random(DType::kF32, {2, 4}, 3), TensorLayout({None, None}, mesh_)));
+  HostTensor k = m->d->kernel()->value().gather();
+  double kernel_loss = 0;
+  for (int64_t i = 0; i < k.num_elements(); ++i) kernel_loss += 0.01 * k.data_as<float>()[i] * k.data_as<float>()[i];
+  ASSERT_EQ(m->losses().size(), 2u);  // kernel and bias, once each
+  m->d->kernel()->set_trainable(false);
+  const std::vector<double> frozen = m->losses();
+  ASSERT_EQ(frozen.size(), 1u);  // the bias only
+  EXPECT_NE(frozen[0], kernel_loss);
+  m->d->kernel()->set_trainable(true);
+  ASSERT_EQ(m->losses().size(), 2u);
+  EXPECT_NEAR(m->losses()[0], kernel_loss, 1e-9);
+}
+
 TEST_F(RegularizerTest, ExplicitLayoutWinsOverTheMap) {
   class Custom : public Model {
    public:
