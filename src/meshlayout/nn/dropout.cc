@@ -12,6 +12,10 @@
 #include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
+namespace {
+// Dropout has no weights: it computes in floatx() as it was when the layer was made.
+constexpr std::string_view kDropoutDtypeWhy = "floatx when the layer was made";
+}  // namespace
 
 SeedGenerator::SeedGenerator(int64_t seed, std::string name)
     : Layer("seed_generator", std::move(name)), seed_(seed) {
@@ -70,7 +74,7 @@ std::vector<std::pair<std::string, std::shared_ptr<Layer>>> Dropout::sublayers()
 void Dropout::build(const Shape&) { internal_nn::check_compute_dtype("Dropout", name(), dtype()); }
 
 Array Dropout::call(const Array& x) {
-  check_input_dtype("Dropout", name(), x.dtype(), dtype());
+  check_input_dtype("Dropout", name(), x.dtype(), dtype(), kDropoutDtypeWhy);
   Array y = distribute_tensor(x, x.layout());
   if (!training_ || !seed_generator_) return y;
   const auto [seed, step] = seed_generator_->next();
@@ -125,14 +129,14 @@ void Dropout::apply_mask(Array& y, int64_t seed, int64_t step) const {
 
 Array Dropout::recompute(const Array& x) {
   if (!training_ || !seed_generator_ || !last_draw_) return Layer::recompute(x);
-  check_input_dtype("Dropout", name(), x.dtype(), dtype());
+  check_input_dtype("Dropout", name(), x.dtype(), dtype(), kDropoutDtypeWhy);
   Array y = distribute_tensor(x, x.layout());
   apply_mask(y, last_draw_->first, last_draw_->second);
   return y;
 }
 
 Array Dropout::backward(const Array& x, const Array& dy, Gradients&) {
-  check_input_dtype("Dropout", name(), x.dtype(), dtype());
+  check_input_dtype("Dropout", name(), x.dtype(), dtype(), kDropoutDtypeWhy);
   check_output_gradient(name(), dy, x.shape(), x.dtype());
   Array dx = distribute_tensor(dy, x.layout());
   if (!training_ || !seed_generator_) return dx;

@@ -145,7 +145,7 @@ TEST_F(DropoutTest, Float64TrainingAndBackwardOnShardedLayouts) {
   testing::expect_close(testing::gathered_f64(drop->recompute(x)), want, "recompute", 1e-15);
   const Array x32 = distribute_tensor(testing::to_dtype(shape, xv, DType::kF32), layout);
   const std::string refused =
-      "Dropout layer 'dropout' computes in F64 (its weights' dtype), got an F32 input; layers do not cast: "
+      "Dropout layer 'dropout' computes in F64 (floatx when the layer was made), got an F32 input; layers do not cast: "
       "convert the input first";
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->call_on(x32); }), refused);
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->recompute(x32); }), refused);
@@ -275,7 +275,7 @@ TEST_F(DropoutTest, BadRateAndDtypeAreRefused) {
     (*drop)(distribute_tensor(HostTensor(DType::kI32, {8}), TensorLayout({"x"}, mesh)));
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Dropout layer 'dropout' computes in F32 (its weights' dtype), got an I32 input; "
+    EXPECT_STREQ(e.what(), "Dropout layer 'dropout' computes in F32 (floatx when the layer was made), got an I32 input; "
                            "layers do not cast: convert the input first");
   }
 }

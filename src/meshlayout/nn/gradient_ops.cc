@@ -82,11 +82,12 @@ void check_output_gradient(const std::string& layer, const Array& dy, const Shap
   }
 }
 
-void check_input_dtype(std::string_view kind, const std::string& layer, DType input, DType compute) {
+void check_input_dtype(std::string_view kind, const std::string& layer, DType input, DType compute,
+                       std::string_view why) {
   if (input != compute) {
-    throw ValueError(fmt::format("{} layer {} computes in {} (its weights' dtype), got an {} input; "
+    throw ValueError(fmt::format("{} layer {} computes in {} ({}), got an {} input; "
                                  "layers do not cast: convert the input first",
-                                 kind, quote(layer), dtype_name(compute), dtype_name(input)));
+                                 kind, quote(layer), dtype_name(compute), why, dtype_name(input)));
   }
 }
 

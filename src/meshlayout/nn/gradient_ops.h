@@ -47,6 +47,8 @@ void check_output_gradient(const std::string& layer, const Array& dy, const Shap
 
 /// ValueError unless an input's dtype is the layer's compute dtype (its weights'): layers do not
 /// cast (floatx.h); "<kind> layer '<name>' computes in F64 (its weights' dtype), got an F32 input".
-void check_input_dtype(std::string_view kind, const std::string& layer, DType input, DType compute);
+/// `why` replaces "its weights' dtype" for a layer without weights.
+void check_input_dtype(std::string_view kind, const std::string& layer, DType input, DType compute,
+                       std::string_view why = "its weights' dtype");
 
 }  // namespace meshlayout
