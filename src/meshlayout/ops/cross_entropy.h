@@ -1,7 +1,8 @@
 // cross_entropy.h — categorical and sparse categorical cross-entropy on distributed arrays,
 // forward and backward, as keras.losses.CategoricalCrossentropy / SparseCategoricalCrossentropy
 // with the default reduction "sum_over_batch_size" (the mean over every position: all leading
-// indices), from logits (log_softmax) or from probabilities (from_logits=false: each row divided
+// indices) or "sum", or reduction "none" (the *_values functions: the loss of every position),
+// from logits (log_softmax) or from probabilities (from_logits=false: each row divided
 // by its sum, clipped to [1e-7, 1 − 1e-7], then −Σ t·log), for predictions in ANY layout —
 // vocab-parallel (Megatron), rows over a data axis, both, or replicated — without ever gathering
 // a row of the predictions.
@@ -51,6 +52,7 @@
 //   dlogits.layout() == logits.layout();
 //   Array onehot = …;                                                  // (B,T,V), any layout
 //   auto [c, dprobs] = categorical_crossentropy_with_grad(softmax_out, onehot, {.from_logits = false});
+//   Array per_pos = categorical_crossentropy_values(softmax_out, onehot, {.from_logits = false}); // (B,T)
 #pragma once
 
 #include "meshlayout/array/array.h"
@@ -96,9 +98,12 @@ CrossEntropyResult sparse_categorical_crossentropy_with_grad(const Array& logits
                                                              const Array& labels,
                                                              const CrossEntropyOptions& options = {});
 
-/// The per-position losses (Keras reduction="none"): (…) in logits' dtype, laid out as logits
-/// without the vocab dimension. From logits only. Collective.
-Array sparse_categorical_crossentropy_values(const Array& logits, const Array& labels);
+/// The per-position losses, keras.losses.SparseCategoricalCrossentropy(reduction="none"): (…) in
+/// y_pred's dtype, laid out as y_pred without the class dimension; their mean is the reduced loss.
+/// From logits or probabilities (options.from_logits); reduction and grad_scale do not apply; a
+/// nonzero label_smoothing is refused as by the reduced loss. Collective.
+Array sparse_categorical_crossentropy_values(const Array& logits, const Array& labels,
+                                             const CrossEntropyOptions& options = {});
 
 /// keras.losses.categorical_crossentropy reduced: targets (…, V) F32/F64 of y_pred's shape (one-hot
 /// or probability rows), any layout (resharded to y_pred's). Collective; equal on every process.
@@ -108,6 +113,13 @@ double categorical_crossentropy(const Array& y_pred, const Array& targets,
 /// d loss / d y_pred in y_pred's layout and dtype (see the NOTE). Collective.
 Array categorical_crossentropy_backward(const Array& y_pred, const Array& targets,
                                         const CrossEntropyOptions& options = {});
+
+/// The per-position losses, keras.losses.CategoricalCrossentropy(reduction="none"): (…) in
+/// y_pred's dtype, laid out as y_pred without the class dimension; their mean is the reduced loss.
+/// from_logits and label_smoothing as the reduced loss; reduction and grad_scale do not apply.
+/// Collective.
+Array categorical_crossentropy_values(const Array& y_pred, const Array& targets,
+                                      const CrossEntropyOptions& options = {});
 
 /// Both, sharing the statistics. Collective.
 CrossEntropyResult categorical_crossentropy_with_grad(const Array& y_pred, const Array& targets,

@@ -29,6 +29,15 @@ TEST(CrossEntropyMpiTest, CategoricalAndProbabilitiesMatchTheFloat64Formulas) {
   EXPECT_NO_THROW(testing::run_all_cce_cases(rt, 9411));
 }
 
+// categorical_crossentropy_values and sparse_categorical_crossentropy_values (reduction "none"):
+// every values check of categorical_crossentropy_test_util.h on every rank.
+TEST(CrossEntropyMpiTest, PerPositionValuesMatchTheFloat64Formulas) {
+  auto rt = default_runtime();
+  ASSERT_GE(rt->num_processes(), 2);
+  ASSERT_EQ(rt->global_device_count(), 8) << "run with 8 global devices (the default)";
+  EXPECT_NO_THROW(testing::run_all_cce_values_cases(rt, 9421));
+}
+
 TEST(CrossEntropyMpiTest, ABadLabelOnTheLastProcessIsThrownByAll) {
   auto rt = default_runtime();
   const DeviceMesh mesh({2, 4}, {"data", "model"});

@@ -95,6 +95,65 @@ TEST_F(CrossEntropyTest, CategoricalAndProbabilitiesMatchTheFloat64FormulasAsTwo
   }
 }
 
+// The per-position losses (reduction "none") of the categorical and sparse losses, from logits
+// and probabilities, with label smoothing: categorical_crossentropy_test_util.h's values table.
+TEST_F(CrossEntropyTest, PerPositionValuesMatchTheFloat64FormulasInOneProcess) {
+  const uint64_t seed = testing::test_seed(9321);
+  SCOPED_TRACE("MESHLAYOUT_TEST_SEED=" + std::to_string(seed));
+  EXPECT_NO_THROW(testing::run_all_cce_values_cases(Runtime::single_process(8), seed));
+}
+
+TEST_F(CrossEntropyTest, PerPositionValuesMatchTheFloat64FormulasAsTwoAndFourProcesses) {
+  const uint64_t seed = testing::test_seed(9322);
+  for (int procs : {2, 4}) {
+    SCOPED_TRACE(fmt::format("{} processes, MESHLAYOUT_TEST_SEED={}", procs, seed));
+    for (const std::string& f : run_as_processes(procs, [&](std::shared_ptr<Runtime> rt) {
+           testing::run_all_cce_values_cases(rt, seed);
+         })) {
+      EXPECT_EQ(f, "");
+    }
+  }
+}
+
+// Keras' documented example, reduction "none": [0.0513, 2.303] (the second row's 0.1 / 1.0).
+TEST_F(CrossEntropyTest, KerasDocumentedExampleValues) {
+  DeviceMesh mesh({2, 4}, {"data", "model"});
+  HostTensor p(DType::kF64, {2, 3}), t(DType::kF64, {2, 3}), y(DType::kI32, {2});
+  const double pv[] = {0.05, 0.95, 0.0, 0.1, 0.8, 0.1}, tv[] = {0, 1, 0, 0, 0, 1};
+  for (int i = 0; i < 6; ++i) p.data_as<double>()[i] = pv[i], t.data_as<double>()[i] = tv[i];
+  y.data_as<int32_t>()[0] = 1, y.data_as<int32_t>()[1] = 2;
+  const Array lp = distribute_tensor(p, TensorLayout({"data", "model"}, mesh));
+  const Array lt = distribute_tensor(t, TensorLayout({None, "model"}, mesh));
+  const Array ly = distribute_tensor(y, TensorLayout({None}, mesh));
+  const double want[] = {-std::log(0.95), -std::log(0.1)};
+  const Array values[] = {categorical_crossentropy_values(lp, lt, {.from_logits = false}),
+                          sparse_categorical_crossentropy_values(lp, ly, {.from_logits = false})};
+  for (const Array& v : values) {
+    EXPECT_EQ(v.shape(), (Shape{2}));
+    EXPECT_EQ(v.layout(), TensorLayout({"data"}, mesh));
+    const HostTensor h = v.gather();
+    for (int i = 0; i < 2; ++i) EXPECT_NEAR(h.data_as<double>()[i], want[i], 1e-14) << i;
+  }
+  EXPECT_NEAR(want[0], 0.0513, 1e-4);
+  EXPECT_NEAR(want[1], 2.3026, 1e-4);
+}
+
+TEST_F(CrossEntropyTest, SparseValuesRefuseLabelSmoothing) {
+  DeviceMesh mesh({2, 4}, {"data", "model"});
+  const Shape shape{4, 6, 10};
+  const Array x = distribute_tensor(testing::ce_logits(DType::kF32, shape, 3), TensorLayout({"data", None, "model"}, mesh));
+  const Array y = distribute_tensor(testing::ce_labels(shape, 4), TensorLayout({"data", None}, mesh));
+  for (const bool from_logits : {true, false}) {
+    try {
+      sparse_categorical_crossentropy_values(x, y, {.from_logits = from_logits, .label_smoothing = 0.25});
+      ADD_FAILURE() << "expected a ValueError";
+    } catch (const ValueError& e) {
+      EXPECT_EQ(std::string(e.what()), "sparse_categorical_crossentropy: label_smoothing must be 0 (Keras' "
+                                       "SparseCategoricalCrossentropy has none), got 0.25");
+    }
+  }
+}
+
 // Keras' documented example (keras.losses.CategoricalCrossentropy): y_true [[0, 1, 0], [0, 0, 1]],
 // y_pred [[0.05, 0.95, 0], [0.1, 0.8, 0.1]] give 1.177 (the 0 is clipped to 1e-7); the sparse
 // loss from probabilities on the labels [1, 2] is the same.

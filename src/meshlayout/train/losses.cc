@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "meshlayout/core/errors.h"
@@ -182,6 +183,47 @@ LossResult mean_squared_error_with_grad(const Array& y_pred, const Array& y_true
   const Array t = targets_in_layout(y_pred, y_true);
   const double value = mse_value(y_pred, t);
   return {value, mse_grad(y_pred, t, 1.0)};
+}
+
+Array mean_squared_error_values(const Array& y_pred, const Array& y_true) {
+  check_mse(y_pred.shape(), y_pred.dtype(), y_true.shape(), y_true.dtype());
+  if (y_pred.shape().empty()) {
+    throw ValueError(fmt::format("{}: y_pred needs a last dimension to average over, got y_pred {} {}", kMse,
+                                 dtype_name(y_pred.dtype()), shape_to_string(y_pred.shape())));
+  }
+  // Every row whole on its devices: y_pred (if its last dim is split) and y_true are brought to
+  // y_pred's layout with the last dim not split; the lead dims keep y_pred's sharding.
+  std::vector<DimSharding> axes = y_pred.layout().axes();
+  axes.back() = None;
+  const TensorLayout whole(axes, y_pred.mesh());
+  std::optional<Array> resharded;
+  if (y_pred.layout() != whole) resharded = distribute_tensor(y_pred, whole);
+  const Array& p = resharded ? *resharded : y_pred;
+  const Array t = distribute_tensor(y_true, whole);
+  axes.pop_back();
+  const Shape shape(y_pred.shape().begin(), y_pred.shape().end() - 1);
+  Array out = allocate_agreed(TensorLayout(axes, y_pred.mesh()), shape, y_pred.dtype(), y_pred.runtime_ptr());
+  const int64_t last = y_pred.shape().back();
+  out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
+    Array::Shard& os = out.local_shards()[i];
+    const Array::Shard& ps = *p.shard_at(os.position);
+    const Array::Shard& ts = *t.shard_at(os.position);
+    const int64_t rows = os.box.num_elements();
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t j = 0; j < last; ++j) {
+        const double d = read(ps, p.dtype(), r * last + j) - read(ts, t.dtype(), r * last + j);
+        s += d * d;
+      }
+      const double v = s / static_cast<double>(last);  // NaN for an empty last dim, as Keras' mean
+      if (out.dtype() == DType::kF32) {
+        as<float>(os)[r] = static_cast<float>(v);
+      } else {
+        as<double>(os)[r] = v;
+      }
+    }
+  });
+  return out;
 }
 
 double Loss::value(const Array& y_pred, const Array& y_true) const {

@@ -100,6 +100,79 @@ TEST_F(LossesTest, MeanSquaredErrorRejectsMismatchedShapesAndIntegerTargets) {
   EXPECT_TRUE(testing::HasSubstr(msg, "I32"));
 }
 
+// mean((p − t)², axis=-1) of every row, as Keras' mean_squared_error before the reduction.
+std::vector<double> mse_rows_reference(const Shape& shape, const std::vector<double>& p, const std::vector<double>& t) {
+  const int64_t last = shape.back();
+  std::vector<double> rows(p.size() / static_cast<size_t>(last));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    double s = 0;
+    for (int64_t j = 0; j < last; ++j) {
+      const size_t k = r * static_cast<size_t>(last) + static_cast<size_t>(j);
+      s += (p[k] - t[k]) * (p[k] - t[k]);
+    }
+    rows[r] = s / static_cast<double>(last);
+  }
+  return rows;
+}
+
+// Keras reduction "none": the row means in y_pred's dtype, laid out as y_pred without the last
+// dim, for the last dim whole, split over 4 and over 8 (uneven, empty blocks), rows split, 2-D;
+// their mean is mean_squared_error.
+TEST_F(LossesTest, MeanSquaredErrorValuesInEveryLayout) {
+  struct Case {
+    Shape shape;
+    std::vector<DimSharding> pred_axes, true_axes;
+  };
+  const std::vector<Case> cases = {
+      {{4, 3}, {None, None}, {None, None}},
+      {{4, 3}, {"data", None}, {None, "model"}},
+      {{6, 8}, {None, "model"}, {"data", None}},
+      {{6, 8}, {"data", "model"}, {"data", "model"}},
+      {{5, 7}, {"data", "model"}, {None, "model"}},  // uneven blocks, some empty
+      {{4, 10}, {None, {"data", "model"}}, {"model", None}},  // 10 over 8
+      {{3, 2, 5}, {"data", None, "model"}, {None, None, None}},
+      {{2, 4, 6}, {"model", "data", None}, {None, None, "model"}},
+      {{5}, {"model"}, {None}},  // rank 1: one row, a scalar
+  };
+  for (const Case& c : cases) {
+    for (const DType dtype : {DType::kF32, DType::kF64}) {
+      SCOPED_TRACE(shape_to_string(c.shape) + " " + std::string(dtype_name(dtype)) + " " + TensorLayout(c.pred_axes).to_string());
+      const std::vector<double> p = random_values(c.shape, 21), t = random_values(c.shape, 22);
+      const Array pred = distribute_tensor(testing::to_dtype(c.shape, p, dtype), TensorLayout(c.pred_axes, mesh_));
+      const Array targ = distribute_tensor(testing::to_dtype(c.shape, t, dtype), TensorLayout(c.true_axes, mesh_));
+      const Array v = mean_squared_error_values(pred, targ);
+      const Shape lead(c.shape.begin(), c.shape.end() - 1);
+      EXPECT_EQ(v.shape(), lead);
+      EXPECT_EQ(v.dtype(), dtype);
+      EXPECT_EQ(v.layout(), TensorLayout(std::vector<DimSharding>(c.pred_axes.begin(), c.pred_axes.end() - 1), mesh_));
+      const std::vector<double> got = gathered_f64(v), want = mse_rows_reference(c.shape, p, t);
+      ASSERT_EQ(got.size(), want.size());
+      double sum = 0;
+      for (size_t r = 0; r < want.size(); ++r) {
+        expect_rel(got[r], want[r], dtype == DType::kF32 ? 1e-5 : 1e-12, "row " + std::to_string(r));
+        sum += got[r];
+      }
+      if (dtype == DType::kF64) {
+        expect_rel(sum / static_cast<double>(want.size()), mean_squared_error(pred, targ), 1e-12,
+                   "mean of the values vs mean_squared_error");
+      }
+    }
+  }
+}
+
+TEST_F(LossesTest, MeanSquaredErrorValuesRejectMismatchedShapesAndIntegerTargets) {
+  const Array pred = distribute_tensor(HostTensor(DType::kF32, {4, 3}), TensorLayout({"data", "model"}, mesh_));
+  const Array wrong = distribute_tensor(HostTensor(DType::kF32, {4, 2}), TensorLayout({None, None}, mesh_));
+  const Array ints = distribute_tensor(HostTensor(DType::kI32, {4, 3}), TensorLayout({None, None}, mesh_));
+  std::string msg = testing::ValueErrorMessage([&] { (void)mean_squared_error_values(pred, wrong); });
+  EXPECT_EQ(msg, "mean_squared_error: y_true of shape (4, 2) must have the shape of y_pred (4, 3)");
+  msg = testing::ValueErrorMessage([&] { (void)mean_squared_error_values(pred, ints); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "y_true I32 (4, 3)"));
+  const Array scalar = distribute_tensor(HostTensor(DType::kF32, {}), TensorLayout(std::vector<DimSharding>{}, mesh_));
+  msg = testing::ValueErrorMessage([&] { (void)mean_squared_error_values(scalar, scalar); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "y_pred needs a last dimension"));
+}
+
 TEST_F(LossesTest, MakeLossNamesAndErrors) {
   EXPECT_EQ(make_loss("mse")->name(), "mean_squared_error");
   EXPECT_EQ(make_loss("mean_squared_error")->name(), "mean_squared_error");
