@@ -365,14 +365,7 @@ double reduce_loss(const Stats& st, const Array& pred, const CrossEntropyOptions
       local += row_loss(st, p + r * w1 * st.k, p2 ? p2 + r * 2 * st.k : nullptr);
     }
   }
-  Runtime& rt = pred.runtime();
-  double total = local;
-  if (rt.num_processes() > 1) {
-    std::vector<double> all(static_cast<size_t>(rt.num_processes()));
-    rt.comm().all_gather(&local, sizeof local, all.data());
-    total = 0;
-    for (double v : all) total += v;  // rank order: the same sum on every process
-  }
+  const double total = sum_in_rank_order(pred.runtime().comm(), local);
   if (options.reduction == LossReduction::kSum) return total;
   return st.positions == 0 ? 0.0 : total / static_cast<double>(st.positions);
 }

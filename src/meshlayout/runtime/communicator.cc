@@ -206,6 +206,15 @@ class SingleProcessCommunicator final : public Communicator {
 
 }  // namespace
 
+double sum_in_rank_order(Communicator& comm, double mine) {
+  if (comm.size() == 1) return mine;
+  std::vector<double> all(static_cast<size_t>(comm.size()));
+  comm.all_gather(&mine, sizeof mine, all.data());
+  double total = 0;
+  for (double v : all) total += v;
+  return total;
+}
+
 void agree_on_failure(Communicator& comm, std::string_view local_error) {
   LocalFailure local;
   if (!local_error.empty()) local = {FailureCategory::kError, std::string(local_error)};

@@ -117,6 +117,10 @@ void agree_on_failure(Communicator& comm, const std::exception_ptr& local_error)
 /// whose ranks share memory.
 void copy_region(const BoxRegion& send, const BoxRegion& recv, size_t element_size);
 
+/// Every rank's `mine` added in rank order, so each rank gets the same double (a sum of
+/// per-process partial losses, for instance). Collective; one rank: `mine` itself.
+double sum_in_rank_order(Communicator& comm, double mine);
+
 /// A communicator of one rank (size 1), used when a program runs in a single process.
 std::unique_ptr<Communicator> make_single_process_communicator();
 

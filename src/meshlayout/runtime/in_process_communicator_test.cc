@@ -49,6 +49,21 @@ TEST(SingleProcessCommunicatorTest, PassesConformance) {
 
 // ---- agreement on a local failure
 
+// The ranks' values added in rank order: every rank the same double, bit for bit, even where
+// another order would round differently; one rank gets its own value.
+TEST(SumInRankOrderTest, EveryRankGetsTheRankOrderSum) {
+  const double values[] = {1e16, 1.0, -1e16, 1.0};  // in rank order: 1.0; other orders differ
+  const double want = ((values[0] + values[1]) + values[2]) + values[3];
+  std::vector<double> got(4);
+  run_in_process_group(4, [&](Communicator& comm) {
+    got[static_cast<size_t>(comm.rank())] = sum_in_rank_order(comm, values[comm.rank()]);
+  });
+  for (double g : got) EXPECT_EQ(g, want);
+  EXPECT_NE(want, ((values[3] + values[2]) + values[1]) + values[0]);
+  std::unique_ptr<Communicator> one = make_single_process_communicator();
+  EXPECT_EQ(sum_in_rank_order(*one, 2.5), 2.5);
+}
+
 TEST(InProcessAgreeOnFailureTest, EveryRankThrowsTheFailingRanksError) {
   std::vector<std::string> messages(4);
   run_in_process_group(4, [&](Communicator& comm) {

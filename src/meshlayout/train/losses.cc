@@ -62,14 +62,7 @@ double mse_value(const Array& p, const Array& t) {
   });
   double local = 0;
   for (double s : sums) local += s;  // shard order
-  Runtime& rt = p.runtime();
-  double total = local;
-  if (rt.num_processes() > 1) {
-    std::vector<double> all(static_cast<size_t>(rt.num_processes()));
-    rt.comm().all_gather(&local, sizeof local, all.data());
-    total = 0;
-    for (double v : all) total += v;  // rank order: the same sum on every process
-  }
+  const double total = sum_in_rank_order(p.runtime().comm(), local);
   const int64_t n = num_elements(p.shape());
   return n == 0 ? 0.0 : total / static_cast<double>(n);
 }
