@@ -261,6 +261,12 @@ std::vector<VariablePtr> Layer::variables() const {
   return out;
 }
 
+std::vector<VariablePtr> Layer::weights() const {
+  std::vector<VariablePtr> out = variables();
+  std::erase_if(out, [](const VariablePtr& v) { return v->is_rng_state(); });
+  return out;
+}
+
 std::vector<double> Layer::losses() const {
   // Keras' Layer._get_regularization_losses: the trainable weights (own, then each sub-layer's),
   // each once, that have a regulariser. A frozen weight adds no penalty (fit skips it too).

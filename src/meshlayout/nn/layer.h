@@ -129,6 +129,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Every variable of this layer and its sub-layers in Keras' order (Layer.variables): own
   /// trainable, own non-trainable, then each sub-layer's, recursively; each variable once.
   std::vector<VariablePtr> variables() const;
+  /// Keras Layer.weights: variables() without RNG state (SeedGenerator state is a variable but
+  /// not a weight), in the same order. Model::summary() counts these.
+  std::vector<VariablePtr> weights() const;
   /// The regularisation losses of the trainable weights of this layer and its sub-layers that
   /// have a regulariser, each weight once (keras Layer.losses; a frozen weight adds none).
   /// Collective under several processes.

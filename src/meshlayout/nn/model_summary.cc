@@ -54,12 +54,22 @@ std::string Model::summary() const {
   std::map<std::set<std::string>, std::pair<int64_t, double>> by_spec;
   std::map<std::set<std::string>, int64_t> spec_factor;
   std::map<int64_t, double> device_bytes;  // exact, per global device id
+  // RNG state (Dropout's seed_generator_state) is listed and held in memory, but, as Keras
+  // counts model.weights only, it is no parameter.
+  int64_t rng_count = 0;
+  double rng_bytes = 0;
   for (const VariablePtr& v : variables()) {
     const int64_t n = num_elements(v->shape());
     const double bytes = static_cast<double>(n) * static_cast<double>(dtype_size(v->dtype()));
-    total += n;
-    total_bytes += bytes;
-    if (v->trainable()) {
+    const bool weight = !v->is_rng_state();
+    if (weight) {
+      total += n;
+      total_bytes += bytes;
+    } else {
+      rng_count += n;
+      rng_bytes += bytes;
+    }
+    if (weight && v->trainable()) {
       trainable += n;
       trainable_bytes += bytes;
     }
@@ -72,9 +82,11 @@ std::string Model::summary() const {
       for (const DimSharding& d : layout->axes()) spec.insert(d.axes().begin(), d.axes().end());
       int64_t factor = 1;
       for (const std::string& a : spec) factor *= geometry.mesh().axis_size(a);
-      by_spec[spec].first += n;
-      by_spec[spec].second += bytes;
-      spec_factor[spec] = factor;
+      if (weight) {
+        by_spec[spec].first += n;
+        by_spec[spec].second += bytes;
+        spec_factor[spec] = factor;
+      }
       for (int64_t p = 0; p < geometry.mesh().size(); ++p) {
         device_bytes[geometry.mesh().device_ids()[static_cast<size_t>(p)]] +=
             static_cast<double>(geometry.box(p).num_elements()) * static_cast<double>(dtype_size(v->dtype()));
@@ -103,6 +115,10 @@ std::string Model::summary() const {
   out += fmt::format("Trainable params: {} ({})\n", with_commas(trainable), readable_memory_size(trainable_bytes));
   out += fmt::format("Non-trainable params: {} ({})\n", with_commas(total - trainable),
                      readable_memory_size(total_bytes - trainable_bytes));
+  if (rng_count > 0) {
+    out += fmt::format("RNG state (not params, as Keras): {} ({})\n", with_commas(rng_count),
+                       readable_memory_size(rng_bytes));
+  }
   if (by_spec.empty()) return out;
   double per_device = 0;
   for (const auto& [spec, counts] : by_spec) {

@@ -2,7 +2,9 @@
 // variable (Keras 3 path, shape, dtype, layout, bytes on the fullest device), Keras' totals,
 // then the Keras 2 "DTensor summary" lines (params fully replicated / sharded per spec, overall
 // per-device memory, sharding factor) and the exact memory of every device (uneven splits
-// counted box by box).
+// counted box by box). Parameters are Keras' model.weights: RNG state (Dropout's
+// seed_generator_state) is listed and counted in the exact device memory, but not in the params
+// nor the DTensor lines (a "RNG state (not params, as Keras)" line gives its size).
 //
 // Example:
 //   std::cout << model->summary();

@@ -5,12 +5,14 @@
 
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/dropout.h"
 #include "meshlayout/nn/model.h"
 
 namespace meshlayout {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class SumModel : public Model {
  public:
@@ -81,6 +83,45 @@ TEST(ModelSummaryTest, UnevenSplitsAreCountedBoxByBox) {
   EXPECT_THAT(s, HasSubstr("sum_model/d1/kernel  (3, 6)  F32    layout[None,model]@mesh[data=2,model=4]            24\n"));
   EXPECT_THAT(s, HasSubstr("Memory per device (exact): cpu:0 104.00 B, cpu:1 104.00 B, cpu:2 104.00 B, "
                            "cpu:3 80.00 B, cpu:4 104.00 B, cpu:5 104.00 B, cpu:6 104.00 B, cpu:7 80.00 B\n"));
+  reset_device_count();
+}
+
+// Keras 3 (keras/src/utils/summary_utils.py) counts model.weights, which leaves out the
+// SeedGenerator state of Dropout: Sequential([Input((10,)), Dense(20), Dropout(0.5), Dense(5)])
+// prints "Total params: 325 (1.27 KB)", all trainable.
+TEST(ModelSummaryTest, DropoutRngStateIsNoParameterAsKeras) {
+  set_device_count(8);
+  clear_session();
+  auto dp = std::make_shared<DataParallel>();
+  std::shared_ptr<Sequential> m;
+  {
+    DistributionScope scope = dp->scope();
+    m = std::make_shared<Sequential>(
+        std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(20), std::make_shared<Dropout>(0.5),
+                                            std::make_shared<Dense>(5)},
+        SequentialOptions{.input_shape = Shape{10}});
+  }
+  ASSERT_EQ(m->variables().size(), 5u);  // kernel, bias, seed_generator_state, kernel, bias
+  ASSERT_EQ(m->weights().size(), 4u);
+  for (const VariablePtr& v : m->weights()) EXPECT_FALSE(v->is_rng_state()) << v->path();
+  const std::string s = m->summary();
+  EXPECT_THAT(s, HasSubstr("seed_generator/seed_generator_state  (2,)  "));  // still listed
+  EXPECT_THAT(s, HasSubstr("Total params: 325 (1.27 KB)\n"
+                           "Trainable params: 325 (1.27 KB)\n"
+                           "Non-trainable params: 0 (0.00 B)\n"
+                           "RNG state (not params, as Keras): 2 (16.00 B)\n"
+                           "325 / 325 params (1.27 KB) are fully replicated\n"
+                           "Overall per device memory usage: 1.27 KB\n"
+                           "Overall sharding factor: 1.00\n"));
+  // The exact memory is what each device holds: the 16 bytes of RNG state too (1316 B).
+  EXPECT_THAT(s, HasSubstr("Memory per device (exact): cpu:0 1.29 KB,"));
+  // Without the Dropout the counts are the same: 220 + 105.
+  clear_session();
+  auto plain = std::make_shared<Sequential>(
+      std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(20), std::make_shared<Dense>(5)},
+      SequentialOptions{.input_shape = Shape{10}});
+  EXPECT_THAT(plain->summary(), HasSubstr("Total params: 325 (1.27 KB)\n"));
+  EXPECT_THAT(plain->summary(), Not(HasSubstr("RNG state")));
   reset_device_count();
 }
 

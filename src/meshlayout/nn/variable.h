@@ -67,6 +67,8 @@ class Variable {
   const std::optional<Regularizer>& regularizer() const { return spec_.regularizer; }
   /// The explicit layout given at creation, if any.
   const std::optional<TensorLayout>& explicit_layout() const { return spec_.layout; }
+  /// True for RNG state (a SeedGenerator's): a Keras variable but not a weight.
+  bool is_rng_state() const { return spec_.rng_state; }
   /// The regulariser's value on the current value (0 without one). Needs a value.
   double regularization_loss() const;
 
