@@ -7,7 +7,9 @@
 //                          relayout layer outputs; inputs split on batch_dim_name
 // A model records the distribution current when it is constructed (a scope on this thread,
 // else the global one from set_distribution()); its variables are then created lazily and
-// materialised with these layouts, as under LayoutMap::scope().
+// materialised with these layouts, as under LayoutMap::scope(). A layer built outside any model
+// under a distribution (its first call, symbolic or concrete, call_on or build_standalone)
+// takes these layouts when it is built, as Keras 3 creates its variables.
 //
 // Example:
 //   LayoutMap layout_map(mesh);

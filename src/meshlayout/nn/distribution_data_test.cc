@@ -9,7 +9,9 @@
 #include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/nn/distribution.h"
+#include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/nn/multi_head_attention.h"
 
 namespace meshlayout {
 namespace {
@@ -154,6 +156,83 @@ TEST_F(DistributionApiTest, StandaloneLayerBuiltInADistributionScopeTakesItsLayo
   (*d)(mp->distribute_input(HostTensor(DType::kF32, {4, 3})));
   EXPECT_EQ(d->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
   EXPECT_EQ(d->bias()->layout(), TensorLayout({None}, mesh_));
+}
+
+// Keras 3 creates a variable with the distribution's layout when the layer builds it, whatever
+// builds it: a symbolic call, an explicit build, or call_on, under a scope or set_distribution.
+TEST_F(DistributionApiTest, StandaloneLayerBuiltSymbolicallyOrExplicitlyTakesTheDistributionsLayouts) {
+  LayoutMap map(mesh_, MatchMode::kFullmatch);
+  map["dense.*/kernel"] = {None, "model"};
+  map["multi_head_attention/query/kernel"] = {None, "model", None};
+  auto mp = std::make_shared<ModelParallel>(map);
+  // The same layer built without a distribution: the values to expect (counter-based init).
+  auto plain = std::make_shared<Dense>(8, DenseOptions{.name = "dense"});
+  (*plain)(Input({3}, 4));
+  const HostTensor want = plain->kernel()->value().gather();
+  clear_session();
+
+  set_distribution(mp);  // global
+  auto symbolic = std::make_shared<Dense>(8);
+  (*symbolic)(Input({3}, 4));
+  ASSERT_FALSE(symbolic->kernel()->is_lazy());
+  EXPECT_EQ(symbolic->kernel()->path(), "dense/kernel");
+  EXPECT_EQ(symbolic->kernel()->object_path(), "dense.kernel");
+  EXPECT_EQ(symbolic->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
+  EXPECT_EQ(symbolic->bias()->layout(), TensorLayout({None}, mesh_));
+  EXPECT_EQ(symbolic->kernel()->value().gather(), want);
+  set_distribution(nullptr);
+
+  DistributionScope scope = mp->scope();
+  auto built = std::make_shared<Dense>(8);  // dense_1
+  built->build_standalone({4, 3});
+  EXPECT_TRUE(built->built());
+  ASSERT_FALSE(built->kernel()->is_lazy());
+  EXPECT_EQ(built->kernel()->path(), "dense_1/kernel");
+  EXPECT_EQ(built->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
+  built->build_standalone({4, 3});  // built already: nothing happens
+  EXPECT_EQ(built->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
+
+  auto via_call_on = std::make_shared<Dense>(8);  // dense_2
+  const Array y = via_call_on->call_on(mp->distribute_input(HostTensor::random(DType::kF32, {4, 3}, 3)));
+  EXPECT_EQ(via_call_on->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
+  EXPECT_EQ(y.shape(), (Shape{4, 8}));
+
+  // A composite layer: its sub-layers' weights keyed by their paths, its object paths kept.
+  auto mha = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 4, .key_dim = 2});
+  (*mha)(Input({5, 8}, 2));
+  EXPECT_EQ(mha->query()->kernel()->path(), "multi_head_attention/query/kernel");
+  EXPECT_EQ(mha->query()->kernel()->object_path(), "multi_head_attention._query_dense.kernel");
+  EXPECT_EQ(mha->query()->kernel()->layout(), TensorLayout({None, "model", None}, mesh_));
+  EXPECT_EQ(mha->key()->kernel()->layout(), TensorLayout({None, None, None}, mesh_));
+
+  // A functional model of such layers finds them allocated and keeps their layouts.
+  Tensor in = Input({3}, 4);
+  auto d1 = std::make_shared<Dense>(8, DenseOptions{.name = "dense_f"});
+  Tensor out = (*d1)(in);
+  EXPECT_FALSE(d1->kernel()->is_lazy());
+  std::shared_ptr<Model> model = Model::functional(in, out);
+  EXPECT_EQ(d1->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
+  EXPECT_EQ(d1->kernel()->object_path(), "dense_f.kernel");
+}
+
+TEST_F(DistributionApiTest, LayersInsideAModelOrALayoutMapScopeStayLazyUntilTheirModelDecides) {
+  LayoutMap map(mesh_, MatchMode::kFullmatch);
+  map["sequential/d1/kernel"] = {None, "model"};
+  auto mp = std::make_shared<ModelParallel>(map);
+  DistributionScope scope = mp->scope();
+  // Sequential: built by the model, keyed by the model's paths.
+  auto d1 = std::make_shared<Dense>(8, DenseOptions{.name = "d1"});
+  auto seq = std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{d1},
+                                          SequentialOptions{.input_shape = Shape{3}});
+  EXPECT_EQ(d1->kernel()->path(), "sequential/d1/kernel");
+  EXPECT_EQ(d1->kernel()->object_path(), "d1.kernel");
+  EXPECT_EQ(d1->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
+  // Keras 2: under a LayoutMap scope a standalone layer stays lazy (a model materialises it).
+  LayoutMap rules(mesh_);
+  LayoutMapScope map_scope = rules.scope();
+  auto lazy = std::make_shared<Dense>(8);
+  lazy->build_standalone({4, 3});
+  EXPECT_TRUE(lazy->kernel()->is_lazy());
 }
 
 // Each process feeds only its rows of a global batch; the array holds the global batch laid

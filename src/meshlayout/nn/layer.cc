@@ -84,6 +84,15 @@ std::string unqualified_class_name(const std::type_info& type) {
 }
 
 thread_local int t_model_builds = 0;
+// Layer builds in progress on this thread (a parent's build() building its sub-layers).
+thread_local int t_layer_builds = 0;
+
+struct BuildDepth {
+  BuildDepth() { ++t_layer_builds; }
+  ~BuildDepth() { --t_layer_builds; }
+  BuildDepth(const BuildDepth&) = delete;
+  BuildDepth& operator=(const BuildDepth&) = delete;
+};
 
 }  // namespace
 
@@ -131,21 +140,42 @@ NameScope Layer::open_name_scope() {
 void Layer::maybe_build(const Shape& input_shape) {
   NameScope scope = open_name_scope();
   if (!built_) {
+    BuildDepth depth;
     build(input_shape);
     built_ = true;
   }
 }
 
+void Layer::build_standalone(const Shape& input_shape) {
+  NameScope scope = open_name_scope();
+  if (built_) return;
+  {
+    BuildDepth depth;
+    build(input_shape);
+    built_ = true;
+  }
+  materialize_if_standalone();
+}
+
+void Layer::materialize_if_standalone() {
+  // Keras 3 creates a variable with the distribution's layout when the layer builds it: a layer
+  // built outside any model (no model being built, no enclosing layer build, no Keras 2
+  // LayoutMap scope) under a distribution takes its layouts now, its paths being final. A
+  // model being built, or a parent layer, decides for its layers instead.
+  if (t_layer_builds > 0 || ModelBuildGuard::active() || current_layout_map() != nullptr) return;
+  if (auto d = distribution()) materialize_lazy(keyed_variables(*this, name()), std::nullopt, d);
+}
+
 Tensor Layer::operator()(const Tensor& x) {
   NameScope scope = open_name_scope();
   if (!built_) {
-    build(x.shape());
-    built_ = true;
-    // Keras 3: a layer built on a value outside any model, under a distribution, takes its
-    // layouts from it now (its paths are final); a model being built decides for its layers.
-    if (!x.is_symbolic() && !ModelBuildGuard::active() && current_layout_map() == nullptr) {
-      if (auto d = distribution()) materialize_lazy(keyed_variables(*this, name()), std::nullopt, d);
+    {
+      BuildDepth depth;
+      build(x.shape());
+      built_ = true;
     }
+    // On a value or a symbolic tensor alike (Keras builds on a KerasTensor the same way).
+    materialize_if_standalone();
   }
   if (x.is_symbolic()) {
     return Tensor::symbolic(compute_output_shape(x.shape()), shared_from_this(),
@@ -163,7 +193,14 @@ Tensor Layer::operator()(const Tensor& x) {
 
 Array Layer::call_on(const Array& x) {
   NameScope scope = open_name_scope();
-  maybe_build(x.shape());
+  if (!built_) {
+    {
+      BuildDepth depth;
+      build(x.shape());
+      built_ = true;
+    }
+    materialize_if_standalone();
+  }
   return call(x);
 }
 

@@ -86,18 +86,25 @@ class Layer : public std::enable_shared_from_this<Layer> {
   std::string path() const;
   bool built() const { return built_; }
   /// Opens the layer's scope and builds it for `input_shape` unless built (keras layer.build()
-  /// called from a parent's build()).
+  /// called from a parent's build()). Lazy weights stay lazy: the parent materialises them.
   void maybe_build(const Shape& input_shape);
+  /// keras layer.build(input_shape) called on a layer of its own: maybe_build, then, as after a
+  /// first call, a layer built under a Keras 3 distribution outside any model (no model being
+  /// built, no enclosing layer build, no LayoutMap scope) gets its variables' layouts from the
+  /// distribution at once (keyed by their paths, e.g. "dense/kernel") and is allocated.
+  void build_standalone(const Shape& input_shape);
 
   /// Builds on the first call (from the input's shape), then runs the layer: a symbolic input
-  /// gives a symbolic output; a concrete one the forward pass.
+  /// gives a symbolic output; a concrete one the forward pass. A layer built so outside any
+  /// model under a distribution takes its layouts at once (build_standalone).
   virtual Tensor operator()(const Tensor& x);
   /// Calls the layer on a list of inputs (keras layer([a, b])): merge layers (Add, Concatenate,
   /// …) and functional models of several inputs take more than one; any other layer exactly
   /// one (ValueError naming the layer and the count otherwise).
   virtual Tensor apply(const std::vector<Tensor>& inputs);
-  /// The forward pass on a concrete array, in the layer's scope, building it first if needed:
-  /// for layers composed inside another layer's call (attention's projections).
+  /// The forward pass on a concrete array, in the layer's scope, building it first if needed
+  /// (as the first call does): for layers composed inside another layer's call (attention's
+  /// projections).
   Array call_on(const Array& x);
 
   /// The backward of a call (gradients.h): x the call's input, dy = dL/dy in the call's output
@@ -158,6 +165,8 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// The layer's name scope (keras Layer._open_name_scope): records the parent path the first
   /// time.
   NameScope open_name_scope();
+  /// After a build outside any model: see build_standalone.
+  void materialize_if_standalone();
   /// Registers a sub-layer under an attribute name (C++ has no reflection).
   template <typename L>
   std::shared_ptr<L> track(std::string attr, std::shared_ptr<L> layer) {
