@@ -1,8 +1,9 @@
 // bind_array.cc — Array and distribute_tensor for Python: distribute_tensor(x, layout) takes a
 // numpy array (or anything numpy.asarray takes) or an Array; numpy.asarray(array) gathers;
 // array.addressable_shards[i].data is a read-only numpy view of one device's shard (no copy).
-// The GIL is released while bytes move, and an error leaves no device memory behind (the
-// Array being built is freed as the exception leaves).
+// The GIL is released while bytes move (only C++ runs then: Python objects are made, read and
+// freed with the GIL held), and an error leaves no device memory behind (the Array being built
+// is freed as the exception leaves). Input numpy cannot convert raises Python's error.
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
@@ -44,10 +45,48 @@ py::array host_to_numpy(HostTensor tensor) {
   return out;
 }
 
+// The name of x's type, for messages: "list", "ndarray", "NoneType".
+std::string type_name(const py::handle& x) {
+  return py::str(py::type::of(x).attr("__name__")).cast<std::string>();
+}
+
+// numpy.asarray(x, order="C"): C order, native byte order kept, a copy only of non-contiguous
+// input or of what is not an array yet. py::array::ensure would clear numpy's exception and
+// return null; here a failed conversion raises: numpy's error unchanged (MemoryError, whatever
+// an __array__ raised), except ValueError and TypeError (a ragged list, ...), which become the
+// same type with what was passed and what is expected, chained to numpy's.
+py::array to_numpy(const py::object& x) {
+  try {
+    return py::module_::import("numpy").attr("asarray")(x, py::arg("order") = "C");
+  } catch (py::error_already_set& e) {
+    const bool value_error = e.matches(PyExc_ValueError);
+    if (!value_error && !e.matches(PyExc_TypeError)) throw;
+    const std::string message = fmt::format(
+        "distribute_tensor: the {} passed as `tensor` does not convert to a numpy array: {} "
+        "(expected a numpy array, an array-like of uniform shape such as nested lists of equal "
+        "lengths, or an Array)",
+        type_name(x), py::str(e.value()).cast<std::string>());
+    py::raise_from(e, value_error ? PyExc_ValueError : PyExc_TypeError, message.c_str());
+    throw py::error_already_set();
+  }
+}
+
+// The DType of the converted input; ValueError naming what was passed when it has none.
+DType input_dtype(const py::object& x, const py::array& arr) {
+  try {
+    return dtype_from_numpy(arr.dtype());
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format(
+        "distribute_tensor: the {} passed as `tensor` has no meshlayout dtype: {} (expected a "
+        "numpy array or array-like of numbers or bools, or an Array)",
+        type_name(x), e.what()));
+  }
+}
+
 // distribute_tensor(numpy, layout): each local device copies its box straight from the numpy
 // buffer (as distribute_tensor(HostTensor) does, without first copying into a HostTensor).
-Array distribute_numpy(const py::array& x, const TensorLayout& layout) {
-  const DType dtype = dtype_from_numpy(x.dtype());
+// Only C++ runs while the GIL is released: `x` outlives the call (the caller holds it).
+Array distribute_numpy(const py::array& x, DType dtype, const TensorLayout& layout) {
   const Shape shape(x.shape(), x.shape() + x.ndim());
   const auto* src = static_cast<const std::byte*>(x.data());
   py::gil_scoped_release release;
@@ -61,16 +100,22 @@ Array distribute_numpy(const py::array& x, const TensorLayout& layout) {
   return a;
 }
 
+// The result is computed with the GIL released and becomes a Python object only once the GIL
+// is held again (issue 24: casting without it crashed threads resharding at once).
 py::object distribute(const py::object& x, const TensorLayout& layout) {
+  // A copy: the Python TensorLayout may gain a mesh from another thread while this one works.
+  const TensorLayout target = layout;
+  std::shared_ptr<Array> out;
   if (py::isinstance<Array>(x)) {
-    const Array& src = x.cast<const Array&>();
+    const Array& src = x.cast<const Array&>();  // x (the caller's) keeps it alive
     py::gil_scoped_release release;
-    return py::cast(std::make_shared<Array>(distribute_tensor(src, layout)));
+    out = std::make_shared<Array>(distribute_tensor(src, target));
+  } else {
+    py::array arr = to_numpy(x);
+    const DType dtype = input_dtype(x, arr);
+    out = std::make_shared<Array>(distribute_numpy(arr, dtype, target));
   }
-  // C order, native byte order; converts lists and copies only non-contiguous input.
-  py::array arr = py::array::ensure(x, py::array::c_style);
-  if (!arr) throw py::error_already_set();
-  return py::cast(std::make_shared<Array>(distribute_numpy(arr, layout)));
+  return py::cast(std::move(out));
 }
 
 py::list shards_of(const py::object& self) {

@@ -95,7 +95,13 @@ py::dict load(const Checkpoint& ckpt, const py::object& layouts, bool convert_dt
 
 py::dict save(const std::string& path, const py::dict& arrays, const std::map<std::string, std::string>& metadata) {
   std::vector<NamedArray> named;
-  for (auto [name, array] : arrays) named.push_back(NamedArray{name.cast<std::string>(), &array.cast<const Array&>()});
+  // The Arrays stay alive while the GIL is released: another thread may empty `arrays`. The
+  // references are dropped at the end, with the GIL held again.
+  std::vector<py::object> keep_alive;
+  for (auto [name, array] : arrays) {
+    keep_alive.push_back(py::reinterpret_borrow<py::object>(array));
+    named.push_back(NamedArray{name.cast<std::string>(), &array.cast<const Array&>()});
+  }
   SaveReport r;
   r = io_call([&] {
     py::gil_scoped_release release;

@@ -62,3 +62,78 @@ def test_distribute_errors(mesh):
         ml.distribute_tensor(x, ml.TensorLayout(("data",), mesh))
     with pytest.raises(ValueError, match="complex128"):
         ml.distribute_tensor(np.zeros(4, np.complex128), ml.TensorLayout((None,), mesh))
+
+
+# Inputs numpy cannot convert (issue 24) once surfaced as pybind11's "Internal error: ...
+# error indicator not set": the binder cleared numpy's exception and raised nothing. Now
+# numpy's error propagates (MemoryError, whatever an __array__ raised, unchanged), a
+# ValueError or TypeError with meshlayout's message naming what was passed and what is
+# expected, and nothing is left on a device.
+class Boom(Exception):
+    pass
+
+
+class RaisingArray:
+    def __init__(self, error):
+        self.error = error
+
+    def __array__(self, dtype=None):
+        raise self.error
+
+
+class RaisingSequence:  # numpy reads it as a sequence: len() then items
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        raise MemoryError("no room for item %d" % i)
+
+
+def live_bytes():
+    return {d: s["bytes_live"] for d, s in ml.device_memory().items()}
+
+
+@pytest.mark.parametrize("ragged", [[[1, 2], [3]], [[1.0], [2.0, 3.0], []], [[[1, 2], [3, 4]], [[5, 6]]]])
+def test_ragged_list_is_a_value_error(mesh, ragged):
+    before = live_bytes()
+    with pytest.raises(ValueError, match=r"distribute_tensor: the list passed as `tensor`.*"
+                                         r"inhomogeneous.*expected") as e:
+        ml.distribute_tensor(ragged, ml.TensorLayout((None, None), mesh))
+    assert "Internal error" not in str(e.value)
+    assert e.value.__cause__ is not None  # numpy's own error, chained
+    assert live_bytes() == before
+
+
+def test_conversion_errors_propagate_unchanged(mesh):
+    before = live_bytes()
+    layout = ml.TensorLayout((None,), mesh)
+    for error in [MemoryError("numpy could not allocate"), Boom("no array for you"), KeyError("k")]:
+        with pytest.raises(type(error)) as e:
+            ml.distribute_tensor(RaisingArray(error), layout)
+        assert e.value is error
+        assert live_bytes() == before
+    for error in [ValueError("bad values"), TypeError("bad type")]:  # the same type, explained
+        with pytest.raises(type(error), match=r"the RaisingArray passed as `tensor` does not "
+                                              r"convert to a numpy array: bad .*expected") as e:
+            ml.distribute_tensor(RaisingArray(error), layout)
+        assert e.value.__cause__ is error
+        assert live_bytes() == before
+    with pytest.raises(MemoryError, match="no room for item 0"):
+        ml.distribute_tensor(RaisingSequence(), layout)
+    with pytest.raises(MemoryError):  # numpy's own: 2**45 int64 do not fit
+        ml.distribute_tensor(range(2**45), layout)
+    assert live_bytes() == before
+
+
+def test_inputs_without_a_numeric_dtype_name_themselves(mesh):
+    before = live_bytes()
+    for bad, name in [([object(), object()], "list"), ({"a": 1}, "dict"), ("text", "str"),
+                      (None, "NoneType")]:
+        with pytest.raises((ValueError, TypeError), match=rf"the {name} passed as `tensor`.*"
+                                                          r"expected") as e:
+            ml.distribute_tensor(bad, ml.TensorLayout(() if name != "list" else (None,), mesh))
+        assert "Internal error" not in str(e.value)
+    assert live_bytes() == before
+    # The same calls with good input still work.
+    a = ml.distribute_tensor([[1, 2], [3, 4]], ml.TensorLayout((None, "data"), mesh))
+    np.testing.assert_array_equal(np.asarray(a), [[1, 2], [3, 4]])
