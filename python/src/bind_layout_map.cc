@@ -7,13 +7,24 @@
 //   lm = _LayoutMap(mesh)             # python/meshlayout/__init__.py subclasses it
 //   lm["dense.*kernel"] = (None, "model")
 //   lm["dense_1.kernel"]              # the stored TensorLayout, now with lm's mesh
+//
+// Scopes (`with lm.scope():`) are per thread, as in Keras. They may be exited in any order:
+// a scope's exit removes its own entry, and the current map (here and for C++, LayoutMapScope)
+// is always the innermost map still open. No Python object is owned by C++ thread-local or
+// static storage past the interpreter: the entries' references are dropped when the scope is
+// exited, when its thread's Python state ends (a scope left open in a finished thread), or at
+// interpreter exit (an atexit hook); what is left after the interpreter has begun finalising
+// is deliberately leaked, never released without the GIL.
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
@@ -30,15 +41,112 @@ struct PyLayoutMap {
   std::vector<py::object> layouts;  // the TensorLayout objects, in rule order
 };
 
-// The scopes open on this thread, innermost last (LayoutMapScope is thread-local too).
-thread_local std::vector<py::object> t_scope_maps;
+// The scopes open on one thread, innermost last. Each entry owns a reference to its
+// LayoutMap (so the C++ map stays alive while it may be current), taken and released with the
+// GIL held: by __enter__/__exit__, by the end of the thread's Python state (release_at_thread_end)
+// and by the interpreter's atexit hook (bind_layout_map). The thread-local object itself never
+// releases one: it is destroyed after the thread's Python state, or the interpreter, is gone.
+struct ScopeEntry {
+  uint64_t token;
+  PyObject* owner;  // a strong reference to the Python LayoutMap
+  const LayoutMap* map;
+};
+
+struct ThreadScopes {
+  std::vector<ScopeEntry> entries;
+  // C++'s current map is entries.back().map: exactly one LayoutMapScope while any entry is open
+  // (rebuilt on every change, so the order in which entries leave does not matter to it).
+  std::optional<LayoutMapScope> cpp;
+  bool end_hook_set = false;  // release_at_thread_end is registered in this thread's state
+
+  void sync() {
+    cpp.reset();  // back to the map current before the first Python scope on this thread
+    if (!entries.empty()) cpp.emplace(*entries.back().map);
+  }
+
+  // Closes every scope of this thread (GIL held, interpreter alive), innermost first.
+  void release_all() {
+    std::vector<ScopeEntry> gone = std::move(entries);
+    entries.clear();
+    sync();  // no longer points at a map that the releases below may free
+    while (!gone.empty()) {
+      Py_DECREF(gone.back().owner);
+      gone.pop_back();
+    }
+  }
+};
+
+thread_local ThreadScopes t_scopes;
+uint64_t g_next_token = 1;  // guarded by the GIL
+
+bool interpreter_finalising() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
+// A capsule in the thread state's dict: Python clears that dict, on the thread itself and with
+// the GIL, when the thread's Python state ends, which closes the scopes it left open.
+void release_at_thread_end(void* p) {
+  if (p != &t_scopes) return;  // cleared from another thread (a daemon thread at exit): not ours
+  t_scopes.end_hook_set = false;
+  if (interpreter_finalising()) {  // too late to run destructors: leak the references
+    t_scopes.entries.clear();
+    t_scopes.sync();
+    return;
+  }
+  t_scopes.release_all();
+}
+
+void set_thread_end_hook() {
+  if (t_scopes.end_hook_set) return;
+  PyObject* dict = PyThreadState_GetDict();
+  if (dict == nullptr) return;  // no thread state dict: the atexit hook or a leak at exit
+  py::capsule hook(static_cast<void*>(&t_scopes), &release_at_thread_end);
+  if (PyDict_SetItemString(dict, "meshlayout._layout_map_scopes", hook.ptr()) != 0) {
+    throw py::error_already_set();
+  }
+  t_scopes.end_hook_set = true;
+}
 
 // `with layout_map.scope():` — the map is the thread's current one inside the block, and the
-// previous one again after it, whatever the block raises.
+// innermost map still open after it, whatever the block raises. The scope owns its map too.
 struct PyScope {
   py::object owner;
-  std::optional<LayoutMapScope> scope;
+  uint64_t token = 0;  // non-zero while entered
+  std::thread::id thread;
 };
+
+py::object enter_scope(PyScope& s) {
+  if (s.token != 0) throw ValueError("this LayoutMap scope is already entered");
+  const LayoutMap* map = &s.owner.cast<const PyLayoutMap&>().map;
+  set_thread_end_hook();
+  t_scopes.entries.push_back(ScopeEntry{g_next_token, s.owner.inc_ref().ptr(), map});
+  s.token = g_next_token++;
+  s.thread = std::this_thread::get_id();
+  t_scopes.sync();
+  return s.owner;
+}
+
+bool exit_scope(PyScope& s) {
+  if (s.token == 0) return false;
+  auto& entries = t_scopes.entries;
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (it->token != s.token) continue;
+    py::object owner = py::reinterpret_steal<py::object>(it->owner);  // released last
+    entries.erase(it);
+    s.token = 0;
+    t_scopes.sync();
+    return false;  // exceptions from the block propagate
+  }
+  if (s.thread != std::this_thread::get_id()) {
+    throw FailedPreconditionError("a LayoutMap scope must be exited on the thread that entered it");
+  }
+  s.token = 0;  // closed already: at interpreter exit, or when its thread's state ended
+  return false;
+}
 
 size_t rule_index(const LayoutMap& map, std::string_view key) {
   const auto& rules = map.rules();
@@ -106,18 +214,13 @@ const LayoutMap& layout_map_of(const py::handle& obj) { return obj.cast<const Py
 
 void bind_layout_map(py::module_& m) {
   py::class_<PyScope>(m, "_LayoutMapScope")
-      .def("__enter__", [](PyScope& s) {
-        if (s.scope) throw ValueError("this LayoutMap scope is already entered");
-        s.scope.emplace(s.owner.cast<const PyLayoutMap&>().map);
-        t_scope_maps.push_back(s.owner);
-        return s.owner;
-      })
-      .def("__exit__", [](PyScope& s, const py::args&) {
-        if (!s.scope) return false;
-        s.scope.reset();
-        if (!t_scope_maps.empty()) t_scope_maps.pop_back();
-        return false;  // exceptions from the block propagate
-      });
+      .def("__enter__", &enter_scope)
+      .def("__exit__", [](PyScope& s, const py::args&) { return exit_scope(s); });
+
+  // Scopes still open on the main thread at exit close while the interpreter can still free
+  // their maps (atexit runs before finalisation; the hook is owned by Python's atexit module).
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function([]() { t_scopes.release_all(); }));
 
   py::class_<PyLayoutMap>(m, "_LayoutMap", py::dynamic_attr())
       .def(py::init<std::optional<DeviceMesh>, const std::string&>(),
@@ -139,13 +242,20 @@ void bind_layout_map(py::module_& m) {
         for (size_t i : self.map.unused_rules(paths)) keys.push_back(self.map.rule(i).pattern);
         return keys;
       }, py::arg("paths"), "Keys that decide none of `paths` (typos, stale rules).")
-      .def("scope", [](py::object self) { return PyScope{std::move(self), std::nullopt}; },
-           "Context manager: the map is the thread's current LayoutMap inside the block.");
+      .def("scope", [](py::object self) { return PyScope{std::move(self), 0, {}}; },
+           "Context manager: the map is the thread's current LayoutMap inside the block. "
+           "Scopes may be exited in any order (the current map is the innermost one still "
+           "open), on the thread that entered them; one left open closes when its thread "
+           "ends or the interpreter exits.");
 
   m.def("current_layout_map", []() -> py::object {
-    if (t_scope_maps.empty() || current_layout_map() == nullptr) return py::none();
-    return t_scope_maps.back();
-  }, "The LayoutMap of the innermost `with layout_map.scope():` on this thread, or None.");
+    // What C++ sees (LayoutMapScope), as the Python object that was entered.
+    const LayoutMap* current = current_layout_map();
+    for (auto it = t_scopes.entries.rbegin(); it != t_scopes.entries.rend(); ++it) {
+      if (it->map == current) return py::reinterpret_borrow<py::object>(it->owner);
+    }
+    return py::none();
+  }, "The LayoutMap of the innermost open `layout_map.scope()` on this thread, or None.");
 }
 
 }  // namespace meshlayout::python
