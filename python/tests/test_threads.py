@@ -56,8 +56,8 @@ STRESS = textwrap.dedent(
 
 
 def test_threads_reshard_arrays_concurrently():
-    for _ in range(3):
-        r = run_child(STRESS, 300)
+    for debug_malloc in (True, False, False):  # the debug allocator catches any GIL-less allocation
+        r = run_child(STRESS, 300, debug_malloc=debug_malloc)
         assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr[-3000:])
 
 
@@ -105,5 +105,5 @@ SAVE_WHILE_DICT_EMPTIED = textwrap.dedent(
 
 
 def test_save_keeps_its_arrays_while_another_thread_empties_the_dict():
-    r = run_child(SAVE_WHILE_DICT_EMPTIED, 20)
+    r = run_child(SAVE_WHILE_DICT_EMPTIED, 20, debug_malloc=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr[-3000:])
