@@ -14,7 +14,9 @@ The names and semantics are keras.distribution's (Keras 3):
     x.addressable_shards[0].data                             # one device's shard, no copy
 
 Errors are Python's: ValueError (bad mesh, layout, key, shape), KeyError (missing key or
-tensor), OSError (files), with meshlayout's messages.
+tensor), OSError (files), MemoryError (a device over its budget), with meshlayout's messages.
+An input numpy cannot convert raises numpy's own error (MemoryError, what an __array__
+raised), or for a ValueError/TypeError (a ragged list) the same type naming what was passed.
 """
 
 import collections.abc
@@ -52,6 +54,12 @@ class LayoutMap(_LayoutMap):
     A lookup returns the stored TensorLayout object, or None when no key matches; several
     matching keys raise Keras' ValueError. Lookups run in C++ (one RE2 pass for all rules).
     Besides the MutableMapping methods: explain(path), unused_rules(paths), scope().
+
+    `with layout_map.scope():` makes the map the thread's current one (current_layout_map(),
+    and what the C++ model code reads). Scopes are per thread and may be exited in any order:
+    the current map is always the innermost one still open. A scope is exited on the thread
+    that entered it (elsewhere: RuntimeError); one left open closes when its thread ends or
+    the interpreter exits.
     """
 
     __slots__ = ()
