@@ -137,3 +137,16 @@ def test_inputs_without_a_numeric_dtype_name_themselves(mesh):
     # The same calls with good input still work.
     a = ml.distribute_tensor([[1, 2], [3, 4]], ml.TensorLayout((None, "data"), mesh))
     np.testing.assert_array_equal(np.asarray(a), [[1, 2], [3, 4]])
+
+
+def test_failed_reshard_leaves_nothing_on_the_devices(mesh):
+    x = np.arange(48, dtype=np.float32).reshape(8, 6)
+    a = ml.distribute_tensor(x, ml.TensorLayout(("data", "model"), mesh))
+    before = live_bytes()
+    other = ml.DeviceMesh((4, 2), ["data", "model"])
+    for bad in [ml.TensorLayout(("data",), mesh), ml.TensorLayout(("data", None))]:
+        with pytest.raises(ValueError):
+            ml.distribute_tensor(a, bad)
+        assert live_bytes() == before
+    b = ml.distribute_tensor(a, ml.TensorLayout((None, "model"), other))
+    np.testing.assert_array_equal(np.asarray(b), x)
