@@ -139,14 +139,17 @@ def test_inputs_without_a_numeric_dtype_name_themselves(mesh):
     np.testing.assert_array_equal(np.asarray(a), [[1, 2], [3, 4]])
 
 
-def test_failed_reshard_leaves_nothing_on_the_devices(mesh):
-    x = np.arange(48, dtype=np.float32).reshape(8, 6)
-    a = ml.distribute_tensor(x, ml.TensorLayout(("data", "model"), mesh))
+def test_failed_reshard_leaves_nothing_on_the_devices(mesh, monkeypatch):
+    x = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    a = ml.distribute_tensor(x, ml.TensorLayout(("data", "model"), mesh))  # 2 KiB a device
     before = live_bytes()
-    other = ml.DeviceMesh((4, 2), ["data", "model"])
-    for bad in [ml.TensorLayout(("data",), mesh), ml.TensorLayout(("data", None))]:
-        with pytest.raises(ValueError):
-            ml.distribute_tensor(a, bad)
-        assert live_bytes() == before
-    b = ml.distribute_tensor(a, ml.TensorLayout((None, "model"), other))
+    with pytest.raises(ValueError, match="rank|dimension"):
+        ml.distribute_tensor(a, ml.TensorLayout(("data",), mesh))
+    assert live_bytes() == before
+    monkeypatch.setenv("MESHLAYOUT_DEVICE_MEMORY", "8KiB")
+    with pytest.raises(MemoryError):  # replicated: 16 KiB a device
+        ml.distribute_tensor(a, ml.TensorLayout((None, None), mesh))
+    assert live_bytes() == before
+    monkeypatch.delenv("MESHLAYOUT_DEVICE_MEMORY")
+    b = ml.distribute_tensor(a, ml.TensorLayout((None, None), mesh))
     np.testing.assert_array_equal(np.asarray(b), x)
