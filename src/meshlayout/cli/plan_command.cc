@@ -18,7 +18,9 @@ namespace meshlayout::cli {
 int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   // An unknown optimizer is refused before anything is read.
   std::unique_ptr<Optimizer> optimizer;
-  if (options.optimizer) optimizer = make_optimizer(*options.optimizer);
+  if (options.optimizer) {
+    optimizer = make_optimizer(*options.optimizer, {.name = stable_optimizer_name(*options.optimizer)});
+  }
   if ((options.zero1 || options.shard_slots_over) && !optimizer) {
     throw ValueError(fmt::format("{} shards optimizer slots: give --optimizer (sgd, adam, adamw) too",
                                  options.zero1 ? "--zero1" : "--shard-slots-over"));
@@ -38,7 +40,8 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   if (optimizer && (options.zero1 || options.shard_slots_over)) {
     // ZeRO-1: over the data axis, the first of the mesh (ModelParallel's batch_dim_name).
     optimizer = make_optimizer(*options.optimizer,
-                               {.shard_slots_over = options.shard_slots_over.value_or(rules.mesh->axis_names().front())});
+                               {.name = optimizer->name(),
+                                .shard_slots_over = options.shard_slots_over.value_or(rules.mesh->axis_names().front())});
     optimizer->check_shard_slots_over(*rules.mesh);
   }
   std::optional<MatchMode> mode;

@@ -99,6 +99,8 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
     if (options.batch_size < 1) throw ValueError(fmt::format("--batch-size must be at least 1, got {}", options.batch_size));
     if (options.steps < 1) throw ValueError(fmt::format("--steps must be at least 1, got {}", options.steps));
     OptimizerOptions optimizer_options;
+    // A fixed name (not Keras 3.15's numbered one): saved state is found by its paths.
+    optimizer_options.name = stable_optimizer_name(options.optimizer);
     optimizer_options.learning_rate = options.learning_rate;
     optimizer_options.weight_decay = options.weight_decay;
     optimizer = make_optimizer(options.optimizer, optimizer_options);
@@ -128,6 +130,7 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
   if (options.zero1) {
     // ZeRO-1 over the batch axis, known once the model has its distribution.
     OptimizerOptions optimizer_options;
+    optimizer_options.name = optimizer->name();
     optimizer_options.learning_rate = options.learning_rate;
     optimizer_options.weight_decay = options.weight_decay;
     optimizer_options.shard_slots_over = model.distribution().batch_dim_name();

@@ -64,7 +64,8 @@ namespace {
 std::mutex g_names_mu;
 std::map<std::string, int, std::less<>> g_name_counts;
 
-std::string auto_name(std::string_view class_name) {
+// keras.src.utils.naming.uniquify: one counter per name in the process (reset by clear_session).
+std::string uniquify(std::string_view class_name) {
   std::lock_guard<std::mutex> lock(g_names_mu);
   int& n = g_name_counts[std::string(class_name)];
   std::string name = n == 0 ? std::string(class_name) : fmt::format("{}_{}", class_name, n);
@@ -105,6 +106,8 @@ std::string to_snake_case(std::string_view class_name) {
   return s;
 }
 
+std::string auto_name(std::string_view prefix) { return uniquify(to_snake_case(prefix)); }
+
 ModelBuildGuard::ModelBuildGuard() { ++t_model_builds; }
 ModelBuildGuard::~ModelBuildGuard() { --t_model_builds; }
 bool ModelBuildGuard::active() { return t_model_builds > 0; }
@@ -118,12 +121,12 @@ Layer::Layer(std::string_view class_name, std::string name) : name_(std::move(na
   if (!name_.empty()) {
     check_path_component(name_);
   } else if (!class_name.empty()) {
-    name_ = auto_name(class_name);
+    name_ = uniquify(class_name);
   }
 }
 
 const std::string& Layer::name() const {
-  if (name_.empty()) name_ = auto_name(to_snake_case(unqualified_class_name(typeid(*this))));
+  if (name_.empty()) name_ = uniquify(to_snake_case(unqualified_class_name(typeid(*this))));
   return name_;
 }
 

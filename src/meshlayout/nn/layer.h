@@ -208,7 +208,13 @@ class [[nodiscard]] ModelBuildGuard {
 /// "MyModel" → "my_model" (keras.src.utils.naming.to_snake_case).
 std::string to_snake_case(std::string_view class_name);
 
-/// Forgets automatic layer names (keras.backend.clear_session()).
+/// keras.src.utils.naming.auto_name: to_snake_case(prefix), numbered by a process-wide counter
+/// per name that layers and optimizers share ("adam", "adam_1", …; Dense's "dense", "dense_1",
+/// …); a name given explicitly takes no number. Thread-safe.
+std::string auto_name(std::string_view prefix);
+
+/// Forgets automatic layer and optimizer names (keras.backend.clear_session()): every counter
+/// of auto_name starts again at 0.
 void clear_session();
 
 /// Activations, applied shard by shard (softmax first gathers its last dimension), in x's dtype

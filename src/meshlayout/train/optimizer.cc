@@ -12,6 +12,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/layer.h"
 #include "meshlayout/nn/name_scope.h"
 
 namespace meshlayout {
@@ -110,8 +111,8 @@ TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape, c
   return TensorLayout(std::move(axes), mesh);
 }
 
-Optimizer::Optimizer(std::string_view default_name, double default_lr, const OptimizerOptions& options)
-    : name_(options.name.empty() ? std::string(default_name) : options.name),
+Optimizer::Optimizer(std::string_view class_name, double default_lr, const OptimizerOptions& options)
+    : name_(options.name.empty() ? auto_name(class_name) : options.name),
       lr_(static_cast<float>(options.learning_rate.value_or(default_lr))),
       weight_decay_(options.weight_decay),
       clipnorm_(options.clipnorm),

@@ -3,8 +3,13 @@
 //
 // Exactly as Keras 3 (keras/src/optimizers/{base_optimizer,sgd,adam,adamw}.py):
 //  * variables `<name>/iteration` (I32, non-trainable) and `<name>/learning_rate` (F32) made
-//    at construction under the optimizer's name scope; default names are Keras' constructor
-//    defaults "SGD", "adam", "adamw" (Keras passes them explicitly, so no auto-numbering);
+//    at construction under the optimizer's name scope; without a name, Keras >= 3.15's
+//    auto_name of the class (keras PR #22972): "sgd", "adam", "adam_w", numbered like layers by
+//    a process-wide counter per name shared with them ("adam", "adam_1", …; reset by
+//    clear_session(); a constructor that throws after the arguments are recognised still takes
+//    its number, as in Keras). Keras <= 3.14 used the fixed "SGD", "adam", "adamw": state saved
+//    to a file under names that must not depend on how many optimizers the process made (the
+//    CLI's train command) passes stable_optimizer_name() explicitly;
 //  * slots from add_variable_from_reference: `<name>/<ref path, '/'→'_'>_<slot>`, created per
 //    add_optimizer_variables call, interleaved per variable within a call: Adam
 //    [m0, v0, m1, v1, …] then (amsgrad) [vhat0, vhat1, …]; SGD `momentum` only if momentum != 0;
@@ -33,6 +38,8 @@
 //   VariablePtr vars[] = {dense->kernel(), dense->bias()};
 //   opt->apply(grads, vars);      // builds on the first call: adam/dense_kernel_momentum, …
 //   opt->iterations() == 1;
+//   make_optimizer("adam")->name() == "adam_1";                          // the second one
+//   make_optimizer("adamw", {.name = stable_optimizer_name("adamw")})->name() == "adamw";
 //   auto zero = make_optimizer("adam", {.shard_slots_over = "batch"});   // ZeRO-1 over "batch"
 #pragma once
 
@@ -54,7 +61,7 @@ namespace meshlayout {
 /// Arguments of the Keras optimizers. Unset optional ones take the optimizer's default; an
 /// argument the optimizer does not have (beta_1 on SGD) is a ValueError.
 struct OptimizerOptions {
-  std::string name;                     // Keras' default ("SGD", "adam", "adamw") when empty
+  std::string name;                     // auto_name of the class ("sgd", "adam_1", …) when empty
   std::optional<double> learning_rate;  // SGD 0.01, Adam/AdamW 0.001
   std::optional<double> weight_decay;   // decoupled; AdamW 0.004, others none
   std::optional<double> clipnorm, clipvalue, global_clipnorm;  // at most one
@@ -167,8 +174,9 @@ class Optimizer {
   virtual void update_shard(const ShardStep<double>& step) const = 0;
 
  protected:
-  /// `default_name` is Keras' constructor default; `default_lr` the learning rate's.
-  Optimizer(std::string_view default_name, double default_lr, const OptimizerOptions& options);
+  /// `class_name` is the Keras class ("Adam"): without options.name the optimizer is named
+  /// auto_name(class_name) (layer.h); `default_lr` is the learning rate's default.
+  Optimizer(std::string_view class_name, double default_lr, const OptimizerOptions& options);
   /// Keras build(): calls add_optimizer_variables, in Keras' order.
   virtual void build_slots(std::span<const VariablePtr> variables) = 0;
   /// Keras add_optimizer_variables(variables, names): for each variable, one slot per name
@@ -228,7 +236,7 @@ class Adam : public Optimizer {
   void update_shard(const ShardStep<double>& step) const override;
 
  protected:
-  Adam(std::string_view default_name, const OptimizerOptions& options);
+  Adam(std::string_view class_name, const OptimizerOptions& options);
   void build_slots(std::span<const VariablePtr> variables) override;
 
  private:
@@ -245,7 +253,14 @@ class AdamW : public Adam {
 /// The names make_optimizer accepts, in order: "sgd", "adam", "adamw".
 std::vector<std::string> optimizer_names();
 
-/// keras.optimizers.get(name) with arguments. ValueError listing the valid names otherwise.
+/// keras.optimizers.get(name) with arguments (case-insensitive; an automatic name as the
+/// constructors, Keras >= 3.15). ValueError listing the valid names otherwise.
 std::unique_ptr<Optimizer> make_optimizer(std::string_view name, const OptimizerOptions& options = {});
+
+/// The fixed name Keras 3.0–3.14 gave the optimizer `name` of make_optimizer: "SGD", "adam",
+/// "adamw". For state saved under the optimizer's paths (`adamw/iteration`, …) that a new
+/// process must find again whatever it constructed before: pass it as OptimizerOptions::name.
+/// ValueError as make_optimizer for an unknown name.
+std::string stable_optimizer_name(std::string_view name);
 
 }  // namespace meshlayout

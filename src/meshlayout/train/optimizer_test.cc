@@ -123,21 +123,22 @@ TEST_F(OptimizerTest, VariablePathsAndOrderAreKeras) {
   EXPECT_EQ(paths(adam), (std::vector<std::string>{
                              "adam/iteration", "adam/learning_rate", "adam/dense_kernel_momentum",
                              "adam/dense_kernel_velocity", "adam/dense_bias_momentum", "adam/dense_bias_velocity"}));
-  Adam ams({.amsgrad = true});
+  Adam ams({.amsgrad = true});  // the second Adam of the session: "adam_1" (Keras >= 3.15)
   ams.build(vars);
   EXPECT_EQ(paths(ams), (std::vector<std::string>{
-                            "adam/iteration", "adam/learning_rate", "adam/dense_kernel_momentum",
-                            "adam/dense_kernel_velocity", "adam/dense_bias_momentum", "adam/dense_bias_velocity",
-                            "adam/dense_kernel_velocity_hat", "adam/dense_bias_velocity_hat"}));
+                            "adam_1/iteration", "adam_1/learning_rate", "adam_1/dense_kernel_momentum",
+                            "adam_1/dense_kernel_velocity", "adam_1/dense_bias_momentum",
+                            "adam_1/dense_bias_velocity", "adam_1/dense_kernel_velocity_hat",
+                            "adam_1/dense_bias_velocity_hat"}));
   SGD plain;
   plain.build(vars);
-  EXPECT_EQ(paths(plain), (std::vector<std::string>{"SGD/iteration", "SGD/learning_rate"}));
+  EXPECT_EQ(paths(plain), (std::vector<std::string>{"sgd/iteration", "sgd/learning_rate"}));
   SGD momentum({.name = "sgd_m", .momentum = 0.9});
   momentum.build(vars);
   EXPECT_EQ(paths(momentum), (std::vector<std::string>{"sgd_m/iteration", "sgd_m/learning_rate",
                                                        "sgd_m/dense_kernel_momentum", "sgd_m/dense_bias_momentum"}));
   AdamW adamw;
-  EXPECT_EQ(paths(adamw)[0], "adamw/iteration");
+  EXPECT_EQ(paths(adamw)[0], "adam_w/iteration");  // auto_name("AdamW")
   EXPECT_EQ(adamw.weight_decay(), 0.004);
   // iteration is an int, non-trainable; learning_rate the F32 value; slots zeros, non-trainable.
   const std::vector<VariablePtr> all = adam.variables();
@@ -244,9 +245,69 @@ TEST_F(OptimizerTest, ArgumentErrors) {
   EXPECT_NE(msg.find("beta_1=0.5"), std::string::npos) << msg;
   EXPECT_THROW(make_optimizer("adam", {.momentum = 0.9}), ValueError);
   EXPECT_THROW(Adam({.name = "a/b"}), ValueError);
-  EXPECT_EQ(make_optimizer("AdamW")->name(), "adamw");
-  EXPECT_EQ(make_optimizer("sgd")->name(), "SGD");
+  clear_session();  // the failed constructions above took numbers, as in Keras
+  EXPECT_EQ(make_optimizer("AdamW")->name(), "adam_w");
+  EXPECT_EQ(make_optimizer("sgd")->name(), "sgd");
   EXPECT_THROW(Adam().exclude_from_weight_decay({"("}), ValueError);
+}
+
+// Keras >= 3.15 (keras PR #22972, optimizer_test.py test_optimizer_auto_naming): optimizers
+// without a name are numbered as layers are, by one process-wide counter per name.
+TEST_F(OptimizerTest, OptimizersWithoutANameAreNumberedAsKeras) {
+  Adam adam_1;
+  Adam adam_2;
+  SGD sgd_1;
+  SGD sgd_2;
+  AdamW adamw_1;
+  AdamW adamw_2;
+  EXPECT_EQ(adam_1.name(), "adam");
+  EXPECT_EQ(adam_2.name(), "adam_1");
+  EXPECT_EQ(sgd_1.name(), "sgd");
+  EXPECT_EQ(sgd_2.name(), "sgd_1");
+  EXPECT_EQ(adamw_1.name(), "adam_w");
+  EXPECT_EQ(adamw_2.name(), "adam_w_1");
+  EXPECT_EQ(adam_2.variables()[0]->path(), "adam_1/iteration");
+  // An explicit name takes no number and may repeat; make_optimizer (keras.optimizers.get)
+  // numbers as the constructors.
+  EXPECT_EQ(Adam({.name = "my_adam"}).name(), "my_adam");
+  EXPECT_EQ(Adam({.name = "adam"}).name(), "adam");
+  EXPECT_EQ(make_optimizer("adam")->name(), "adam_2");
+  EXPECT_EQ(make_optimizer("ADAMW")->name(), "adam_w_2");
+  // One counter per name, shared with layers (keras naming.uniquify).
+  EXPECT_EQ(auto_name("Adam"), "adam_3");
+  EXPECT_EQ(auto_name("dense"), "dense");
+  // Arguments a class does not take are refused before a number is taken (as Keras'
+  // "Argument(s) not recognized"); a value refused after it (momentum) takes one.
+  EXPECT_THROW(SGD({.beta_1 = 0.5}), ValueError);
+  EXPECT_THROW(SGD({.momentum = 2.0}), ValueError);
+  EXPECT_EQ(SGD().name(), "sgd_3");
+  // clear_session() starts every counter again.
+  clear_session();
+  EXPECT_EQ(Adam().name(), "adam");
+  EXPECT_EQ(make_optimizer("sgd")->name(), "sgd");
+}
+
+// State saved under an optimizer's paths must load into an optimizer made in another process,
+// whatever that process made before: stable_optimizer_name gives Keras <= 3.14's fixed names.
+TEST_F(OptimizerTest, StableNamesDoNotDependOnWhatTheProcessMadeBefore) {
+  EXPECT_EQ(stable_optimizer_name("sgd"), "SGD");
+  EXPECT_EQ(stable_optimizer_name("Adam"), "adam");
+  EXPECT_EQ(stable_optimizer_name("adamw"), "adamw");
+  try {
+    stable_optimizer_name("rmsprop");
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("'rmsprop'"), std::string::npos) << e.what();
+  }
+  std::vector<VariablePtr> vars = make_vars();
+  auto first = make_optimizer("adamw", {.name = stable_optimizer_name("adamw")});
+  AdamW unnamed;  // takes a number, not the stable name's
+  auto second = make_optimizer("adamw", {.name = stable_optimizer_name("adamw")});
+  first->build(vars);
+  second->build(vars);
+  EXPECT_EQ(unnamed.name(), "adam_w");
+  EXPECT_EQ(paths(*first), paths(*second));
+  EXPECT_EQ(paths(*second)[2], "adamw/dense_kernel_momentum");
 }
 
 }  // namespace

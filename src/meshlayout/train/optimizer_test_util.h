@@ -153,16 +153,20 @@ struct Zero1Case {
   TensorLayout layout;
 };
 
-/// `steps` steps of make_optimizer(kind, options) and of the same with shard_slots_over = axis,
+/// `steps` steps of make_optimizer(kind, options) and of the same with shard_slots_over = axis
+/// (both named options.name, else stable_optimizer_name(kind)),
 /// on two copies of the `cases` variables (random values, the same in both), with the same
 /// gradients: expects every variable and slot bit-identical after each step, the variables
 /// in their layouts and the ZeRO slots in zero1_slot_layout. Returns the ZeRO optimizer.
 inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind, const OptimizerOptions& options,
                                                        const std::string& axis, const std::vector<Zero1Case>& cases,
                                                        int steps) {
-  OptimizerOptions zero_options = options;
+  // One name for both, so the slots' paths match (two unnamed optimizers are numbered apart).
+  OptimizerOptions plain_options = options;
+  if (plain_options.name.empty()) plain_options.name = stable_optimizer_name(kind);
+  OptimizerOptions zero_options = plain_options;
   zero_options.shard_slots_over = axis;
-  auto plain = make_optimizer(kind, options);
+  auto plain = make_optimizer(kind, plain_options);
   auto zero = make_optimizer(kind, zero_options);
   std::vector<VariablePtr> a, b;
   {

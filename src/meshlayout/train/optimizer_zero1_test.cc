@@ -103,7 +103,7 @@ TEST_F(OptimizerZero1Test, EachDeviceHoldsHalfTheSlotsOfVariablesReplicatedOverD
   // The built slots' local shards, per device.
   std::map<int64_t, int64_t> built;
   for (const VariablePtr& v : zero.variables()) {
-    if (v->path() == "adam/iteration" || v->path() == "adam/learning_rate") continue;
+    if (v->path() == zero.name() + "/iteration" || v->path() == zero.name() + "/learning_rate") continue;
     for (const Array::Shard& s : v->value().local_shards()) built[s.device_id] += static_cast<int64_t>(s.buffer.size());
   }
   for (const auto& [device, bytes] : full) {
@@ -135,7 +135,8 @@ TEST_F(OptimizerZero1Test, StateMovesBetweenZeroAndUnshardedOptimizers) {
   // checkpoint load reshards into the target's layouts), continue both: bit-identical.
   for (const bool zero_first : {true, false}) {
     SCOPED_TRACE(zero_first ? "zero -> plain" : "plain -> zero");
-    OptimizerOptions first_options{.amsgrad = true}, second_options{.amsgrad = true};
+    // One explicit name: state moves by path (two unnamed optimizers are adam and adam_1).
+    OptimizerOptions first_options{.name = "adam", .amsgrad = true}, second_options{.name = "adam", .amsgrad = true};
     (zero_first ? first_options : second_options).shard_slots_over = "data";
     std::vector<VariablePtr> vars;
     for (const Zero1Case& c : cases()) {

@@ -14,8 +14,10 @@
 namespace meshlayout {
 namespace {
 
-// Keras raises on an argument a class does not take ("Argument(s) not recognized").
-void reject_foreign(const OptimizerOptions& o, std::string_view cls, bool sgd_args, bool adam_args) {
+// Keras raises on an argument a class does not take ("Argument(s) not recognized"), before the
+// base constructor takes an automatic name; returns `o`.
+const OptimizerOptions& reject_foreign(const OptimizerOptions& o, std::string_view cls, bool sgd_args,
+                                       bool adam_args) {
   std::vector<std::string> bad;
   if (!sgd_args) {
     if (o.momentum) bad.push_back(fmt::format("momentum={}", *o.momentum));
@@ -30,6 +32,7 @@ void reject_foreign(const OptimizerOptions& o, std::string_view cls, bool sgd_ar
   if (!bad.empty()) {
     throw ValueError(fmt::format("Argument(s) not recognized by {}: {}", cls, fmt::join(bad, ", ")));
   }
+  return o;
 }
 
 template <typename T>
@@ -86,10 +89,9 @@ std::string lower(std::string_view s) {
 // ---- SGD ----------------------------------------------------------------------------------
 
 SGD::SGD(const OptimizerOptions& options)
-    : Optimizer("SGD", 0.01, options),
+    : Optimizer("SGD", 0.01, reject_foreign(options, "SGD", true, false)),
       momentum_(options.momentum.value_or(0.0)),
       nesterov_(options.nesterov.value_or(false)) {
-  reject_foreign(options, "SGD", true, false);
   if (!(momentum_ >= 0.0 && momentum_ <= 1.0)) {
     throw ValueError(fmt::format("`momentum` must be a float between [0, 1]. Received: momentum={}", momentum_));
   }
@@ -109,15 +111,14 @@ void SGD::update_shard(const ShardStep<double>& step) const { sgd_step(step, mom
 
 // ---- Adam, AdamW --------------------------------------------------------------------------
 
-Adam::Adam(const OptimizerOptions& options) : Adam("adam", options) {}
+Adam::Adam(const OptimizerOptions& options) : Adam("Adam", options) {}
 
-Adam::Adam(std::string_view default_name, const OptimizerOptions& options)
-    : Optimizer(default_name, 0.001, options),
+Adam::Adam(std::string_view class_name, const OptimizerOptions& options)
+    : Optimizer(class_name, 0.001, reject_foreign(options, class_name, false, true)),
       beta_1_(options.beta_1.value_or(0.9)),
       beta_2_(options.beta_2.value_or(0.999)),
       epsilon_(options.epsilon.value_or(1e-7)),
       amsgrad_(options.amsgrad.value_or(false)) {
-  reject_foreign(options, default_name == "adam" ? "Adam" : "AdamW", false, true);
   for (const auto& [what, v] : {std::pair{"beta_1", beta_1_}, std::pair{"beta_2", beta_2_}}) {
     if (!(v >= 0.0 && v < 1.0)) {
       throw ValueError(fmt::format("`{}` must be a float in [0, 1). Received: {}={}", what, what, v));
@@ -145,21 +146,37 @@ void Adam::update_shard(const ShardStep<double>& step) const {
   adam_step(step, beta_1_, beta_2_, epsilon_, amsgrad_);
 }
 
-AdamW::AdamW(const OptimizerOptions& options) : Adam("adamw", with_adamw_default(options)) {}
+AdamW::AdamW(const OptimizerOptions& options) : Adam("AdamW", with_adamw_default(options)) {}
 
 // ---- make_optimizer -----------------------------------------------------------------------
 
 std::vector<std::string> optimizer_names() { return {"sgd", "adam", "adamw"}; }
+
+namespace {
+
+[[noreturn]] void unknown_optimizer(std::string_view name) {
+  std::vector<std::string> quoted;
+  for (const std::string& n : optimizer_names()) quoted.push_back(quote(n));
+  throw ValueError(fmt::format("Could not interpret optimizer identifier: {}; valid names are {}",
+                               quote(name), fmt::join(quoted, ", ")));
+}
+
+}  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(std::string_view name, const OptimizerOptions& options) {
   const std::string key = lower(name);
   if (key == "sgd") return std::make_unique<SGD>(options);
   if (key == "adam") return std::make_unique<Adam>(options);
   if (key == "adamw") return std::make_unique<AdamW>(options);
-  std::vector<std::string> quoted;
-  for (const std::string& n : optimizer_names()) quoted.push_back(quote(n));
-  throw ValueError(fmt::format("Could not interpret optimizer identifier: {}; valid names are {}",
-                               quote(name), fmt::join(quoted, ", ")));
+  unknown_optimizer(name);
+}
+
+std::string stable_optimizer_name(std::string_view name) {
+  const std::string key = lower(name);
+  if (key == "sgd") return "SGD";
+  if (key == "adam") return "adam";
+  if (key == "adamw") return "adamw";
+  unknown_optimizer(name);
 }
 
 }  // namespace meshlayout
