@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "meshlayout/cli/command_agreement.h"
 #include "meshlayout/cli/llama_command_setup.h"
 #include "meshlayout/cli/text_format.h"
 #include "meshlayout/core/byte_size.h"
@@ -76,9 +77,11 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   const bool leader = runtime->process_id() == 0;
 
   // Every process checks its own options and opens the checkpoint (headers only); all fail
-  // together if one does, and all fail with one message if they were given different options.
+  // together if one does, and all fail with one message if they were given different options
+  // or read different files (command_agreement.h).
   std::vector<int32_t> prompt;
   LlamaSetup setup;
+  std::vector<std::string> resolved;
   std::exception_ptr failure;
   try {
     if (options.model_dir.empty()) {
@@ -89,27 +92,17 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
       throw ValueError(fmt::format("--max-new-tokens must be at least 1, got {}", options.max_new_tokens));
     }
     setup = open_llama_setup(options.model_dir, options.rules_path, options.mesh, default_generate_mesh);
+    // What the options resolved to; the options themselves, as parsed, follow (all of them).
+    resolved = {fmt::format("mesh={}", setup.mesh->to_string()), fmt::format("prompt={}", join_ids(prompt)),
+                fmt::format("local devices per process={}", runtime->local_device_count())};
   } catch (...) {
     failure = std::current_exception();
   }
-  agree_or_rethrow(*runtime, failure);
-  const std::optional<DeviceMesh>& mesh = setup.mesh;
+  agree_on_command(*runtime, "the generate command", std::move(resolved), setup.inputs, failure);
   const std::optional<LayoutMap>& rules = setup.rules;
   const std::optional<HfLlamaCheckpoint>& checkpoint = setup.checkpoint;
   const std::string& rules_text = setup.rules_text;
   const LlamaConfig& config = checkpoint->config();
-  if (runtime->num_processes() > 1) {
-    agree_on_operation(
-        runtime->comm(), "the generate command",
-        describe_fields({fmt::format("--model={}", options.model_dir),
-                         fmt::format("--rules={}", options.rules_path),
-                         fmt::format("--mesh={}", mesh->to_string()),
-                         fmt::format("--prompt={}", join_ids(prompt)),
-                         fmt::format("--max-new-tokens={}", options.max_new_tokens),
-                         fmt::format("--json={}", options.json),
-                         fmt::format("config.json={:016x}", std::hash<std::string>{}(config.to_json())),
-                         fmt::format("local devices per process={}", runtime->local_device_count())}));
-  }
 
   std::ostringstream log;  // the report, printed by process 0
   auto start = Clock::now();

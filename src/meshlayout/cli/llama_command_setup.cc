@@ -10,6 +10,7 @@
 
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/input_file.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/runtime/communicator.h"
@@ -72,7 +73,15 @@ LlamaSetup open_llama_setup(const std::string& model_dir, const std::string& rul
   LlamaSetup setup;
   setup.rules_text = "none: every variable replicated";
   std::optional<RulesFile> file;
-  if (!rules_path.empty()) file = load_rules_file(rules_path);
+  if (!rules_path.empty()) {
+    // The bytes read are the bytes digested: processes given the same path but other contents
+    // (per-process working directories, a file edited on one node) must not go on.
+    const std::string text = read_regular_file(rules_path, kMaxJsonFileBytes, "rules file");
+    setup.inputs.add_text(fmt::format("rules file {}", quote(rules_path)), text);
+    file = parse_rules_json(text, rules_path);
+  } else {
+    setup.inputs.add_absent("rules file");
+  }
   if (mesh_text) {
     setup.mesh = DeviceMesh::from_string(*mesh_text);
   } else if (file && file->mesh) {
@@ -89,6 +98,8 @@ LlamaSetup open_llama_setup(const std::string& model_dir, const std::string& rul
     setup.rules.emplace(*setup.mesh);
   }
   setup.checkpoint = HfLlamaCheckpoint::open(model_dir);
+  setup.inputs.add_text("config.json (as parsed)", setup.checkpoint->config().to_json());
+  setup.inputs.add_checkpoint("weights", setup.checkpoint->checkpoint());
   return setup;
 }
 

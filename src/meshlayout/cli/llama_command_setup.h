@@ -17,6 +17,7 @@
 #include <string>
 
 #include "meshlayout/cli/cli_checks.h"
+#include "meshlayout/cli/command_agreement.h"
 #include "meshlayout/layout_map/layout_map.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama.h"
@@ -40,12 +41,16 @@ struct LlamaSetup {
   std::optional<LayoutMap> rules;
   std::optional<HfLlamaCheckpoint> checkpoint;
   std::string rules_text;  // for reports: the file, its rule count and mode, or "none: …"
+  /// What the processes must agree on: config.json as parsed, the rules file's bytes, the
+  /// weights' safetensors headers and sizes (command_agreement.h).
+  InputDigest inputs;
 };
 
 /// Checks `model_dir` (NotFoundError if missing, ValueError if not a directory, naming it and
 /// what was expected), reads the rules file if any, picks the mesh (`mesh_text`, else the
-/// rules file's, else `default_mesh()`) and opens the checkpoint's headers. Throws; does not
-/// agree across processes (callers fold it into their own agreement).
+/// rules file's, else `default_mesh()`) and opens the checkpoint's headers, recording each
+/// input in `inputs`. Throws; does not agree across processes (callers fold it into their own
+/// agreement with agree_on_command).
 LlamaSetup open_llama_setup(const std::string& model_dir, const std::string& rules_path,
                             const std::optional<std::string>& mesh_text,
                             const std::function<DeviceMesh()>& default_mesh);

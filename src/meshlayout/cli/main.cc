@@ -6,9 +6,11 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <memory>
 #include <new>
 
 #include "meshlayout/cli/cli_checks.h"
+#include "meshlayout/cli/command_agreement.h"
 #include "meshlayout/cli/demo_command.h"
 #include "meshlayout/cli/generate_command.h"
 #include "meshlayout/cli/inspect_command.h"
@@ -39,19 +41,49 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_generate_command(app, &exit_code);
   meshlayout::cli::add_train_command(app, &exit_code);
   std::string where;  // "process 2: " when several processes run the command
+  std::shared_ptr<meshlayout::Runtime> runtime;  // set when started by mpirun with several
   try {
 #ifdef MESHLAYOUT_WITH_MPI
     if (meshlayout::launched_by_mpirun()) {
-      auto runtime = meshlayout::initialize(&argc, &argv);
-      if (runtime->num_processes() > 1) where = fmt::format("process {}: ", runtime->process_id());
+      runtime = meshlayout::initialize(&argc, &argv);
+      if (runtime->num_processes() > 1) {
+        where = fmt::format("process {}: ", runtime->process_id());
+      } else {
+        runtime.reset();
+      }
     }
 #endif
+    // Processes compare every option of the command they run, as parsed, before it starts:
+    // the commands that run collectives (reshard, generate, train) fold them into their own
+    // agreement with what they resolved and read (command_agreement.h); the others agree here.
+    for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      sub->parse_complete_callback([sub, runtime] {
+        meshlayout::cli::record_parsed_options(*sub);
+        const std::string& name = sub->get_name();
+        const bool agrees_itself = name == "reshard" || name == "generate" || name == "train";
+        if (runtime && !agrees_itself) {
+          meshlayout::cli::agree_on_command(*runtime, fmt::format("the {} command", name), {}, {});
+        }
+      });
+    }
     // CLI11 would only say "A subcommand is required" for `meshlayout frobnicate`.
     if (auto unknown = meshlayout::cli::unknown_subcommand(app, argc, argv)) {
-      return app.exit(CLI::ExtrasError(*unknown, CLI::ExitCodes::ExtrasError));
+      throw CLI::ExtrasError(*unknown, CLI::ExitCodes::ExtrasError);
     }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A command line one process cannot parse (MPMD launches give processes their own): the
+    // others are waiting in the options agreement, so this process joins it with its error
+    // and every process ends at once (the others with "process N failed: …").
+    if (runtime) {
+      try {
+        meshlayout::cli::agree_on_command(
+            *runtime, "the command line", {}, {},
+            std::make_exception_ptr(meshlayout::ValueError(
+                fmt::format("its command line: {}", e.what()))));
+      } catch (...) {  // the agreed error is this process's own parse error, reported below
+      }
+    }
     return app.exit(e);
   } catch (const meshlayout::Error& e) {
     std::cerr << "meshlayout: " << where << "error: " << e.what() << "\n";

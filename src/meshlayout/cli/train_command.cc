@@ -3,20 +3,22 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <set>
 #include <sstream>
 
+#include "meshlayout/cli/command_agreement.h"
 #include "meshlayout/cli/llama_command_setup.h"
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/array_io.h"
+#include "meshlayout/io/save_directory.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/models/llama_train.h"
-#include "meshlayout/runtime/operation_agreement.h"
 
 namespace meshlayout::cli {
 namespace {
@@ -27,25 +29,6 @@ namespace fs = std::filesystem;
 DeviceMesh default_train_mesh() {
   const std::vector<std::string> devices = list_devices();
   return DeviceMesh({static_cast<int64_t>(devices.size()), 1}, {"batch", "model"}, devices);
-}
-
-// --save must be new or empty, so the command replaces nothing the user had.
-void check_save_dir(const std::string& dir, const std::string& model_dir) {
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) return;
-  if (!fs::is_directory(dir, ec)) {
-    throw ValueError(fmt::format("--save {}: it exists and is not a directory (give a new or empty directory)",
-                                 quote(dir)));
-  }
-  if (fs::equivalent(dir, model_dir, ec)) {
-    throw ValueError(fmt::format("--save {} is the --model directory; save to a new or empty directory so the "
-                                 "model you started from is kept", quote(dir)));
-  }
-  if (!fs::is_empty(dir, ec)) {
-    throw ValueError(fmt::format("--save {}: the directory is not empty; train writes config.json, "
-                                 "model.safetensors and {} into a new or empty directory so it replaces nothing",
-                                 quote(dir), kOptimizerStateFile));
-  }
 }
 
 // Loads a saved optimizer state from the model directory into `optimizer` (built for
@@ -83,6 +66,30 @@ bool resume_optimizer(const std::string& model_dir, Optimizer& optimizer, const 
   return true;
 }
 
+// The saved state files (checked for completeness on resume).
+const std::vector<std::string>& saved_state_files() {
+  static const std::vector<std::string> files = {"config.json", "model.safetensors", kOptimizerStateFile};
+  return files;
+}
+
+// Writes the model, the optimizer state and last the completion marker into `dir` (collective).
+void save_training(const std::string& dir, LlamaModel& model, const LlamaConfig& config, Optimizer& optimizer) {
+  std::map<std::string, const Array*> weights;
+  for (const auto& [path, array] : model.variables_by_path()) weights[path] = array;
+  save_hf_llama(dir, config, weights);
+  std::vector<NamedArray> state;
+  for (const VariablePtr& v : optimizer.variables()) state.push_back({v->path(), &v->value()});
+  save_arrays((fs::path(dir) / kOptimizerStateFile).string(), state);
+}
+
+nlohmann::json save_marker(const Optimizer& optimizer, int64_t steps_run) {
+  return {{"format", "meshlayout train state"},
+          {"optimizer", optimizer.name()},
+          {"iterations", optimizer.iterations()},
+          {"steps_this_run", steps_run},
+          {"files", saved_state_files()}};
+}
+
 }  // namespace
 
 int run_train(const TrainCommandOptions& options, std::ostream& out) {
@@ -91,6 +98,14 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
   LlamaSetup setup;
   std::optional<TokenDataset> data;
   std::unique_ptr<Optimizer> optimizer;
+  std::optional<SaveDirectory> save_dir;  // process 0's claim: created and locked before training
+  // Until training has finished, a failure gives the claim up (nothing trained, nothing to save).
+  bool trained = false;
+  const auto abandon_unless_trained = [&](void*) {
+    if (!trained && save_dir) save_dir->abandon();
+  };
+  const std::unique_ptr<void, decltype(abandon_unless_trained)> guard(&trained, abandon_unless_trained);
+  std::vector<std::string> resolved;
   std::exception_ptr failure;
   try {
     if (options.data_path.empty()) {
@@ -104,27 +119,31 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
     optimizer_options.learning_rate = options.learning_rate;
     optimizer_options.weight_decay = options.weight_decay;
     optimizer = make_optimizer(options.optimizer, optimizer_options);
-    if (!options.save_dir.empty()) check_save_dir(options.save_dir, options.model_dir);
     setup = open_llama_setup(options.model_dir, options.rules_path, options.mesh, default_train_mesh);
+    // An interrupted save is not resumed from: its files may be from different steps.
+    // (A plain Hugging Face directory has config.json and weights but no optimizer state.)
+    check_save_complete(options.model_dir, std::vector<std::string>{kOptimizerStateFile});
+    const fs::path state_path = fs::path(options.model_dir) / kOptimizerStateFile;
+    if (fs::exists(state_path)) {
+      setup.inputs.add_checkpoint("optimizer state", Checkpoint::open(state_path.string()));
+    } else {
+      setup.inputs.add_absent("optimizer state");
+    }
     data.emplace(TokenDataset::open(options.data_path));
+    setup.inputs.add_checkpoint("data", data->checkpoint());
+    // A bad --save path is found now, not after the training it would lose.
+    if (!options.save_dir.empty() && leader) save_dir = SaveDirectory::claim(options.save_dir, "--save", options.model_dir);
+    // What the options resolved to; every option as parsed follows (command_agreement.h).
+    resolved = {fmt::format("mesh={}", setup.mesh->to_string()),
+                fmt::format("learning rate={}", optimizer->learning_rate()),
+                fmt::format("weight decay={}", optimizer->weight_decay() ? fmt::format("{}", *optimizer->weight_decay())
+                                                                         : std::string("none")),
+                fmt::format("local devices per process={}", runtime->local_device_count())};
   } catch (...) {
     failure = std::current_exception();
   }
-  agree_or_rethrow(*runtime, failure);
+  agree_on_command(*runtime, "the train command", std::move(resolved), setup.inputs, failure);
   const LlamaConfig& config = setup.checkpoint->config();
-  if (runtime->num_processes() > 1) {
-    agree_on_operation(
-        runtime->comm(), "the train command",
-        describe_fields({fmt::format("--model={}", options.model_dir), fmt::format("--data={}", options.data_path),
-                         fmt::format("--rules={}", options.rules_path),
-                         fmt::format("--mesh={}", setup.mesh->to_string()),
-                         fmt::format("--batch-size={}", options.batch_size), fmt::format("--steps={}", options.steps),
-                         fmt::format("--optimizer={}", options.optimizer),
-                         fmt::format("--learning-rate={}", optimizer->learning_rate()),
-                         fmt::format("--zero1={}", options.zero1),
-                         fmt::format("--save={}", options.save_dir), fmt::format("--json={}", options.json),
-                         fmt::format("local devices per process={}", runtime->local_device_count())}));
-  }
 
   LlamaModel model(config, *setup.rules);
   if (options.zero1) {
@@ -172,15 +191,55 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
     }
   };
   const LlamaTrainResult result = train_llama(model, *data, *optimizer, train_options);
+  trained = true;
 
   if (!options.save_dir.empty()) {
-    fs::create_directories(options.save_dir);
-    std::map<std::string, const Array*> weights;
-    for (const auto& [path, array] : model.variables_by_path()) weights[path] = array;
-    save_hf_llama(options.save_dir, config, weights);
-    std::vector<NamedArray> state;
-    for (const VariablePtr& v : optimizer->variables()) state.push_back({v->path(), &v->value()});
-    save_arrays((fs::path(options.save_dir) / kOptimizerStateFile).string(), state);
+    // The run is finished: a save that fails now (disk full, the directory removed) must not
+    // lose it. Every process agrees on the failure, then all save into a new temporary
+    // directory that process 0 makes (on one node, or where the temporary folder is shared).
+    std::exception_ptr save_failure;
+    try {
+      save_training(options.save_dir, model, config, *optimizer);
+      if (save_dir) save_dir->finish(save_marker(*optimizer, options.steps));
+    } catch (...) {
+      save_failure = std::current_exception();
+    }
+    std::string save_error;
+    try {
+      agree_or_rethrow(*runtime, save_failure);
+    } catch (const std::exception& e) {
+      save_error = e.what();
+    }
+    if (!save_error.empty()) {
+      std::array<char, 4096> fallback{};
+      std::exception_ptr fallback_failure;
+      try {
+        if (leader) {
+          const std::string dir = make_fallback_save_dir();
+          if (dir.size() >= fallback.size()) throw ValueError(fmt::format("temporary directory {} is too long", quote(dir)));
+          std::copy(dir.begin(), dir.end(), fallback.begin());
+        }
+      } catch (...) {
+        fallback_failure = std::current_exception();
+      }
+      agree_or_rethrow(*runtime, fallback_failure);
+      if (runtime->num_processes() > 1) runtime->comm().broadcast(fallback.data(), fallback.size(), 0);
+      const std::string dir(fallback.data());
+      std::optional<SaveDirectory> claimed;
+      std::exception_ptr retry_failure;
+      try {
+        if (leader) claimed = SaveDirectory::claim(dir, "the fallback save directory");
+        save_training(dir, model, config, *optimizer);
+        if (claimed) claimed->finish(save_marker(*optimizer, options.steps));
+      } catch (...) {
+        retry_failure = std::current_exception();
+      }
+      agree_or_rethrow(*runtime, retry_failure);
+      throw FailedPreconditionError(fmt::format(
+          "saving to --save {} failed after training: {}; the trained model and optimizer state were saved to {} "
+          "instead (move them where you want them)",
+          quote(options.save_dir), save_error, quote(dir)));
+    }
   }
   if (options.json) return 0;
   log << fmt::format("trained {} tokens in {:.3f} s = {:.1f} tokens/s\n", result.tokens, result.seconds,

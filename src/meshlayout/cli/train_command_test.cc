@@ -10,12 +10,16 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
+#include <limits>
+#include <utility>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "meshlayout/cli/generate_test_util.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/io/save_directory.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/models/llama_train.h"
 #include "meshlayout/models/random_llama.h"
@@ -197,6 +201,137 @@ TEST_F(TrainCommandTest, RefusesBadOptionsAndDataNamingThem) {
   o.save_dir = dir_.string();  // not empty
   EXPECT_THAT(refused(o), HasSubstr("the directory is not empty"));
   EXPECT_TRUE(fs::exists(dir_ / "tokens.safetensors"));  // nothing the user had is touched
+}
+
+// A stream that runs `hook` once, at the first thing written to it: here, after the first
+// training step (the --json line), which is how a test changes the disk mid-run.
+class HookedBuffer : public std::stringbuf {
+ public:
+  explicit HookedBuffer(std::function<void()> hook) : hook_(std::move(hook)) {}
+
+ protected:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    if (hook_) std::exchange(hook_, nullptr)();
+    return std::stringbuf::xsputn(s, n);
+  }
+
+ private:
+  std::function<void()> hook_;
+};
+
+// Issue 24: a resumed run with --steps near 2^63 used to wrap first_step + steps, run no step
+// and exit 0 with a negative tokens/s.
+TEST_F(TrainCommandTest, StepCountsThatOverflowAreRefused) {
+  const std::string saved = (dir_ / "saved").string();
+  run_json({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 2, .save_dir = saved});
+  clear_session();
+  std::ostringstream out;
+  TrainCommandOptions o{.model_dir = saved, .data_path = data(), .batch_size = 4,
+                        .steps = std::numeric_limits<int64_t>::max()};
+  try {
+    run_train(o, out);
+    ADD_FAILURE() << "accepted";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("9223372036854775807 steps from step 2 of batch 4 need more than 2^63 - 1 rows"));
+  }
+  EXPECT_EQ(out.str(), "");
+  clear_session();
+  o.model_dir = model();
+  o.steps = std::numeric_limits<int64_t>::max() / 2;  // no overflow of the sum, of the rows
+  try {
+    run_train(o, out);
+    ADD_FAILURE() << "accepted";
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("need more than 2^63 - 1 rows"));
+  }
+}
+
+// An interrupted save is recognisably incomplete, and is not resumed from.
+TEST_F(TrainCommandTest, IncompleteSavesAreNotResumed) {
+  const std::string saved = (dir_ / "saved").string();
+  run_json({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 2, .save_dir = saved});
+  EXPECT_TRUE(fs::exists(fs::path(saved) / kSaveCompleteFile));
+  EXPECT_FALSE(fs::exists(fs::path(saved) / kSaveLockFile));
+  const nlohmann::json marker = read_save_marker(saved);
+  EXPECT_EQ(marker.at("iterations"), 2);
+  EXPECT_EQ(marker.at("optimizer"), "adamw");
+  const auto refused = [&](const std::string& dir) -> std::string {
+    clear_session();
+    std::ostringstream out;
+    try {
+      run_train({.model_dir = dir, .data_path = data(), .batch_size = 4, .steps = 1}, out);
+    } catch (const FailedPreconditionError& e) {
+      return e.what();
+    }
+    return "<accepted>";
+  };
+  // Killed between the optimizer state and the marker:
+  fs::remove(fs::path(saved) / kSaveCompleteFile);
+  EXPECT_THAT(refused(saved), HasSubstr("holds 'optimizer.safetensors' but no meshlayout_save.json"));
+  // Killed while saving (or still running): the lock file is still there.
+  std::ofstream(fs::path(saved) / kSaveLockFile) << "pid 1 on host\n";
+  EXPECT_THAT(refused(saved), HasSubstr("is an incomplete save: it still holds .meshlayout-save.lock"));
+}
+
+// A bad --save is found before the first step; a second run into the same directory is refused.
+TEST_F(TrainCommandTest, SaveTargetIsClaimedBeforeTraining) {
+  std::ofstream(dir_ / "a_file") << "x";
+  const auto refused = [&](const std::string& save) -> std::string {
+    clear_session();
+    std::ostringstream out;
+    try {
+      run_train({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 1, .save_dir = save,
+                 .json = true},
+                out);
+    } catch (const Error& e) {
+      EXPECT_EQ(out.str(), "") << "a step ran before the refusal";
+      return e.what();
+    }
+    return "<accepted>";
+  };
+  EXPECT_THAT(refused((dir_ / "a_file" / "out").string()), HasSubstr("cannot create the directory"));
+  fs::create_symlink(dir_ / "nowhere", dir_ / "dangling");
+  EXPECT_THAT(refused((dir_ / "dangling").string()), HasSubstr("it exists and is a dangling symbolic link"));
+  const std::string busy = (dir_ / "busy").string();
+  SaveDirectory other_run = SaveDirectory::claim(busy, "--save");
+  EXPECT_THAT(refused(busy), HasSubstr("another run is saving into this directory"));
+  // A run refused for another reason leaves no directory behind.
+  const std::string fresh = (dir_ / "fresh").string();
+  clear_session();
+  std::ostringstream out;
+  EXPECT_THROW(run_train({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 99,
+                          .save_dir = fresh}, out),
+               ValueError);
+  EXPECT_FALSE(fs::exists(fresh));
+}
+
+// A save that fails after training (here: model.safetensors made a directory during the run)
+// does not lose the run: it goes to a temporary directory, and the error says where.
+TEST_F(TrainCommandTest, FinishedRunIsSavedElsewhereWhenItsTargetFails) {
+  const fs::path saved = dir_ / "saved";
+  HookedBuffer buffer([&] { fs::create_directories(saved / "model.safetensors"); });
+  std::ostream out(&buffer);
+  std::string message;
+  try {
+    run_train({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 2, .save_dir = saved.string(),
+               .json = true},
+              out);
+  } catch (const FailedPreconditionError& e) {
+    message = e.what();
+  }
+  ASSERT_THAT(message, HasSubstr("failed after training"));
+  const std::string marker = "were saved to '";
+  ASSERT_NE(message.find(marker), std::string::npos) << message;
+  const size_t at = message.find(marker) + marker.size();
+  const std::string fallback = message.substr(at, message.find('\'', at) - at);
+  EXPECT_TRUE(fs::exists(fs::path(fallback) / kOptimizerStateFile));
+  EXPECT_EQ(read_save_marker(fallback).at("iterations"), 2);
+  // The fallback resumes like any complete save.
+  clear_session();
+  const auto rest = run_json({.model_dir = fallback, .data_path = data(), .batch_size = 4, .steps = 1});
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0].first, 2);
+  fs::remove_all(fallback);
 }
 
 }  // namespace

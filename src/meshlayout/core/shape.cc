@@ -40,6 +40,12 @@ std::optional<int64_t> checked_mul(int64_t a, int64_t b) {
   return product;
 }
 
+std::optional<int64_t> checked_add(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) return std::nullopt;
+  return sum;
+}
+
 int64_t num_elements(const Shape& shape) {
   for (int64_t e : shape) {
     if (e == 0) return 0;

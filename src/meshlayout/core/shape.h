@@ -41,4 +41,8 @@ constexpr int64_t ceil_div(int64_t n, int64_t k) { return n / k + (n % k != 0 ? 
 /// a × b for non-negative a, b, or std::nullopt when it does not fit in int64.
 std::optional<int64_t> checked_mul(int64_t a, int64_t b);
 
+/// a + b, or std::nullopt when it does not fit in int64 (options such as --steps reach here
+/// with any value a user can type).
+std::optional<int64_t> checked_add(int64_t a, int64_t b);
+
 }  // namespace meshlayout

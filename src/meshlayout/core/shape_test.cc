@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/shape.h"
 
@@ -24,6 +26,17 @@ TEST(ShapeTest, ParseRejectsNegativeExtent) {
   } catch (const ValueError& e) {
     EXPECT_STREQ(e.what(), "shape '8,-1' dimension 1 is -1; extents must be >= 0");
   }
+}
+
+TEST(ShapeTest, CheckedArithmeticRefusesOverflow) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(checked_add(2, 3), 5);
+  EXPECT_EQ(checked_add(kMax - 1, 1), kMax);
+  EXPECT_EQ(checked_add(kMax, 1), std::nullopt);
+  EXPECT_EQ(checked_add(3, kMax), std::nullopt);
+  EXPECT_EQ(checked_add(-kMax, -2), std::nullopt);
+  EXPECT_EQ(checked_mul(kMax / 2, 2), kMax - 1);
+  EXPECT_EQ(checked_mul(kMax / 2 + 1, 2), std::nullopt);
 }
 
 }  // namespace

@@ -155,4 +155,13 @@ bool is_identifier(std::string_view text) {
   return true;
 }
 
+uint64_t fnv1a_64(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 }  // namespace meshlayout

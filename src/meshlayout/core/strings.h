@@ -50,4 +50,8 @@ int64_t parse_int64(std::string_view text, std::string_view what);
 /// True for `[A-Za-z_][A-Za-z0-9_]*`.
 bool is_identifier(std::string_view text);
 
+/// FNV-1a, 64 bits, of the bytes: the same on every process, compiler and machine (std::hash is
+/// not). For comparing what processes read or were told, not against an adversary.
+uint64_t fnv1a_64(std::string_view bytes);
+
 }  // namespace meshlayout

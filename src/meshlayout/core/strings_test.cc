@@ -72,5 +72,13 @@ TEST(StringsTest, IsIdentifier) {
   EXPECT_FALSE(is_identifier(""));
 }
 
+TEST(StringsTest, Fnv1aIsThePublishedFunction) {
+  // Test vectors of the published FNV-1a 64-bit function.
+  EXPECT_EQ(fnv1a_64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a_64("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a_64("foobar"), 0x85944171f73967e8ull);
+  EXPECT_NE(fnv1a_64("ab"), fnv1a_64("ba"));
+}
+
 }  // namespace
 }  // namespace meshlayout

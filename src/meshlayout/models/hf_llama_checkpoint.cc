@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -135,6 +136,31 @@ bool is_identity(const std::vector<int>& perm) {
   return true;
 }
 
+// config.json's num_hidden_layers sizes the mapping list (9 records a layer) and the model;
+// a value the checkpoint cannot back ("num_hidden_layers": 1000000000) must be refused before
+// anything is built from it, not after growing to all memory.
+void check_layer_count(const LlamaConfig& config, const Checkpoint& ckpt, const std::string& dir) {
+  std::set<int64_t> layers;
+  constexpr std::string_view kPrefix = "model.layers.";
+  for (const auto& [file, info] : ckpt.tensors()) {
+    const std::string_view name = info->name;
+    if (!name.starts_with(kPrefix)) continue;
+    int64_t index = 0;
+    const char* begin = name.data() + kPrefix.size();
+    const auto [end, ec] = std::from_chars(begin, name.data() + name.size(), index);
+    if (ec == std::errc() && end != begin && *end == '.') layers.insert(index);
+  }
+  if (config.num_hidden_layers > static_cast<int64_t>(layers.size())) {
+    throw ValueError(fmt::format(
+        "config.json of Llama checkpoint {} says num_hidden_layers = {}, but the checkpoint holds "
+        "the tensors of {} layer(s){}: config.json and the weights disagree",
+        quote(dir), config.num_hidden_layers, layers.size(),
+        layers.empty() ? std::string()
+                       : fmt::format(" (model.layers.{} to model.layers.{})", *layers.begin(),
+                                     *layers.rbegin())));
+  }
+}
+
 }  // namespace
 
 std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
@@ -199,6 +225,7 @@ HfLlamaCheckpoint HfLlamaCheckpoint::open(const std::string& dir) {
   LlamaConfig config =
       LlamaConfig::from_file((std::filesystem::path(dir) / "config.json").string());
   HfLlamaCheckpoint h(dir, config, Checkpoint::open(dir));
+  check_layer_count(config, h.checkpoint_, dir);
   h.mappings_ = hf_llama_weight_mappings(config);
   const Checkpoint& ckpt = h.checkpoint_;
 

@@ -4,6 +4,7 @@
 // against the boxes' bytes, the staging bound, and every refusal.
 #include "meshlayout/models/hf_llama_checkpoint.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -346,6 +347,19 @@ TEST_F(HfLlamaTest, OpenRefusesCheckpointsThatDoNotMatchTheConfig) {
     const std::string m = open_error(tensors, json);
     EXPECT_TRUE(HasSubstr(m, "unsupported architecture [\"GPT2LMHeadModel\"]"));
     EXPECT_TRUE(HasSubstr(m, "expected LlamaForCausalLM"));
+  }
+  for (const int64_t layers : {int64_t{3}, int64_t{1000000000}}) {
+    // A config value that sizes what is built is checked against the weights first: a billion
+    // layers used to build 9 records a layer and grow to all memory before this comparison.
+    std::string json = c.to_json();
+    const std::string field = "\"num_hidden_layers\": 2";
+    ASSERT_NE(json.find(field), std::string::npos);
+    json.replace(json.find(field), field.size(), fmt::format("\"num_hidden_layers\": {}", layers));
+    const std::string m = open_error(tensors, json);
+    EXPECT_TRUE(HasSubstr(m, "ValueError")) << m;
+    EXPECT_TRUE(HasSubstr(m, fmt::format("says num_hidden_layers = {}, but the checkpoint holds the tensors of 2 "
+                                         "layer(s) (model.layers.0 to model.layers.1)", layers)))
+        << m;
   }
   fs::remove(dir_ / "config.json");
   try {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/shape.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/floatx.h"
@@ -293,7 +294,9 @@ GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t
       }
     }
   }
-  if (options.max_new_tokens < 1 || T0 + options.max_new_tokens > c.max_position_embeddings) {
+  // max_new_tokens comes from the command line: T0 + max_new_tokens must not wrap.
+  const std::optional<int64_t> total_length = checked_add(T0, options.max_new_tokens);
+  if (options.max_new_tokens < 1 || !total_length || *total_length > c.max_position_embeddings) {
     throw ValueError(fmt::format("generate: max_new_tokens must be >= 1 and the prompt ({}) plus "
                                  "max_new_tokens ({}) at most max_position_embeddings ({})",
                                  T0, options.max_new_tokens, c.max_position_embeddings));

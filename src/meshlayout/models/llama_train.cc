@@ -8,9 +8,21 @@
 #include <cstring>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/shape.h"
 #include "meshlayout/core/strings.h"
 
 namespace meshlayout {
+namespace {
+
+// "[a, b)" for the rows of step `step`, or "a onwards" when the end does not fit in int64.
+std::string step_rows_text(int64_t step, int64_t batch_size) {
+  const std::optional<int64_t> begin = checked_mul(step, batch_size);
+  if (!begin) return "beyond 2^63 - 1";
+  const std::optional<int64_t> end = checked_add(*begin, batch_size);
+  return end ? fmt::format("[{}, {})", *begin, *end) : fmt::format("{} onwards", *begin);
+}
+
+}  // namespace
 
 TokenDataset TokenDataset::open(const std::string& path) {
   TokenDataset data(Checkpoint::open(path));
@@ -29,9 +41,15 @@ TokenDataset TokenDataset::open(const std::string& path) {
 }
 
 std::pair<Array, Array> TokenDataset::batch(int64_t step, int64_t batch_size, const Distribution& distribution) const {
-  if ((step + 1) * batch_size > rows_) {
-    throw ValueError(fmt::format("training data {} has {} rows; step {} needs rows [{}, {})", quote(path()), rows_,
-                                 step, step * batch_size, (step + 1) * batch_size));
+  if (step < 0 || batch_size < 1) {
+    throw ValueError(fmt::format("training data {}: step {} and batch size {} must be >= 0 and >= 1", quote(path()),
+                                 step, batch_size));
+  }
+  // step < rows and batch_size <= rows, else the batch ends past the data: no overflow below.
+  if (step >= rows_ || batch_size > rows_ || (step + 1) > rows_ / batch_size) {
+    throw ValueError(fmt::format("training data {} has {} rows; step {} with batch {} needs rows from {}",
+                                 quote(path()), rows_, step, batch_size,
+                                 step_rows_text(step, batch_size)));
   }
   const RowRange mine = distribution.process_batch_rows(batch_size);
   const auto [file, info] = checkpoint_.find("tokens");
@@ -70,11 +88,20 @@ LlamaTrainResult train_llama(LlamaModel& model, const TokenDataset& data, Optimi
   }
   const Distribution& distribution = model.distribution();
   distribution.process_batch_rows(options.batch_size);  // Keras' error for an indivisible batch
-  const int64_t end_step = options.first_step + options.steps;
-  if (end_step * options.batch_size > data.rows()) {
+  // Every product and sum of the options is checked: --steps 9223372036854775807 on a resumed
+  // run used to wrap first_step + steps negative, run no step and exit 0.
+  const std::optional<int64_t> end_step = checked_add(options.first_step, options.steps);
+  const std::optional<int64_t> rows_needed = end_step ? checked_mul(*end_step, options.batch_size) : std::nullopt;
+  if (!rows_needed) {
+    throw ValueError(fmt::format("training data {} has {} rows, but {} steps from step {} of batch {} need more "
+                                 "than 2^63 - 1 rows (the step count overflows)",
+                                 quote(data.path()), data.rows(), options.steps, options.first_step,
+                                 options.batch_size));
+  }
+  if (*rows_needed > data.rows()) {
     throw ValueError(fmt::format("training data {} has {} rows, but steps {} to {} of batch {} need {}",
-                                 quote(data.path()), data.rows(), options.first_step, end_step - 1,
-                                 options.batch_size, end_step * options.batch_size));
+                                 quote(data.path()), data.rows(), options.first_step, *end_step - 1,
+                                 options.batch_size, *rows_needed));
   }
   if (data.sequence_length() > model.config().max_position_embeddings) {
     throw ValueError(fmt::format("training data {} has sequences of {} positions, more than the model's "
@@ -83,13 +110,14 @@ LlamaTrainResult train_llama(LlamaModel& model, const TokenDataset& data, Optimi
   }
   LlamaTrainResult result;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t step = options.first_step; step < end_step; ++step) {
+  for (int64_t step = options.first_step; step < *end_step; ++step) {
     const auto [inputs, targets] = data.batch(step, options.batch_size, distribution);
     const double loss = llama_train_step(model, optimizer, inputs, targets);
     result.losses.push_back(loss);
     if (options.on_step) options.on_step(step, loss);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // rows_needed <= rows and rows * (seq + 1) elements fit the file: no overflow.
   result.tokens = options.steps * options.batch_size * data.sequence_length();
   return result;
 }

@@ -40,6 +40,8 @@ class TokenDataset {
   /// Positions per row used for training: columns − 1.
   int64_t sequence_length() const { return columns_ - 1; }
   const std::string& path() const { return checkpoint_.path(); }
+  /// The file's headers (what processes compare before training on it).
+  const Checkpoint& checkpoint() const { return checkpoint_; }
 
   /// Inputs and targets (batch_size, seq) of step `step`, each laid out by the distribution's
   /// data layout; this process reads only its rows (Distribution::process_batch_rows). Collective.

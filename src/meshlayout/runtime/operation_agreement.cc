@@ -15,14 +15,7 @@ using Record = OperationRecord;
 static_assert(sizeof(Record) == 24, "exchanged as raw bytes");
 
 // FNV-1a, 64 bits: the same on every process and compiler, which std::hash is not.
-uint64_t fnv1a(std::string_view text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (char c : text) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 0x100000001b3ull;
-  }
-  return h ^ text.size();
-}
+uint64_t fnv1a(std::string_view text) { return fnv1a_64(text) ^ text.size(); }
 
 std::vector<std::string_view> fields_of(std::string_view text) {
   std::vector<std::string_view> out;
