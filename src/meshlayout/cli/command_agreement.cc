@@ -41,6 +41,10 @@ std::vector<std::string> describe_parsed_options(const CLI::App& command) {
     const std::string value = opt->count() == 0 ? "(unset)" : join(opt->results(), ",");
     fields.push_back(fmt::format("{}={}", opt->get_name(), value));
   }
+  // Arguments no option took: CLI11 refuses them only after this point, so a process given one
+  // must disagree here rather than fail alone after the others went on.
+  const std::vector<std::string> extras = command.remaining();
+  if (!extras.empty()) fields.push_back(fmt::format("unexpected arguments={}", join(extras, " ")));
   return fields;
 }
 

@@ -34,7 +34,8 @@ class Runtime;
 namespace meshlayout::cli {
 
 /// "--name=value" for every option of `command` (not --help), in the order they were added:
-/// the values as given (several joined by ','), "(unset)" for an option not given.
+/// the values as given (several joined by ','), "(unset)" for an option not given; then
+/// "unexpected arguments=…" if some argument was taken by no option.
 std::vector<std::string> describe_parsed_options(const CLI::App& command);
 
 /// Remembers describe_parsed_options(command) for agree_on_command (main.cc calls it on the
