@@ -155,8 +155,18 @@ void Conv2D::check_call_input(const Array& x) const {
   check_input_dtype("Conv2D", name(), x.dtype(), kernel_->dtype());
 }
 
-Array Conv2D::pre_activation(const Array& x) const {
-  const Array& kernel_value = kernel_->value();
+void Conv2D::enable_lora(int64_t rank, std::optional<double> lora_alpha, const Initializer& a_initializer,
+                         const Initializer& b_initializer) {
+  lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer,
+                           options_.kernel_regularizer);
+}
+
+const Array& Conv2D::effective_kernel(std::optional<Array>& storage) const {
+  if (!lora_.enabled()) return kernel_->value();
+  return storage.emplace(lora_effective_kernel(kernel_->value(), lora_));
+}
+
+Array Conv2D::pre_activation(const Array& x, const Array& kernel_value) const {
   const DeviceMesh& mesh = kernel_value.mesh();
   const DimSharding filter_axes = kernel_value.layout().axes()[3];
   const DimSharding batch_axes = batch_axes_for(x);
@@ -212,7 +222,8 @@ Array Conv2D::pre_activation(const Array& x) const {
 
 Array Conv2D::call(const Array& x) {
   check_call_input(x);
-  Array y = pre_activation(x);
+  std::optional<Array> effective;
+  Array y = pre_activation(x, effective_kernel(effective));
   if (options_.activation == Activation::kLinear) return y;
   return apply_activation(options_.activation, std::move(y));
 }
@@ -225,7 +236,8 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   check_call_input(x);
   const Shape out_shape = compute_output_shape(x.shape());
   check_output_gradient(name(), dy, out_shape, x.dtype());
-  const Array& kernel_value = kernel_->value();
+  std::optional<Array> effective;
+  const Array& kernel_value = effective_kernel(effective);
   const DType dtype = kernel_value.dtype();
   const DeviceMesh& mesh = kernel_value.mesh();
   const DimSharding filter_axes = kernel_value.layout().axes()[3];
@@ -236,7 +248,8 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   std::optional<Array> dz_store;
   const Array& dz = options_.activation == Activation::kLinear
                         ? in_layout(dy, out_layout, dz_store)
-                        : dz_store.emplace(apply_activation_backward(options_.activation, pre_activation(x), dy));
+                        : dz_store.emplace(apply_activation_backward(options_.activation,
+                                                                     pre_activation(x, kernel_value), dy));
   if (bias_ && bias_->trainable()) grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
   const ConvGeometry g{.H = x.shape()[1], .W = x.shape()[2], .C = x.shape()[3],
                        .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
@@ -249,7 +262,7 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   std::optional<Array> k_store;
   const Array k = distribute_tensor(kernel_value, TensorLayout({None, None, None, filter_axes}, mesh));
   const Array k2 = reshaped_view(k, {patch, filters}, k_store);
-  if (kernel_->trainable()) {
+  if (kernel_->trainable() || lora_.enabled()) {
     // d kernel = columnsᵀ · dz over every image and position: a partial sum over the batch
     // axes, completed by matmul_backward_weight's collective.
     const Array in = distribute_tensor(x, in_layout4);
@@ -265,8 +278,10 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
     columns.runtime().pool().parallel_for(columns.local_shards().size(), [&](size_t i) {
       internal_nn::dispatch_float(dtype, [&](auto* tag) { unfold(i, tag); });
     });
-    Array dk = matmul_backward_weight(columns, dz, TensorLayout({None, filter_axes}, mesh));
-    grads.accumulate(*kernel_, reshaped(std::move(dk), kernel_->shape()));
+    Array dk = reshaped(matmul_backward_weight(columns, dz, TensorLayout({None, filter_axes}, mesh)),
+                        kernel_->shape());
+    if (lora_.enabled()) accumulate_lora_gradients(dk, lora_, grads);  // the frozen kernel: nothing
+    if (kernel_->trainable()) grads.accumulate(*kernel_, std::move(dk));
   }
   // d columns = dz · kernelᵀ (a partial sum over the filter axes, reduced by matmul), then
   // col2im adds each patch element back to the input element it was read from.

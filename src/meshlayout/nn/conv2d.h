@@ -21,6 +21,9 @@
 //              each device for its images, then dx goes to x's layout.
 // The backward holds the im2col columns of the local images at once (B × OH × OW × kh·kw·C).
 //
+// LoRA (enable_lora, lora.h): the convolution and its backward run with the effective kernel
+// kernel + (alpha / rank) · A @ B; d kernel goes to A and B, the kernel being frozen.
+//
 // Dtype: the weights' (floatx() at construction, floatx.h), F32 (sgemm) or F64 (dgemm); x and
 // dy must be of it (no cast). Weights of another dtype (F16, BF16) are refused at build.
 //
@@ -33,6 +36,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 
 #include "meshlayout/nn/layer.h"
@@ -61,6 +65,16 @@ class Conv2D : public Layer {
   explicit Conv2D(int64_t filters, Conv2DOptions options = {});
   const VariablePtr& kernel() const { return kernel_; }
   const VariablePtr& bias() const { return bias_; }
+  const VariablePtr& lora_kernel_a() const { return lora_.a; }
+  const VariablePtr& lora_kernel_b() const { return lora_.b; }
+  const LoraWeights& lora() const { return lora_; }
+  /// keras Conv2D.enable_lora (BaseConv; after build, once): lora_kernel_a (kh, kw,
+  /// in_channels, rank) and lora_kernel_b (rank, filters) with the kernel's regulariser; the
+  /// kernel frozen; the convolution runs with kernel + (alpha / rank) · A @ B (lora.h).
+  /// ValueError if not built, already enabled, or rank < 1.
+  void enable_lora(int64_t rank, std::optional<double> lora_alpha = std::nullopt,
+                   const Initializer& a_initializer = Initializer::he_uniform(),
+                   const Initializer& b_initializer = Initializer::zeros());
   Shape compute_output_shape(const Shape& input_shape) const override;
   /// See the file comment: dx in x's layout, d kernel and d bias accumulated in their
   /// variables' layouts, summed over the batch replicas. A non-trainable weight gets no
@@ -83,12 +97,16 @@ class Conv2D : public Layer {
   /// The axes of x's batch split the call keeps (none when x is on another mesh or the split
   /// uses a filter axis).
   DimSharding batch_axes_for(const Array& x) const;
-  /// The convolution plus bias, before the activation, in (batch axes, None, None, filter axes).
-  Array pre_activation(const Array& x) const;
+  /// The convolution of x by `kernel` (the kernel's or the effective one) plus bias, before
+  /// the activation, in (batch axes, None, None, filter axes).
+  Array pre_activation(const Array& x, const Array& kernel_value) const;
+  /// The kernel's value, or with LoRA the effective kernel kept in `storage`.
+  const Array& effective_kernel(std::optional<Array>& storage) const;
 
   int64_t filters_;
   Conv2DOptions options_;
   VariablePtr kernel_, bias_;
+  LoraWeights lora_;
 };
 
 }  // namespace meshlayout

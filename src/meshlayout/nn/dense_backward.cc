@@ -116,12 +116,13 @@ Array Dense::backward(const Array& x, const Array& dy, Gradients& grads) {
                                  dtype_name(x.dtype()), shape_to_string(x.shape())));
   }
   check_output_gradient(name(), dy, compute_output_shape(x.shape()), dtype);
-  const Array& kernel = kernel_->value();
+  std::optional<Array> effective;
+  const Array& kernel = effective_kernel(effective);
   std::optional<Array> moved;
   const Array& xk = on_kernel_mesh(x, moved);
   std::optional<Array> dz_store;
   if (options_.activation != Activation::kLinear) {
-    dz_store.emplace(apply_activation_backward(options_.activation, pre_activation(x), dy));
+    dz_store.emplace(apply_activation_backward(options_.activation, pre_activation(x, kernel), dy));
   }
   std::optional<Array> dy_on_mesh;
   const Array& dz = dz_store ? *dz_store
@@ -130,7 +131,11 @@ Array Dense::backward(const Array& x, const Array& dy, Gradients& grads) {
                                     : dy_on_mesh.emplace(distribute_tensor(
                                           dy, TensorLayout::replicated(static_cast<int>(dy.shape().size()),
                                                                        kernel.mesh()))));
-  if (kernel_->trainable()) grads.accumulate(*kernel_, matmul_backward_weight(xk, dz, kernel.layout()));
+  if (kernel_->trainable() || lora_.enabled()) {
+    Array dk = matmul_backward_weight(xk, dz, kernel.layout());
+    if (lora_.enabled()) accumulate_lora_gradients(dk, lora_, grads);  // the frozen kernel: nothing
+    if (kernel_->trainable()) grads.accumulate(*kernel_, std::move(dk));
+  }
   if (bias_ && bias_->trainable()) {
     grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
   }

@@ -15,23 +15,6 @@
 #include "meshlayout/ops/matmul_backward.h"
 
 namespace meshlayout {
-namespace {
-
-void scale_in_place(Array& a, double factor) {
-  a.runtime().pool().parallel_for(a.local_shards().size(), [&](size_t i) {
-    Array::Shard& s = a.local_shards()[i];
-    const auto scale = [&]<typename E>(E* p) {
-      for (int64_t k = 0; k < s.box.num_elements(); ++k) p[k] = static_cast<E>(p[k] * factor);
-    };
-    if (a.dtype() == DType::kF32) {
-      scale(reinterpret_cast<float*>(s.buffer.data()));
-    } else {
-      scale(reinterpret_cast<double*>(s.buffer.data()));
-    }
-  });
-}
-
-}  // namespace
 
 Array contract_trailing(const Array& x, const Array& kernel, int contracted, const Array* residual) {
   const int xr = static_cast<int>(x.shape().size()), wr = static_cast<int>(kernel.shape().size());
@@ -160,54 +143,13 @@ void EinsumDense::build(const Shape& input_shape) {
 
 void EinsumDense::enable_lora(int64_t rank, std::optional<double> lora_alpha, Initializer a_initializer,
                               Initializer b_initializer) {
-  if (!kernel_) {
-    throw ValueError(fmt::format("enable_lora on layer {}: the layer must be built first (Keras: "
-                                 "\"Cannot enable lora on a layer that isn't yet built\")", quote(name())));
-  }
-  if (lora_a_) {
-    throw ValueError(fmt::format("enable_lora on layer {}: LoRA is already enabled", quote(name())));
-  }
-  if (rank < 1) throw ValueError(fmt::format("enable_lora rank must be >= 1, got {}", rank));
-  NameScope scope = open_name_scope();
-  Shape a_shape(kernel_->shape().begin(), kernel_->shape().end() - 1);
-  a_shape.push_back(rank);
-  const Shape b_shape{rank, kernel_->shape().back()};
-  if (kernel_->is_lazy()) {  // materialised with the model's rules, as the kernel will be
-    lora_a_ = add_weight({.name = "lora_kernel_a", .shape = a_shape, .initializer = a_initializer});
-    lora_b_ = add_weight({.name = "lora_kernel_b", .shape = b_shape, .initializer = b_initializer});
-  } else {  // after the model: laid out now, by the current rules or replicated on the kernel's mesh
-    const std::string& kernel_path = kernel_->path();
-    const std::string prefix = kernel_path.substr(0, kernel_path.size() - kernel_->name().size());
-    const DeviceMesh mesh = kernel_->value().mesh();
-    const auto layout_of = [&](const std::string& path, const Shape& shape) {
-      std::optional<TensorLayout> l;
-      if (auto d = distribution()) {
-        if (auto mp = std::dynamic_pointer_cast<const ModelParallel>(d)) l = mp->layout_map()[path];
-      } else if (const LayoutMap* map = current_layout_map()) {
-        l = (*map)[path];
-      }
-      TensorLayout layout = l.value_or(TensorLayout::replicated(static_cast<int>(shape.size())));
-      if (!layout.device_mesh()) layout.set_device_mesh(mesh);
-      return layout;
-    };
-    for (auto [var, name, shape, init] :
-         {std::tuple{&lora_a_, "lora_kernel_a", a_shape, a_initializer},
-          std::tuple{&lora_b_, "lora_kernel_b", b_shape, b_initializer}}) {
-      const TensorLayout layout = layout_of(prefix + name, shape);
-      *var = add_weight({.name = name, .shape = shape, .initializer = init, .layout = layout});
-      if ((*var)->is_lazy()) (*var)->materialize(layout);
-    }
-  }
-  kernel_->set_trainable(false);
-  lora_scale_ = lora_alpha.value_or(static_cast<double>(rank)) / static_cast<double>(rank);
+  lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer, std::nullopt);
 }
 
 const Array& EinsumDense::effective_kernel(std::optional<Array>& storage) const {
-  if (!lora_a_) return kernel_->value();
+  if (!lora_.enabled()) return kernel_->value();
   // kernel + (alpha / rank) · A @ B, in the kernel's layout
-  Array delta = matmul(lora_a_->value(), lora_b_->value());
-  scale_in_place(delta, lora_scale_);
-  return storage.emplace(add(kernel_->value(), delta));
+  return storage.emplace(lora_effective_kernel(kernel_->value(), lora_));
 }
 
 Array EinsumDense::call(const Array& x) {
@@ -297,22 +239,10 @@ Array EinsumDense::backward(const Array& x, const Array& dy, Gradients& grads) {
   const Array xv = reshaped_view(xk, x2, x_store);
   const Array wv = reshaped_view(kernel, {k, n}, w_store);
   const Array dzv = reshaped_view(dz, dz2, dz_view_store);
-  if (kernel_->trainable() || lora_a_) {
+  if (kernel_->trainable() || lora_.enabled()) {
     Array dk = reshaped(matmul_backward_weight(xv, dzv, wv.layout()), ks);
-    if (lora_a_) {  // K + s·A@B: dA = s · dK·Bᵀ, dB = s · Aᵀ·dK
-      const Array& a = lora_a_->value();
-      const Array& b = lora_b_->value();
-      if (lora_a_->trainable()) {
-        Array da = matmul_backward_input(dk, b, a.layout());
-        scale_in_place(da, lora_scale_);
-        grads.accumulate(*lora_a_, std::move(da));
-      }
-      if (lora_b_->trainable()) {
-        Array db = matmul_backward_weight(a, dk, b.layout());
-        scale_in_place(db, lora_scale_);
-        grads.accumulate(*lora_b_, std::move(db));
-      }
-    }
+    // K + s·A@B: dA = s · dK·Bᵀ, dB = s · Aᵀ·dK
+    if (lora_.enabled()) accumulate_lora_gradients(dk, lora_, grads);
     if (kernel_->trainable()) grads.accumulate(*kernel_, std::move(dk));
   }
   if (bias_ && bias_->trainable()) {

@@ -5,7 +5,7 @@
 // others from output_shape); an optional bias over a suffix of the output letters (bias_axes);
 // and LoRA (enable_lora: `lora_kernel_a` kernel.shape[:-1] + (rank,), `lora_kernel_b`
 // (rank, kernel.shape[-1]); effective kernel = kernel + (alpha / rank) · A @ B, the base kernel
-// frozen), as Keras.
+// frozen), as Keras (lora.h, shared with Dense and Conv2D).
 //
 // Sharded: the kernel is seen as the matrix (contracted, output) without moving data when its
 // splits allow (array_view.h: heads split evenly), and the product is the distributed matmul
@@ -47,8 +47,9 @@ class EinsumDense : public Layer {
 
   const VariablePtr& kernel() const { return kernel_; }
   const VariablePtr& bias() const { return bias_; }
-  const VariablePtr& lora_kernel_a() const { return lora_a_; }
-  const VariablePtr& lora_kernel_b() const { return lora_b_; }
+  const VariablePtr& lora_kernel_a() const { return lora_.a; }
+  const VariablePtr& lora_kernel_b() const { return lora_.b; }
+  const LoraWeights& lora() const { return lora_; }
   /// Adds LoRA weights (after build, once), freezing the kernel. ValueError if not built, already
   /// enabled, or rank < 1.
   void enable_lora(int64_t rank, std::optional<double> lora_alpha = std::nullopt,
@@ -86,8 +87,8 @@ class EinsumDense : public Layer {
   int contracted_ = 0;  // input's trailing dims contracted with the kernel's leading ones
   Shape output_shape_;
   EinsumDenseOptions options_;
-  VariablePtr kernel_, bias_, lora_a_, lora_b_;
-  double lora_scale_ = 0;
+  VariablePtr kernel_, bias_;
+  LoraWeights lora_;
 };
 
 /// x (P…, C…) · kernel (C…, N…) → (P…, N…) on distributed arrays, contracting x's last

@@ -452,16 +452,27 @@ const Array& Dense::on_kernel_mesh(const Array& x, std::optional<Array>& storage
   return storage.emplace(distribute_tensor(x, TensorLayout::replicated(static_cast<int>(x.shape().size()), mesh)));
 }
 
+void Dense::enable_lora(int64_t rank, std::optional<double> lora_alpha, const Initializer& a_initializer,
+                        const Initializer& b_initializer) {
+  lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer,
+                           options_.kernel_regularizer);
+}
+
+const Array& Dense::effective_kernel(std::optional<Array>& storage) const {
+  if (!lora_.enabled()) return kernel_->value();
+  return storage.emplace(lora_effective_kernel(kernel_->value(), lora_));
+}
+
 Array Dense::call(const Array& x) {
-  Array y = pre_activation(x);
+  std::optional<Array> effective;
+  Array y = pre_activation(x, effective_kernel(effective));
   if (options_.activation == Activation::kLinear) return y;
   return apply_activation(options_.activation, std::move(y));
 }
 
 // Dense::backward and apply_activation_backward: dense_backward.cc.
 
-Array Dense::pre_activation(const Array& x) const {
-  const Array& kernel = kernel_->value();
+Array Dense::pre_activation(const Array& x, const Array& kernel) const {
   check_input_dtype("Dense", name(), x.dtype(), kernel.dtype());
   std::optional<Array> moved;
   Array y = matmul(on_kernel_mesh(x, moved), kernel);

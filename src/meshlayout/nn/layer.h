@@ -28,6 +28,7 @@
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/nn/gradients.h"
+#include "meshlayout/nn/lora.h"
 #include "meshlayout/nn/name_scope.h"
 #include "meshlayout/nn/variable.h"
 
@@ -167,6 +168,14 @@ class Layer : public std::enable_shared_from_this<Layer> {
   NameScope open_name_scope();
   /// After a build outside any model: see build_standalone.
   void materialize_if_standalone();
+  /// keras enable_lora's weights for `kernel` (lora.h): ValueError naming the layer if the
+  /// kernel is null (not built), `current` is enabled already, or rank < 1; then creates
+  /// lora_kernel_a / lora_kernel_b in the layer's scope with `regularizer`, laid out as lora.h
+  /// says, and freezes the kernel.
+  LoraWeights add_lora_weights(const VariablePtr& kernel, const LoraWeights& current, int64_t rank,
+                               std::optional<double> lora_alpha, const Initializer& a_initializer,
+                               const Initializer& b_initializer,
+                               const std::optional<Regularizer>& regularizer);
   /// Registers a sub-layer under an attribute name (C++ has no reflection).
   template <typename L>
   std::shared_ptr<L> track(std::string attr, std::shared_ptr<L> layer) {
@@ -247,19 +256,30 @@ struct DenseOptions {
 };
 
 /// keras.layers.Dense: y = activation(x @ kernel + bias); kernel (in, units), bias (units,).
+/// With LoRA (enable_lora, lora.h) the kernel is kernel + (alpha / rank) · A @ B.
 class Dense : public Layer {
  public:
   explicit Dense(int64_t units, DenseOptions options = {});
   int64_t units() const { return units_; }
   const VariablePtr& kernel() const { return kernel_; }
   const VariablePtr& bias() const { return bias_; }
+  const VariablePtr& lora_kernel_a() const { return lora_.a; }
+  const VariablePtr& lora_kernel_b() const { return lora_.b; }
+  const LoraWeights& lora() const { return lora_; }
+  /// keras Dense.enable_lora (after build, once): lora_kernel_a (input_dim, rank) and
+  /// lora_kernel_b (rank, units) with the kernel's regulariser; the kernel frozen; lora_alpha
+  /// defaults to rank. ValueError if not built, already enabled, or rank < 1.
+  void enable_lora(int64_t rank, std::optional<double> lora_alpha = std::nullopt,
+                   const Initializer& a_initializer = Initializer::he_uniform(),
+                   const Initializer& b_initializer = Initializer::zeros());
   Shape compute_output_shape(const Shape& input_shape) const override;
   /// dx = dz·kernelᵀ in x's layout, d kernel = xᵀ·dz in the kernel's layout (summed over the
   /// batch: a partial sum over 'data' for a batch-split x), d bias = dz summed over every
   /// leading dimension in the bias's layout, where dz = dy through the activation (z = x·kernel
   /// + bias recomputed when the activation is not linear). Column- and row-parallel kernels
   /// run through matmul_backward's conjugate collectives. A non-trainable weight gets no
-  /// gradient. \error ValueError if x or dy is not in the kernel's dtype, or dy not of the
+  /// gradient. With LoRA the kernel is the effective one and d kernel goes to A and B (lora.h).
+  /// \error ValueError if x or dy is not in the kernel's dtype, or dy not of the
   /// call's output shape.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
@@ -270,11 +290,15 @@ class Dense : public Layer {
  private:
   /// x on the kernel's mesh (replicated onto it when x is on another mesh, as the call does).
   const Array& on_kernel_mesh(const Array& x, std::optional<Array>& storage) const;
+  /// The kernel the layer computes with: the variable's value, or with LoRA the effective
+  /// kernel kept in `storage`.
+  const Array& effective_kernel(std::optional<Array>& storage) const;
   /// x·kernel + bias, before the activation.
-  Array pre_activation(const Array& x) const;
+  Array pre_activation(const Array& x, const Array& kernel) const;
   int64_t units_;
   DenseOptions options_;
   VariablePtr kernel_, bias_;
+  LoraWeights lora_;
 };
 
 }  // namespace meshlayout
