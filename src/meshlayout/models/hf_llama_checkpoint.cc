@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -158,6 +159,52 @@ void check_layer_count(const LlamaConfig& config, const Checkpoint& ckpt, const 
         layers.empty() ? std::string()
                        : fmt::format(" (model.layers.{} to model.layers.{})", *layers.begin(),
                                      *layers.rbegin())));
+  }
+}
+
+// A NaN or infinite weight makes every logit NaN: generation then printed token 0 forever and
+// exited 0. Each process checks the shards it loaded (in parallel; one pass over memory it
+// just wrote) and names the first bad tensor and element; load_hf_llama agrees the failure.
+void refuse_non_finite_weights(const HfLlamaCheckpoint& checkpoint,
+                               const std::vector<std::pair<size_t, Array*>>& work, ThreadPool& pool) {
+  struct Check {
+    size_t mapping;
+    const Array::Shard* shard;
+  };
+  std::vector<Check> checks;
+  for (const auto& [mapping, array] : work) {
+    for (const Array::Shard& shard : array->local_shards()) checks.push_back({mapping, &shard});
+  }
+  std::vector<int64_t> first_bad(checks.size(), -1);
+  pool.parallel_for(checks.size(), [&](size_t i) {
+    const float* x = reinterpret_cast<const float*>(checks[i].shard->buffer.data());
+    const int64_t n = num_elements(checks[i].shard->box.shape);
+    bool all_finite = true;
+    for (int64_t k = 0; k < n; ++k) all_finite &= std::isfinite(x[k]);  // no branch: vectorises
+    if (all_finite) return;
+    for (int64_t k = 0; k < n; ++k) {
+      if (!std::isfinite(x[k])) {
+        first_bad[i] = k;
+        return;
+      }
+    }
+  });
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (first_bad[i] < 0) continue;
+    const HfWeightMapping& m = checkpoint.mappings()[checks[i].mapping];
+    const Box& box = checks[i].shard->box;
+    // The element's index in the Keras variable.
+    std::vector<int64_t> index(box.shape.size());
+    int64_t rest = first_bad[i];
+    for (size_t d = box.shape.size(); d-- > 0;) {
+      index[d] = box.offset[d] + rest % box.shape[d];
+      rest /= box.shape[d];
+    }
+    const float value = reinterpret_cast<const float*>(checks[i].shard->buffer.data())[first_bad[i]];
+    throw ValueError(fmt::format(
+        "tensor {} in Llama checkpoint {} holds a non-finite value ({} at index {} of {}): a model with "
+        "NaN or infinite weights computes only NaN; the checkpoint is corrupt or was saved from a diverged run",
+        quote(m.hf_name), quote(checkpoint.path()), value, repr_ints(index), quote(m.keras_path)));
   }
 }
 
@@ -417,6 +464,7 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
       std::memcpy(copies[i].second->buffer.data(), copies[i].first->buffer.data(),
                   copies[i].first->buffer.size());
     });
+    if (options.refuse_non_finite) refuse_non_finite_weights(checkpoint, work, pool);
   } catch (...) {
     error = std::current_exception();
   }

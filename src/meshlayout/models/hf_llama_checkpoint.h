@@ -90,6 +90,9 @@ struct HfLoadOptions {
   /// Staging a device holds at once for tensors that are transposed or converted: a box
   /// larger than this is read in pieces (split along its outer dimensions).
   uint64_t max_piece_bytes = uint64_t{64} << 20;
+  /// A NaN or infinite weight is a ValueError naming the tensor and the element (checked on
+  /// the loaded shards; agreed across processes).
+  bool refuse_non_finite = true;
 };
 
 struct HfLoadReport {

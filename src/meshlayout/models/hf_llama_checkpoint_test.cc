@@ -10,10 +10,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
 #include "meshlayout/models/hf_llama_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
@@ -367,6 +369,32 @@ TEST_F(HfLlamaTest, OpenRefusesCheckpointsThatDoNotMatchTheConfig) {
     ADD_FAILURE() << "no error";
   } catch (const NotFoundError& e) {
     EXPECT_TRUE(HasSubstr(e.what(), (dir_ / "config.json").string()));
+  }
+}
+
+// Issue 24: NaN/Inf weights made generate print token 0 forever with exit 0. They are refused
+// at load, naming the tensor, the value and the element in the Keras variable's coordinates.
+TEST_F(HfLlamaTest, NonFiniteWeightsAreRefusedAtLoad) {
+  const LlamaConfig c = testing::tiny_config(4, 2, false);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    auto tensors = testing::formula_tensors(c);
+    HostTensor& down = tensors.at("model.layers.1.mlp.down_proj.weight");  // (d, ff)
+    const int64_t ff = down.shape()[1];
+    down.data_as<float>()[3 * ff + 5] = bad;  // HF (3, 5) is Keras (5, 3): the kernel is transposed
+    fs::remove_all(dir_);
+    testing::write_hf_by_hand(dir_, c, tensors);
+    const HfLlamaCheckpoint ckpt = HfLlamaCheckpoint::open(dir_.string());
+    for (Scheme scheme : {Scheme::kKerasHub, Scheme::kReplicated}) {
+      auto arrays = allocate(c, scheme, mesh_);
+      const std::string m = ValueErrorMessage([&] { load_hf_llama(ckpt, pointers(arrays)); });
+      EXPECT_TRUE(HasSubstr(m, fmt::format("tensor 'model.layers.1.mlp.down_proj.weight' in Llama checkpoint {} "
+                                           "holds a non-finite value ({} at index [5, 3] of "
+                                           "'transformer_layer_1/feedforward_output_dense/kernel')",
+                                           quote(dir_.string()), bad)))
+          << m;
+      // Opting out loads it as it is.
+      EXPECT_NO_THROW(load_hf_llama(ckpt, pointers(arrays), {.refuse_non_finite = false}));
+    }
   }
 }
 
