@@ -1,0 +1,290 @@
+#include "meshlayout/nn/separable_conv2d.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/nn/float_compute.h"
+#include "meshlayout/nn/gradient_ops.h"
+#include "meshlayout/ops/matmul.h"
+#include "meshlayout/ops/matmul_backward.h"
+
+namespace meshlayout {
+namespace {
+
+struct Geometry {
+  int64_t H, W, C, M, kh, kw, sh, sw, OH, OW, top, left;
+};
+
+// Calls f(oh, ow, i, j, ih, iw) for every output position and kernel tap reading the image
+// (padding reads skipped).
+template <typename F>
+void for_each_tap(const Geometry& g, F&& f) {
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    for (int64_t ow = 0; ow < g.OW; ++ow) {
+      for (int64_t i = 0; i < g.kh; ++i) {
+        const int64_t ih = oh * g.sh + i - g.top;
+        if (ih < 0 || ih >= g.H) continue;
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const int64_t iw = ow * g.sw + j - g.left;
+          if (iw < 0 || iw >= g.W) continue;
+          f(oh, ow, i, j, ih, iw);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+SeparableConv2D::SeparableConv2D(int64_t filters, SeparableConv2DOptions options)
+    : Layer("separable_conv2d", options.name), filters_(filters), options_(std::move(options)) {
+  if (options_.depth_multiplier < 1) {
+    throw ValueError(fmt::format("Invalid value for argument `depth_multiplier`. Expected a strictly positive "
+                                 "value. Received depth_multiplier={}.", options_.depth_multiplier));
+  }
+  if (filters < 1) {
+    throw ValueError(fmt::format("Invalid value for argument `filters`. Expected a strictly positive value. "
+                                 "Received filters={}.", filters));
+  }
+  if (options_.kernel_size[0] < 1 || options_.kernel_size[1] < 1 || options_.strides[0] < 1 ||
+      options_.strides[1] < 1) {
+    throw ValueError(fmt::format("SeparableConv2D kernel_size and strides must be at least 1, got "
+                                 "kernel_size=({}, {}), strides=({}, {})",
+                                 options_.kernel_size[0], options_.kernel_size[1], options_.strides[0],
+                                 options_.strides[1]));
+  }
+  if (options_.padding != "valid" && options_.padding != "same") {
+    throw ValueError(fmt::format("SeparableConv2D padding must be 'valid' or 'same', got {}", quote(options_.padding)));
+  }
+}
+
+int64_t SeparableConv2D::out_extent(int64_t in, int d) const {
+  const int64_t k = options_.kernel_size[static_cast<size_t>(d)];
+  const int64_t s = options_.strides[static_cast<size_t>(d)];
+  if (options_.padding == "same") return (in + s - 1) / s;
+  return in >= k ? (in - k) / s + 1 : 0;
+}
+
+// TF/Keras "same": total padding max((out-1)*s + k - in, 0), the smaller half before.
+int64_t SeparableConv2D::pad_before(int64_t in, int d) const {
+  if (options_.padding != "same") return 0;
+  const int64_t k = options_.kernel_size[static_cast<size_t>(d)];
+  const int64_t s = options_.strides[static_cast<size_t>(d)];
+  return std::max<int64_t>((out_extent(in, d) - 1) * s + k - in, 0) / 2;
+}
+
+void SeparableConv2D::check_input(const Shape& input_shape) const {
+  if (input_shape.size() != 4) {
+    throw ValueError(fmt::format("SeparableConv2D layer {} takes NHWC inputs of rank 4, got shape {}",
+                                 quote(name()), shape_to_string(input_shape)));
+  }
+  if (depthwise_ && input_shape[3] != depthwise_->shape()[2]) {
+    throw ValueError(fmt::format("SeparableConv2D layer {} was built for {} input channels, got an input of shape {}",
+                                 quote(name()), depthwise_->shape()[2], shape_to_string(input_shape)));
+  }
+}
+
+Shape SeparableConv2D::compute_output_shape(const Shape& s) const {
+  check_input(s);
+  return {s[0], out_extent(s[1], 0), out_extent(s[2], 1), filters_};
+}
+
+void SeparableConv2D::build(const Shape& input_shape) {
+  check_input(input_shape);
+  const int64_t c = input_shape[3], m = options_.depth_multiplier;
+  depthwise_ = add_weight({.name = "depthwise_kernel",
+                           .shape = {options_.kernel_size[0], options_.kernel_size[1], c, m},
+                           .initializer = options_.depthwise_initializer,
+                           .regularizer = options_.depthwise_regularizer,
+                           .layout = options_.depthwise_kernel_layout});
+  pointwise_ = add_weight({.name = "pointwise_kernel",
+                           .shape = {1, 1, c * m, filters_},
+                           .initializer = options_.pointwise_initializer,
+                           .regularizer = options_.pointwise_regularizer,
+                           .layout = options_.pointwise_kernel_layout});
+  if (options_.use_bias) {
+    bias_ = add_weight({.name = "bias",
+                        .shape = {filters_},
+                        .initializer = options_.bias_initializer,
+                        .regularizer = options_.bias_regularizer,
+                        .layout = options_.bias_layout});
+  }
+  internal_nn::check_compute_dtype("SeparableConv2D", name(), depthwise_->dtype());
+}
+
+Array SeparableConv2D::depthwise_input(const Array& x) const {
+  const DeviceMesh& mesh = pointwise_->value().mesh();
+  const DimSharding batch = x.mesh() == mesh ? x.layout().axes()[0] : DimSharding();
+  return distribute_tensor(x, TensorLayout({batch, None, None, None}, mesh));
+}
+
+Array SeparableConv2D::depthwise(const Array& in) const {
+  const Shape& xs = in.shape();
+  const Geometry g{.H = xs[1], .W = xs[2], .C = xs[3], .M = options_.depth_multiplier,
+                   .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
+                   .sh = options_.strides[0], .sw = options_.strides[1],
+                   .OH = out_extent(xs[1], 0), .OW = out_extent(xs[2], 1),
+                   .top = pad_before(xs[1], 0), .left = pad_before(xs[2], 1)};
+  const Array dk = distribute_tensor(depthwise_->value(), TensorLayout::replicated(4, in.mesh()));
+  Array d = allocate_agreed(in.layout(), {xs[0], g.OH, g.OW, g.C * g.M}, in.dtype(), in.runtime_ptr());
+  d.runtime().pool().parallel_for(d.local_shards().size(), [&](size_t s) {
+    Array::Shard& out = d.local_shards()[s];
+    internal_nn::dispatch_float(in.dtype(), [&]<typename E>(E* /*tag*/) {
+      E* o = reinterpret_cast<E*>(out.buffer.data());
+      const E* x = reinterpret_cast<const E*>(in.shard_at(out.position)->buffer.data());
+      const E* k = reinterpret_cast<const E*>(dk.shard_at(out.position)->buffer.data());
+      const int64_t cm = g.C * g.M;
+      std::vector<double> acc(static_cast<size_t>(g.OH * g.OW * cm));
+      for (int64_t b = 0; b < out.box.shape[0]; ++b) {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        const E* image = x + b * g.H * g.W * g.C;
+        for_each_tap(g, [&](int64_t oh, int64_t ow, int64_t i, int64_t j, int64_t ih, int64_t iw) {
+          double* a = acc.data() + (oh * g.OW + ow) * cm;
+          const E* px = image + (ih * g.W + iw) * g.C;
+          const E* pk = k + (i * g.kw + j) * cm;  // depthwise[i, j, c, m] at c·M + m
+          for (int64_t c = 0; c < g.C; ++c) {
+            for (int64_t m = 0; m < g.M; ++m) a[c * g.M + m] += static_cast<double>(px[c]) * pk[c * g.M + m];
+          }
+        });
+        E* dst = o + b * g.OH * g.OW * cm;
+        for (size_t t = 0; t < acc.size(); ++t) dst[t] = static_cast<E>(acc[t]);
+      }
+    });
+  });
+  return d;
+}
+
+Array SeparableConv2D::pointwise_matrix(std::optional<Array>& storage) const {
+  const Shape& ps = pointwise_->shape();
+  return reshaped_view(pointwise_->value(), {ps[2], ps[3]}, storage);
+}
+
+Array SeparableConv2D::pointwise_plus_bias(const Array& d, const Array& pw) const {
+  Array y = matmul(d, pw);
+  if (bias_) {
+    // Bias laid out like y's last dimension, so each device holds the filters it adds to.
+    const Array b = distribute_tensor(bias_->value(), TensorLayout({y.layout().axes().back()}, y.mesh()));
+    y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+      Array::Shard& s = y.local_shards()[i];
+      const int64_t nf = s.box.shape.back();
+      if (nf == 0) return;
+      internal_nn::dispatch_float(y.dtype(), [&]<typename E>(E* /*tag*/) {
+        E* p = reinterpret_cast<E*>(s.buffer.data());
+        const E* bias = reinterpret_cast<const E*>(b.shard_at(s.position)->buffer.data());
+        for (int64_t r = 0; r < s.box.num_elements() / nf; ++r) {
+          for (int64_t c = 0; c < nf; ++c) p[r * nf + c] += bias[c];
+        }
+      });
+    });
+  }
+  return y;
+}
+
+Array SeparableConv2D::call(const Array& x) {
+  check_input(x.shape());
+  check_input_dtype("SeparableConv2D", name(), x.dtype(), depthwise_->dtype());
+  std::optional<Array> pw_store;
+  Array y = pointwise_plus_bias(depthwise(depthwise_input(x)), pointwise_matrix(pw_store));
+  if (options_.activation == Activation::kLinear) return y;
+  return apply_activation(options_.activation, std::move(y));
+}
+
+Array SeparableConv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
+  if (!depthwise_) {
+    throw FailedPreconditionError(fmt::format("SeparableConv2D layer {} is not built: call it before its backward",
+                                              quote(name())));
+  }
+  check_input(x.shape());
+  check_input_dtype("SeparableConv2D", name(), x.dtype(), depthwise_->dtype());
+  const DType dtype = depthwise_->dtype();
+  check_output_gradient(name(), dy, compute_output_shape(x.shape()), dtype);
+  const Array in = depthwise_input(x);
+  const DeviceMesh& mesh = in.mesh();
+  const Array d = depthwise(in);
+  std::optional<Array> pw_store;
+  const Array pw = pointwise_matrix(pw_store);
+  // dz = dy through the activation (z recomputed), on the layer's mesh.
+  std::optional<Array> dz_store;
+  if (options_.activation != Activation::kLinear) {
+    dz_store.emplace(apply_activation_backward(options_.activation, pointwise_plus_bias(d, pw), dy));
+  } else if (dy.mesh() != mesh) {
+    dz_store.emplace(distribute_tensor(dy, TensorLayout::replicated(4, mesh)));
+  }
+  const Array& dz = dz_store ? *dz_store : dy;
+  if (bias_ && bias_->trainable()) grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
+  if (pointwise_->trainable()) {
+    grads.accumulate(*pointwise_, reshaped(matmul_backward_weight(d, dz, pw.layout()), pointwise_->shape()));
+  }
+  const Array dd = matmul_backward_input(dz, pw, d.layout());  // (B, OH, OW, C·M) in d's layout
+  // The depthwise step's backward, per device for its images.
+  const Shape& xs = x.shape();
+  const Geometry g{.H = xs[1], .W = xs[2], .C = xs[3], .M = options_.depth_multiplier,
+                   .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
+                   .sh = options_.strides[0], .sw = options_.strides[1],
+                   .OH = out_extent(xs[1], 0), .OW = out_extent(xs[2], 1),
+                   .top = pad_before(xs[1], 0), .left = pad_before(xs[2], 1)};
+  const int64_t cm = g.C * g.M;
+  const Array dk = distribute_tensor(depthwise_->value(), TensorLayout::replicated(4, mesh));
+  const bool train_depthwise = depthwise_->trainable();
+  const TensorLayout batch_layout5({in.layout().axes()[0], None, None, None, None}, mesh);
+  std::optional<Array> partials;  // (B, kh, kw, C, M): each image's share of d depthwise
+  if (train_depthwise) {
+    partials.emplace(allocate_agreed(batch_layout5, {xs[0], g.kh, g.kw, g.C, g.M}, dtype, in.runtime_ptr()));
+  }
+  Array dx = allocate_agreed(in.layout(), xs, dtype, in.runtime_ptr());
+  dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t s) {
+    Array::Shard& out = dx.local_shards()[s];
+    internal_nn::dispatch_float(dtype, [&]<typename E>(E* /*tag*/) {
+      E* dxo = reinterpret_cast<E*>(out.buffer.data());
+      const E* xi = reinterpret_cast<const E*>(in.shard_at(out.position)->buffer.data());
+      const E* gd = reinterpret_cast<const E*>(dd.shard_at(out.position)->buffer.data());
+      const E* k = reinterpret_cast<const E*>(dk.shard_at(out.position)->buffer.data());
+      E* part = partials ? reinterpret_cast<E*>(partials->shard_at(out.position)->buffer.data()) : nullptr;
+      std::vector<double> acc_x(static_cast<size_t>(g.H * g.W * g.C)), acc_k(static_cast<size_t>(g.kh * g.kw * cm));
+      for (int64_t b = 0; b < out.box.shape[0]; ++b) {
+        std::fill(acc_x.begin(), acc_x.end(), 0.0);
+        std::fill(acc_k.begin(), acc_k.end(), 0.0);
+        const E* image = xi + b * g.H * g.W * g.C;
+        const E* grad = gd + b * g.OH * g.OW * cm;
+        for_each_tap(g, [&](int64_t oh, int64_t ow, int64_t i, int64_t j, int64_t ih, int64_t iw) {
+          const E* gv = grad + (oh * g.OW + ow) * cm;
+          const E* pk = k + (i * g.kw + j) * cm;
+          const E* px = image + (ih * g.W + iw) * g.C;
+          double* ax = acc_x.data() + (ih * g.W + iw) * g.C;
+          double* ak = acc_k.data() + (i * g.kw + j) * cm;
+          for (int64_t c = 0; c < g.C; ++c) {
+            for (int64_t m = 0; m < g.M; ++m) {
+              const double gm = gv[c * g.M + m];
+              ax[c] += gm * pk[c * g.M + m];
+              ak[c * g.M + m] += gm * px[c];
+            }
+          }
+        });
+        E* dst = dxo + b * g.H * g.W * g.C;
+        for (size_t t = 0; t < acc_x.size(); ++t) dst[t] = static_cast<E>(acc_x[t]);
+        if (part) {
+          E* pd = part + b * g.kh * g.kw * cm;
+          for (size_t t = 0; t < acc_k.size(); ++t) pd[t] = static_cast<E>(acc_k[t]);
+        }
+      }
+    });
+  });
+  if (partials) {
+    // Σ over the images: a partial sum over the batch axes, completed by the collective.
+    const Array& dk_value = depthwise_->value();
+    if (dk_value.mesh() == mesh) {
+      grads.accumulate(*depthwise_, sum_over_leading(*partials, 4, dk_value.layout()));
+    } else {
+      grads.accumulate(*depthwise_, distribute_tensor(sum_over_leading(*partials, 4, TensorLayout::replicated(4, mesh)),
+                                                      dk_value.layout()));
+    }
+  }
+  if (dx.layout() == x.layout()) return dx;
+  return distribute_tensor(dx, x.layout());
+}
+
+}  // namespace meshlayout
