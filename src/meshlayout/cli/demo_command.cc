@@ -57,21 +57,6 @@ LayoutMap megatron_rules(const DeviceMesh& mesh) {
 }
 
 // The model's variables (keras-hub paths, shapes, F32) from the checkpoint's headers alone.
-std::vector<TensorInfo> planned_variables(const HfLlamaCheckpoint& checkpoint) {
-  std::vector<TensorInfo> v;
-  for (const HfWeightMapping& m : checkpoint.mappings()) {
-    TensorInfo t;
-    t.name = m.keras_path;
-    t.dtype_name = "F32";
-    t.dtype = DType::kF32;
-    t.element_size = 4;
-    t.shape = m.keras_shape;
-    t.end = static_cast<uint64_t>(num_elements(t.shape)) * 4;
-    v.push_back(std::move(t));
-  }
-  return v;
-}
-
 std::vector<std::vector<int32_t>> demo_prompts(const LlamaConfig& c) {
   std::vector<std::vector<int32_t>> prompts(kBatch);
   for (int64_t b = 0; b < kBatch; ++b) {
@@ -185,7 +170,7 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
 
   out << "\n4. The plan, from the checkpoint's headers alone (nothing read or allocated yet; "
          "`meshlayout plan` does this for any checkpoint):\n";
-  const std::vector<TensorInfo> specs = planned_variables(checkpoint);
+  const std::vector<TensorInfo> specs = keras_variable_infos(checkpoint);
   std::vector<const TensorInfo*> spec_ptrs;
   for (const TensorInfo& t : specs) spec_ptrs.push_back(&t);
   const CheckpointPlan plan = plan_tensors(spec_ptrs, rules);

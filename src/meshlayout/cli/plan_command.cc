@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <filesystem>
 #include <iostream>
 
 #include "meshlayout/cli/plan_render.h"
@@ -12,6 +13,7 @@
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
 
 namespace meshlayout::cli {
 
@@ -47,11 +49,37 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   std::optional<MatchMode> mode;
   if (options.mode) mode = parse_match_mode(*options.mode);
   const LayoutMap map = rules.to_layout_map(mode);
-  const Checkpoint checkpoint = Checkpoint::open(options.path);
-  const CheckpointPlan plan = plan_checkpoint(
-      checkpoint, map,
-      {.strict = options.strict, .replicated_warn_bytes = options.replicated_warn_bytes},
-      options.path);
+  const PlanOptions plan_options{.strict = options.strict, .replicated_warn_bytes = options.replicated_warn_bytes};
+  if (options.names != "auto" && options.names != "keras" && options.names != "file") {
+    throw ValueError(fmt::format("--names {} is not one of auto, keras, file", quote(options.names)));
+  }
+  std::error_code ec;
+  const bool llama_dir = std::filesystem::is_directory(options.path, ec) &&
+                         std::filesystem::exists(std::filesystem::path(options.path) / "config.json", ec);
+  if (options.names == "keras" && !llama_dir) {
+    throw ValueError(fmt::format("--names keras plans a Hugging Face Llama directory (config.json and its weights) "
+                                 "by its Keras variable paths; {} is not one",
+                                 quote(options.path)));
+  }
+  std::optional<Checkpoint> checkpoint;
+  std::vector<TensorInfo> variables;
+  const auto make_plan = [&]() -> CheckpointPlan {
+    if (llama_dir && options.names != "file") {
+      // The paths generate and train match the same rules against (a plan by Hugging Face
+      // names showed every tensor of train's rules file replicated).
+      const HfLlamaCheckpoint llama = HfLlamaCheckpoint::open(options.path);
+      variables = keras_variable_infos(llama);
+      std::vector<const TensorInfo*> pointers;
+      for (const TensorInfo& t : variables) pointers.push_back(&t);
+      CheckpointPlan p = plan_tensors(pointers, map, plan_options);
+      p.source = options.path;
+      p.num_files = llama.checkpoint().files().size();
+      return p;
+    }
+    checkpoint = Checkpoint::open(options.path);
+    return plan_checkpoint(*checkpoint, map, plan_options, options.path);
+  };
+  const CheckpointPlan plan = make_plan();
   std::string text = options.json ? render_plan_json(plan) : render_plan_text(plan);
   if (optimizer) {
     const TrainingPlan training = plan_training(plan, map, *optimizer);
@@ -99,6 +127,10 @@ void add_plan_command(CLI::App& app, int* exit_code) {
                 "first axis), so a device holds 1/data-size of the slots of data-replicated weights");
   cmd->add_option("--shard-slots-over", options->shard_slots_over,
                   "with --optimizer: ZeRO-1 over this mesh axis instead of the first");
+  cmd->add_option("--names", options->names,
+                  "names the rules match: auto (default: a Hugging Face Llama directory by its Keras variable "
+                  "paths, as generate and train; other checkpoints by their tensor names), keras, or file")
+      ->default_str("auto");
   cmd->add_option("--replicated-warn-bytes", *warn_bytes,
                   "warn about tensors of at least this size that no rule matches (each device "
                   "holds all of them); 0 turns the warning off. Default 16MiB");

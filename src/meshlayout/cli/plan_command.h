@@ -4,8 +4,12 @@
 //   meshlayout plan model.safetensors --rules rules.json [--mesh data=2,model=4]
 //       [--mode search|fullmatch|first] [--json] [--strict] [--replicated-warn-bytes 16MiB]
 //       [--optimizer sgd|adam|adamw [--zero1 | --shard-slots-over AXIS]]
+//       [--names auto|keras|file]
 //
-// FILE is a .safetensors file, a *.safetensors.index.json or a directory holding either.
+// FILE is a .safetensors file, a *.safetensors.index.json or a directory holding either. A
+// Hugging Face Llama directory is planned by its Keras variable paths (F32, as the model holds
+// them), so a rules file plans here as it trains and generates; --names file plans the names
+// written in the file instead.
 // The mesh is --mesh if given, else the rules file's "mesh"; neither is an error. The mesh
 // describes the target machine: its devices need not exist here (the command lifts the
 // process's device count to kMaxMeshDevices, as `layout` and `match` do), so a 64-device plan
@@ -59,6 +63,12 @@ struct PlanCommandOptions {
   std::optional<std::string> optimizer;  // also plan training with this optimizer
   bool zero1 = false;                    // ZeRO-1 over the mesh's first (data) axis
   std::optional<std::string> shard_slots_over;  // ZeRO-1 over this axis
+  /// Which names rules are matched against: "auto" (default) — a Hugging Face Llama directory
+  /// (config.json beside the weights) is planned by its model's Keras variable paths and F32
+  /// shapes, as generate and train build it, any other checkpoint by its tensor names;
+  /// "keras" — Keras paths, the path must be a Llama directory; "file" — the tensor names in
+  /// the file, as written.
+  std::string names = "auto";
 };
 
 /// Exit code when the plan was printed but has errors.

@@ -7,14 +7,17 @@
 #include <sstream>
 
 #include "meshlayout/cli/checkpoint_test_util.h"
+#include "meshlayout/cli/generate_test_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout::cli {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using meshlayout::testing::ValueErrorMessage;
 using nlohmann::json;
 
 constexpr const char* kRules = R"({
@@ -300,6 +303,35 @@ TEST(ParseByteCountTest, UnitsAndErrors) {
   for (const char* bad : {"", "MiB", "-1", "1.5MiB", "12XB", "1 KiBs", "99999999999TiB"}) {
     EXPECT_THROW(parse_byte_count(bad, "--replicated-warn-bytes"), ValueError) << bad;
   }
+}
+
+// Issue 24: a Hugging Face Llama directory is planned by the Keras paths generate and train
+// match rules against; by its file names, train's rules file matched nothing.
+TEST_F(PlanCommandTest, LlamaDirectoryIsPlannedByKerasPaths) {
+  const std::string llama = dir_.path("llama");
+  meshlayout::testing::write_tiny_llama(llama);
+  const std::string rules = std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json";
+  PlanCommandOptions o{.path = llama, .rules_path = rules, .mesh = "batch=2,model=4", .json = true,
+                       .optimizer = "adamw"};
+  EXPECT_EQ(run(o), 0);
+  json j = json::parse(out_);
+  size_t sharded = j["totals"]["sharded"];
+  EXPECT_GT(sharded, 0u);
+  EXPECT_EQ(j["tensors"][1]["path"], "transformer_layer_0/self_attention_layernorm/scale");
+  EXPECT_EQ(j["tensors"][2]["path"], "transformer_layer_0/self_attention/query/kernel");
+  EXPECT_EQ(j["tensors"][2]["layout"], json::parse(R"([null, "model", null])"));
+  EXPECT_EQ(j["tensors"][2]["dtype"], "F32");
+  // As written in the file, the same rules match nothing.
+  o.names = "file";
+  EXPECT_EQ(run(o), 0);
+  j = json::parse(out_);
+  EXPECT_EQ(j["totals"]["sharded"], 0);
+  EXPECT_THAT(out_, HasSubstr("model.layers.0.self_attn.q_proj.weight"));
+  o.names = "keras";
+  o.path = checkpoint_;
+  EXPECT_THAT(ValueErrorMessage([&] { run(o); }), HasSubstr("--names keras plans a Hugging Face Llama directory"));
+  o.names = "hf";
+  EXPECT_THAT(ValueErrorMessage([&] { run(o); }), HasSubstr("--names 'hf' is not one of auto, keras, file"));
 }
 
 }  // namespace

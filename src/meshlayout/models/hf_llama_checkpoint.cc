@@ -328,6 +328,24 @@ HfLlamaCheckpoint HfLlamaCheckpoint::open(const std::string& dir) {
   return h;
 }
 
+std::vector<TensorInfo> keras_variable_infos(const HfLlamaCheckpoint& checkpoint) {
+  std::vector<TensorInfo> infos;
+  uint64_t offset = 0;
+  for (const HfWeightMapping& m : checkpoint.mappings()) {
+    TensorInfo t;
+    t.name = m.keras_path;
+    t.dtype_name = "F32";
+    t.dtype = DType::kF32;
+    t.element_size = 4;
+    t.shape = m.keras_shape;
+    t.begin = offset;
+    t.end = offset + static_cast<uint64_t>(num_elements(t.shape)) * 4;
+    offset = t.end;
+    infos.push_back(std::move(t));
+  }
+  return infos;
+}
+
 HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
                            const std::map<std::string, Array*>& targets,
                            const HfLoadOptions& options) {

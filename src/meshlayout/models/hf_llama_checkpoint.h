@@ -86,6 +86,10 @@ class HfLlamaCheckpoint {
   std::vector<std::string> ignored_;
 };
 
+/// The model's variables as header entries: Keras paths and shapes, F32 as LlamaModel holds
+/// them (data offsets back to back). What plans match rules against, as generate and train do.
+std::vector<TensorInfo> keras_variable_infos(const HfLlamaCheckpoint& checkpoint);
+
 struct HfLoadOptions {
   /// Staging a device holds at once for tensors that are transposed or converted: a box
   /// larger than this is read in pieces (split along its outer dimensions).
