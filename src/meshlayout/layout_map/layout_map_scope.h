@@ -2,8 +2,10 @@
 // Keras 2 (seeds 000–002): while a scope is alive on a thread, the variables created on that
 // thread are lazily initialised and later materialised with the layouts of this map.
 //
-// The scope only records the map as the thread's current one (restoring the previous map when
-// it ends, so scopes nest); the variable and model code reads current_layout_map().
+// The scope only records the map as the thread's current one; the variable and model code
+// reads current_layout_map(), the map of the innermost scope still alive. Scopes nest, and a
+// scope that ends out of order (A entered, then B, then A ended) removes only itself: B stays
+// current, and no ended scope's map is ever current again.
 //
 // Example:
 //   {
@@ -11,6 +13,8 @@
 //     model = build_model();             // variables are lazy, keyed by their object paths
 //   }
 #pragma once
+
+#include <cstdint>
 
 #include "meshlayout/layout_map/layout_map.h"
 
@@ -27,7 +31,7 @@ class [[nodiscard]] LayoutMapScope {
   ~LayoutMapScope();
 
  private:
-  const LayoutMap* previous_;
+  uint64_t id_;  // this scope's entry in the thread's stack of live scopes
   bool active_ = true;
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <thread>
 
 namespace meshlayout {
@@ -20,6 +21,26 @@ TEST(LayoutMapScopeTest, ScopesNestAndRestoreThePreviousMap) {
     EXPECT_EQ(current_layout_map(), &outer);
   }
   EXPECT_EQ(current_layout_map(), nullptr);
+}
+
+// Scopes that end out of order (possible with optional, unique_ptr or Python's with-blocks in
+// generators) remove only themselves: an ended scope's map is never current again.
+TEST(LayoutMapScopeTest, ScopesEndedOutOfOrderLeaveTheInnermostLiveOne) {
+  LayoutMap a_map, b_map, c_map;
+  auto a = std::make_optional<LayoutMapScope>(a_map.scope());
+  auto b = std::make_optional<LayoutMapScope>(b_map.scope());
+  auto c = std::make_optional<LayoutMapScope>(c_map.scope());
+  b.reset();  // the middle one first
+  EXPECT_EQ(current_layout_map(), &c_map);
+  a.reset();
+  EXPECT_EQ(current_layout_map(), &c_map);
+  c.reset();
+  EXPECT_EQ(current_layout_map(), nullptr);  // not a_map or b_map, which ended
+  // A moved scope ends once, when its last owner does.
+  auto d = std::make_optional<LayoutMapScope>(a_map.scope());
+  LayoutMapScope moved(std::move(*d));
+  d.reset();
+  EXPECT_EQ(current_layout_map(), &a_map);
 }
 
 TEST(LayoutMapScopeTest, IsPerThreadAsInKeras) {
