@@ -16,7 +16,13 @@
 // (optimizer.safetensors: "adamw/iteration", "adamw/<variable>_momentum", …). Given such a
 // directory as --model with the same --optimizer, training resumes: the optimizer's state is
 // loaded into its slots in the current layouts (any mesh or process count) and step numbering
-// and rows continue from its iteration.
+// and rows continue from its iteration. --save is claimed before the first step
+// (io/save_directory.h: created, locked against a second run, checked writable) and
+// meshlayout_save.json is written after every file, so an interrupted save is recognisably
+// incomplete; --model of such a directory is refused. A save failing after training goes to
+// a new temporary directory, and the error says where. Under mpirun the processes first
+// agree on every option and on digests of config.json, the rules, the weights' headers, the
+// data and the optimizer state (command_agreement.h).
 // --zero1: ZeRO-1, each optimizer slot sharded further over the distribution's batch axis
 // (optimizer.h's shard_slots_over): the same updates with 1/batch-size of the slots of
 // batch-replicated weights per device. Slots keep their Keras paths, so a state saved with
@@ -58,8 +64,9 @@ inline constexpr const char* kOptimizerStateFile = "optimizer.safetensors";
 /// only); returns the exit code (0). Errors are thrown by every process alike: bad options, a
 /// missing or invalid model directory or data file (dtype, rank), a batch not divisible by
 /// the data shards, too few rows, a token id outside the vocabulary, an unknown optimizer, a
-/// non-finite loss, a --save directory that is not new or empty, optimizer state of another
-/// optimizer in the model directory.
+/// non-finite loss or weight, a --save directory that is not new or empty (or is locked by
+/// another run), optimizer state of another optimizer in the model directory, an incomplete
+/// save as --model, step counts whose rows overflow.
 int run_train(const TrainCommandOptions& options, std::ostream& out);
 
 void add_train_command(CLI::App& app, int* exit_code);
