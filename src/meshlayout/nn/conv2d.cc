@@ -7,6 +7,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/conv_geometry.h"
 #include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/ops/blas.h"
@@ -32,19 +33,13 @@ Conv2D::Conv2D(int64_t filters, Conv2DOptions options)
 }
 
 int64_t Conv2D::out_extent(int64_t in, int d) const {
-  const int64_t k = options_.kernel_size[static_cast<size_t>(d)];
-  const int64_t s = options_.strides[static_cast<size_t>(d)];
-  if (options_.padding == "same") return (in + s - 1) / s;
-  return in >= k ? (in - k) / s + 1 : 0;
+  return conv_out_extent(in, options_.kernel_size[static_cast<size_t>(d)], options_.strides[static_cast<size_t>(d)],
+                         options_.padding == "same");
 }
 
-// TF/Keras "same": total padding max((out-1)*s + k - in, 0), the smaller half before.
 int64_t Conv2D::pad_before(int64_t in, int d) const {
-  if (options_.padding != "same") return 0;
-  const int64_t k = options_.kernel_size[static_cast<size_t>(d)];
-  const int64_t s = options_.strides[static_cast<size_t>(d)];
-  const int64_t total = std::max<int64_t>((out_extent(in, d) - 1) * s + k - in, 0);
-  return total / 2;
+  return conv_pad_before(in, options_.kernel_size[static_cast<size_t>(d)], options_.strides[static_cast<size_t>(d)],
+                         options_.padding == "same");
 }
 
 void Conv2D::check_input(const Shape& input_shape) const {
