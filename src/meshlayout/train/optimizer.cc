@@ -1,5 +1,6 @@
 // optimizer.cc — the base Optimizer: variables, build, apply (clipping, weight decay, the
-// per-shard loop). See optimizer.h; the update rules are in optimizers.cc.
+// per-shard loop). See optimizer.h; the update rules are in each optimizer's file (sgd.cc, …),
+// the registry in optimizer_registry.cc.
 #include "meshlayout/train/optimizer.h"
 
 #include <fmt/format.h>
@@ -238,7 +239,7 @@ void Optimizer::build(std::span<const VariablePtr> variables) {
 }
 
 void Optimizer::add_optimizer_variables(std::span<const VariablePtr> variables,
-                                        const std::vector<std::string>& names) {
+                                        const std::vector<std::string>& names, double initial_value) {
   NameScope scope(name_, this, std::nullopt);
   for (const VariablePtr& ref : variables) {
     Tracked* tracked = nullptr;
@@ -255,7 +256,9 @@ void Optimizer::add_optimizer_variables(std::span<const VariablePtr> variables,
       auto v = std::make_shared<Variable>(VariableSpec{.name = base + "_" + slot,
                                                        .shape = ref->shape(),
                                                        .dtype = ref->dtype(),
-                                                       .initializer = Initializer::zeros(),
+                                                       .initializer = initial_value == 0.0
+                                                                          ? Initializer::zeros()
+                                                                          : Initializer::constant(initial_value),
                                                        .trainable = false,
                                                        .layout = layout});
       v->materialize(layout, ref->value().runtime_ptr());

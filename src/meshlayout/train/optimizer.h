@@ -1,5 +1,9 @@
-// optimizer.h — Keras 3 optimizers on distributed variables: the base Optimizer, SGD, Adam,
-// AdamW and make_optimizer(name, options) (keras.optimizers.get).
+// optimizer.h — the base of the Keras 3 optimizers on distributed variables: Optimizer,
+// OptimizerOptions (make_optimizer's arguments), OptimizerArguments (an optimizer's own
+// arguments, by name) and the registry behind make_optimizer(name, options)
+// (keras.optimizers.get). The optimizers are one per file, each with its own options struct and
+// argument check, registered by its Keras name from its own .cc file: sgd.h, adam.h, adamw.h,
+// (optimizers.h includes them all).
 //
 // Exactly as Keras 3 (keras/src/optimizers/{base_optimizer,sgd,adam,adamw}.py):
 //  * variables `<name>/iteration` (I32, non-trainable) and `<name>/learning_rate` (F32) made
@@ -12,7 +16,8 @@
 //    CLI's train command) passes stable_optimizer_name() explicitly;
 //  * slots from add_variable_from_reference: `<name>/<ref path, '/'→'_'>_<slot>`, created per
 //    add_optimizer_variables call, interleaved per variable within a call: Adam
-//    [m0, v0, m1, v1, …] then (amsgrad) [vhat0, vhat1, …]; SGD `momentum` only if momentum != 0;
+//    [m0, v0, m1, v1, …] then (amsgrad) [vhat0, vhat1, …]; SGD `momentum` only if momentum != 0
+//    (each optimizer's header lists its slots);
 //  * every slot is born in its variable's layout (same mesh, same boxes, zeros; ZeRO-1 below), never matched
 //    against a LayoutMap (Keras >= 3.10: layout=ref._layout);
 //  * a step: clip gradients → decoupled weight decay θ ← θ − θ·wd·lr (pre-update θ) →
@@ -51,6 +56,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "meshlayout/array/array.h"
@@ -58,8 +64,14 @@
 
 namespace meshlayout {
 
-/// Arguments of the Keras optimizers. Unset optional ones take the optimizer's default; an
-/// argument the optimizer does not have (beta_1 on SGD) is a ValueError.
+/// The value of a keyword argument in OptimizerOptions::arguments: a float or a bool.
+using OptimizerArgument = std::variant<double, bool>;
+
+/// Arguments of the Keras optimizers: the base optimizer's, then keyword arguments for the
+/// optimizer's own options struct (each optimizer's header). Unset optional ones take the
+/// optimizer's default; an argument the optimizer does not have (beta_1 on SGD) is a ValueError.
+/// The first optimizers' arguments are typed fields (momentum … amsgrad); every other one
+/// (rho, centered, initial_accumulator_value, …) goes in `arguments` by its Keras name.
 struct OptimizerOptions {
   std::string name;                     // auto_name of the class ("sgd", "adam_1", …) when empty
   std::optional<double> learning_rate;  // SGD 0.01, Adam/AdamW 0.001
@@ -75,6 +87,8 @@ struct OptimizerOptions {
   // argument; unset: slots in their variable's layout. ValueError at build (or
   // slot_bytes_per_device) naming it and the mesh's axes when the mesh has no such axis.
   std::optional<std::string> shard_slots_over;
+  // Any other keyword argument of the optimizer by its Keras name: {{"rho", 0.95}, {"centered", true}}.
+  std::map<std::string, OptimizerArgument, std::less<>> arguments;
 };
 
 /// The layout of a ZeRO-1 slot of a variable of `shape` in `layout`, sharded further over mesh
@@ -180,9 +194,10 @@ class Optimizer {
   /// Keras build(): calls add_optimizer_variables, in Keras' order.
   virtual void build_slots(std::span<const VariablePtr> variables) = 0;
   /// Keras add_optimizer_variables(variables, names): for each variable, one slot per name
-  /// (interleaved), under the optimizer's name scope, born in slot_layout(variable's layout).
-  void add_optimizer_variables(std::span<const VariablePtr> variables,
-                               const std::vector<std::string>& names);
+  /// (interleaved), under the optimizer's name scope, born in slot_layout(variable's layout),
+  /// holding `initial_value` (Keras' initializer=Constant; zeros by default).
+  void add_optimizer_variables(std::span<const VariablePtr> variables, const std::vector<std::string>& names,
+                               double initial_value = 0.0);
 
  private:
   struct Tracked {
@@ -203,64 +218,71 @@ class Optimizer {
   bool built_ = false;
 };
 
-/// keras.optimizers.SGD: m ← μ·m − lr·g; θ += m (nesterov: θ += μ·m − lr·g with the new m);
-/// μ = 0: θ −= lr·g (no slot).
-class SGD : public Optimizer {
+/// The keyword arguments of `options` beyond the base optimizer's, for an optimizer's own
+/// options struct to take by name: the typed fields that are set (momentum, nesterov, beta_1,
+/// beta_2, epsilon, amsgrad) and every entry of `arguments`. finish() refuses what was not
+/// taken, as Keras' "Argument(s) not recognized" (before the optimizer takes a number).
+///   OptimizerArguments a(options, "RMSprop");
+///   RMSpropOptions r{.rho = a.number("rho", 0.9), .centered = a.flag("centered", false)};
+///   a.finish();   // ValueError "Argument(s) not recognized by RMSprop: beta_1=0.5"
+class OptimizerArguments {
  public:
-  explicit SGD(const OptimizerOptions& options = {});
-  double momentum() const { return momentum_; }
-  bool nesterov() const { return nesterov_; }
-  std::vector<std::string> slot_names() const override;
-  void update_shard(const ShardStep<float>& step) const override;
-  void update_shard(const ShardStep<double>& step) const override;
-
- protected:
-  void build_slots(std::span<const VariablePtr> variables) override;
+  /// ValueError naming the argument if a typed field and `arguments` both give it.
+  OptimizerArguments(const OptimizerOptions& options, std::string_view class_name);
+  /// The number `name`, else `default_value`. ValueError if it was given as a bool.
+  double number(std::string_view name, double default_value);
+  /// The bool `name`, else `default_value`. ValueError if it was given as a number.
+  bool flag(std::string_view name, bool default_value);
+  /// ValueError listing every argument not taken ("name=value").
+  void finish() const;
 
  private:
-  double momentum_;
-  bool nesterov_;
+  std::string class_name_;
+  std::map<std::string, OptimizerArgument, std::less<>> left_;
 };
 
-/// keras.optimizers.Adam: m += (g−m)(1−β1); v += (g²−v)(1−β2); α = lr·√(1−β2^t)/(1−β1^t);
-/// θ −= α·m/(√v + ε) (amsgrad: v̂ = max(v̂, v) in place of v), t = iterations + 1.
-class Adam : public Optimizer {
- public:
-  explicit Adam(const OptimizerOptions& options = {});
-  double beta_1() const { return beta_1_; }
-  double beta_2() const { return beta_2_; }
-  double epsilon() const { return epsilon_; }
-  bool amsgrad() const { return amsgrad_; }
-  std::vector<std::string> slot_names() const override;
-  void update_shard(const ShardStep<float>& step) const override;
-  void update_shard(const ShardStep<double>& step) const override;
+/// Builds the optimizer a registration names from make_optimizer's options.
+using OptimizerFactory = std::unique_ptr<Optimizer> (*)(const OptimizerOptions& options);
 
- protected:
-  Adam(std::string_view class_name, const OptimizerOptions& options);
-  void build_slots(std::span<const VariablePtr> variables) override;
-
- private:
-  double beta_1_, beta_2_, epsilon_;
-  bool amsgrad_;
+/// One entry of the registry make_optimizer looks names up in.
+struct OptimizerRegistration {
+  std::string name;         // the keras.optimizers.get name, lower case ("rmsprop")
+  std::string stable_name;  // Keras 3.0–3.14's fixed default name ("SGD", "rmsprop")
+  OptimizerFactory make;
 };
 
-/// keras.optimizers.AdamW: Adam with weight_decay (default 0.004) applied first.
-class AdamW : public Adam {
- public:
-  explicit AdamW(const OptimizerOptions& options = {});
-};
+/// Adds `registration` to the registry (from an optimizer's own .cc file, through
+/// MESHLAYOUT_REGISTER_OPTIMIZER); returns true. InternalError for a name registered twice or
+/// not lower case.
+bool register_optimizer(OptimizerRegistration registration);
 
-/// The names make_optimizer accepts, in order: "sgd", "adam", "adamw".
+/// The registration, in the optimizer's .cc file, of class `Class` under keras.optimizers.get's
+/// name `key` (an identifier, lower case) with Keras 3.0–3.14's default name `stable`:
+///   MESHLAYOUT_REGISTER_OPTIMIZER(rmsprop, RMSprop, "rmsprop");
+/// It defines the symbol meshlayout_optimizer_<key>; `key` must also be listed in
+/// train/CMakeLists.txt's MESHLAYOUT_OPTIMIZERS, so the registry refers to the symbol and every
+/// program that can call make_optimizer links the file.
+#define MESHLAYOUT_REGISTER_OPTIMIZER(key, Class, stable)                                               \
+  extern "C" {                                                                                         \
+  extern const bool meshlayout_optimizer_##key;                                                        \
+  const bool meshlayout_optimizer_##key = ::meshlayout::register_optimizer(                            \
+      {#key, stable, [](const ::meshlayout::OptimizerOptions& o) -> std::unique_ptr<::meshlayout::Optimizer> { \
+         return std::make_unique<Class>(o);                                                            \
+       }});                                                                                            \
+  }
+
+/// The names make_optimizer accepts, sorted: "adam", "adamw", "sgd".
 std::vector<std::string> optimizer_names();
 
 /// keras.optimizers.get(name) with arguments (case-insensitive; an automatic name as the
-/// constructors, Keras >= 3.15). ValueError listing the valid names otherwise.
+/// constructors, Keras >= 3.15), found in the registry. ValueError listing the valid names
+/// otherwise.
 std::unique_ptr<Optimizer> make_optimizer(std::string_view name, const OptimizerOptions& options = {});
 
 /// The fixed name Keras 3.0–3.14 gave the optimizer `name` of make_optimizer: "SGD", "adam",
-/// "adamw". For state saved under the optimizer's paths (`adamw/iteration`, …) that a new
-/// process must find again whatever it constructed before: pass it as OptimizerOptions::name.
-/// ValueError as make_optimizer for an unknown name.
+/// "adamw". For state saved under the optimizer's paths (`adamw/iteration`, …)
+/// that a new process must find again whatever it constructed before: pass it as
+/// OptimizerOptions::name. ValueError as make_optimizer for an unknown name.
 std::string stable_optimizer_name(std::string_view name);
 
 }  // namespace meshlayout

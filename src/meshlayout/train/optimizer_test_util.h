@@ -1,5 +1,6 @@
 // optimizer_test_util.h — a float64 reference of the Keras 3 optimizers (clipping, decoupled
-// weight decay, SGD/Adam/AdamW update_step, written from keras/src/optimizers/*.py), and
+// weight decay, SGD/Adam/AdamW update_step, written from
+// keras/src/optimizers/*.py, independent of the library's update code), and
 // helpers to run the same steps on distributed variables, for optimizer_test.cc and the
 // mpirun test.
 //
@@ -24,7 +25,7 @@
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/nn/name_scope.h"
-#include "meshlayout/train/optimizer.h"
+#include "meshlayout/train/optimizers.h"
 
 namespace meshlayout {
 

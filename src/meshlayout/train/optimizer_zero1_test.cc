@@ -7,7 +7,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/nn_test_util.h"
-#include "meshlayout/train/optimizer.h"
+#include "meshlayout/train/optimizers.h"
 #include "meshlayout/train/optimizer_test_util.h"
 
 namespace meshlayout {

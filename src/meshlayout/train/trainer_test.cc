@@ -18,6 +18,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/testing/test_util.h"
+#include "meshlayout/train/adam.h"
 #include "meshlayout/train/progress.h"
 #include "meshlayout/train/trainer_test_util.h"
 

@@ -1,0 +1,12 @@
+// optimizers.h — every optimizer of this library, for code that constructs one by its class:
+// SGD, Adam, AdamW. make_optimizer (optimizer.h) needs none of them.
+//
+// Example:
+//   #include "meshlayout/train/optimizers.h"
+//   SGD opt({.momentum = 0.9});
+#pragma once
+
+#include "meshlayout/train/adam.h"
+#include "meshlayout/train/adamw.h"
+#include "meshlayout/train/optimizer.h"
+#include "meshlayout/train/sgd.h"
