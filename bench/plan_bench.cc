@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
-#include "meshlayout/cli/checkpoint_plan.h"
+#include "meshlayout/plan/checkpoint_plan.h"
 #include "meshlayout/cli/plan_command.h"
-#include "meshlayout/cli/plan_render.h"
+#include "meshlayout/plan/plan_render.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout/devices.h"
@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
 
   // One plan outside the timings, to print its shape and check it.
   const Checkpoint ckpt = Checkpoint::open(path);
-  const cli::CheckpointPlan plan = cli::plan_checkpoint(ckpt, map);
+  const CheckpointPlan plan = plan_checkpoint(ckpt, map);
   std::printf("checkpoint: %zu tensors, header %.1f MiB, data %.1f GiB (sparse); %zu rules on "
               "%s; plan: %zu placements, %zu sharded, %zu replicated, %zu warnings, %zu errors; "
               "median of %d\n\n",
@@ -157,9 +157,9 @@ int main(int argc, char** argv) {
   const double parse_ms = median_ms(reps, [&] { sink += nlohmann::json::parse(json).size(); });
   const double open_ms = median_ms(reps, [&] { sink += Checkpoint::open(path).tensors().size(); });
   const double plan_ms =
-      median_ms(reps, [&] { sink += cli::plan_checkpoint(ckpt, map).tensors.size(); });
-  const double text_ms = median_ms(reps, [&] { sink += cli::render_plan_text(plan).size(); });
-  const double json_ms = median_ms(reps, [&] { sink += cli::render_plan_json(plan).size(); });
+      median_ms(reps, [&] { sink += plan_checkpoint(ckpt, map).tensors.size(); });
+  const double text_ms = median_ms(reps, [&] { sink += render_plan_text(plan).size(); });
+  const double json_ms = median_ms(reps, [&] { sink += render_plan_json(plan).size(); });
   std::ofstream devnull("/dev/null");
   const double run_text_ms = median_ms(reps, [&] {
     sink += cli::run_plan({.path = path, .rules_path = rules_path}, devnull);
@@ -182,8 +182,8 @@ int main(int argc, char** argv) {
   const double worst = std::max(run_text_ms, run_json_ms);
   std::printf("\nrun_plan on %zu tensors: %.0f ms, %s the 1 s target\n", ckpt.tensors().size(),
               worst, worst < 1000 ? "under" : "OVER");
-  std::printf("(text %zu bytes, json %zu bytes; sink %zu)\n", cli::render_plan_text(plan).size(),
-              cli::render_plan_json(plan).size(), sink);
+  std::printf("(text %zu bytes, json %zu bytes; sink %zu)\n", render_plan_text(plan).size(),
+              render_plan_json(plan).size(), sink);
   fs::remove(path);
   fs::remove(rules_path);
   return worst < 1000 ? 0 : 1;

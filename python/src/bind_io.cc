@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "bindings.h"
-#include "meshlayout/cli/checkpoint_plan.h"
-#include "meshlayout/cli/plan_render.h"
+#include "meshlayout/plan/checkpoint_plan.h"
+#include "meshlayout/plan/plan_render.h"
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout_map/layout_map.h"
@@ -142,9 +142,9 @@ void bind_io(py::module_& m) {
   }, py::arg("path"), "A .safetensors file, a *.safetensors.index.json, or a directory with either.");
 
   m.def("_plan_json", [](const Checkpoint& ckpt, const py::object& layout_map, bool strict) {
-    cli::CheckpointPlan plan = cli::plan_checkpoint(ckpt, layout_map_of(layout_map),
-                                                    cli::PlanOptions{.strict = strict}, ckpt.path());
-    return cli::render_plan_json(plan);
+    CheckpointPlan plan = plan_checkpoint(ckpt, layout_map_of(layout_map),
+                                                    PlanOptions{.strict = strict}, ckpt.path());
+    return render_plan_json(plan);
   }, py::arg("checkpoint"), py::arg("layout_map"), py::arg("strict") = false);
 
   m.def("load", &load, py::arg("checkpoint"), py::arg("layouts"), py::arg("convert_dtypes") = false,

@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <iostream>
 
-#include "meshlayout/cli/checkpoint_plan.h"
-#include "meshlayout/cli/plan_render.h"
+#include "meshlayout/plan/checkpoint_plan.h"
+#include "meshlayout/plan/plan_render.h"
 #include "meshlayout/cli/progress_bar.h"
-#include "meshlayout/cli/text_format.h"
+#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/input_file.h"
 #include "meshlayout/core/strings.h"

@@ -12,7 +12,7 @@
 
 #include "meshlayout/cli/command_agreement.h"
 #include "meshlayout/cli/llama_command_setup.h"
-#include "meshlayout/cli/text_format.h"
+#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"

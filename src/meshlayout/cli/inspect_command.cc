@@ -8,7 +8,7 @@
 #include <iostream>
 #include <map>
 
-#include "meshlayout/cli/text_format.h"
+#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/safetensors_file.h"
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "meshlayout/cli/checkpoint_test_util.h"
+#include "meshlayout/plan/checkpoint_test_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_file.h"
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <iostream>
 
-#include "meshlayout/cli/plan_render.h"
-#include "meshlayout/cli/training_plan.h"
+#include "meshlayout/plan/plan_render.h"
+#include "meshlayout/plan/training_plan.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/safetensors_file.h"

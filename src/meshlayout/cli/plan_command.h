@@ -47,7 +47,7 @@
 #include <string>
 #include <string_view>
 
-#include "meshlayout/cli/checkpoint_plan.h"
+#include "meshlayout/plan/checkpoint_plan.h"
 #include "meshlayout/core/byte_size.h"
 
 namespace meshlayout::cli {

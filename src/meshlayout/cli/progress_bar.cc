@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "meshlayout/cli/text_format.h"
+#include "meshlayout/plan/text_format.h"
 
 namespace meshlayout::cli {
 

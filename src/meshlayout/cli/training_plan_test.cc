@@ -3,7 +3,7 @@
 // JSON forms; an unknown optimizer is refused before anything is read. ZeRO-1 (--zero1,
 // --shard-slots-over): the planned slots are what a ZeRO-1 optimizer builds, half of them on a
 // batch=2 mesh, stated in text and JSON; an axis not in the mesh is refused by name.
-#include "meshlayout/cli/training_plan.h"
+#include "meshlayout/plan/training_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
-#include "meshlayout/cli/text_format.h"
+#include "meshlayout/plan/text_format.h"
 
 #include <algorithm>
 
-namespace meshlayout::cli {
+namespace meshlayout {
 
 std::string join_ids(const std::vector<int32_t>& ids) {
   std::string s;
@@ -40,4 +40,4 @@ std::string json_members(const Json& j) {
   return text.substr(1, text.size() - 2);
 }
 
-}  // namespace meshlayout::cli
+}  // namespace meshlayout

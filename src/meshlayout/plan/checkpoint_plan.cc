@@ -1,4 +1,4 @@
-#include "meshlayout/cli/checkpoint_plan.h"
+#include "meshlayout/plan/checkpoint_plan.h"
 
 #include <fmt/format.h>
 
@@ -6,13 +6,13 @@
 #include <limits>
 #include <unordered_map>
 
-#include "meshlayout/cli/text_format.h"
+#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout_map/rules_file.h"
 
-namespace meshlayout::cli {
+namespace meshlayout {
 namespace {
 
 constexpr size_t kNoRule = std::numeric_limits<size_t>::max();
@@ -248,4 +248,4 @@ CheckpointPlan plan_checkpoint(const Checkpoint& checkpoint, const LayoutMap& ma
   return plan;
 }
 
-}  // namespace meshlayout::cli
+}  // namespace meshlayout

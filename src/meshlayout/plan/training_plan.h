@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "meshlayout/cli/checkpoint_plan.h"
+#include "meshlayout/plan/checkpoint_plan.h"
 #include "meshlayout/train/optimizer.h"
 
-namespace meshlayout::cli {
+namespace meshlayout {
 
 struct TrainingPlan {
   struct Device {
@@ -48,4 +48,4 @@ std::string render_training_text(const TrainingPlan& training, const DeviceMesh&
 ///  "devices": [{"device", "weights", "gradients", "slots", "total"}]}
 nlohmann::json training_json(const TrainingPlan& training, const DeviceMesh& mesh);
 
-}  // namespace meshlayout::cli
+}  // namespace meshlayout

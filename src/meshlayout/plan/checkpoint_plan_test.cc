@@ -1,4 +1,4 @@
-#include "meshlayout/cli/checkpoint_plan.h"
+#include "meshlayout/plan/checkpoint_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -6,14 +6,14 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "meshlayout/cli/checkpoint_test_util.h"
-#include "meshlayout/cli/plan_render.h"
-#include "meshlayout/cli/text_format.h"
+#include "meshlayout/plan/checkpoint_test_util.h"
+#include "meshlayout/plan/plan_render.h"
+#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout/devices.h"
 
-namespace meshlayout::cli {
+namespace meshlayout {
 namespace {
 
 using ::testing::AllOf;
@@ -321,4 +321,4 @@ TEST(TextFormatTest, JsonStrings) {
 }
 
 }  // namespace
-}  // namespace meshlayout::cli
+}  // namespace meshlayout

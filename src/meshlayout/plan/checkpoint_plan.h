@@ -41,7 +41,7 @@ namespace meshlayout {
 class Checkpoint;
 }
 
-namespace meshlayout::cli {
+namespace meshlayout {
 
 /// Default of PlanOptions::replicated_warn_bytes (and `plan --replicated-warn-bytes`): 16 MiB,
 /// a 2048 x 4096 bf16 matrix. Norm scales and biases stay far below it; a projection or an
@@ -131,4 +131,4 @@ CheckpointPlan plan_tensors(std::span<const TensorInfo* const> tensors, const La
 CheckpointPlan plan_checkpoint(const Checkpoint& checkpoint, const LayoutMap& map,
                                const PlanOptions& options = {}, std::string source = "");
 
-}  // namespace meshlayout::cli
+}  // namespace meshlayout

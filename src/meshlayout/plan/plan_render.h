@@ -12,9 +12,9 @@
 
 #include <string>
 
-#include "meshlayout/cli/checkpoint_plan.h"
+#include "meshlayout/plan/checkpoint_plan.h"
 
-namespace meshlayout::cli {
+namespace meshlayout {
 
 /// One aligned line per tensor, the rules, a per-device table, then warnings and errors.
 std::string render_plan_text(const CheckpointPlan& plan);
@@ -23,4 +23,4 @@ std::string render_plan_text(const CheckpointPlan& plan);
 /// with a newline.
 std::string render_plan_json(const CheckpointPlan& plan);
 
-}  // namespace meshlayout::cli
+}  // namespace meshlayout

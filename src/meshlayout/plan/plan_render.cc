@@ -1,4 +1,4 @@
-#include "meshlayout/cli/plan_render.h"
+#include "meshlayout/plan/plan_render.h"
 
 #include <algorithm>
 #include <array>
@@ -7,10 +7,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "meshlayout/cli/text_format.h"
+#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/strings.h"
 
-namespace meshlayout::cli {
+namespace meshlayout {
 namespace {
 
 struct PlacementCells {
@@ -314,4 +314,4 @@ std::string render_plan_json(const CheckpointPlan& plan) {
   return out;
 }
 
-}  // namespace meshlayout::cli
+}  // namespace meshlayout

@@ -1,5 +1,5 @@
 // training_plan.cc — see training_plan.h.
-#include "meshlayout/cli/training_plan.h"
+#include "meshlayout/plan/training_plan.h"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 #include "meshlayout/layout/shard_geometry.h"
 #include "meshlayout/layout_map/layout_map.h"
 
-namespace meshlayout::cli {
+namespace meshlayout {
 
 TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map, const Optimizer& optimizer) {
   optimizer.check_shard_slots_over(plan.mesh);
@@ -80,4 +80,4 @@ nlohmann::json training_json(const TrainingPlan& training, const DeviceMesh& mes
           {"tensors", training.trained_tensors}, {"zero1", zero1}, {"devices", devices}};
 }
 
-}  // namespace meshlayout::cli
+}  // namespace meshlayout

@@ -17,7 +17,7 @@
 
 #include "meshlayout/io/safetensors_header.h"
 
-namespace meshlayout::cli::testing {
+namespace meshlayout::testing {
 
 /// A directory unique to the current test and process (ctest runs tests in parallel), removed
 /// when the object goes.
@@ -72,4 +72,4 @@ class ScratchDir {
   std::filesystem::path dir_;
 };
 
-}  // namespace meshlayout::cli::testing
+}  // namespace meshlayout::testing

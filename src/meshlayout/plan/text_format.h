@@ -1,5 +1,6 @@
-// text_format.h — small text helpers the checkpoint commands (`inspect`, `plan`) share for
-// their aligned tables, summaries and JSON output.
+// text_format.h — small text helpers the plans (checkpoint_plan, plan_render) and the
+// commands that print them share for their aligned tables, summaries and JSON output
+// (format_bytes itself is core/byte_size.h's).
 //
 // JSON output is one object with one list item per line (greppable, and still one object for
 // a JSON parser): nlohmann_json writes each item, so escaping is the library's.
@@ -24,9 +25,7 @@
 
 #include "meshlayout/core/byte_size.h"
 
-namespace meshlayout::cli {
-
-using meshlayout::format_bytes;  // core/byte_size.h
+namespace meshlayout {
 
 /// Token ids as `5,17,42` (the form --prompt takes).
 std::string join_ids(const std::vector<int32_t>& ids);
@@ -68,4 +67,4 @@ void append_json_list(std::string& out, std::string_view key, size_t n, MakeItem
   out += ']';
 }
 
-}  // namespace meshlayout::cli
+}  // namespace meshlayout
