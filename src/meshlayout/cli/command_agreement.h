@@ -8,7 +8,7 @@
 //     config.json, the bytes of rules files, the headers and sizes of safetensors files, and
 //     whether optional files (a saved optimizer state) are present.
 // Processes whose weights differ under identical headers are not caught (it would mean
-// reading every byte twice); see DESIGN.md §"Processes agree".
+// reading every byte twice); see docs/design.md §4, "Errors".
 //
 // Example (every process):
 //   InputDigest inputs;
