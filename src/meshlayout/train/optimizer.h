@@ -3,7 +3,7 @@
 // arguments, by name) and the registry behind make_optimizer(name, options)
 // (keras.optimizers.get). The optimizers are one per file, each with its own options struct and
 // argument check, registered by its Keras name from its own .cc file: sgd.h, adam.h, adamw.h,
-// (optimizers.h includes them all).
+// rmsprop.h, adagrad.h, lion.h (optimizers.h includes them all).
 //
 // Exactly as Keras 3 (keras/src/optimizers/{base_optimizer,sgd,adam,adamw}.py):
 //  * variables `<name>/iteration` (I32, non-trainable) and `<name>/learning_rate` (F32) made
@@ -39,6 +39,7 @@
 //
 // Example:
 //   auto opt = make_optimizer("adam", {.learning_rate = 1e-3});
+//   auto rms = make_optimizer("RMSprop", {.momentum = 0.9, .arguments = {{"centered", true}}});
 //   const Array* grads[] = {&g_kernel, &g_bias};       // same shapes and layouts as the weights
 //   VariablePtr vars[] = {dense->kernel(), dense->bias()};
 //   opt->apply(grads, vars);      // builds on the first call: adam/dense_kernel_momentum, …
@@ -271,7 +272,7 @@ bool register_optimizer(OptimizerRegistration registration);
        }});                                                                                            \
   }
 
-/// The names make_optimizer accepts, sorted: "adam", "adamw", "sgd".
+/// The names make_optimizer accepts, sorted: "adagrad", "adam", "adamw", "lion", "rmsprop", "sgd".
 std::vector<std::string> optimizer_names();
 
 /// keras.optimizers.get(name) with arguments (case-insensitive; an automatic name as the
@@ -280,7 +281,7 @@ std::vector<std::string> optimizer_names();
 std::unique_ptr<Optimizer> make_optimizer(std::string_view name, const OptimizerOptions& options = {});
 
 /// The fixed name Keras 3.0–3.14 gave the optimizer `name` of make_optimizer: "SGD", "adam",
-/// "adamw". For state saved under the optimizer's paths (`adamw/iteration`, …)
+/// "adamw", "rmsprop", … For state saved under the optimizer's paths (`adamw/iteration`, …)
 /// that a new process must find again whatever it constructed before: pass it as
 /// OptimizerOptions::name. ValueError as make_optimizer for an unknown name.
 std::string stable_optimizer_name(std::string_view name);

@@ -1,5 +1,6 @@
 // Optimizer steps under mpirun (np 2 and 4): variables sharded across processes give the
-// float64 reference's values, with clipnorm and global_clipnorm (norms summed across
+// float64 reference's values (SGD, Adam, AdamW, RMSprop, Adagrad, Lion), with clipnorm and
+// global_clipnorm (norms summed across
 // processes, each box counted once), and every slot shard stays on its variable's device.
 // ZeRO-1 (shard_slots_over) across processes: bit-identical to the unsharded optimizer, with
 // the data axis spanning processes (major) or within them (minor).
@@ -68,6 +69,21 @@ TEST(OptimizerMpiTest, AdamWMatchesTheReference) {
   run_and_check("adamw", {.learning_rate = 0.01, .weight_decay = 0.1});
 }
 
+TEST(OptimizerMpiTest, RmspropMatchesTheReference) {
+  run_and_check("rmsprop", {.learning_rate = 0.01, .global_clipnorm = 1.0, .momentum = 0.9,
+                            .arguments = {{"centered", true}}});
+  run_and_check("rmsprop", {.clipnorm = 0.8});
+}
+
+TEST(OptimizerMpiTest, AdagradMatchesTheReference) {
+  run_and_check("adagrad", {.learning_rate = 0.05, .weight_decay = 0.1,
+                            .arguments = {{"initial_accumulator_value", 0.2}}});
+}
+
+TEST(OptimizerMpiTest, LionMatchesTheReference) {
+  run_and_check("lion", {.weight_decay = 0.1, .global_clipnorm = 1.0, .beta_1 = 0.8});
+}
+
 // Variables replicated, over model, over both, uneven, on `mesh` (axes "data", "model").
 std::vector<Zero1Case> zero1_cases(const DeviceMesh& mesh) {
   const int64_t m = mesh.axis_size("model");
@@ -103,6 +119,12 @@ TEST(OptimizerMpiTest, Zero1SgdMomentumIsBitIdentical) {
 
 TEST(OptimizerMpiTest, Zero1AdamWIsBitIdentical) {
   run_zero1("adamw", {.learning_rate = 0.01, .weight_decay = 0.1});
+}
+
+TEST(OptimizerMpiTest, Zero1RmspropAdagradLionAreBitIdentical) {
+  run_zero1("rmsprop", {.learning_rate = 0.01, .momentum = 0.9, .arguments = {{"centered", true}}});
+  run_zero1("adagrad", {.learning_rate = 0.05, .arguments = {{"initial_accumulator_value", 0.3}}});
+  run_zero1("lion", {.weight_decay = 0.1, .clipnorm = 0.8});
 }
 
 }  // namespace

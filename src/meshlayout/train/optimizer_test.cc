@@ -122,6 +122,113 @@ std::string error_of(F&& f) {
   return "(no error)";
 }
 
+TEST_F(OptimizerTest, RmspropMatchesTheReference) {
+  check_against_reference("rmsprop", {});
+  check_against_reference("rmsprop", {}, DType::kF32, {}, true);
+  check_against_reference("rmsprop", {.learning_rate = 0.01, .momentum = 0.9});
+  check_against_reference("rmsprop", {.learning_rate = 0.01, .arguments = {{"centered", true}, {"rho", 0.8}}},
+                          DType::kF32, {}, true);
+  check_against_reference("rmsprop",
+                          {.learning_rate = 0.01, .momentum = 0.5, .epsilon = 1e-3, .arguments = {{"centered", true}}},
+                          DType::kF64, {}, true);
+  check_against_reference("rmsprop", {.weight_decay = 0.1, .clipnorm = 1.0, .momentum = 0.3});
+  check_against_reference("rmsprop", {.global_clipnorm = 0.7}, DType::kF64);
+}
+
+TEST_F(OptimizerTest, AdagradMatchesTheReference) {
+  check_against_reference("adagrad", {});
+  check_against_reference("adagrad", {}, DType::kF32, {}, true);
+  check_against_reference("adagrad", {.learning_rate = 0.05, .arguments = {{"initial_accumulator_value", 0.5}}},
+                          DType::kF64, {}, true);
+  check_against_reference("adagrad", {.learning_rate = 0.05, .epsilon = 1e-3,
+                                      .arguments = {{"initial_accumulator_value", 0.0}}});
+  check_against_reference("adagrad", {.weight_decay = 0.1, .clipvalue = 0.5}, DType::kF32, {"bias"});
+}
+
+TEST_F(OptimizerTest, LionMatchesTheReference) {
+  check_against_reference("lion", {});
+  check_against_reference("lion", {}, DType::kF32, {}, true);
+  check_against_reference("lion", {.learning_rate = 0.01, .beta_1 = 0.5, .beta_2 = 0.9}, DType::kF64, {}, true);
+  check_against_reference("lion", {.weight_decay = 0.5, .global_clipnorm = 1.0});
+  check_against_reference("lion", {.learning_rate = 0.01, .clipnorm = 0.5, .beta_1 = 1.0}, DType::kF64);
+}
+
+// Slots, their paths and order as Keras: RMSprop makes each slot for every variable before the
+// next; Adagrad's accumulator starts at initial_accumulator_value; each slot in its variable's
+// layout.
+TEST_F(OptimizerTest, NewOptimizersHaveKerasPathsAndLayouts) {
+  std::vector<VariablePtr> vars = make_vars();
+  auto rms = make_optimizer("rmsprop", {.name = stable_optimizer_name("rmsprop"), .momentum = 0.9,
+                                        .arguments = {{"centered", true}}});
+  rms->build(vars);
+  EXPECT_EQ(paths(*rms), (std::vector<std::string>{
+                             "rmsprop/iteration", "rmsprop/learning_rate", "rmsprop/dense_kernel_velocity",
+                             "rmsprop/dense_bias_velocity", "rmsprop/dense_kernel_momentum",
+                             "rmsprop/dense_bias_momentum", "rmsprop/dense_kernel_average_gradient",
+                             "rmsprop/dense_bias_average_gradient"}));
+  auto plain = make_optimizer("RMSprop", {.name = "r"});
+  plain->build(vars);
+  EXPECT_EQ(paths(*plain), (std::vector<std::string>{"r/iteration", "r/learning_rate", "r/dense_kernel_velocity",
+                                                     "r/dense_bias_velocity"}));
+  auto adagrad = make_optimizer("Adagrad", {.name = stable_optimizer_name("adagrad"),
+                                            .arguments = {{"initial_accumulator_value", 0.25}}});
+  adagrad->build(vars);
+  EXPECT_EQ(paths(*adagrad), (std::vector<std::string>{"adagrad/iteration", "adagrad/learning_rate",
+                                                       "adagrad/dense_kernel_accumulator",
+                                                       "adagrad/dense_bias_accumulator"}));
+  for (double x : to_doubles(adagrad->slots_of(*vars[0])[0]->value().gather())) EXPECT_EQ(x, 0.25);
+  auto lion = make_optimizer("LION", {.name = stable_optimizer_name("lion")});
+  lion->build(vars);
+  EXPECT_EQ(paths(*lion), (std::vector<std::string>{"lion/iteration", "lion/learning_rate",
+                                                    "lion/dense_kernel_momentum", "lion/dense_bias_momentum"}));
+  for (const Optimizer* opt : {rms.get(), adagrad.get(), lion.get()}) {
+    for (const VariablePtr& v : vars) {
+      for (const VariablePtr& slot : opt->slots_of(*v)) {
+        EXPECT_EQ(slot->value().layout(), v->value().layout()) << slot->path();
+        EXPECT_EQ(slot->dtype(), v->dtype()) << slot->path();
+      }
+    }
+  }
+  // Without a name: auto_name of the Keras class (to_snake_case("RMSprop") is "rm_sprop").
+  clear_session();
+  EXPECT_EQ(RMSprop().name(), "rm_sprop");
+  EXPECT_EQ(Adagrad().name(), "adagrad");
+  EXPECT_EQ(Lion().name(), "lion");
+  EXPECT_EQ(stable_optimizer_name("RMSPROP"), "rmsprop");
+  EXPECT_EQ(RMSprop({.momentum = 0.5}).options().momentum, 0.5);
+  EXPECT_EQ(Lion().options().beta_2, 0.99);
+  EXPECT_EQ(Adagrad().options().initial_accumulator_value, 0.1);
+}
+
+TEST_F(OptimizerTest, NewOptimizersCheckTheirArguments) {
+  std::string msg = error_of([] { RMSprop({.arguments = {{"rho", 1.5}}}); });
+  EXPECT_NE(msg.find("rho=1.5"), std::string::npos) << msg;
+  msg = error_of([] { RMSprop({.momentum = -0.5}); });
+  EXPECT_NE(msg.find("momentum=-0.5"), std::string::npos) << msg;
+  msg = error_of([] { make_optimizer("rmsprop", {.beta_1 = 0.5, .arguments = {{"nesterov_x", true}}}); });
+  EXPECT_NE(msg.find("Argument(s) not recognized by RMSprop: beta_1=0.5, nesterov_x=true"), std::string::npos) << msg;
+  msg = error_of([] { make_optimizer("rmsprop", {.arguments = {{"centered", 1.0}}}); });
+  EXPECT_NE(msg.find("`centered` must be a bool"), std::string::npos) << msg;
+  msg = error_of([] { make_optimizer("rmsprop", {.arguments = {{"rho", true}}}); });
+  EXPECT_NE(msg.find("`rho` must be a float. Received: rho=true"), std::string::npos) << msg;
+  msg = error_of([] { Adagrad({.arguments = {{"initial_accumulator_value", -1.0}}}); });
+  EXPECT_NE(msg.find("initial_accumulator_value=-1"), std::string::npos) << msg;
+  msg = error_of([] { Adagrad({.momentum = 0.9}); });
+  EXPECT_NE(msg.find("Argument(s) not recognized by Adagrad: momentum=0.9"), std::string::npos) << msg;
+  msg = error_of([] { Lion({.beta_1 = 0.0}); });
+  EXPECT_NE(msg.find("beta_1=0"), std::string::npos) << msg;
+  msg = error_of([] { Lion({.beta_2 = 1.5}); });
+  EXPECT_NE(msg.find("beta_2=1.5"), std::string::npos) << msg;
+  msg = error_of([] { Lion({.epsilon = 1e-3}); });
+  EXPECT_NE(msg.find("Argument(s) not recognized by Lion: epsilon=0.001"), std::string::npos) << msg;
+  msg = error_of([] { Adam({.beta_1 = 0.5, .arguments = {{"beta_1", 0.6}}}); });
+  EXPECT_NE(msg.find("`beta_1` is given twice"), std::string::npos) << msg;
+  // Adam's own options come from the arguments too; one not recognised names its class.
+  EXPECT_EQ(Adam({.arguments = {{"amsgrad", true}}}).amsgrad(), true);
+  msg = error_of([] { AdamW({.arguments = {{"rho", 0.9}}}); });
+  EXPECT_NE(msg.find("Argument(s) not recognized by AdamW: rho=0.9"), std::string::npos) << msg;
+}
+
 // One element, one step, by hand: the decay uses the pre-update θ and comes first.
 TEST_F(OptimizerTest, AdamWDecaysThePreUpdateValueFirst) {
   auto v = std::make_shared<Variable>(VariableSpec{
@@ -258,7 +365,7 @@ TEST_F(OptimizerTest, ArgumentErrors) {
   EXPECT_THROW(SGD({.momentum = -0.1}), ValueError);
   msg = error_of([] { make_optimizer("nadam"); });
   EXPECT_NE(msg.find("'nadam'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'adam', 'adamw', 'sgd'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'adagrad', 'adam', 'adamw', 'lion', 'rmsprop', 'sgd'"), std::string::npos) << msg;
   msg = error_of([] { make_optimizer("sgd", {.beta_1 = 0.5}); });
   EXPECT_NE(msg.find("beta_1=0.5"), std::string::npos) << msg;
   EXPECT_THROW(make_optimizer("adam", {.momentum = 0.9}), ValueError);

@@ -1,5 +1,5 @@
 // optimizer_test_util.h — a float64 reference of the Keras 3 optimizers (clipping, decoupled
-// weight decay, SGD/Adam/AdamW update_step, written from
+// weight decay, SGD/Adam/AdamW/RMSprop/Adagrad/Lion update_step, written from
 // keras/src/optimizers/*.py, independent of the library's update code), and
 // helpers to run the same steps on distributed variables, for optimizer_test.cc and the
 // mpirun test.
@@ -76,7 +76,48 @@ class RefOptimizer {
       RefVar& v = vars[i];
       const std::vector<double>& g = grads[i];
       const size_t n = v.theta.size();
-      if (kind_ == "sgd") {
+      if (kind_ == "rmsprop") {
+        // keras/src/optimizers/rmsprop.py update_step; slots [velocity, momentum?, average_gradient?].
+        const double rho = number("rho", 0.9), mu = number("momentum", 0.0), eps = number("epsilon", 1e-7);
+        const bool centered = flag("centered", false);
+        if (v.slots.empty()) v.slots.assign(1 + (mu > 0) + centered, std::vector<double>(n, 0.0));
+        std::vector<double>& vel = v.slots[0];
+        for (size_t k = 0; k < n; ++k) {
+          vel[k] = rho * vel[k] + (1 - rho) * g[k] * g[k];
+          double denominator = vel[k] + eps;
+          if (centered) {
+            std::vector<double>& avg = v.slots.back();
+            avg[k] = rho * avg[k] + (1 - rho) * g[k];
+            denominator = vel[k] - avg[k] * avg[k] + eps;
+          }
+          const double increment = lr * g[k] / std::sqrt(denominator);
+          if (mu > 0) {
+            v.slots[1][k] = mu * v.slots[1][k] + increment;
+            v.theta[k] -= v.slots[1][k];
+          } else {
+            v.theta[k] -= increment;
+          }
+        }
+      } else if (kind_ == "adagrad") {
+        // keras/src/optimizers/adagrad.py: accumulator starts at initial_accumulator_value.
+        const double eps = number("epsilon", 1e-7);
+        if (v.slots.empty()) v.slots.assign(1, std::vector<double>(n, number("initial_accumulator_value", 0.1)));
+        std::vector<double>& acc = v.slots[0];
+        for (size_t k = 0; k < n; ++k) {
+          acc[k] += g[k] * g[k];
+          v.theta[k] -= lr * g[k] / std::sqrt(acc[k] + eps);
+        }
+      } else if (kind_ == "lion") {
+        // keras/src/optimizers/lion.py: the sign of the interpolation, then the momentum.
+        const double b1 = number("beta_1", 0.9), b2 = number("beta_2", 0.99);
+        if (v.slots.empty()) v.slots.assign(1, std::vector<double>(n, 0.0));
+        std::vector<double>& m = v.slots[0];
+        for (size_t k = 0; k < n; ++k) {
+          const double c = m[k] * b1 + g[k] * (1 - b1);
+          v.theta[k] -= lr * static_cast<double>((c > 0) - (c < 0));
+          m[k] = m[k] * b2 + g[k] * (1 - b2);
+        }
+      } else if (kind_ == "sgd") {
         const double mu = o_.momentum.value_or(0.0);
         if (mu == 0.0) {
           for (size_t k = 0; k < n; ++k) v.theta[k] -= g[k] * lr;
@@ -108,6 +149,20 @@ class RefOptimizer {
   }
 
  private:
+  // A keyword argument of the optimizer: its typed field or its entry in `arguments`.
+  double number(const std::string& name, double fallback) const {
+    if (name == "momentum" && o_.momentum) return *o_.momentum;
+    if (name == "epsilon" && o_.epsilon) return *o_.epsilon;
+    if (name == "beta_1" && o_.beta_1) return *o_.beta_1;
+    if (name == "beta_2" && o_.beta_2) return *o_.beta_2;
+    auto it = o_.arguments.find(name);
+    return it == o_.arguments.end() ? fallback : std::get<double>(it->second);
+  }
+  bool flag(const std::string& name, bool fallback) const {
+    auto it = o_.arguments.find(name);
+    return it == o_.arguments.end() ? fallback : std::get<bool>(it->second);
+  }
+
   std::string kind_;
   OptimizerOptions o_;
   std::vector<std::string> exclude_;

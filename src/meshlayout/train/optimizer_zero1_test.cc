@@ -1,5 +1,6 @@
 // ZeRO-1 (OptimizerOptions::shard_slots_over) on a 2 x 4 mesh: the slot layout rule, steps
-// bit-identical to the unsharded optimizer (SGD momentum, Adam, AdamW; clipping, weight decay),
+// bit-identical to the unsharded optimizer (SGD momentum, Adam, AdamW, RMSprop, Adagrad, Lion;
+// clipping, weight decay),
 // the slots' bytes per device halved for variables replicated over the data axis (by
 // slot_bytes_per_device and by the built slots' shards), the slicing local where boxes nest,
 // state interchangeable with an unsharded optimizer, and an unknown axis refused.
@@ -70,6 +71,23 @@ TEST_F(OptimizerZero1Test, SgdMomentumStepsAreBitIdentical) {
 
 TEST_F(OptimizerZero1Test, AdamWStepsAreBitIdentical) {
   expect_zero1_matches("adamw", {.learning_rate = 0.01, .weight_decay = 0.1, .clipvalue = 1.0}, "data", cases(), 4);
+}
+
+TEST_F(OptimizerZero1Test, RmspropStepsAreBitIdentical) {
+  expect_zero1_matches("rmsprop", {.learning_rate = 0.01, .momentum = 0.9, .arguments = {{"centered", true}}}, "data",
+                       cases(), 4);
+  expect_zero1_matches("rmsprop", {.global_clipnorm = 0.5, .arguments = {{"rho", 0.8}}}, "data", cases(), 3);
+}
+
+TEST_F(OptimizerZero1Test, AdagradStepsAreBitIdentical) {
+  // The accumulators are born holding initial_accumulator_value in either layout.
+  expect_zero1_matches("adagrad",
+                       {.learning_rate = 0.05, .weight_decay = 0.1, .arguments = {{"initial_accumulator_value", 0.3}}},
+                       "data", cases(), 4);
+}
+
+TEST_F(OptimizerZero1Test, LionStepsAreBitIdentical) {
+  expect_zero1_matches("lion", {.weight_decay = 0.1, .clipnorm = 0.8, .beta_1 = 0.8}, "data", cases(), 4);
 }
 
 TEST_F(OptimizerZero1Test, SgdWithoutMomentumHasNoSlotsAndStillMatches) {

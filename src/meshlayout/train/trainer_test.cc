@@ -273,7 +273,7 @@ TEST_F(TrainerTest, BadInputsAreClearErrors) {
   EXPECT_TRUE(std::isnan(keep.fit(x, bad_y, {.batch_size = 8, .verbose = 0, .terminate_on_nan = false}).loss[0]));
 
   // compile errors.
-  msg = testing::ValueErrorMessage([&] { (void)compile(model, {.optimizer = "rmsprop", .loss = "mse"}); });
+  msg = testing::ValueErrorMessage([&] { (void)compile(model, {.optimizer = "nadam", .loss = "mse"}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "adamw"));
   msg = testing::ValueErrorMessage([&] { (void)compile(model, {.optimizer = "sgd", .loss = "huber"}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "'huber'"));

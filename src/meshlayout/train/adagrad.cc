@@ -1,0 +1,61 @@
+// adagrad.cc — keras.optimizers.Adagrad. See adagrad.h.
+#include "meshlayout/train/adagrad.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "meshlayout/core/errors.h"
+
+namespace meshlayout {
+namespace {
+
+template <typename T>
+void adagrad_step(const ShardStep<T>& s, const AdagradOptions& o) {
+  const T eps = static_cast<T>(o.epsilon);
+  T* acc = s.slots[0];
+  for (int64_t k = 0; k < s.n; ++k) {
+    const T g = s.grad[k];
+    acc[k] += g * g;
+    s.theta[k] -= (s.lr * g) / std::sqrt(acc[k] + eps);
+  }
+}
+
+}  // namespace
+
+AdagradOptions AdagradOptions::from(const OptimizerOptions& options) {
+  OptimizerArguments a(options, "Adagrad");
+  AdagradOptions o{.initial_accumulator_value = a.number("initial_accumulator_value", 0.1),
+                   .epsilon = a.number("epsilon", 1e-7)};
+  a.finish();
+  return o;
+}
+
+void AdagradOptions::check() const {
+  for (const auto& [what, v] :
+       {std::pair{"initial_accumulator_value", initial_accumulator_value}, std::pair{"epsilon", epsilon}}) {
+    if (!(v >= 0.0 && std::isfinite(v))) {
+      throw ValueError(fmt::format("`{}` must be a finite float >= 0. Received: {}={}", what, what, v));
+    }
+  }
+}
+
+Adagrad::Adagrad(const OptimizerOptions& options) : Adagrad(AdagradOptions::from(options), options) {}
+
+Adagrad::Adagrad(const AdagradOptions& own, const OptimizerOptions& options)
+    : Optimizer("Adagrad", 0.001, options), options_(own) {
+  options_.check();
+}
+
+std::vector<std::string> Adagrad::slot_names() const { return {"accumulator"}; }
+
+void Adagrad::build_slots(std::span<const VariablePtr> variables) {
+  add_optimizer_variables(variables, {"accumulator"}, options_.initial_accumulator_value);
+}
+
+void Adagrad::update_shard(const ShardStep<float>& step) const { adagrad_step(step, options_); }
+void Adagrad::update_shard(const ShardStep<double>& step) const { adagrad_step(step, options_); }
+
+MESHLAYOUT_REGISTER_OPTIMIZER(adagrad, Adagrad, "adagrad")
+
+}  // namespace meshlayout
