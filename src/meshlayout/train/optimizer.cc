@@ -240,32 +240,39 @@ void Optimizer::build(std::span<const VariablePtr> variables) {
 
 void Optimizer::add_optimizer_variables(std::span<const VariablePtr> variables,
                                         const std::vector<std::string>& names, double initial_value) {
-  NameScope scope(name_, this, std::nullopt);
   for (const VariablePtr& ref : variables) {
-    Tracked* tracked = nullptr;
-    for (Tracked& t : tracked_) {
-      if (t.variable == ref) tracked = &t;
-    }
-    if (tracked == nullptr) {
-      throw InternalError(fmt::format("optimizer {}: slot for untracked {}", quote(name_), ref->describe()));
-    }
-    std::string base = !ref->path().empty() ? ref->path() : ref->name();
-    std::replace(base.begin(), base.end(), '/', '_');
     const TensorLayout layout = slot_layout(ref->value().layout(), ref->shape());
-    for (const std::string& slot : names) {
-      auto v = std::make_shared<Variable>(VariableSpec{.name = base + "_" + slot,
-                                                       .shape = ref->shape(),
-                                                       .dtype = ref->dtype(),
-                                                       .initializer = initial_value == 0.0
-                                                                          ? Initializer::zeros()
-                                                                          : Initializer::constant(initial_value),
-                                                       .trainable = false,
-                                                       .layout = layout});
-      v->materialize(layout, ref->value().runtime_ptr());
-      tracked->slots[slot] = v;
-      slot_order_.push_back(std::move(v));
-    }
+    for (const std::string& slot : names) add_slot(ref, slot, ref->shape(), layout, initial_value);
   }
+}
+
+void Optimizer::add_optimizer_variable(const VariablePtr& ref, const std::string& slot, const Shape& shape,
+                                       const TensorLayout& layout) {
+  add_slot(ref, slot, shape, layout, 0.0);
+}
+
+void Optimizer::add_slot(const VariablePtr& ref, const std::string& slot, const Shape& shape,
+                         const TensorLayout& layout, double initial_value) {
+  NameScope scope(name_, this, std::nullopt);
+  Tracked* tracked = nullptr;
+  for (Tracked& t : tracked_) {
+    if (t.variable == ref) tracked = &t;
+  }
+  if (tracked == nullptr) {
+    throw InternalError(fmt::format("optimizer {}: slot for untracked {}", quote(name_), ref->describe()));
+  }
+  std::string base = !ref->path().empty() ? ref->path() : ref->name();
+  std::replace(base.begin(), base.end(), '/', '_');
+  auto v = std::make_shared<Variable>(VariableSpec{
+      .name = base + "_" + slot,
+      .shape = shape,
+      .dtype = ref->dtype(),
+      .initializer = initial_value == 0.0 ? Initializer::zeros() : Initializer::constant(initial_value),
+      .trainable = false,
+      .layout = layout});
+  v->materialize(layout, ref->value().runtime_ptr());
+  tracked->slots[slot] = v;
+  slot_order_.push_back(std::move(v));
 }
 
 void Optimizer::exclude_from_weight_decay(std::vector<std::string> var_names) {
@@ -287,14 +294,25 @@ bool Optimizer::use_weight_decay(const Variable& v) const {
   return true;
 }
 
+std::vector<SlotFootprint> Optimizer::slot_footprints(const SlotFootprint& variable) const {
+  const SlotFootprint slot{variable.shape, variable.dtype, slot_layout(variable.layout, variable.shape)};
+  return std::vector<SlotFootprint>(slot_names().size(), slot);
+}
+
+void Optimizer::update_variable(const VariableStep& /*step*/) const {
+  throw InternalError(fmt::format("optimizer {} updates shard by shard; update_variable is not its update",
+                                  quote(name_)));
+}
+
 std::map<int64_t, int64_t> Optimizer::slot_bytes_per_device(std::span<const SlotFootprint> variables) const {
   std::map<int64_t, int64_t> out;
-  const int64_t slots = static_cast<int64_t>(slot_names().size());
   for (const SlotFootprint& f : variables) {
-    ShardGeometry g(slot_layout(f.layout, f.shape), f.shape, {}, "optimizer slot");
-    const std::vector<int64_t>& ids = g.mesh().device_ids();
-    for (int64_t p = 0; p < g.mesh().size(); ++p) {
-      out[ids[static_cast<size_t>(p)]] += slots * g.box(p).num_elements() * static_cast<int64_t>(dtype_size(f.dtype));
+    for (const SlotFootprint& slot : slot_footprints(f)) {
+      ShardGeometry g(slot.layout, slot.shape, {}, "optimizer slot");
+      const std::vector<int64_t>& ids = g.mesh().device_ids();
+      for (int64_t p = 0; p < g.mesh().size(); ++p) {
+        out[ids[static_cast<size_t>(p)]] += g.box(p).num_elements() * static_cast<int64_t>(dtype_size(slot.dtype));
+      }
     }
   }
   return out;
@@ -404,7 +422,7 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     xs[i] = &pairs[i].var->mutable_value();
     gs[i] = pairs[i].grad;
     const std::map<std::string, VariablePtr>& own = tracked_[pairs[i].tracked].slots;
-    if (own.empty() || own.begin()->second->value().layout() == xs[i]->layout()) continue;
+    if (!shard_slots_over_ || own.empty() || own.begin()->second->value().layout() == xs[i]->layout()) continue;
     const TensorLayout& layout = own.begin()->second->value().layout();
     slice_g[i].emplace(distribute_tensor(*pairs[i].grad, layout));
     slice_x[i].emplace(distribute_tensor(*xs[i], layout));
@@ -424,6 +442,14 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     for (const std::string& n : names) slots[i].push_back(tracked_[pairs[i].tracked].slots.at(n).get());
     for (size_t s = 0; s < xs[i]->local_shards().size(); ++s) tasks.push_back({i, s});
   }
+  // Whole-variable updates (Adafactor) take the prepared gradients as arrays.
+  const bool whole = updates_whole_variables();
+  std::vector<std::optional<Array>> prepared(pairs.size());
+  if (whole) {
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      prepared[i].emplace(Array::allocate(xs[i]->layout(), xs[i]->shape(), xs[i]->dtype(), xs[i]->runtime_ptr()));
+    }
+  }
   std::vector<bool> decay(pairs.size());
   for (size_t i = 0; i < pairs.size(); ++i) decay[i] = use_weight_decay(*pairs[i].var);
   const float lr = lr_;
@@ -441,6 +467,10 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
       const T wd = static_cast<T>(*weight_decay_);
       for (int64_t k = 0; k < n; ++k) theta[k] = theta[k] - theta[k] * wd * lr_t;
     }
+    if (whole) {
+      std::memcpy(prepared[t.pair]->shard_at(x.position)->buffer.data(), grad, static_cast<size_t>(n) * sizeof(T));
+      return;
+    }
     std::vector<T*> slot_ptrs;
     for (Variable* s : slots[t.pair]) {
       slot_ptrs.push_back(reinterpret_cast<T*>(s->mutable_value().shard_at(x.position)->buffer.data()));
@@ -455,6 +485,10 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
       run(t, static_cast<double*>(nullptr));
     }
   });
+
+  for (size_t i = 0; i < pairs.size() && whole; ++i) {
+    update_variable(VariableStep{xs[i], &*prepared[i], slots[i], lr, iterations});
+  }
 
   for (size_t i = 0; i < pairs.size(); ++i) {
     if (slice_x[i]) reshard_into(*slice_x[i], pairs[i].var->mutable_value());

@@ -3,7 +3,7 @@
 // arguments, by name) and the registry behind make_optimizer(name, options)
 // (keras.optimizers.get). The optimizers are one per file, each with its own options struct and
 // argument check, registered by its Keras name from its own .cc file: sgd.h, adam.h, adamw.h,
-// rmsprop.h, adagrad.h, lion.h (optimizers.h includes them all).
+// rmsprop.h, adagrad.h, lion.h, adafactor.h (optimizers.h includes them all).
 //
 // Exactly as Keras 3 (keras/src/optimizers/{base_optimizer,sgd,adam,adamw}.py):
 //  * variables `<name>/iteration` (I32, non-trainable) and `<name>/learning_rate` (F32) made
@@ -123,6 +123,16 @@ struct ShardStep {
   int64_t iterations;           // before this step
 };
 
+/// The arguments of a whole-variable update (Optimizer::update_variable). Collective: every
+/// process calls it for the same variables in the same order.
+struct VariableStep {
+  Array* value;                       // the variable's value, weight decay already applied
+  const Array* gradient;              // cast to the variable's dtype and clipped; its layout
+  std::span<Variable* const> slots;   // this variable's slots, in slot_names() order
+  float lr;                           // the learning rate as stored
+  int64_t iterations;                 // before this step
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -188,6 +198,18 @@ class Optimizer {
   virtual void update_shard(const ShardStep<float>& step) const = 0;
   virtual void update_shard(const ShardStep<double>& step) const = 0;
 
+  /// True for an optimizer whose update needs reductions over a whole variable (Adafactor's
+  /// row and column means and RMS): apply() then calls update_variable once per variable, after
+  /// clipping and weight decay, instead of update_shard.
+  virtual bool updates_whole_variables() const { return false; }
+  /// The update of one whole variable (see updates_whole_variables). The base's throws
+  /// InternalError.
+  virtual void update_variable(const VariableStep& step) const;
+  /// The shapes, dtypes and layouts of the slots of a variable of `variable`'s footprint, in
+  /// slot_names() order: by default its shape and dtype in slot_layout(its layout). What
+  /// slot_bytes_per_device counts.
+  virtual std::vector<SlotFootprint> slot_footprints(const SlotFootprint& variable) const;
+
  protected:
   /// `class_name` is the Keras class ("Adam"): without options.name the optimizer is named
   /// auto_name(class_name) (layer.h); `default_lr` is the learning rate's default.
@@ -199,6 +221,10 @@ class Optimizer {
   /// holding `initial_value` (Keras' initializer=Constant; zeros by default).
   void add_optimizer_variables(std::span<const VariablePtr> variables, const std::vector<std::string>& names,
                                double initial_value = 0.0);
+  /// One slot of `ref` named as add_optimizer_variables names it, of `shape` in `layout`
+  /// (zeros, ref's dtype): for slots not shaped as their variable (Adafactor's factored ones).
+  void add_optimizer_variable(const VariablePtr& ref, const std::string& slot, const Shape& shape,
+                              const TensorLayout& layout);
 
  private:
   struct Tracked {
@@ -206,6 +232,8 @@ class Optimizer {
     std::map<std::string, VariablePtr> slots;
   };
   bool use_weight_decay(const Variable& v) const;
+  void add_slot(const VariablePtr& ref, const std::string& slot, const Shape& shape, const TensorLayout& layout,
+                double initial_value);
 
   std::string name_;
   float lr_;
@@ -272,7 +300,8 @@ bool register_optimizer(OptimizerRegistration registration);
        }});                                                                                            \
   }
 
-/// The names make_optimizer accepts, sorted: "adagrad", "adam", "adamw", "lion", "rmsprop", "sgd".
+/// The names make_optimizer accepts, sorted: "adafactor", "adagrad", "adam", "adamw", "lion",
+/// "rmsprop", "sgd".
 std::vector<std::string> optimizer_names();
 
 /// keras.optimizers.get(name) with arguments (case-insensitive; an automatic name as the

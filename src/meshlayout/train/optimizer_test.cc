@@ -41,14 +41,33 @@ class OptimizerTest : public NnTest {
     return vars;
   }
 
+  // Rank 3 (Adafactor factors the last two dimensions): (3, 6, 8) over (None, 'data', 'model'),
+  // (4, 5, 6) over ('data', None, 'model') (6 by 4: uneven), bias (9,) over 'data' (uneven).
+  std::vector<VariablePtr> make_rank3_vars(DType dtype) {
+    std::vector<VariablePtr> vars;
+    NameScope scope("dense");
+    const std::vector<std::pair<std::string, Shape>> specs = {
+        {"kernel", {3, 6, 8}}, {"kernel2", {4, 5, 6}}, {"bias", {9}}};
+    for (const auto& [name, shape] : specs) {
+      vars.push_back(std::make_shared<Variable>(VariableSpec{
+          .name = name, .shape = shape, .dtype = dtype, .initializer = Initializer::random_normal()}));
+    }
+    vars[0]->materialize(TensorLayout({None, "data", "model"}, mesh_));
+    vars[1]->materialize(TensorLayout({"data", None, "model"}, mesh_));
+    vars[2]->materialize(TensorLayout({"data"}, mesh_));
+    return vars;
+  }
+
   // Runs `steps` steps of `kind` with `options` on make_vars() and checks values and slots.
   void check_against_reference(const std::string& kind, const OptimizerOptions& options,
                                DType dtype = DType::kF32, std::vector<std::string> exclude = {},
-                               bool uneven = false) {
+                               int set = 0) {
     SCOPED_TRACE(kind);
-    std::vector<VariablePtr> vars = uneven ? make_uneven_vars(dtype) : make_vars(dtype);
+    SCOPED_TRACE(fmt::format("variable set {}", set));
+    std::vector<VariablePtr> vars =
+        set == 2 ? make_rank3_vars(dtype) : set == 1 ? make_uneven_vars(dtype) : make_vars(dtype);
     std::vector<RefVar> ref_vars;
-    for (const VariablePtr& v : vars) ref_vars.push_back({to_doubles(v->value().gather()), v->name(), {}});
+    for (const VariablePtr& v : vars) ref_vars.push_back({to_doubles(v->value().gather()), v->name(), {}, v->shape()});
     auto opt = make_optimizer(kind, options);
     if (!exclude.empty()) opt->exclude_from_weight_decay(exclude);
     RefOptimizer ref(kind, options, exclude);
@@ -229,6 +248,64 @@ TEST_F(OptimizerTest, NewOptimizersCheckTheirArguments) {
   EXPECT_NE(msg.find("Argument(s) not recognized by AdamW: rho=0.9"), std::string::npos) << msg;
 }
 
+// Adafactor's row and column means cross sharded dimensions (the kernel's columns over 'model',
+// both dimensions unevenly, rank 3 with the factored rows over 'data'), its RMS spans every
+// shard; rank < 2 variables are not factored.
+TEST_F(OptimizerTest, AdafactorMatchesTheReference) {
+  for (int set : {0, 1, 2}) {
+    check_against_reference("adafactor", {}, DType::kF32, {}, set);
+    check_against_reference("adafactor", {.learning_rate = 0.05, .arguments = {{"clip_threshold", 0.3}}},
+                            DType::kF64, {}, set);
+  }
+  check_against_reference("adafactor", {.learning_rate = 2.0, .weight_decay = 0.01,
+                                        .arguments = {{"epsilon_2", 0.5}, {"beta_2_decay", -0.5}}},
+                          DType::kF64, {"bias"}, 2);
+  check_against_reference("adafactor", {.learning_rate = 2.0, .global_clipnorm = 1.0,
+                                        .arguments = {{"relative_step", false}, {"epsilon_1", 1e-3}}},
+                          DType::kF32, {}, 1);
+}
+
+TEST_F(OptimizerTest, AdafactorSlotsFollowTheVariableLayout) {
+  std::vector<VariablePtr> vars = make_rank3_vars(DType::kF32);
+  auto opt = make_optimizer("Adafactor", {.name = stable_optimizer_name("adafactor")});
+  opt->build(vars);
+  EXPECT_EQ(paths(*opt), (std::vector<std::string>{
+                             "adafactor/iteration", "adafactor/learning_rate", "adafactor/dense_kernel_r",
+                             "adafactor/dense_kernel_c", "adafactor/dense_kernel_velocity",
+                             "adafactor/dense_kernel2_r", "adafactor/dense_kernel2_c",
+                             "adafactor/dense_kernel2_velocity", "adafactor/dense_bias_r", "adafactor/dense_bias_c",
+                             "adafactor/dense_bias_velocity"}));
+  std::vector<VariablePtr> k = opt->slots_of(*vars[0]);
+  EXPECT_EQ(k[0]->shape(), (Shape{3, 6}));
+  EXPECT_EQ(k[0]->value().layout(), TensorLayout({None, "data"}, mesh_));
+  EXPECT_EQ(k[1]->shape(), (Shape{3, 8}));
+  EXPECT_EQ(k[1]->value().layout(), TensorLayout({None, "model"}, mesh_));
+  EXPECT_EQ(k[2]->value().layout(), vars[0]->value().layout());
+  std::vector<VariablePtr> k2 = opt->slots_of(*vars[1]);
+  EXPECT_EQ(k2[0]->value().layout(), TensorLayout({"data", None}, mesh_));
+  EXPECT_EQ(k2[1]->value().layout(), TensorLayout({"data", "model"}, mesh_));
+  std::vector<VariablePtr> b = opt->slots_of(*vars[2]);
+  EXPECT_EQ(b[0]->shape(), Shape{});
+  EXPECT_EQ(b[1]->shape(), Shape{});
+  EXPECT_EQ(b[2]->value().layout(), vars[2]->value().layout());
+  // slot_bytes_per_device counts the factored slots' own boxes: device 0 holds kernel r (3, 3),
+  // c (3, 2), velocity (3, 3, 2); kernel2 r (2, 5), c (2, 2), velocity (2, 5, 2); bias 2
+  // scalars and (5,) — in float32.
+  std::vector<SlotFootprint> f;
+  for (const VariablePtr& v : vars) f.push_back({v->shape(), v->dtype(), v->value().layout()});
+  EXPECT_EQ(opt->slot_bytes_per_device(f).at(0), 4 * ((9 + 6 + 18) + (10 + 4 + 20) + (2 + 5)));
+  // ZeRO-1 and bad arguments are refused, naming the value.
+  std::string msg = error_of([] { Adafactor({.shard_slots_over = "data"}); });
+  EXPECT_NE(msg.find("shard_slots_over='data'"), std::string::npos) << msg;
+  msg = error_of([] { Adafactor({.arguments = {{"clip_threshold", 0.0}}}); });
+  EXPECT_NE(msg.find("clip_threshold=0"), std::string::npos) << msg;
+  msg = error_of([] { Adafactor({.arguments = {{"beta_2_decay", 0.5}}}); });
+  EXPECT_NE(msg.find("beta_2_decay=0.5"), std::string::npos) << msg;
+  msg = error_of([] { Adafactor({.epsilon = 1e-7}); });
+  EXPECT_NE(msg.find("Argument(s) not recognized by Adafactor: epsilon=1e-07"), std::string::npos) << msg;
+  EXPECT_EQ(Adafactor().options().epsilon_1, 1e-30);
+}
+
 // One element, one step, by hand: the decay uses the pre-update θ and comes first.
 TEST_F(OptimizerTest, AdamWDecaysThePreUpdateValueFirst) {
   auto v = std::make_shared<Variable>(VariableSpec{
@@ -365,7 +442,7 @@ TEST_F(OptimizerTest, ArgumentErrors) {
   EXPECT_THROW(SGD({.momentum = -0.1}), ValueError);
   msg = error_of([] { make_optimizer("nadam"); });
   EXPECT_NE(msg.find("'nadam'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'adagrad', 'adam', 'adamw', 'lion', 'rmsprop', 'sgd'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'adafactor', 'adagrad', 'adam', 'adamw', 'lion', 'rmsprop', 'sgd'"), std::string::npos) << msg;
   msg = error_of([] { make_optimizer("sgd", {.beta_1 = 0.5}); });
   EXPECT_NE(msg.find("beta_1=0.5"), std::string::npos) << msg;
   EXPECT_THROW(make_optimizer("adam", {.momentum = 0.9}), ValueError);

@@ -1,5 +1,5 @@
 // optimizer_test_util.h — a float64 reference of the Keras 3 optimizers (clipping, decoupled
-// weight decay, SGD/Adam/AdamW/RMSprop/Adagrad/Lion update_step, written from
+// weight decay, SGD/Adam/AdamW/RMSprop/Adagrad/Lion/Adafactor update_step, written from
 // keras/src/optimizers/*.py, independent of the library's update code), and
 // helpers to run the same steps on distributed variables, for optimizer_test.cc and the
 // mpirun test.
@@ -33,6 +33,7 @@ struct RefVar {
   std::vector<double> theta;
   std::string name;                       // the leaf name (weight-decay exclusion)
   std::vector<std::vector<double>> slots;  // in slot_names() order, created on first step
+  Shape shape;                            // Adafactor factors the last two dimensions
 };
 
 class RefOptimizer {
@@ -76,6 +77,10 @@ class RefOptimizer {
       RefVar& v = vars[i];
       const std::vector<double>& g = grads[i];
       const size_t n = v.theta.size();
+      if (kind_ == "adafactor") {
+        adafactor_step(v, g, lr, t);
+        continue;
+      }
       if (kind_ == "rmsprop") {
         // keras/src/optimizers/rmsprop.py update_step; slots [velocity, momentum?, average_gradient?].
         const double rho = number("rho", 0.9), mu = number("momentum", 0.0), eps = number("epsilon", 1e-7);
@@ -149,6 +154,59 @@ class RefOptimizer {
   }
 
  private:
+  // keras/src/optimizers/adafactor.py update_step on the whole tensor; slots [r, c, velocity]
+  // (r, c scalar placeholders below rank 2).
+  void adafactor_step(RefVar& v, const std::vector<double>& g, double lr, double t) const {
+    const double decay = number("beta_2_decay", -0.8), eps1 = number("epsilon_1", 1e-30);
+    const double eps2 = number("epsilon_2", 1e-3), clip = number("clip_threshold", 1.0);
+    const size_t total = v.theta.size(), rank = v.shape.size();
+    const size_t m = rank >= 2 ? static_cast<size_t>(v.shape[rank - 2]) : 1;
+    const size_t n = rank >= 2 ? static_cast<size_t>(v.shape[rank - 1]) : 1;
+    const size_t lead = rank >= 2 ? total / (m * n) : 1;
+    if (v.slots.empty()) {
+      v.slots = {std::vector<double>(rank >= 2 ? lead * m : 1, 0.0), std::vector<double>(rank >= 2 ? lead * n : 1, 0.0),
+                 std::vector<double>(total, 0.0)};
+    }
+    if (flag("relative_step", true)) lr = std::min(lr, 1 / std::sqrt(t));
+    const double rho_t = std::min(lr, 1 / std::sqrt(t));
+    double sq = 0;
+    for (double x : v.theta) sq += x * x;
+    const double alpha_t = std::max(eps2, std::sqrt(sq / static_cast<double>(total))) * rho_t;
+    const double beta = 1 - std::pow(t, decay);
+    std::vector<double> reg(total);
+    for (size_t k = 0; k < total; ++k) reg[k] = g[k] * g[k] + eps1;
+    std::vector<double>&r = v.slots[0], &c = v.slots[1], &vel = v.slots[2];
+    if (rank >= 2) {
+      for (size_t l = 0; l < lead; ++l) {
+        for (size_t i = 0; i < m; ++i) {
+          double row = 0;
+          for (size_t j = 0; j < n; ++j) row += reg[(l * m + i) * n + j];
+          r[l * m + i] = beta * r[l * m + i] + (1 - beta) * row / static_cast<double>(n);
+        }
+        for (size_t j = 0; j < n; ++j) {
+          double col = 0;
+          for (size_t i = 0; i < m; ++i) col += reg[(l * m + i) * n + j];
+          c[l * n + j] = beta * c[l * n + j] + (1 - beta) * col / static_cast<double>(m);
+        }
+        double r_mean = 0;
+        for (size_t i = 0; i < m; ++i) r_mean += r[l * m + i] / static_cast<double>(m);
+        for (size_t i = 0; i < m; ++i) {
+          for (size_t j = 0; j < n; ++j) vel[(l * m + i) * n + j] = r[l * m + i] / r_mean * c[l * n + j];
+        }
+      }
+    } else {
+      for (size_t k = 0; k < total; ++k) vel[k] = beta * vel[k] + (1 - beta) * reg[k];
+    }
+    std::vector<double> u(total);
+    double uu = 0;
+    for (size_t k = 0; k < total; ++k) {
+      u[k] = g[k] / std::sqrt(vel[k]);
+      uu += u[k] * u[k];
+    }
+    const double divisor = std::max(1.0, std::sqrt(uu / static_cast<double>(total)) / clip);
+    for (size_t k = 0; k < total; ++k) v.theta[k] -= alpha_t * u[k] / divisor;
+  }
+
   // A keyword argument of the optimizer: its typed field or its entry in `arguments`.
   double number(const std::string& name, double fallback) const {
     if (name == "momentum" && o_.momentum) return *o_.momentum;
