@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -41,6 +42,42 @@ std::optional<std::string> unknown_subcommand(const CLI::App& app, int argc,
   }
   return fmt::format("unknown subcommand {}; expected one of: {} (see --help)", quote(word),
                      join(names, ", "));
+}
+
+void check_option_values(const CLI::App& command) {
+  for (const CLI::Option* opt : command.get_options()) {
+    if (opt->count() == 0 || opt->get_type_size() == 0) continue;  // not given, or a flag
+    const std::string type = opt->get_type_name();
+    const bool is_unsigned = type.starts_with("UINT");
+    const bool is_integer = is_unsigned || type.starts_with("INT");
+    for (const std::string& value : opt->results()) {
+      if (value.empty()) {
+        throw CLI::ValidationError(opt->get_name(), "an empty value is not a value: give one, or leave the option out");
+      }
+      if (!is_integer) continue;
+      const char* begin = value.data();
+      const char* end = value.data() + value.size();
+      if (*begin == '+') ++begin;
+      const bool negative = *begin == '-';
+      const char* digits = begin + (negative ? 1 : 0);
+      const bool decimal = digits != end && std::all_of(digits, end, [](char c) { return c >= '0' && c <= '9'; }) &&
+                           !(end - digits > 1 && *digits == '0');
+      bool fits = false;
+      if (decimal && is_unsigned && !negative) {
+        uint64_t v = 0;
+        fits = std::from_chars(digits, end, v).ec == std::errc();
+      } else if (decimal && !is_unsigned) {
+        int64_t v = 0;
+        fits = std::from_chars(begin, end, v).ec == std::errc();
+      }
+      if (!fits) {
+        throw CLI::ValidationError(
+            opt->get_name(), fmt::format("{} is not a whole number from {} to {} (decimal, no leading zeros)",
+                                         quote(value), is_unsigned ? "0" : std::to_string(INT64_MIN),
+                                         is_unsigned ? std::to_string(UINT64_MAX) : std::to_string(INT64_MAX)));
+      }
+    }
+  }
 }
 
 void check_read(std::istream& in, std::string_view what) {

@@ -31,6 +31,13 @@ extern const CLI::Validator kUint64Text;
 std::optional<std::string> unknown_subcommand(const CLI::App& app, int argc,
                                               const char* const* argv);
 
+/// Checks every value given to an option of `command` that CLI11 would take silently:
+/// an empty value ("--learning-rate ''" used the default, "--save ''" saved nothing), and for
+/// integer options anything but a plain decimal number that fits (CLI11 clamps
+/// 99999999999999999999 to 2^63-1 and reads "010" as octal 8). Throws CLI::ValidationError
+/// naming the option and the value. main.cc runs it on the subcommand being run.
+void check_option_values(const CLI::App& command);
+
 /// Throws ValueError when `in` failed to read (not merely reached its end): stream errors, and
 /// for std::cin the C stream's error flag with errno's reason (e.g. stdin is a directory).
 void check_read(std::istream& in, std::string_view what);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "meshlayout/cli/match_command.h"
@@ -40,6 +41,44 @@ TEST(CliChecksTest, Uint64TextRefusesSignsAndOverflow) {
               HasSubstr("got '18446744073709551616'"));
   EXPECT_THAT(parse({"--seed", "0x10"}), HasSubstr("must be a whole number"));
   EXPECT_THAT(parse({"--seed", "+5"}), HasSubstr("must be a whole number"));
+}
+
+// Issue 24: CLI11 read "--learning-rate ''" as unset, "--save ''" as no save, clamped
+// 99999999999999999999 to 2^63-1 and read "010" as octal 8, all silently.
+TEST(CliChecksTest, OptionValuesCLI11TakesSilentlyAreRefused) {
+  auto check = [](std::vector<std::string> args) -> std::string {
+    CLI::App app;
+    int64_t steps = 1;
+    uint64_t seed = 0;
+    std::optional<double> learning_rate;
+    std::string save;
+    bool json = false;
+    app.add_option("--steps", steps);
+    app.add_option("--seed", seed);
+    app.add_option("--learning-rate", learning_rate);
+    app.add_option("--save", save);
+    app.add_flag("--json", json);
+    std::reverse(args.begin(), args.end());
+    try {
+      app.parse(args);
+      check_option_values(app);
+    } catch (const CLI::ParseError& e) {
+      return e.what();
+    }
+    return "ok";
+  };
+  EXPECT_EQ(check({"--steps", "9223372036854775807", "--seed", "18446744073709551615", "--json"}), "ok");
+  EXPECT_EQ(check({"--steps", "-3", "--learning-rate", "1e-3", "--save", "out"}), "ok");
+  EXPECT_EQ(check({"--learning-rate", ""}), "--learning-rate: an empty value is not a value: give one, or leave the option out");
+  EXPECT_THAT(check({"--save", ""}), HasSubstr("--save: an empty value is not a value"));
+  EXPECT_EQ(check({"--steps", "99999999999999999999"}),
+            "--steps: '99999999999999999999' is not a whole number from -9223372036854775808 to "
+            "9223372036854775807 (decimal, no leading zeros)");
+  EXPECT_THAT(check({"--steps", "9223372036854775808"}), HasSubstr("is not a whole number"));
+  EXPECT_THAT(check({"--steps", "010"}), HasSubstr("'010' is not a whole number"));
+  EXPECT_THAT(check({"--steps", "0x10"}), HasSubstr("'0x10' is not a whole number"));
+  EXPECT_THAT(check({"--seed", "18446744073709551616"}), HasSubstr("from 0 to 18446744073709551615"));
+  EXPECT_THAT(check({"--seed", "-1"}), HasSubstr("'-1' is not a whole number from 0"));
 }
 
 // "A subcommand is required" was all CLI11 said.

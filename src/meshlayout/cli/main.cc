@@ -40,7 +40,9 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_plan_command(app, &exit_code);
   meshlayout::cli::add_generate_command(app, &exit_code);
   meshlayout::cli::add_train_command(app, &exit_code);
-  std::string where;  // "process 2: " when several processes run the command
+  // "process 2: " when several processes run the command. Each message is one write, so the
+  // lines of processes sharing a terminal (mpirun merges them) do not interleave.
+  std::string where;
   std::shared_ptr<meshlayout::Runtime> runtime;  // set when started by mpirun with several
   try {
 #ifdef MESHLAYOUT_WITH_MPI
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
     // agreement with what they resolved and read (command_agreement.h); the others agree here.
     for (CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
       sub->parse_complete_callback([sub, runtime] {
+        meshlayout::cli::check_option_values(*sub);
         meshlayout::cli::record_parsed_options(*sub);
         const std::string& name = sub->get_name();
         const bool agrees_itself = name == "reshard" || name == "generate" || name == "train";
@@ -86,14 +89,14 @@ int main(int argc, char** argv) {
     }
     return app.exit(e);
   } catch (const meshlayout::Error& e) {
-    std::cerr << "meshlayout: " << where << "error: " << e.what() << "\n";
+    std::cerr << fmt::format("meshlayout: {}error: {}\n", where, e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::cerr << "meshlayout: " << where
-              << "error: out of memory (an allocation the machine could not satisfy)\n";
+    std::cerr << fmt::format("meshlayout: {}error: out of memory (an allocation the machine could not satisfy)\n",
+                             where);
     return 1;
   } catch (const std::exception& e) {  // a bug: say so rather than abort
-    std::cerr << "meshlayout: " << where << "internal error: " << e.what() << "\n";
+    std::cerr << fmt::format("meshlayout: {}internal error: {}\n", where, e.what());
     return 1;
   }
   return exit_code;

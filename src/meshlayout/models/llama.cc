@@ -325,6 +325,15 @@ GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t
       for (int64_t v = 0; v < c.vocab_size; ++v) {
         row[static_cast<size_t>(v)] = logits.dtype() == DType::kF64 ? logits.data_as<double>()[b * c.vocab_size + v]
                                                                      : logits.data_as<float>()[b * c.vocab_size + v];
+        // Finite weights can still overflow (a norm scale of 3e38): the argmax of a NaN row
+        // is token 0, which generation printed forever with exit 0. The logits are gathered,
+        // so every process refuses alike.
+        if (!std::isfinite(row[static_cast<size_t>(v)])) {
+          throw ValueError(fmt::format(
+              "generate: the logit of token {} for prompt {} at step {} is {}: the model's activations overflow "
+              "(the weights are finite but too large for {}), so no token can be chosen",
+              v, b, step, row[static_cast<size_t>(v)], dtype_name(logits.dtype())));
+        }
       }
       int64_t best = 0;
       double top = row[0];

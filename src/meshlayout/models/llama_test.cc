@@ -108,5 +108,19 @@ TEST_F(LlamaTest, GenerateRefusesBadPrompts) {
   EXPECT_THROW((void)generate(model, {{1}}, {.max_new_tokens = 0}), ValueError);
 }
 
+// Issue 24: finite weights whose activations overflow (a norm scale of 3e38) gave NaN logits,
+// whose argmax is token 0; generate printed it with exit 0. Non-finite logits are refused.
+TEST_F(LlamaTest, GenerateRefusesLogitsThatOverflow) {
+  LlamaModel model(tiny(4, 2, true), testing::megatron_rules(mesh_));
+  Array* scale = model.variables_by_path().at("sequence_output_layernorm/scale");
+  for (Array::Shard& shard : scale->local_shards()) {
+    float* x = reinterpret_cast<float*>(shard.buffer.data());
+    for (int64_t i = 0; i < shard.box.num_elements(); ++i) x[i] = 3e38f;
+  }
+  const std::string m = testing::ValueErrorMessage([&] { (void)generate(model, {{1, 2, 3}}); });
+  EXPECT_NE(m.find("for prompt 0 at step 0 is"), std::string::npos) << m;
+  EXPECT_NE(m.find("the model's activations overflow"), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace meshlayout
