@@ -27,18 +27,30 @@ Shape without(const Shape& shape, int drop) {
 
 // Sum over the elements of `a` (each box once: the devices of replica 0), across processes, of
 // f(shard, k) for the k-th element of each such local shard.
+// Each shard's sum on the thread pool, added in shard order.
 template <typename F>
 double global_sum(const Array& a, F&& f) {
-  double sum = 0.0;
-  for (size_t s = 0; s < a.local_shards().size(); ++s) {
-    const Array::Shard& shard = a.local_shards()[s];
-    if (a.geometry().replica_of(shard.position) != 0) continue;
+  const std::vector<Array::Shard>& shards = a.local_shards();
+  std::vector<double> sums(shards.size(), 0.0);
+  a.runtime().pool().parallel_for(shards.size(), [&](size_t s) {
+    const Array::Shard& shard = shards[s];
+    if (a.geometry().replica_of(shard.position) != 0) return;
     const int64_t n = shard.box.num_elements();
-    for (int64_t k = 0; k < n; ++k) sum += f(shard, k);
-  }
+    for (int64_t k = 0; k < n; ++k) sums[s] += f(shard, k);
+  });
+  double sum = 0.0;
+  for (double x : sums) sum += x;
   Runtime& rt = a.runtime();
   if (rt.num_processes() > 1) rt.comm().all_reduce_sum(&sum, 1, DType::kF64);
   return sum;
+}
+
+// f(shard) for each local shard of `a`, on the runtime's thread pool (each writes only its own
+// shard's boxes).
+template <typename A, typename F>
+void each_shard(A& a, F&& f) {
+  auto& shards = a.local_shards();
+  a.runtime().pool().parallel_for(shards.size(), [&](size_t s) { f(shards[s]); });
 }
 
 // An uninitialised array of partial sums over dimension `dim` of a tensor of `shape` in
@@ -100,7 +112,7 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
     // Partial row sums (over each box's columns) and column sums (over its rows) of G.
     Array rows = partial_array(x.layout(), geo, dn, dtype, x.runtime_ptr());
     Array cols = partial_array(x.layout(), geo, dm, dtype, x.runtime_ptr());
-    for (const Array::Shard& xs : x.local_shards()) {
+    each_shard(x, [&](const Array::Shard& xs) {
       const Box& b = xs.box;
       const int64_t bm = b.shape[static_cast<size_t>(dm)], bn = b.shape[static_cast<size_t>(dn)];
       const int64_t lead = bm * bn == 0 ? 0 : b.num_elements() / (bm * bn);
@@ -118,12 +130,12 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
           }
         }
       }
-    }
+    });
     const Array rows_all = replicate_dim(rows, dn);
     const Array cols_all = replicate_dim(cols, dm);
     const int64_t kn = geo.num_blocks(dn), km = geo.num_blocks(dm);
     // r and c: each device's boxes are its variable box's rows and columns.
-    for (Array::Shard& rs : r_arr.local_shards()) {
+    each_shard(r_arr, [&](Array::Shard& rs) {
       const int64_t count = rs.box.num_elements();
       const T* sums = reinterpret_cast<const T*>(rows_all.shard_at(rs.position)->buffer.data());
       T* r = reinterpret_cast<T*>(rs.buffer.data());
@@ -132,8 +144,8 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
         for (int64_t kb = 0; kb < kn; ++kb) sum += sums[k * kn + kb];
         r[k] = beta * r[k] + one_minus_beta * (sum / static_cast<T>(n));
       }
-    }
-    for (Array::Shard& cs : c_arr.local_shards()) {
+    });
+    each_shard(c_arr, [&](Array::Shard& cs) {
       const int64_t bn = cs.box.shape.back();
       const int64_t lead = bn == 0 ? 0 : cs.box.num_elements() / bn;
       const T* sums = reinterpret_cast<const T*>(cols_all.shard_at(cs.position)->buffer.data());
@@ -145,10 +157,10 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
           c[l * bn + j] = beta * c[l * bn + j] + one_minus_beta * (sum / static_cast<T>(m));
         }
       }
-    }
+    });
     // mean(r, −1): r's last dimension is the variable's dm, cut as it is.
     Array r_sums = partial_array(r_arr.layout(), r_arr.geometry(), dm, dtype, x.runtime_ptr());
-    for (const Array::Shard& rs : r_arr.local_shards()) {
+    each_shard(r_arr, [&](const Array::Shard& rs) {
       const int64_t bm = rs.box.shape.back();
       T* out = data<T>(r_sums.shard_at(rs.position));
       const int64_t lead = num_elements(r_sums.shard_at(rs.position)->box.shape);
@@ -158,10 +170,10 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
         for (int64_t i = 0; i < bm; ++i) sum += r[l * bm + i];
         out[l] = sum;
       }
-    }
+    });
     const Array r_sums_all = replicate_dim(r_sums, dm);
     // v = (r / mean(r, −1))[…, None] · c[…, None, :] on each variable box.
-    for (const Array::Shard& xs : x.local_shards()) {
+    each_shard(x, [&](const Array::Shard& xs) {
       const Box& b = xs.box;
       const int64_t bm = b.shape[static_cast<size_t>(dm)], bn = b.shape[static_cast<size_t>(dn)];
       const int64_t lead = bm * bn == 0 ? 0 : b.num_elements() / (bm * bn);
@@ -178,14 +190,14 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
           for (int64_t j = 0; j < bn; ++j) v[(l * bm + i) * bn + j] = ri * c[l * bn + j];
         }
       }
-    }
+    });
   } else {
-    for (const Array::Shard& xs : x.local_shards()) {
+    each_shard(x, [&](const Array::Shard& xs) {
       const int64_t count = xs.box.num_elements();
       const T* gp = reinterpret_cast<const T*>(g.shard_at(xs.position)->buffer.data());
       T* v = data<T>(v_arr.shard_at(xs.position));
       for (int64_t k = 0; k < count; ++k) v[k] = beta * v[k] + one_minus_beta * reg(gp[k]);
-    }
+    });
   }
 
   // u = g/√v; θ −= α_t · u / max(1, rms(u)/clip_threshold).
@@ -200,11 +212,11 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
   }));
   const T rms_u = std::sqrt(sum_u / static_cast<T>(total));
   const T divisor = std::max(one, rms_u / static_cast<T>(o.clip_threshold));
-  for (Array::Shard& xs : x.local_shards()) {
+  each_shard(x, [&](Array::Shard& xs) {
     T* theta = reinterpret_cast<T*>(xs.buffer.data());
     const int64_t count = xs.box.num_elements();
     for (int64_t k = 0; k < count; ++k) theta[k] -= alpha_t * (u_at(xs, k) / divisor);
-  }
+  });
 }
 
 }  // namespace

@@ -18,11 +18,14 @@
 //    add_optimizer_variables call, interleaved per variable within a call: Adam
 //    [m0, v0, m1, v1, …] then (amsgrad) [vhat0, vhat1, …]; SGD `momentum` only if momentum != 0
 //    (each optimizer's header lists its slots);
-//  * every slot is born in its variable's layout (same mesh, same boxes, zeros; ZeRO-1 below), never matched
-//    against a LayoutMap (Keras >= 3.10: layout=ref._layout);
+//  * every slot is born in its variable's layout (same mesh, same boxes, zeros unless the
+//    optimizer says otherwise; ZeRO-1 below), never matched against a LayoutMap (Keras >= 3.10:
+//    layout=ref._layout) — Adafactor's factored slots in that layout less the reduced dimension;
 //  * a step: clip gradients → decoupled weight decay θ ← θ − θ·wd·lr (pre-update θ) →
 //    update_step → iteration += 1. The update runs shard by shard on the runtime's thread pool,
-//    with no communication (clipnorm/global_clipnorm sum squares across processes).
+//    with no communication (clipnorm/global_clipnorm sum squares across processes), except for
+//    an optimizer that updates whole variables (updates_whole_variables: Adafactor's means
+//    and RMS), called once per variable, collectively.
 // ZeRO-1 (opt-in, OptimizerOptions::shard_slots_over = a mesh axis, typically the data axis
 // "batch"): each slot is born in zero1_slot_layout(variable layout, shape, axis) — the variable's
 // layout with the axis added (as the minor axis) to one dimension — so each device holds

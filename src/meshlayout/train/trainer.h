@@ -59,9 +59,9 @@
 namespace meshlayout {
 
 struct CompileOptions {
-  /// make_optimizer's name ("sgd", "adam", "adamw") with optimizer_options; ignored when
-  /// optimizer_instance is set. One of the two is required (Keras' "rmsprop" default does not
-  /// exist here).
+  /// make_optimizer's name (optimizer_names(): "sgd", "adam", "rmsprop", …) with
+  /// optimizer_options; ignored when optimizer_instance is set. One of the two is required
+  /// (Keras' compile defaults to "rmsprop"; here the choice is explicit).
   std::string optimizer;
   OptimizerOptions optimizer_options;
   std::shared_ptr<Optimizer> optimizer_instance;
