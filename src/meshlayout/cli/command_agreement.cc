@@ -6,6 +6,7 @@
 
 #include <mutex>
 
+#include "meshlayout/core/memory_budget.h"
 #include "meshlayout/core/shape.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/safetensors_file.h"
@@ -87,6 +88,16 @@ void agree_on_command(Runtime& runtime, std::string_view what, std::vector<std::
     if (local_error) std::rethrow_exception(local_error);
     return;
   }
+  // The environment that sizes what a process may hold: a process with a smaller
+  // MESHLAYOUT_DEVICE_MEMORY fails an allocation the others make, and they wait for it.
+  std::string budget;
+  try {
+    const std::optional<int64_t> bytes = device_memory_budget();
+    budget = bytes ? std::to_string(*bytes) : "unset";
+  } catch (const std::exception& e) {
+    budget = fmt::format("invalid ({})", e.what());
+  }
+  fields.push_back(fmt::format("MESHLAYOUT_DEVICE_MEMORY={}", budget));
   for (const std::string& f : recorded_parsed_options()) fields.push_back(f);
   for (const std::string& f : inputs.fields()) fields.push_back(f);
   agree_on_operation(runtime.comm(), what, join(fields, "; "), local_error);

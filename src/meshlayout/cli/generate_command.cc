@@ -106,7 +106,8 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
 
   std::ostringstream log;  // the report, printed by process 0
   auto start = Clock::now();
-  LlamaModel model(config, *rules);
+  const std::unique_ptr<LlamaModel> built = build_llama_agreed(*runtime, config, *rules);
+  LlamaModel& model = *built;
   const double build_seconds = seconds_since(start);
   start = Clock::now();
   const HfLoadReport load = load_hf_llama(*checkpoint, model.variables_by_path());

@@ -52,6 +52,19 @@ int64_t parameter_count(const LlamaModel& model) {
   return n;
 }
 
+std::unique_ptr<LlamaModel> build_llama_agreed(Runtime& runtime, const LlamaConfig& config, const LayoutMap& rules) {
+  std::unique_ptr<LlamaModel> model;
+  std::exception_ptr failure;
+  try {
+    model = std::make_unique<LlamaModel>(config, rules);
+  } catch (...) {
+    failure = std::current_exception();
+    model.reset();  // free what was built before other processes go on
+  }
+  agree_or_rethrow(runtime, failure);
+  return model;
+}
+
 LlamaSetup open_llama_setup(const std::string& model_dir, const std::string& rules_path,
                             const std::optional<std::string>& mesh_text,
                             const std::function<DeviceMesh()>& default_mesh) {

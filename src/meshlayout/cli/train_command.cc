@@ -145,7 +145,8 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
   agree_on_command(*runtime, "the train command", std::move(resolved), setup.inputs, failure);
   const LlamaConfig& config = setup.checkpoint->config();
 
-  LlamaModel model(config, *setup.rules);
+  const std::unique_ptr<LlamaModel> built = build_llama_agreed(*runtime, config, *setup.rules);
+  LlamaModel& model = *built;
   if (options.zero1) {
     // ZeRO-1 over the batch axis, known once the model has its distribution.
     OptimizerOptions optimizer_options;
