@@ -18,6 +18,7 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <string_view>
 #include <vector>
 
@@ -80,6 +81,7 @@ class DeviceMesh {
     std::vector<std::string> axis_names;
     std::vector<std::string> devices;
     std::vector<int64_t> device_ids;
+    std::unordered_map<int64_t, size_t> position_by_id;  // position_of_device in O(1)
   };
   std::shared_ptr<const Impl> impl_;
 };
