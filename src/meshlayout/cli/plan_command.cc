@@ -24,8 +24,8 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
     optimizer = make_optimizer(*options.optimizer, {.name = stable_optimizer_name(*options.optimizer)});
   }
   if ((options.zero1 || options.shard_slots_over) && !optimizer) {
-    throw ValueError(fmt::format("{} shards optimizer slots: give --optimizer (sgd, adam, adamw) too",
-                                 options.zero1 ? "--zero1" : "--shard-slots-over"));
+    throw ValueError(fmt::format("{} shards optimizer slots: give --optimizer ({}) too",
+                                 options.zero1 ? "--zero1" : "--shard-slots-over", join(optimizer_names(), ", ")));
   }
   if (options.zero1 && options.shard_slots_over) {
     throw ValueError(fmt::format("--zero1 (the data axis) and --shard-slots-over {} both choose the axis; give one",
@@ -120,7 +120,8 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", options->json, "print one JSON object instead of text");
   cmd->add_flag("--strict", options->strict, "uneven splits are errors, not warnings");
   cmd->add_option("--optimizer", options->optimizer,
-                  "also show what training with this optimizer (sgd, adam, adamw) holds per device: "
+                  "also show what training with this optimizer (" + join(optimizer_names(), ", ") +
+                      ") holds per device: "
                   "weights, gradients and optimizer slots, in float32");
   cmd->add_flag("--zero1", options->zero1,
                 "with --optimizer: ZeRO-1, each optimizer slot sharded further over the data axis (the mesh's "

@@ -272,8 +272,10 @@ void add_train_command(CLI::App& app, int* exit_code) {
                   "mesh, e.g. batch=2,model=4; default: the rules file's \"mesh\", else batch=<all devices>,model=1");
   cmd->add_option("--batch-size", o->batch_size, "global batch: rows per step")->required();
   cmd->add_option("--steps", o->steps, "training steps")->required();
-  cmd->add_option("--optimizer", o->optimizer, "sgd, adam or adamw (Keras 3 defaults)")->default_str("adamw");
-  cmd->add_option("--learning-rate", o->learning_rate, "default: the optimizer's (sgd 0.01, adam/adamw 0.001)");
+  cmd->add_option("--optimizer", o->optimizer,
+                  fmt::format("a Keras optimizer by name, with Keras 3's defaults: {}", join(optimizer_names(), ", ")))
+      ->default_str("adamw");
+  cmd->add_option("--learning-rate", o->learning_rate, "default: the optimizer's (Keras 3: sgd 0.01, the others 0.001)");
   cmd->add_option("--weight-decay", o->weight_decay, "decoupled weight decay; default: adamw 0.004, others none");
   cmd->add_flag("--zero1", o->zero1,
                 "ZeRO-1: shard each optimizer slot further over the batch axis (1/batch-size of the slots per "

@@ -174,10 +174,10 @@ TEST_F(TrainingPlanTest, Zero1OverAnAxisNotInTheMeshIsRefusedByName) {
 TEST_F(TrainingPlanTest, AnUnknownOptimizerIsRefusedByName) {
   std::ostringstream out;
   try {
-    run_plan({.path = "/nonexistent.safetensors", .rules_path = "/nonexistent.json", .optimizer = "adagrad"}, out);
+    run_plan({.path = "/nonexistent.safetensors", .rules_path = "/nonexistent.json", .optimizer = "nadam"}, out);
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("adagrad"));
+    EXPECT_THAT(e.what(), HasSubstr("nadam"));
   }
   EXPECT_EQ(out.str(), "");
 }
