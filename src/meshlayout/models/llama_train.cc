@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/shape.h"
@@ -25,6 +26,12 @@ std::string step_rows_text(int64_t step, int64_t batch_size) {
 }  // namespace
 
 TokenDataset TokenDataset::open(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ValueError(fmt::format("training data {} is a directory; expected a safetensors file with one I32 tensor "
+                                 "tokens of shape (rows, seq + 1)",
+                                 quote(path)));
+  }
   TokenDataset data(Checkpoint::open(path));
   const auto [file, info] = data.checkpoint_.find("tokens");
   if (info == nullptr) {

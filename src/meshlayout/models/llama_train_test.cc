@@ -345,6 +345,16 @@ TEST_F(TokenFileTest, RefusesDataOfTheWrongNameDtypeRankOrLength) {
   EXPECT_THROW(TokenDataset::open(write(HostTensor(DType::kI32, {24}))), ValueError);
   EXPECT_THROW(TokenDataset::open(write(HostTensor(DType::kI32, {4, 1}))), ValueError);
   EXPECT_THROW(TokenDataset::open(write(HostTensor(DType::kI32, {4, 6}), "ids")), NotFoundError);
+  // A directory was refused as a checkpoint directory, without naming the training data.
+  const std::string dir = ::testing::TempDir() + "token_file_test_dir";
+  std::filesystem::create_directories(dir);
+  try {
+    TokenDataset::open(dir);
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("training data '" + dir + "' is a directory; expected a safetensors file"));
+  }
+  std::filesystem::remove_all(dir);
 
   const LlamaConfig config = tiny(4, 4, false);
   LlamaModel model(config, llama_layout_map(DeviceMesh({2, 4}, {"batch", "model"})));

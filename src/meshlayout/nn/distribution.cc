@@ -180,9 +180,11 @@ Array Distribution::distribute_process_batch(const HostTensor& local, int64_t gl
     const int64_t begin = s.box.offset[0], end = begin + s.box.shape[0];
     if (begin < end && (begin < rows.begin || end > rows.end) && problem.empty()) {
       problem = fmt::format("device {} of process {} holds rows [{}, {}) of the batch, but the process feeds "
-                            "rows [{}, {}): mesh {} does not split its batch axis {} along the processes",
+                            "rows [{}, {}): mesh {} does not split its batch axis {} along the processes "
+                            "for a global batch of {} (give a batch size that is a multiple of the batch axis's "
+                            "size, so that each process's devices hold exactly its rows)",
                             s.device_id, runtime->process_id(), begin, end, rows.begin, rows.end, mesh_.to_string(),
-                            quote(batch_dim_name_));
+                            quote(batch_dim_name_), global_batch_size);
     }
   }
   agree_on_failure(runtime->comm(),
