@@ -468,7 +468,10 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
       for (int64_t k = 0; k < n; ++k) theta[k] = theta[k] - theta[k] * wd * lr_t;
     }
     if (whole) {
-      std::memcpy(prepared[t.pair]->shard_at(x.position)->buffer.data(), grad, static_cast<size_t>(n) * sizeof(T));
+      // An empty box (uneven splits leave some) has no buffer: memcpy of null is undefined.
+      if (n > 0) {
+        std::memcpy(prepared[t.pair]->shard_at(x.position)->buffer.data(), grad, static_cast<size_t>(n) * sizeof(T));
+      }
       return;
     }
     std::vector<T*> slot_ptrs;
