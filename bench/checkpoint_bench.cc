@@ -9,8 +9,8 @@
 // with Checkpoint::open + load_arrays, and compares with the baseline: pread of the whole file,
 // 16 MiB at a time, into one pre-touched buffer of the file's size. Both are measured warm
 // (the file in the page cache) and cold (its pages dropped with posix_fadvise(DONTNEED) before
-// every repetition, so the bytes come from the disk; run first). ratio = baseline time / load time (1.0:
-// as fast as reading the file; the target is >= 0.8). The save is compared with pwrite of the
+// every repetition, so the bytes come from the disk; run first). ratio = baseline time / load time
+// (1.0: as fast as reading the file; the target is >= 0.8). The save is compared with pwrite of the
 // same bytes + fdatasync. Each loaded shard is checked against the data. Median of R runs.
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -36,13 +36,15 @@ namespace {
 constexpr int64_t kRows = 4096, kCols = 8192;
 constexpr size_t kChunk = size_t{16} << 20;
 
-double median_seconds(int reps, const std::function<void()>& before, const std::function<void()>& fn) {
+double median_seconds(int reps, const std::function<void()>& before,
+                      const std::function<void()>& fn) {
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
     before();
     const auto start = std::chrono::steady_clock::now();
     fn();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    times.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -101,15 +103,24 @@ int main(int argc, char** argv) {
   LoadOptions options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--gib") gib = std::atoi(argv[i + 1]);
-    else if (flag == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (flag == "--dir") dir = argv[i + 1];
-    else if (flag == "--only") only = argv[i + 1];
-    else if (flag == "--map" && std::string(argv[i + 1]) == "always") options.map = MapMode::kAlways;
-    else if (flag == "--map" && std::string(argv[i + 1]) == "never") options.map = MapMode::kNever;
-    else if (flag == "--map" && std::string(argv[i + 1]) == "auto") options.map = MapMode::kAuto;
+    if (flag == "--gib")
+      gib = std::atoi(argv[i + 1]);
+    else if (flag == "--reps")
+      reps = std::atoi(argv[i + 1]);
+    else if (flag == "--dir")
+      dir = argv[i + 1];
+    else if (flag == "--only")
+      only = argv[i + 1];
+    else if (flag == "--map" && std::string(argv[i + 1]) == "always")
+      options.map = MapMode::kAlways;
+    else if (flag == "--map" && std::string(argv[i + 1]) == "never")
+      options.map = MapMode::kNever;
+    else if (flag == "--map" && std::string(argv[i + 1]) == "auto")
+      options.map = MapMode::kAuto;
     else {
-      std::fprintf(stderr, "usage: checkpoint_bench [--gib N] [--reps R] [--dir DIR] [--only rows|columns|2x4] [--map auto|always|never]\n");
+      std::fprintf(stderr,
+                   "usage: checkpoint_bench [--gib N] [--reps R] [--dir DIR] [--only "
+                   "rows|columns|2x4] [--map auto|always|never]\n");
       return 2;
     }
   }
@@ -117,7 +128,8 @@ int main(int argc, char** argv) {
   const DeviceMesh line({8}, {"x"});
   const DeviceMesh grid({2, 4}, {"data", "model"});
   const int tensors = gib * 8;
-  const std::string file = (dir / fmt::format("meshlayout_checkpoint_bench_{}.safetensors", ::getpid())).string();
+  const std::string file =
+      (dir / fmt::format("meshlayout_checkpoint_bench_{}.safetensors", ::getpid())).string();
   const std::string plain = file + ".plain";
 
   // The checkpoint, saved from row-sharded arrays.
@@ -125,20 +137,24 @@ int main(int argc, char** argv) {
   std::vector<Array> sources;
   for (int t = 0; t < tensors; ++t) {
     names.push_back(fmt::format("model.layers.{}.mlp.up_proj.weight", t));
-    sources.push_back(distribute_tensor(HostTensor::random(DType::kF32, {kRows, kCols}, static_cast<uint64_t>(t)),
-                                        TensorLayout({"x", None}, line), {.runtime = rt}));
+    sources.push_back(
+        distribute_tensor(HostTensor::random(DType::kF32, {kRows, kCols}, static_cast<uint64_t>(t)),
+                          TensorLayout({"x", None}, line), {.runtime = rt}));
   }
   std::vector<NamedArray> to_save;
-  for (int t = 0; t < tensors; ++t) to_save.push_back({names[static_cast<size_t>(t)], &sources[static_cast<size_t>(t)]});
+  for (int t = 0; t < tensors; ++t)
+    to_save.push_back({names[static_cast<size_t>(t)], &sources[static_cast<size_t>(t)]});
   const auto nothing = [] {};
   uint64_t file_bytes = 0;
-  const double save_s = median_seconds(reps, nothing, [&] { file_bytes = save_arrays(file, to_save).file_bytes; });
+  const double save_s =
+      median_seconds(reps, nothing, [&] { file_bytes = save_arrays(file, to_save).file_bytes; });
   std::vector<std::byte> buffer(file_bytes, std::byte{1});  // pre-touched
   const double write_s = median_seconds(reps, nothing, [&] { sequential_write(plain, buffer); });
   fs::remove(plain);
   const double gibs = static_cast<double>(file_bytes) / (1 << 30);
-  std::printf("checkpoint: %d tensors of %lld x %lld f32, %.2f GiB, 8 virtual devices, median of %d\n\n",
-              tensors, static_cast<long long>(kRows), static_cast<long long>(kCols), gibs, reps);
+  std::printf(
+      "checkpoint: %d tensors of %lld x %lld f32, %.2f GiB, 8 virtual devices, median of %d\n\n",
+      tensors, static_cast<long long>(kRows), static_cast<long long>(kCols), gibs, reps);
   std::printf("%-34s %9s %9s %12s %7s\n", "case", "time_s", "GiB/s", "baseline_s", "ratio");
   std::printf("%-34s %9.3f %9.2f %12.3f %7.2f\n", "save (rows) vs pwrite+fdatasync", save_s,
               gibs / save_s, write_s, write_s / save_s);
@@ -153,32 +169,37 @@ int main(int argc, char** argv) {
   bool all_match = true;
   double worst_ratio = 1e300;
   for (const bool cold : {true, false}) {
-    const auto prepare = [&] { if (cold) drop_from_page_cache(file); };
+    const auto prepare = [&] {
+      if (cold) drop_from_page_cache(file);
+    };
     const double read_s = median_seconds(reps, prepare, [&] { sequential_read(file, buffer); });
     for (const Rules& c : cases) {
       if (std::string(c.name).find(only) == std::string::npos) continue;
       std::vector<Array> targets;
       std::vector<LoadTarget> to_load;
-      for (int t = 0; t < tensors; ++t) targets.push_back(Array::allocate(c.layout, {kRows, kCols}, DType::kF32, rt));
-      for (int t = 0; t < tensors; ++t) to_load.push_back({names[static_cast<size_t>(t)], &targets[static_cast<size_t>(t)]});
+      for (int t = 0; t < tensors; ++t)
+        targets.push_back(Array::allocate(c.layout, {kRows, kCols}, DType::kF32, rt));
+      for (int t = 0; t < tensors; ++t)
+        to_load.push_back({names[static_cast<size_t>(t)], &targets[static_cast<size_t>(t)]});
       load_arrays(Checkpoint::open(file), to_load, options);  // touches the shards once
       LoadReport report;
-      const double load_s = median_seconds(reps, prepare, [&] {
-        report = load_arrays(Checkpoint::open(file), to_load, options);
-      });
+      const double load_s = median_seconds(
+          reps, prepare, [&] { report = load_arrays(Checkpoint::open(file), to_load, options); });
       for (int t = 0; t < tensors; ++t) {
         all_match = all_match && shards_match(targets[static_cast<size_t>(t)],
-                                              HostTensor::random(DType::kF32, {kRows, kCols}, static_cast<uint64_t>(t)));
+                                              HostTensor::random(DType::kF32, {kRows, kCols},
+                                                                 static_cast<uint64_t>(t)));
       }
       const double ratio = read_s / load_s;
       worst_ratio = std::min(worst_ratio, ratio);
       std::printf("%-34s %9.3f %9.2f %12.3f %7.2f   (read %.2f GiB)\n",
-                  fmt::format("load {} {}", cold ? "cold" : "warm", c.name).c_str(), load_s, gibs / load_s,
-                  read_s, ratio, static_cast<double>(report.bytes_read) / (1 << 30));
+                  fmt::format("load {} {}", cold ? "cold" : "warm", c.name).c_str(), load_s,
+                  gibs / load_s, read_s, ratio, static_cast<double>(report.bytes_read) / (1 << 30));
     }
   }
   fs::remove(file);
   std::printf("\nshards equal the saved data: %s\n", all_match ? "yes" : "NO");
-  std::printf("worst load ratio %.2f (target >= 0.80): %s\n", worst_ratio, worst_ratio >= 0.8 ? "met" : "NOT met");
+  std::printf("worst load ratio %.2f (target >= 0.80): %s\n", worst_ratio,
+              worst_ratio >= 0.8 ? "met" : "NOT met");
   return all_match ? 0 : 1;
 }

@@ -64,13 +64,13 @@ std::vector<Gemm> per_device_gemms(const LlamaConfig& c) {
   const int ff = static_cast<int>(c.intermediate_size);
   std::vector<Gemm> g;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    g.push_back({d, q / kDevices});        // query, column-split heads
-    g.push_back({d, kv / kDevices});       // key
-    g.push_back({d, kv / kDevices});       // value
-    g.push_back({q / kDevices, d});        // attention_output, row-split (partial sums)
-    g.push_back({d, ff / kDevices});       // gate
-    g.push_back({d, ff / kDevices});       // up
-    g.push_back({ff / kDevices, d});       // down, row-split
+    g.push_back({d, q / kDevices});   // query, column-split heads
+    g.push_back({d, kv / kDevices});  // key
+    g.push_back({d, kv / kDevices});  // value
+    g.push_back({q / kDevices, d});   // attention_output, row-split (partial sums)
+    g.push_back({d, ff / kDevices});  // gate
+    g.push_back({d, ff / kDevices});  // up
+    g.push_back({ff / kDevices, d});  // down, row-split
   }
   return g;
 }
@@ -88,7 +88,8 @@ class Baseline {
     }
     dev_.resize(kDevices);
     default_runtime()->pool().parallel_for(kDevices, [&](size_t p) {
-      for (const Gemm& g : gemms_) dev_[p].weights.emplace_back(static_cast<size_t>(g.k) * g.n, 0.01f);
+      for (const Gemm& g : gemms_)
+        dev_[p].weights.emplace_back(static_cast<size_t>(g.k) * g.n, 0.01f);
       dev_[p].vocab.assign(static_cast<size_t>(d) * vocab_shard_, 0.01f);
       dev_[p].a.assign(max_a, 0.5f);
       dev_[p].out.assign(max_c, 0.0f);
@@ -113,8 +114,8 @@ class Baseline {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, g.n, g.k, 1.0f, x.a.data(), g.k,
                       x.weights[i].data(), g.n, 0.0f, x.out.data(), g.n);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, vocab_shard_, d, 1.0f, x.a.data(), d,
-                    x.vocab.data(), vocab_shard_, 0.0f, x.out.data(), vocab_shard_);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, vocab_shard_, d, 1.0f, x.a.data(),
+                    d, x.vocab.data(), vocab_shard_, 0.0f, x.out.data(), vocab_shard_);
       });
     });
   }
@@ -151,11 +152,17 @@ int main(int argc, char** argv) {
   const int new_tokens = arg(argc, argv, "--new", 16);
   const int layers = arg(argc, argv, "--layers", 8);
   set_device_count(kDevices);
-  const LlamaConfig config{.vocab_size = 32000, .hidden_size = 1024, .intermediate_size = 2816,
-                           .num_hidden_layers = layers, .num_attention_heads = 16,
-                           .num_key_value_heads = 8, .head_dim = 64, .rms_norm_eps = 1e-5,
+  const LlamaConfig config{.vocab_size = 32000,
+                           .hidden_size = 1024,
+                           .intermediate_size = 2816,
+                           .num_hidden_layers = layers,
+                           .num_attention_heads = 16,
+                           .num_key_value_heads = 8,
+                           .head_dim = 64,
+                           .rms_norm_eps = 1e-5,
                            .max_position_embeddings = 2048};
-  RulesFile file = load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json");
+  RulesFile file =
+      load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json");
   file.mesh = DeviceMesh({1, kDevices}, {"batch", "model"});
   const LayoutMap rules = file.to_layout_map();
 
@@ -163,13 +170,15 @@ int main(int argc, char** argv) {
   const double build = seconds([&] { model.emplace(config, rules); });
   int64_t params = 0;
   for (const VariablePtr& v : model->variables()) params += num_elements(v->shape());
-  fmt::print("llama: d={} layers={} heads={} kv_heads={} ff={} vocab={} ({:.1f}M parameters, F32), "
-             "mesh[batch=1,model={}] Megatron rules; built and initialised sharded in {:.2f} s\n",
-             config.hidden_size, layers, config.num_attention_heads, config.num_key_value_heads,
-             config.intermediate_size, config.vocab_size, static_cast<double>(params) / 1e6,
-             kDevices, build);
-  fmt::print("runtime thread pool: {} threads; OpenBLAS 1 thread per call (meshlayout and baseline)\n",
-             default_runtime()->pool().size());
+  fmt::print(
+      "llama: d={} layers={} heads={} kv_heads={} ff={} vocab={} ({:.1f}M parameters, F32), "
+      "mesh[batch=1,model={}] Megatron rules; built and initialised sharded in {:.2f} s\n",
+      config.hidden_size, layers, config.num_attention_heads, config.num_key_value_heads,
+      config.intermediate_size, config.vocab_size, static_cast<double>(params) / 1e6, kDevices,
+      build);
+  fmt::print(
+      "runtime thread pool: {} threads; OpenBLAS 1 thread per call (meshlayout and baseline)\n",
+      default_runtime()->pool().size());
 
   std::vector<int32_t> prompt(static_cast<size_t>(prompt_len));
   for (int i = 0; i < prompt_len; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 13) % 32000;
@@ -191,32 +200,39 @@ int main(int argc, char** argv) {
       decode.push_back(g.decode_seconds);
       decode_ratios.push_back(bd / (g.decode_seconds / static_cast<double>(decode_tokens)));
     }
-    fmt::print("  run {}: prefill {:.3f} s (baseline {:.3f} s, ratio {:.3f}), decode {:.3f} s ({} tokens), "
-               "first tokens {} {} {}\n",
-               r, g.prefill_seconds, base_prefill.back(), prefill_ratios.back(), g.decode_seconds,
-               g.decode_tokens, g.tokens[0][0], g.tokens[0][1], g.tokens[0][2]);
+    fmt::print(
+        "  run {}: prefill {:.3f} s (baseline {:.3f} s, ratio {:.3f}), decode {:.3f} s ({} "
+        "tokens), "
+        "first tokens {} {} {}\n",
+        r, g.prefill_seconds, base_prefill.back(), prefill_ratios.back(), g.decode_seconds,
+        g.decode_tokens, g.tokens[0][0], g.tokens[0][1], g.tokens[0][2]);
   }
   const double prefill_tps = prompt_len / best(prefill);
-  const double decode_tps = decode.empty() ? 0.0 : static_cast<double>(decode_tokens) / best(decode);
+  const double decode_tps =
+      decode.empty() ? 0.0 : static_cast<double>(decode_tokens) / best(decode);
   const double prefill_ratio = best(base_prefill) / best(prefill);
   const double decode_ratio =
-      decode.empty() ? 0.0 : best(base_decode) / (best(decode) / static_cast<double>(decode_tokens));
+      decode.empty() ? 0.0
+                     : best(base_decode) / (best(decode) / static_cast<double>(decode_tokens));
   const double flops_p = baseline.flops(prompt_len), flops_d = baseline.flops(1);
-  fmt::print("prefill ({} tokens): meshlayout {:.1f} tokens/s ({:.3f} s, {:.1f} GFLOP/s of the linear "
-             "maps); cblas_sgemm of the same per-device matmuls {:.3f} s ({:.1f} GFLOP/s); ratio of the "
-             "bests {:.3f}, median of the per-run ratios {:.3f}\n",
-             prompt_len, prefill_tps, best(prefill), flops_p / best(prefill) / 1e9, best(base_prefill),
-             flops_p / best(base_prefill) / 1e9, prefill_ratio, median(prefill_ratios));
+  fmt::print(
+      "prefill ({} tokens): meshlayout {:.1f} tokens/s ({:.3f} s, {:.1f} GFLOP/s of the linear "
+      "maps); cblas_sgemm of the same per-device matmuls {:.3f} s ({:.1f} GFLOP/s); ratio of the "
+      "bests {:.3f}, median of the per-run ratios {:.3f}\n",
+      prompt_len, prefill_tps, best(prefill), flops_p / best(prefill) / 1e9, best(base_prefill),
+      flops_p / best(base_prefill) / 1e9, prefill_ratio, median(prefill_ratios));
   if (!decode.empty()) {
-    fmt::print("decode (1 token/step): meshlayout {:.1f} tokens/s ({:.2f} ms/token, {:.1f} GFLOP/s); "
-               "cblas_sgemm of the same per-device matmuls {:.2f} ms ({:.1f} GFLOP/s); ratio of the bests "
-               "{:.3f}, median of the per-run ratios {:.3f}\n",
-               decode_tps, 1e3 * best(decode) / static_cast<double>(decode_tokens),
-               flops_d * static_cast<double>(decode_tokens) / best(decode) / 1e9, 1e3 * best(base_decode),
-               flops_d / best(base_decode) / 1e9, decode_ratio, median(decode_ratios));
+    fmt::print(
+        "decode (1 token/step): meshlayout {:.1f} tokens/s ({:.2f} ms/token, {:.1f} GFLOP/s); "
+        "cblas_sgemm of the same per-device matmuls {:.2f} ms ({:.1f} GFLOP/s); ratio of the bests "
+        "{:.3f}, median of the per-run ratios {:.3f}\n",
+        decode_tps, 1e3 * best(decode) / static_cast<double>(decode_tokens),
+        flops_d * static_cast<double>(decode_tokens) / best(decode) / 1e9, 1e3 * best(base_decode),
+        flops_d / best(base_decode) / 1e9, decode_ratio, median(decode_ratios));
   }
-  fmt::print("RESULT prefill_tokens_per_s={:.2f} decode_tokens_per_s={:.2f} prefill_ratio={:.3f} "
-             "decode_ratio={:.3f}\n",
-             prefill_tps, decode_tps, prefill_ratio, decode_ratio);
+  fmt::print(
+      "RESULT prefill_tokens_per_s={:.2f} decode_tokens_per_s={:.2f} prefill_ratio={:.3f} "
+      "decode_ratio={:.3f}\n",
+      prefill_tps, decode_tps, prefill_ratio, decode_ratio);
   return 0;
 }

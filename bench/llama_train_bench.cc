@@ -59,8 +59,10 @@ struct Gemm {  // one device's (m x k) @ (k x n)
 // The per-device matmul shapes of one forward: Megatron column- and row-split linear maps and
 // the column-split reverse embedding.
 std::vector<Gemm> per_device_gemms(const LlamaConfig& c) {
-  const int d = static_cast<int>(c.hidden_size), q = static_cast<int>(c.num_attention_heads * c.head_dim);
-  const int kv = static_cast<int>(c.num_key_value_heads * c.head_dim), ff = static_cast<int>(c.intermediate_size);
+  const int d = static_cast<int>(c.hidden_size),
+            q = static_cast<int>(c.num_attention_heads * c.head_dim);
+  const int kv = static_cast<int>(c.num_key_value_heads * c.head_dim),
+            ff = static_cast<int>(c.intermediate_size);
   std::vector<Gemm> g;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     for (const Gemm& x : {Gemm{d, q / kDevices}, Gemm{d, kv / kDevices}, Gemm{d, kv / kDevices},
@@ -79,8 +81,9 @@ double run_baseline(const LlamaConfig& c, int m, int reps, double* flops) {
   openblas_set_num_threads(1);
   const std::vector<Gemm> gemms = per_device_gemms(c);
   size_t most = 0;
-  for (const Gemm& g : gemms) most = std::max({most, static_cast<size_t>(g.k) * g.n, static_cast<size_t>(m) * g.k,
-                                               static_cast<size_t>(m) * g.n});
+  for (const Gemm& g : gemms)
+    most = std::max({most, static_cast<size_t>(g.k) * g.n, static_cast<size_t>(m) * g.k,
+                     static_cast<size_t>(m) * g.n});
   struct Buffers {
     std::vector<float> w, a, b, out;
   };
@@ -97,18 +100,18 @@ double run_baseline(const LlamaConfig& c, int m, int reps, double* flops) {
   double best = 1e300;
   for (int r = 0; r < reps; ++r) {
     best = std::min(best, seconds([&] {
-      rt.pool().parallel_for(kDevices, [&](size_t p) {
-        Buffers& x = dev[p];
-        for (const Gemm& g : gemms) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, g.n, g.k, 1.0f, x.a.data(), g.k, x.w.data(), g.n,
-                      0.0f, x.out.data(), g.n);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, g.k, g.n, 1.0f, x.b.data(), g.n, x.w.data(), g.n,
-                      0.0f, x.out.data(), g.k);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g.k, g.n, m, 1.0f, x.a.data(), g.k, x.b.data(), g.n,
-                      0.0f, x.out.data(), g.n);
-        }
-      });
-    }));
+                      rt.pool().parallel_for(kDevices, [&](size_t p) {
+                        Buffers& x = dev[p];
+                        for (const Gemm& g : gemms) {
+                          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, g.n, g.k, 1.0f,
+                                      x.a.data(), g.k, x.w.data(), g.n, 0.0f, x.out.data(), g.n);
+                          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, g.k, g.n, 1.0f,
+                                      x.b.data(), g.n, x.w.data(), g.n, 0.0f, x.out.data(), g.k);
+                          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g.k, g.n, m, 1.0f,
+                                      x.a.data(), g.k, x.b.data(), g.n, 0.0f, x.out.data(), g.n);
+                        }
+                      });
+                    }));
   }
   return best;
 }
@@ -119,10 +122,17 @@ int main(int argc, char** argv) {
   const int reps = arg(argc, argv, "--reps", 3), batch = arg(argc, argv, "--batch", 1);
   const int seq = arg(argc, argv, "--seq", 128), layers = arg(argc, argv, "--layers", 8);
   set_device_count(kDevices);
-  const LlamaConfig config{.vocab_size = 32000, .hidden_size = 1024, .intermediate_size = 2816,
-                           .num_hidden_layers = layers, .num_attention_heads = 16, .num_key_value_heads = 8,
-                           .head_dim = 64, .rms_norm_eps = 1e-5, .max_position_embeddings = 2048};
-  RulesFile file = load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json");
+  const LlamaConfig config{.vocab_size = 32000,
+                           .hidden_size = 1024,
+                           .intermediate_size = 2816,
+                           .num_hidden_layers = layers,
+                           .num_attention_heads = 16,
+                           .num_key_value_heads = 8,
+                           .head_dim = 64,
+                           .rms_norm_eps = 1e-5,
+                           .max_position_embeddings = 2048};
+  RulesFile file =
+      load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json");
   file.mesh = DeviceMesh({1, kDevices}, {"batch", "model"});
   LlamaModel model(config, file.to_layout_map());
   auto optimizer = make_optimizer("adamw");
@@ -136,9 +146,11 @@ int main(int argc, char** argv) {
   }
   const Array inputs = model.distribution().distribute_process_batch(x, batch);
   const Array targets = model.distribution().distribute_process_batch(y, batch);
-  fmt::print("llama: d=1024 layers={} heads=16 kv_heads=8 ff=2816 vocab=32000, mesh[batch=1,model=8] Megatron "
-             "rules, batch {} x {} tokens, AdamW; runtime pool {} threads, OpenBLAS 1 thread per call\n",
-             layers, batch, seq, default_runtime()->pool().size());
+  fmt::print(
+      "llama: d=1024 layers={} heads=16 kv_heads=8 ff=2816 vocab=32000, mesh[batch=1,model=8] "
+      "Megatron "
+      "rules, batch {} x {} tokens, AdamW; runtime pool {} threads, OpenBLAS 1 thread per call\n",
+      layers, batch, seq, default_runtime()->pool().size());
   double best = 1e300;
   for (int r = 0; r <= reps; ++r) {
     double loss = 0;
@@ -149,9 +161,11 @@ int main(int argc, char** argv) {
   double flops = 0;
   const double base = run_baseline(config, batch * seq, reps, &flops);
   const double tps = batch * seq / best;
-  fmt::print("train step: meshlayout {:.1f} tokens/s ({:.3f} s, {:.1f} GFLOP/s of the linear maps); cblas_sgemm "
-             "of the same per-device matmuls {:.3f} s ({:.1f} GFLOP/s); ratio {:.2f}\n",
-             tps, best, flops / best / 1e9, base, flops / base / 1e9, base / best);
+  fmt::print(
+      "train step: meshlayout {:.1f} tokens/s ({:.3f} s, {:.1f} GFLOP/s of the linear maps); "
+      "cblas_sgemm "
+      "of the same per-device matmuls {:.3f} s ({:.1f} GFLOP/s); ratio {:.2f}\n",
+      tps, best, flops / best / 1e9, base, flops / base / 1e9, base / best);
   fmt::print("RESULT train_tokens_per_s={:.2f} train_ratio={:.3f}\n", tps, base / best);
   return 0;
 }

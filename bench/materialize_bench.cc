@@ -17,9 +17,10 @@ namespace {
 class Stack : public Model {
  public:
   Stack() : Model("stack") {
-    layers = track_list("layers", std::vector<std::shared_ptr<Dense>>{
-                                      std::make_shared<Dense>(2048), std::make_shared<Dense>(2048),
-                                      std::make_shared<Dense>(2048), std::make_shared<Dense>(2048)});
+    layers =
+        track_list("layers", std::vector<std::shared_ptr<Dense>>{
+                                 std::make_shared<Dense>(2048), std::make_shared<Dense>(2048),
+                                 std::make_shared<Dense>(2048), std::make_shared<Dense>(2048)});
   }
   Tensor call(const Tensor& x) override {
     Tensor t = x;
@@ -73,9 +74,10 @@ void BM_CreateWholeThenDistribute(benchmark::State& state) {
       whole_bytes = whole.num_bytes();
       fill_box(init, shape, Box{{0, 0}, shape}, DType::kF32, whole.data(),
                variable_key("stack/dense_" + std::to_string(l) + "/kernel"));
-      Array a = distribute_tensor(whole, TensorLayout(l % 2 == 0 ? std::vector<DimSharding>{None, "model"}
-                                                                 : std::vector<DimSharding>{"model", None},
-                                                      mesh));
+      Array a = distribute_tensor(whole,
+                                  TensorLayout(l % 2 == 0 ? std::vector<DimSharding>{None, "model"}
+                                                          : std::vector<DimSharding>{"model", None},
+                                               mesh));
       benchmark::DoNotOptimize(a.local_shards().front().buffer.data());
     }
   }

@@ -66,9 +66,11 @@ void run_case(benchmark::State& state, const char* x_layout, const char* w_layou
   const int64_t batch = state.range(0);
   DeviceMesh mesh({8}, {"x"});
   Array x = distribute_tensor(HostTensor::random(DType::kF32, {batch, kK}, 1),
-                              TensorLayout::from_string(x_layout).with_device_mesh(mesh), {.runtime = rt});
+                              TensorLayout::from_string(x_layout).with_device_mesh(mesh),
+                              {.runtime = rt});
   Array w = distribute_tensor(HostTensor::random(DType::kF32, {kK, kN}, 2),
-                              TensorLayout::from_string(w_layout).with_device_mesh(mesh), {.runtime = rt});
+                              TensorLayout::from_string(w_layout).with_device_mesh(mesh),
+                              {.runtime = rt});
   MatmulOptions options;
   if (out_layout) options.output_layout = TensorLayout::from_string(out_layout);
   MatmulPlan plan;
@@ -89,7 +91,9 @@ void run_case(benchmark::State& state, const char* x_layout, const char* w_layou
     calls.push_back(Call{reinterpret_cast<const float*>(xs.buffer.data()),
                          reinterpret_cast<const float*>(ws.buffer.data()), m, n, k, &outs[i]});
   }
-  auto baseline = [&] { rt->pool().parallel_for(calls.size(), [&](size_t i) { sgemm(calls[i]); }); };
+  auto baseline = [&] {
+    rt->pool().parallel_for(calls.size(), [&](size_t i) { sgemm(calls[i]); });
+  };
 
   // matmul and the baseline alternate, so both see the same machine state; best of the runs.
   std::vector<double> mm, base;
@@ -106,8 +110,8 @@ void run_case(benchmark::State& state, const char* x_layout, const char* w_layou
   double mt_best = 1e300;
   for (int rep = 0; rep < 3; ++rep) {
     mt_best = std::min(mt_best, seconds([&] {
-      for (const Call& c : calls) sgemm(c);
-    }));
+                         for (const Call& c : calls) sgemm(c);
+                       }));
   }
   openblas_set_num_threads(1);  // back to what matmul uses
 
@@ -132,7 +136,22 @@ void BM_RowScatter(benchmark::State& s) { run_case(s, "None,x", "x,None", "x,Non
 }  // namespace
 
 // ratio: baseline time / matmul time, best of 8 alternating runs (>= 0.9 is the target).
-BENCHMARK(BM_Column)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(8);
-BENCHMARK(BM_Row)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(8);
-BENCHMARK(BM_RowScatter)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(8);
+BENCHMARK(BM_Column)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(8);
+BENCHMARK(BM_Row)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(8);
+BENCHMARK(BM_RowScatter)
+    ->Arg(1024)
+    ->Arg(4096)
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime()
+    ->Iterations(8);
 BENCHMARK_MAIN();

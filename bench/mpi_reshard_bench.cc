@@ -4,8 +4,8 @@
 //   ... mpi_reshard_bench rows          only the cases whose name contains "rows"
 //   ... mpi_reshard_bench "" 15         best and median of 15 runs instead of 5
 //
-// Columns (times: best and median of 5 runs (or argv[2]), each run timed from a barrier to a barrier, so by
-// its slowest process; process 0 prints):
+// Columns (times: best and median of 5 runs (or argv[2]), each run timed from a barrier to a
+// barrier, so by its slowest process; process 0 prints):
 //   moved_MiB, between_MiB  the plan's bytes moved between devices, and between processes
 //   ours_ms, ours_med       distribute_tensor(array, target): plan, allocation, agreement, data
 //   raw_ms, raw_med         one MPI_Alltoallv of exactly the byte matrix the reshard sends
@@ -31,9 +31,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -92,12 +92,13 @@ class RawAlltoallv {
   std::vector<char> send_, recv_;
 };
 
-void run_case(const std::shared_ptr<Runtime>& rt, int reps, const char* name, Shape shape, const std::string& mesh_text,
-              const char* from, const char* to) {
+void run_case(const std::shared_ptr<Runtime>& rt, int reps, const char* name, Shape shape,
+              const std::string& mesh_text, const char* from, const char* to) {
   const int me = rt->process_id(), procs = rt->num_processes();
   DeviceMesh mesh = DeviceMesh::from_string(mesh_text);
   HostTensor x = HostTensor::random(DType::kF32, shape, 7);
-  Array a = distribute_tensor(x, TensorLayout::from_string(from).with_device_mesh(mesh), {.runtime = rt});
+  Array a =
+      distribute_tensor(x, TensorLayout::from_string(from).with_device_mesh(mesh), {.runtime = rt});
   TensorLayout target = TensorLayout::from_string(to).with_device_mesh(mesh);
   ReshardPlan plan = plan_distribute(a, target);
   { Array warm = distribute_tensor(a, target); }
@@ -109,8 +110,10 @@ void run_case(const std::shared_ptr<Runtime>& rt, int reps, const char* name, Sh
       if (t.src_process == me) local += static_cast<int>(t.bytes);
       continue;
     }
-    if (t.src_process == me) send_counts[static_cast<size_t>(t.dst_process)] += static_cast<int>(t.bytes);
-    if (t.dst_process == me) recv_counts[static_cast<size_t>(t.src_process)] += static_cast<int>(t.bytes);
+    if (t.src_process == me)
+      send_counts[static_cast<size_t>(t.dst_process)] += static_cast<int>(t.bytes);
+    if (t.dst_process == me)
+      recv_counts[static_cast<size_t>(t.src_process)] += static_cast<int>(t.bytes);
   }
   // Bytes this process sends, receives and copies locally, gathered on process 0.
   double mine[3] = {0, 0, static_cast<double>(local)};
@@ -127,11 +130,13 @@ void run_case(const std::shared_ptr<Runtime>& rt, int reps, const char* name, Sh
   raw_fn();  // warm up MPI's paths for these sizes, as the reshard was
   raw_all_fn();
   const std::vector<Timing> t = time_interleaved(
-      reps, {[&] { Array b = distribute_tensor(a, target); }, [&] { raw_fn(); }, [&] { raw_all_fn(); }});
+      reps,
+      {[&] { Array b = distribute_tensor(a, target); }, [&] { raw_fn(); }, [&] { raw_all_fn(); }});
   const Timing ours = t[0], raw = t[1], raw_all = t[2];
   // Each device's peak, gathered on process 0 in global device order.
   std::vector<double> my_peaks;
-  for (VirtualDevice* d : rt->local_devices()) my_peaks.push_back(static_cast<double>(d->memory().stats().peak_bytes));
+  for (VirtualDevice* d : rt->local_devices())
+    my_peaks.push_back(static_cast<double>(d->memory().stats().peak_bytes));
   std::vector<double> peaks(my_peaks.size() * static_cast<size_t>(procs));
   MPI_Gather(my_peaks.data(), static_cast<int>(my_peaks.size()), MPI_DOUBLE, peaks.data(),
              static_cast<int>(my_peaks.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -142,8 +147,8 @@ void run_case(const std::shared_ptr<Runtime>& rt, int reps, const char* name, Sh
   if (me == 0) {
     const bool no_traffic = plan.bytes_between_processes == 0;  // NOTE [Baseline without traffic]
     const Timing base = no_traffic ? raw_all : raw;
-    std::printf("%-26s %9.1f %12.1f %8.2f %8.2f %8.2f %8.2f %8.2f %6.2f%s %5.2f %9.2f %8.1f\n", name,
-                static_cast<double>(plan.bytes_moved) / (1 << 20),
+    std::printf("%-26s %9.1f %12.1f %8.2f %8.2f %8.2f %8.2f %8.2f %6.2f%s %5.2f %9.2f %8.1f\n",
+                name, static_cast<double>(plan.bytes_moved) / (1 << 20),
                 static_cast<double>(plan.bytes_between_processes) / (1 << 20), ours.best * 1e3,
                 ours.median * 1e3, raw.best * 1e3, raw.median * 1e3, raw_all.best * 1e3,
                 base.best / ours.best, no_traffic ? "*" : " ", base.median / ours.median,
@@ -185,7 +190,8 @@ int main(int argc, char** argv) {
   const std::string grid = "mesh[data=2,model=" + std::to_string(n / 2) + "]";
   auto run = [&](const char* name, Shape shape, const std::string& mesh, const char* from,
                  const char* to) {
-    if (std::strstr(name, filter) != nullptr) run_case(rt, reps, name, std::move(shape), mesh, from, to);
+    if (std::strstr(name, filter) != nullptr)
+      run_case(rt, reps, name, std::move(shape), mesh, from, to);
   };
   run("replicated->sharded 64M", {4096, 4096}, grid, "None,None", "data,model");
   run("sharded->replicated 64M", {4096, 4096}, line, "x,None", "None,None");

@@ -33,13 +33,13 @@
 #include <string>
 #include <vector>
 
-#include "meshlayout/plan/checkpoint_plan.h"
 #include "meshlayout/cli/plan_command.h"
-#include "meshlayout/plan/plan_render.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
+#include "meshlayout/plan/checkpoint_plan.h"
+#include "meshlayout/plan/plan_render.h"
 
 using namespace meshlayout;
 namespace fs = std::filesystem;
@@ -70,13 +70,13 @@ std::vector<TensorSpec> decoder_specs(int layers) {
   for (int i = 0; i < layers; ++i) {
     const std::string layer = fmt::format("model/layers_{}/", i);
     for (const char* p : {"q", "k", "v", "o"}) {
-      specs.push_back({fmt::format("{}attn/{}_proj/kernel", layer, p), DType::kBF16,
-                       {kHidden, kHidden}});
+      specs.push_back(
+          {fmt::format("{}attn/{}_proj/kernel", layer, p), DType::kBF16, {kHidden, kHidden}});
       specs.push_back({fmt::format("{}attn/{}_proj/bias", layer, p), DType::kBF16, {kHidden}});
     }
     for (const char* p : {"gate", "up"}) {
-      specs.push_back({fmt::format("{}mlp/{}_proj/kernel", layer, p), DType::kBF16,
-                       {kHidden, kMlp}});
+      specs.push_back(
+          {fmt::format("{}mlp/{}_proj/kernel", layer, p), DType::kBF16, {kHidden, kMlp}});
       specs.push_back({fmt::format("{}mlp/{}_proj/bias", layer, p), DType::kBF16, {kMlp}});
     }
     for (const char* p : {"q", "k"}) {  // QK-norm (Qwen3, Gemma 3)
@@ -114,9 +114,12 @@ int main(int argc, char** argv) {
   fs::path dir = fs::temp_directory_path();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--layers") layers = std::atoi(argv[i + 1]);
-    else if (flag == "--reps") reps = std::atoi(argv[i + 1]);
-    else if (flag == "--dir") dir = argv[i + 1];
+    if (flag == "--layers")
+      layers = std::atoi(argv[i + 1]);
+    else if (flag == "--reps")
+      reps = std::atoi(argv[i + 1]);
+    else if (flag == "--dir")
+      dir = argv[i + 1];
     else {
       std::fprintf(stderr, "usage: plan_bench [--layers L] [--reps R] [--dir DIR]\n");
       return 2;
@@ -145,13 +148,14 @@ int main(int argc, char** argv) {
   // One plan outside the timings, to print its shape and check it.
   const Checkpoint ckpt = Checkpoint::open(path);
   const CheckpointPlan plan = plan_checkpoint(ckpt, map);
-  std::printf("checkpoint: %zu tensors, header %.1f MiB, data %.1f GiB (sparse); %zu rules on "
-              "%s; plan: %zu placements, %zu sharded, %zu replicated, %zu warnings, %zu errors; "
-              "median of %d\n\n",
-              ckpt.tensors().size(), static_cast<double>(head.size()) / (1 << 20),
-              static_cast<double>(header.data_bytes) / (1 << 30), map.size(),
-              plan.mesh.to_string().c_str(), plan.placements.size(), plan.num_sharded,
-              plan.num_replicated, plan.num_warnings, plan.num_errors, reps);
+  std::printf(
+      "checkpoint: %zu tensors, header %.1f MiB, data %.1f GiB (sparse); %zu rules on "
+      "%s; plan: %zu placements, %zu sharded, %zu replicated, %zu warnings, %zu errors; "
+      "median of %d\n\n",
+      ckpt.tensors().size(), static_cast<double>(head.size()) / (1 << 20),
+      static_cast<double>(header.data_bytes) / (1 << 30), map.size(), plan.mesh.to_string().c_str(),
+      plan.placements.size(), plan.num_sharded, plan.num_replicated, plan.num_warnings,
+      plan.num_errors, reps);
 
   size_t sink = 0;
   const double parse_ms = median_ms(reps, [&] { sink += nlohmann::json::parse(json).size(); });
@@ -161,9 +165,8 @@ int main(int argc, char** argv) {
   const double text_ms = median_ms(reps, [&] { sink += render_plan_text(plan).size(); });
   const double json_ms = median_ms(reps, [&] { sink += render_plan_json(plan).size(); });
   std::ofstream devnull("/dev/null");
-  const double run_text_ms = median_ms(reps, [&] {
-    sink += cli::run_plan({.path = path, .rules_path = rules_path}, devnull);
-  });
+  const double run_text_ms = median_ms(
+      reps, [&] { sink += cli::run_plan({.path = path, .rules_path = rules_path}, devnull); });
   const double run_json_ms = median_ms(reps, [&] {
     sink += cli::run_plan({.path = path, .rules_path = rules_path, .json = true}, devnull);
   });

@@ -31,7 +31,8 @@ double memcpy_gibps(int64_t bytes) {
       benchmark::DoNotOptimize(b.data());
       left -= static_cast<int64_t>(n);
     }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return static_cast<double>(bytes) / best / (1 << 30);
 }
@@ -42,7 +43,8 @@ void run_case(benchmark::State& state, Shape shape, const char* mesh_text, const
   auto rt = Runtime::single_process(8);
   DeviceMesh mesh = DeviceMesh::from_string(mesh_text);
   HostTensor x = HostTensor::random(DType::kF32, shape, 1);
-  Array a = distribute_tensor(x, TensorLayout::from_string(from).with_device_mesh(mesh), {.runtime = rt});
+  Array a =
+      distribute_tensor(x, TensorLayout::from_string(from).with_device_mesh(mesh), {.runtime = rt});
   TensorLayout target = TensorLayout::from_string(to).with_device_mesh(mesh);
   ReshardPlan plan = plan_distribute(a, target);
   const int64_t copied = plan.bytes_moved + plan.bytes_kept;
@@ -60,16 +62,26 @@ void run_case(benchmark::State& state, Shape shape, const char* mesh_text, const
   state.counters["moved_MiB"] = static_cast<double>(plan.bytes_moved) / (1 << 20);
   state.counters["minimum_MiB"] = static_cast<double>(plan.minimum_bytes) / (1 << 20);
   state.counters["copied_MiB"] = static_cast<double>(copied) / (1 << 20);
-  state.counters["ratio"] = benchmark::Counter(
-      static_cast<double>(copied) / (1 << 30) / base, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ratio"] = benchmark::Counter(static_cast<double>(copied) / (1 << 30) / base,
+                                               benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // 64 MiB f32 tensors (4096 x 4096) unless said otherwise.
-void BM_ReplicatedToSharded(benchmark::State& s) { run_case(s, {4096, 4096}, "mesh[data=2,model=4]", "None,None", "data,model"); }
-void BM_ShardedToReplicated(benchmark::State& s) { run_case(s, {4096, 4096}, "mesh[x=8]", "x,None", "None,None"); }
-void BM_RowsToColumns(benchmark::State& s) { run_case(s, {4096, 4096}, "mesh[x=8]", "x,None", "None,x"); }
-void BM_RowsToColumns256MiB(benchmark::State& s) { run_case(s, {8192, 8192}, "mesh[x=8]", "x,None", "None,x"); }
-void BM_MeshTranspose2D(benchmark::State& s) { run_case(s, {4096, 4096}, "mesh[data=2,model=4]", "data,model", "model,data"); }
+void BM_ReplicatedToSharded(benchmark::State& s) {
+  run_case(s, {4096, 4096}, "mesh[data=2,model=4]", "None,None", "data,model");
+}
+void BM_ShardedToReplicated(benchmark::State& s) {
+  run_case(s, {4096, 4096}, "mesh[x=8]", "x,None", "None,None");
+}
+void BM_RowsToColumns(benchmark::State& s) {
+  run_case(s, {4096, 4096}, "mesh[x=8]", "x,None", "None,x");
+}
+void BM_RowsToColumns256MiB(benchmark::State& s) {
+  run_case(s, {8192, 8192}, "mesh[x=8]", "x,None", "None,x");
+}
+void BM_MeshTranspose2D(benchmark::State& s) {
+  run_case(s, {4096, 4096}, "mesh[data=2,model=4]", "data,model", "model,data");
+}
 void BM_Uneven(benchmark::State& s) { run_case(s, {4099, 4097}, "mesh[x=8]", "x,None", "None,x"); }
 
 }  // namespace

@@ -24,7 +24,7 @@ std::string show(const std::optional<T>& value) {
 
 template <typename T>
 std::string show(const T& value) {
-  if constexpr (requires(std::ostream& os) { os << value; }) {
+  if constexpr (requires(std::ostream & os) { os << value; }) {
     std::ostringstream out;
     out << value;
     return out.str();
@@ -37,16 +37,16 @@ std::string show(const T& value) {
 
 inline int g_checks = 0;
 
-#define SEED_CHECK_EQ(a, b)                                                                   \
-  do {                                                                                        \
-    ++::meshlayout::examples::g_checks;                                                       \
-    if (!((a) == (b))) {                                                                      \
-      std::cerr << __FILE__ << ":" << __LINE__ << ": check failed: " #a " == " #b << "\n  "   \
+#define SEED_CHECK_EQ(a, b)                                                                     \
+  do {                                                                                          \
+    ++::meshlayout::examples::g_checks;                                                         \
+    if (!((a) == (b))) {                                                                        \
+      std::cerr << __FILE__ << ":" << __LINE__ << ": check failed: " #a " == " #b << "\n  "     \
                 << ::meshlayout::examples::show(a) << " != " << ::meshlayout::examples::show(b) \
-                << "\n";                                                                      \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-    std::cout << "ok  " #a " == " #b "\n";                                                    \
+                << "\n";                                                                        \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+    std::cout << "ok  " #a " == " #b "\n";                                                      \
   } while (0)
 
 }  // namespace meshlayout::examples

@@ -36,7 +36,8 @@ int main() {
     block = std::make_shared<MlpBlock>();
   }
   HostTensor x = HostTensor::random(DType::kF32, {32, 64}, 7);
-  HostTensor y = (*block)(distribute_tensor(x, TensorLayout({"data", None}, mesh))).value().gather();
+  HostTensor y =
+      (*block)(distribute_tensor(x, TensorLayout({"data", None}, mesh))).value().gather();
   for (const VariablePtr& v : block->variables()) {
     std::cout << v->object_path() << "  " << shape_to_string(v->shape()) << "  "
               << v->layout()->to_string() << "\n";
@@ -50,18 +51,21 @@ int main() {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < n; ++c) {
         double s = bk.data_as<float>()[c];
-        for (int64_t i = 0; i < k; ++i) s += in[static_cast<size_t>(r * k + i)] * wk.data_as<float>()[i * n + c];
-        out[static_cast<size_t>(r * n + c)] = gelu ? 0.5 * s * (1 + std::erf(s / std::sqrt(2.0))) : s;
+        for (int64_t i = 0; i < k; ++i)
+          s += in[static_cast<size_t>(r * k + i)] * wk.data_as<float>()[i * n + c];
+        out[static_cast<size_t>(r * n + c)] =
+            gelu ? 0.5 * s * (1 + std::erf(s / std::sqrt(2.0))) : s;
       }
     }
     return out;
   };
   std::vector<double> in(x.data_as<float>(), x.data_as<float>() + x.num_elements());
-  std::vector<double> want = dense(dense(in, 32, *block->up->kernel(), *block->up->bias(), true), 32,
-                                   *block->down->kernel(), *block->down->bias(), false);
+  std::vector<double> want = dense(dense(in, 32, *block->up->kernel(), *block->up->bias(), true),
+                                   32, *block->down->kernel(), *block->down->bias(), false);
   double worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::abs(y.data_as<float>()[i] - want[i]) / std::max(1.0, std::abs(want[i])));
+    worst = std::max(worst,
+                     std::abs(y.data_as<float>()[i] - want[i]) / std::max(1.0, std::abs(want[i])));
   }
   std::cout << "largest relative error against float64: " << worst << "\n";
   SEED_CHECK_EQ(worst <= 1e-5, true);

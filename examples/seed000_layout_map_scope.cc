@@ -46,7 +46,8 @@ int main() {
   }
   SEED_CHECK_EQ(model->d1->built(), false);  // weights come with the first call
   // Triggering the creation of weights within or outside of the scope works
-  Tensor inputs = distribute_tensor(HostTensor(DType::kF32, {10, 10}), TensorLayout({None, None}, mesh));
+  Tensor inputs =
+      distribute_tensor(HostTensor(DType::kF32, {10, 10}), TensorLayout({None, None}, mesh));
   Tensor results = (*model)(inputs);
   SEED_CHECK_EQ(model->d1->kernel()->layout(), layout_1);
   SEED_CHECK_EQ(model->d1->bias()->layout(), layout_2);
@@ -77,8 +78,9 @@ int main() {
   {
     LayoutMapScope scope = layout_map.scope();
     sequential = std::make_shared<Sequential>(
-        std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(20, DenseOptions{.name = "d1"}),
-                                            std::make_shared<Dense>(30, DenseOptions{.name = "d2"})},
+        std::vector<std::shared_ptr<Layer>>{
+            std::make_shared<Dense>(20, DenseOptions{.name = "d1"}),
+            std::make_shared<Dense>(30, DenseOptions{.name = "d2"})},
         SequentialOptions{.input_shape = Shape{10}});
   }
   d1 = std::dynamic_pointer_cast<Dense>(sequential->layers()[0]);

@@ -17,10 +17,10 @@ int main() {
   set_device_count(8);
   {
     LayoutMap layout_map(/*device_mesh=*/std::nullopt);
-    layout_map["dense.*kernel"] = {None, "model"};                        // layout_2d
-    layout_map["dense.*bias"] = {"model"};                                // layout_1d
+    layout_map["dense.*kernel"] = {None, "model"};  // layout_2d
+    layout_map["dense.*bias"] = {"model"};          // layout_1d
     layout_map["conv2d.*kernel"] = TensorLayout({None, None, None, "model"});
-    layout_map["conv2d.*bias"] = TensorLayout({"model"});                 // layout_1d
+    layout_map["conv2d.*bias"] = TensorLayout({"model"});  // layout_1d
     const TensorLayout layout_2d({None, "model"});
     const TensorLayout layout_1d({"model"});
     const TensorLayout layout_4d({None, None, None, "model"});

@@ -134,7 +134,9 @@ py::list shards_of(const py::object& self) {
 
 }  // namespace
 
-py::object array_to_python(Array array) { return py::cast(std::make_shared<Array>(std::move(array))); }
+py::object array_to_python(Array array) {
+  return py::cast(std::make_shared<Array>(std::move(array)));
+}
 
 void bind_array(py::module_& m) {
   py::class_<PyShard>(m, "Shard")
@@ -149,21 +151,26 @@ void bind_array(py::module_& m) {
       .def_property_readonly("shape", [](const Array& a) { return py::tuple(py::cast(a.shape())); })
       .def_property_readonly("dtype", [](const Array& a) { return python_dtype_name(a.dtype()); })
       .def_property_readonly("layout", [](const Array& a) { return a.layout(); })
-      .def_property_readonly("nbytes", [](const Array& a) {
-        return num_elements(a.shape()) * static_cast<int64_t>(dtype_size(a.dtype()));
-      })
+      .def_property_readonly("nbytes",
+                             [](const Array& a) {
+                               return num_elements(a.shape()) *
+                                      static_cast<int64_t>(dtype_size(a.dtype()));
+                             })
       .def_property_readonly("addressable_shards", &shards_of,
                              "One Shard per local device: .device, .index (slices), .data "
                              "(read-only numpy view, no copy).")
-      .def("__array__", [](const Array& a, const py::object& dtype) {
-        HostTensor t;
-        {
-          py::gil_scoped_release release;
-          t = a.gather();
-        }
-        py::array out = host_to_numpy(std::move(t));
-        return dtype.is_none() ? out : py::array(out.attr("astype")(dtype));
-      }, py::arg("dtype") = py::none())
+      .def(
+          "__array__",
+          [](const Array& a, const py::object& dtype) {
+            HostTensor t;
+            {
+              py::gil_scoped_release release;
+              t = a.gather();
+            }
+            py::array out = host_to_numpy(std::move(t));
+            return dtype.is_none() ? out : py::array(out.attr("astype")(dtype));
+          },
+          py::arg("dtype") = py::none())
       .def("__repr__", [](const Array& a) {
         return fmt::format("<Array shape={} dtype={} layout={}>", shape_to_string(a.shape()),
                            python_dtype_name(a.dtype()), a.layout().to_string());
@@ -173,17 +180,20 @@ void bind_array(py::module_& m) {
         "A numpy array (or array-like) or an Array → an Array under `layout` (Keras' "
         "distribute_tensor); from an Array this reshards, moving the least data.");
 
-  m.def("device_memory", []() {
-    py::dict out;
-    for (VirtualDevice* d : default_runtime()->local_devices()) {
-      MemoryStats s = d->memory().stats();
-      py::dict e;
-      e["bytes_live"] = s.bytes_live;
-      e["peak_bytes"] = s.peak_bytes;
-      out[py::str(d->name())] = e;
-    }
-    return out;
-  }, "Bytes live and peak per local device of the default runtime.");
+  m.def(
+      "device_memory",
+      []() {
+        py::dict out;
+        for (VirtualDevice* d : default_runtime()->local_devices()) {
+          MemoryStats s = d->memory().stats();
+          py::dict e;
+          e["bytes_live"] = s.bytes_live;
+          e["peak_bytes"] = s.peak_bytes;
+          out[py::str(d->name())] = e;
+        }
+        return out;
+      },
+      "Bytes live and peak per local device of the default runtime.");
 }
 
 }  // namespace meshlayout::python

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "bindings.h"
-#include "meshlayout/plan/checkpoint_plan.h"
-#include "meshlayout/plan/plan_render.h"
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout_map/layout_map.h"
+#include "meshlayout/plan/checkpoint_plan.h"
+#include "meshlayout/plan/plan_render.h"
 
 namespace meshlayout::python {
 namespace {
@@ -50,13 +50,15 @@ std::vector<std::pair<std::string, TensorLayout>> layouts_for(const Checkpoint& 
   }
   const LayoutMap& map = layout_map_of(layouts);
   if (!map.device_mesh()) {
-    throw ValueError("load(checkpoint, layout_map): the LayoutMap has no device_mesh, so "
-                     "tensors no rule matches have no mesh to be replicated on");
+    throw ValueError(
+        "load(checkpoint, layout_map): the LayoutMap has no device_mesh, so "
+        "tensors no rule matches have no mesh to be replicated on");
   }
   for (const auto& [file, info] : ckpt.tensors()) {
     std::optional<TensorLayout> l = map.get(info->name);
-    out.emplace_back(info->name, l ? *l : TensorLayout::replicated(static_cast<int>(info->shape.size()),
-                                                                    map.device_mesh()));
+    out.emplace_back(
+        info->name,
+        l ? *l : TensorLayout::replicated(static_cast<int>(info->shape.size()), map.device_mesh()));
   }
   return out;
 }
@@ -70,30 +72,36 @@ py::dict load(const Checkpoint& ckpt, const py::object& layouts, bool convert_dt
   std::vector<LoadTarget> targets;
   arrays.reserve(wanted.size());
   {
-    io_call([&] {
-      py::gil_scoped_release release;  // inside: io_call raises Python errors with the GIL held
-      for (const auto& [name, layout] : wanted) {
-        auto [file, info] = ckpt.find(name);
-        if (info == nullptr) {
-          throw NotFoundError(fmt::format("checkpoint '{}' has no tensor '{}'", ckpt.path(), name));
-        }
-        if (!info->dtype) {
-          throw ValueError(fmt::format("tensor '{}' has dtype {}, which meshlayout cannot load",
-                                       name, info->dtype_name));
-        }
-        arrays.push_back(Array::allocate(layout, info->shape, as.value_or(*info->dtype)));
-        targets.push_back(LoadTarget{name, &arrays.back()});
-      }
-      load_arrays(ckpt, targets, LoadOptions{.convert_dtypes = convert_dtypes || as.has_value()});
-      return 0;
-    }, /*missing_is_key=*/true);
+    io_call(
+        [&] {
+          py::gil_scoped_release release;  // inside: io_call raises Python errors with the GIL held
+          for (const auto& [name, layout] : wanted) {
+            auto [file, info] = ckpt.find(name);
+            if (info == nullptr) {
+              throw NotFoundError(
+                  fmt::format("checkpoint '{}' has no tensor '{}'", ckpt.path(), name));
+            }
+            if (!info->dtype) {
+              throw ValueError(fmt::format("tensor '{}' has dtype {}, which meshlayout cannot load",
+                                           name, info->dtype_name));
+            }
+            arrays.push_back(Array::allocate(layout, info->shape, as.value_or(*info->dtype)));
+            targets.push_back(LoadTarget{name, &arrays.back()});
+          }
+          load_arrays(ckpt, targets,
+                      LoadOptions{.convert_dtypes = convert_dtypes || as.has_value()});
+          return 0;
+        },
+        /*missing_is_key=*/true);
   }
   py::dict out;
-  for (size_t i = 0; i < arrays.size(); ++i) out[py::str(wanted[i].first)] = array_to_python(std::move(arrays[i]));
+  for (size_t i = 0; i < arrays.size(); ++i)
+    out[py::str(wanted[i].first)] = array_to_python(std::move(arrays[i]));
   return out;
 }
 
-py::dict save(const std::string& path, const py::dict& arrays, const std::map<std::string, std::string>& metadata) {
+py::dict save(const std::string& path, const py::dict& arrays,
+              const std::map<std::string, std::string>& metadata) {
   std::vector<NamedArray> named;
   // The Arrays stay alive while the GIL is released: another thread may empty `arrays`. The
   // references are dropped at the end, with the GIL held again.
@@ -120,32 +128,44 @@ void bind_io(py::module_& m) {
       .def_property_readonly("path", &Checkpoint::path)
       .def_property_readonly("metadata", &Checkpoint::metadata)
       .def_property_readonly("file_bytes", &Checkpoint::file_bytes)
-      .def_property_readonly("files", [](const Checkpoint& c) {
-        std::vector<std::string> out;
-        for (const auto& f : c.files()) out.push_back(f->path());
-        return out;
-      })
-      .def("keys", [](const Checkpoint& c) {
-        std::vector<std::string> out;
-        for (const auto& t : c.tensors()) out.push_back(t.second->name);
-        return out;
-      })
+      .def_property_readonly("files",
+                             [](const Checkpoint& c) {
+                               std::vector<std::string> out;
+                               for (const auto& f : c.files()) out.push_back(f->path());
+                               return out;
+                             })
+      .def("keys",
+           [](const Checkpoint& c) {
+             std::vector<std::string> out;
+             for (const auto& t : c.tensors()) out.push_back(t.second->name);
+             return out;
+           })
       .def("__len__", [](const Checkpoint& c) { return c.tensors().size(); })
-      .def("__contains__", [](const Checkpoint& c, std::string_view n) { return c.find(n).second != nullptr; })
-      .def("inspect", &inspect, "One dict per tensor: name, dtype, shape, bytes, data_offsets, file.")
+      .def("__contains__",
+           [](const Checkpoint& c, std::string_view n) { return c.find(n).second != nullptr; })
+      .def("inspect", &inspect,
+           "One dict per tensor: name, dtype, shape, bytes, data_offsets, file.")
       .def("__repr__", [](const Checkpoint& c) {
-        return fmt::format("<Checkpoint '{}': {} tensors in {} files>", c.path(), c.tensors().size(), c.files().size());
+        return fmt::format("<Checkpoint '{}': {} tensors in {} files>", c.path(),
+                           c.tensors().size(), c.files().size());
       });
 
-  m.def("open_checkpoint", [](const std::string& path) {
-    return io_call([&] { return std::make_shared<Checkpoint>(Checkpoint::open(path)); });
-  }, py::arg("path"), "A .safetensors file, a *.safetensors.index.json, or a directory with either.");
+  m.def(
+      "open_checkpoint",
+      [](const std::string& path) {
+        return io_call([&] { return std::make_shared<Checkpoint>(Checkpoint::open(path)); });
+      },
+      py::arg("path"),
+      "A .safetensors file, a *.safetensors.index.json, or a directory with either.");
 
-  m.def("_plan_json", [](const Checkpoint& ckpt, const py::object& layout_map, bool strict) {
-    CheckpointPlan plan = plan_checkpoint(ckpt, layout_map_of(layout_map),
-                                                    PlanOptions{.strict = strict}, ckpt.path());
-    return render_plan_json(plan);
-  }, py::arg("checkpoint"), py::arg("layout_map"), py::arg("strict") = false);
+  m.def(
+      "_plan_json",
+      [](const Checkpoint& ckpt, const py::object& layout_map, bool strict) {
+        CheckpointPlan plan = plan_checkpoint(ckpt, layout_map_of(layout_map),
+                                              PlanOptions{.strict = strict}, ckpt.path());
+        return render_plan_json(plan);
+      },
+      py::arg("checkpoint"), py::arg("layout_map"), py::arg("strict") = false);
 
   m.def("load", &load, py::arg("checkpoint"), py::arg("layouts"), py::arg("convert_dtypes") = false,
         py::arg("dtype") = py::none(),

@@ -23,9 +23,9 @@ DimSharding dim_from_python(py::handle h) {
   if (py::isinstance<py::tuple>(h) || py::isinstance<py::list>(h)) {
     return DimSharding(h.cast<std::vector<std::string>>());
   }
-  throw ValueError(fmt::format(
-      "a TensorLayout axis is None, a mesh axis name or a tuple of names, got {}",
-      std::string(py::repr(h))));
+  throw ValueError(
+      fmt::format("a TensorLayout axis is None, a mesh axis name or a tuple of names, got {}",
+                  std::string(py::repr(h))));
 }
 
 py::object dim_to_python(const DimSharding& d) {
@@ -61,27 +61,35 @@ DeviceMesh make_mesh(const std::vector<int64_t>& shape, const std::vector<std::s
 void bind_layout(py::module_& m) {
   m.def("list_devices", &list_devices, py::arg("device_type") = "cpu",
         "Global device names cpu:0 … cpu:N-1 (N from MESHLAYOUT_CPU_DEVICES, default 8).");
-  m.def("get_device_count", [](const std::optional<std::string>& device_type) {
-    return list_devices(device_type.value_or("cpu")).size();
-  }, py::arg("device_type") = py::none(), "Number of devices of `device_type` (default cpu).");
+  m.def(
+      "get_device_count",
+      [](const std::optional<std::string>& device_type) {
+        return list_devices(device_type.value_or("cpu")).size();
+      },
+      py::arg("device_type") = py::none(), "Number of devices of `device_type` (default cpu).");
 
   py::class_<DeviceMesh>(m, "DeviceMesh")
       .def(py::init(&make_mesh), py::arg("shape"), py::arg("axis_names"),
            py::arg("devices") = py::none())
-      .def_property_readonly("shape", [](const DeviceMesh& d) { return py::tuple(py::cast(d.shape())); })
-      .def_property_readonly("axis_names", [](const DeviceMesh& d) { return py::list(py::cast(d.axis_names())); })
-      .def_property_readonly("devices", [](const DeviceMesh& d) {
-        py::module_ np = py::module_::import("numpy");
-        py::object arr = np.attr("array")(py::cast(d.devices()), py::arg("dtype") = "object");
-        return arr.attr("reshape")(py::tuple(py::cast(d.shape())));
-      })
+      .def_property_readonly("shape",
+                             [](const DeviceMesh& d) { return py::tuple(py::cast(d.shape())); })
+      .def_property_readonly("axis_names",
+                             [](const DeviceMesh& d) { return py::list(py::cast(d.axis_names())); })
+      .def_property_readonly("devices",
+                             [](const DeviceMesh& d) {
+                               py::module_ np = py::module_::import("numpy");
+                               py::object arr = np.attr("array")(py::cast(d.devices()),
+                                                                 py::arg("dtype") = "object");
+                               return arr.attr("reshape")(py::tuple(py::cast(d.shape())));
+                             })
       .def_property_readonly("size", &DeviceMesh::size)
       .def("to_string", &DeviceMesh::to_string)
       .def_static("from_string", &DeviceMesh::from_string)
       .def("__repr__", &mesh_repr)
-      .def("__eq__", [](const DeviceMesh& a, const py::object& b) {
-        return py::isinstance<DeviceMesh>(b) && a == b.cast<const DeviceMesh&>();
-      })
+      .def("__eq__",
+           [](const DeviceMesh& a, const py::object& b) {
+             return py::isinstance<DeviceMesh>(b) && a == b.cast<const DeviceMesh&>();
+           })
       .def("__hash__", [](const DeviceMesh& d) { return py::hash(py::str(d.to_string())); });
 
   py::class_<TensorLayout>(m, "TensorLayout")
@@ -98,18 +106,20 @@ void bind_layout(py::module_& m) {
             if (mesh) {
               l.set_device_mesh(*mesh);  // Keras: ValueError if one is already set
             } else if (l.device_mesh()) {
-              throw ValueError(fmt::format("Cannot override device mesh value. Existing value is {}",
-                                           mesh_repr(*l.device_mesh())));
+              throw ValueError(
+                  fmt::format("Cannot override device mesh value. Existing value is {}",
+                              mesh_repr(*l.device_mesh())));
             }
           })
       .def_property_readonly("rank", &TensorLayout::rank)
       .def("to_string", &TensorLayout::to_string)
       .def_static("from_string", &TensorLayout::from_string)
-      .def("__repr__", [](const TensorLayout& l) {
-        return fmt::format("<TensorLayout axes={}, device_mesh={}>",
-                           std::string(py::repr(axes_to_python(l))),
-                           l.device_mesh() ? mesh_repr(*l.device_mesh()) : "None");
-      })
+      .def("__repr__",
+           [](const TensorLayout& l) {
+             return fmt::format("<TensorLayout axes={}, device_mesh={}>",
+                                std::string(py::repr(axes_to_python(l))),
+                                l.device_mesh() ? mesh_repr(*l.device_mesh()) : "None");
+           })
       .def("__eq__", [](const TensorLayout& a, const py::object& b) {
         return py::isinstance<TensorLayout>(b) && a == b.cast<const TensorLayout&>();
       });
@@ -117,16 +127,26 @@ void bind_layout(py::module_& m) {
 
 py::dtype numpy_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return py::dtype("float32");
-    case DType::kF64: return py::dtype("float64");
-    case DType::kF16: return py::dtype("float16");
-    case DType::kBF16: return py::dtype("uint16");
-    case DType::kI8: return py::dtype("int8");
-    case DType::kI16: return py::dtype("int16");
-    case DType::kI32: return py::dtype("int32");
-    case DType::kI64: return py::dtype("int64");
-    case DType::kU8: return py::dtype("uint8");
-    case DType::kBool: return py::dtype("bool");
+    case DType::kF32:
+      return py::dtype("float32");
+    case DType::kF64:
+      return py::dtype("float64");
+    case DType::kF16:
+      return py::dtype("float16");
+    case DType::kBF16:
+      return py::dtype("uint16");
+    case DType::kI8:
+      return py::dtype("int8");
+    case DType::kI16:
+      return py::dtype("int16");
+    case DType::kI32:
+      return py::dtype("int32");
+    case DType::kI64:
+      return py::dtype("int64");
+    case DType::kU8:
+      return py::dtype("uint8");
+    case DType::kBool:
+      return py::dtype("bool");
   }
   throw InternalError("numpy_dtype: unknown DType");
 }
@@ -138,9 +158,10 @@ std::string python_dtype_name(DType dtype) {
 DType dtype_from_numpy(const py::dtype& dtype) {
   const char kind = dtype.kind();
   if (dtype.byteorder() == '>') {
-    throw ValueError(fmt::format("numpy dtype {} is big-endian; meshlayout stores little-endian "
-                                 "(use x.astype(x.dtype.newbyteorder('<')))",
-                                 std::string(py::str(py::handle(dtype)))));
+    throw ValueError(
+        fmt::format("numpy dtype {} is big-endian; meshlayout stores little-endian "
+                    "(use x.astype(x.dtype.newbyteorder('<')))",
+                    std::string(py::str(py::handle(dtype)))));
   }
   if (kind == 'b' || kind == 'f' || kind == 'i' || (kind == 'u' && dtype.itemsize() == 1)) {
     return parse_dtype(std::string(py::str(py::handle(dtype))));

@@ -158,10 +158,10 @@ size_t rule_index(const LayoutMap& map, std::string_view key) {
 
 void set_item(PyLayoutMap& self, const std::string& key, py::object layout) {
   if (self.map.contains(key)) {
-    throw ValueError(fmt::format(
-        "{} already exist in the LayoutMap with value {}. Please make sure to not use "
-        "duplicated keys.",
-        key, std::string(py::str(self.layouts[rule_index(self.map, key)]))));
+    throw ValueError(
+        fmt::format("{} already exist in the LayoutMap with value {}. Please make sure to not use "
+                    "duplicated keys.",
+                    key, std::string(py::str(self.layouts[rule_index(self.map, key)]))));
   }
   if (py::isinstance<py::tuple>(layout)) {  // Keras' shortcut: a tuple of axes (not a list)
     layout = py::module_::import("meshlayout._meshlayout").attr("TensorLayout")(layout);
@@ -225,37 +225,50 @@ void bind_layout_map(py::module_& m) {
   py::class_<PyLayoutMap>(m, "_LayoutMap", py::dynamic_attr())
       .def(py::init<std::optional<DeviceMesh>, const std::string&>(),
            py::arg("device_mesh") = py::none(), py::arg("mode") = "search")
-      .def("__getitem__", [](const PyLayoutMap& self, std::string_view key) -> py::object {
-        std::optional<size_t> i = self.map.match_index(key);
-        return i ? self.layouts[*i] : py::none();
-      })
+      .def("__getitem__",
+           [](const PyLayoutMap& self, std::string_view key) -> py::object {
+             std::optional<size_t> i = self.map.match_index(key);
+             return i ? self.layouts[*i] : py::none();
+           })
       .def("__setitem__", &set_item)
       .def("__delitem__", [](PyLayoutMap& self, std::string_view key) { del_item(self, key); })
       .def("__len__", [](const PyLayoutMap& self) { return self.map.size(); })
       .def("__iter__", [](const PyLayoutMap& self) { return py::iter(py::cast(self.map.keys())); })
-      .def_property_readonly("device_mesh", [](const PyLayoutMap& s) { return s.map.device_mesh(); })
-      .def_property_readonly("mode", [](const PyLayoutMap& s) { return match_mode_name(s.map.mode()); })
+      .def_property_readonly("device_mesh",
+                             [](const PyLayoutMap& s) { return s.map.device_mesh(); })
+      .def_property_readonly("mode",
+                             [](const PyLayoutMap& s) { return match_mode_name(s.map.mode()); })
       .def("explain", &explain, py::arg("path"),
            "Every rule that matches `path` and the verdict, without raising on ambiguity.")
-      .def("unused_rules", [](const PyLayoutMap& self, const std::vector<std::string>& paths) {
-        std::vector<std::string> keys;
-        for (size_t i : self.map.unused_rules(paths)) keys.push_back(self.map.rule(i).pattern);
-        return keys;
-      }, py::arg("paths"), "Keys that decide none of `paths` (typos, stale rules).")
-      .def("scope", [](py::object self) { return PyScope{std::move(self), 0, {}}; },
-           "Context manager: the map is the thread's current LayoutMap inside the block. "
-           "Scopes may be exited in any order (the current map is the innermost one still "
-           "open), on the thread that entered them; one left open closes when its thread "
-           "ends or the interpreter exits.");
+      .def(
+          "unused_rules",
+          [](const PyLayoutMap& self, const std::vector<std::string>& paths) {
+            std::vector<std::string> keys;
+            for (size_t i : self.map.unused_rules(paths)) keys.push_back(self.map.rule(i).pattern);
+            return keys;
+          },
+          py::arg("paths"), "Keys that decide none of `paths` (typos, stale rules).")
+      .def(
+          "scope",
+          [](py::object self) {
+            return PyScope{std::move(self), 0, {}};
+          },
+          "Context manager: the map is the thread's current LayoutMap inside the block. "
+          "Scopes may be exited in any order (the current map is the innermost one still "
+          "open), on the thread that entered them; one left open closes when its thread "
+          "ends or the interpreter exits.");
 
-  m.def("current_layout_map", []() -> py::object {
-    // What C++ sees (LayoutMapScope), as the Python object that was entered.
-    const LayoutMap* current = current_layout_map();
-    for (auto it = t_scopes.entries.rbegin(); it != t_scopes.entries.rend(); ++it) {
-      if (it->map == current) return py::reinterpret_borrow<py::object>(it->owner);
-    }
-    return py::none();
-  }, "The LayoutMap of the innermost open `layout_map.scope()` on this thread, or None.");
+  m.def(
+      "current_layout_map",
+      []() -> py::object {
+        // What C++ sees (LayoutMapScope), as the Python object that was entered.
+        const LayoutMap* current = current_layout_map();
+        for (auto it = t_scopes.entries.rbegin(); it != t_scopes.entries.rend(); ++it) {
+          if (it->map == current) return py::reinterpret_borrow<py::object>(it->owner);
+        }
+        return py::none();
+      },
+      "The LayoutMap of the innermost open `layout_map.scope()` on this thread, or None.");
 }
 
 }  // namespace meshlayout::python

@@ -8,8 +8,8 @@
 namespace meshlayout::python {
 namespace {
 
-// meshlayout's errors as Python's (errors.h): ValueError, KeyError, MemoryError, RuntimeError; I/O calls
-// map theirs to OSError themselves (io_call).
+// meshlayout's errors as Python's (errors.h): ValueError, KeyError, MemoryError, RuntimeError; I/O
+// calls map theirs to OSError themselves (io_call).
 void translate_errors() {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -29,8 +29,9 @@ void translate_errors() {
 }  // namespace
 
 PYBIND11_MODULE(_meshlayout, m) {
-  m.doc() = "meshlayout: Keras' distribution API (DeviceMesh, TensorLayout, LayoutMap, "
-            "distribute_tensor) on virtual CPU devices";
+  m.doc() =
+      "meshlayout: Keras' distribution API (DeviceMesh, TensorLayout, LayoutMap, "
+      "distribute_tensor) on virtual CPU devices";
   translate_errors();
   bind_layout(m);
   bind_layout_map(m);

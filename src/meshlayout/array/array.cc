@@ -8,11 +8,11 @@
 #include <span>
 #include <vector>
 
-#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/array/transfer_executor.h"
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/memory_budget.h"
+#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/runtime/operation_agreement.h"
 
@@ -55,7 +55,11 @@ Array Array::allocate(const TensorLayout& layout, Shape shape, DType dtype,
   const DeviceMesh& mesh = a.mesh();
   // Check what every local device will hold against the budgets first: nothing is allocated
   // when the array cannot fit.
-  struct Planned { int64_t position, id; Box box; int64_t bytes; };
+  struct Planned {
+    int64_t position, id;
+    Box box;
+    int64_t bytes;
+  };
   std::vector<Planned> planned;
   int64_t process_bytes = 0;
   for (int64_t p = 0; p < mesh.size(); ++p) {
@@ -85,15 +89,15 @@ Array Array::allocate(const TensorLayout& layout, Shape shape, DType dtype,
   try {
     for (Planned& p : planned) {
       a.shard_index_[static_cast<size_t>(p.position)] = static_cast<int64_t>(a.shards_.size());
-      a.shards_.push_back(Shard{p.position, p.id, std::move(p.box),
-                                DeviceBuffer(runtime->device(p.id).memory(),
-                                             static_cast<size_t>(p.bytes))});
+      a.shards_.push_back(
+          Shard{p.position, p.id, std::move(p.box),
+                DeviceBuffer(runtime->device(p.id).memory(), static_cast<size_t>(p.bytes))});
     }
   } catch (const std::bad_alloc&) {
-    throw ResourceExhaustedError(fmt::format(
-        "{}: the system refused {} for {} local device{} (out of memory)", what(),
-        format_bytes(static_cast<uint64_t>(process_bytes)), planned.size(),
-        planned.size() == 1 ? "" : "s"));
+    throw ResourceExhaustedError(
+        fmt::format("{}: the system refused {} for {} local device{} (out of memory)", what(),
+                    format_bytes(static_cast<uint64_t>(process_bytes)), planned.size(),
+                    planned.size() == 1 ? "" : "s"));
   }
   return a;
 }
@@ -103,15 +107,16 @@ Array Array::from_shards(ShardGeometry geometry, DType dtype, std::shared_ptr<Ru
   Array a(std::move(geometry), dtype, runtime_or_default(std::move(runtime)));
   a.shard_index_.assign(static_cast<size_t>(a.mesh().size()), -1);
   for (Shard& s : shards) {
-    if (s.position < 0 || s.position >= a.mesh().size() || !(a.geometry_.box(s.position) == s.box) ||
+    if (s.position < 0 || s.position >= a.mesh().size() ||
+        !(a.geometry_.box(s.position) == s.box) ||
         s.buffer.size() != static_cast<size_t>(num_bytes(s.box.shape, dtype))) {
-      throw ValueError(fmt::format("Array::from_shards: the shard at mesh position {} holds {}, "
-                                   "but {} of {} gives it {}",
-                                   s.position, s.box.to_string(), a.layout().to_string(),
-                                   shape_to_string(a.shape()),
-                                   s.position >= 0 && s.position < a.mesh().size()
-                                       ? a.geometry_.box(s.position).to_string()
-                                       : std::string("no box (not a mesh position)")));
+      throw ValueError(fmt::format(
+          "Array::from_shards: the shard at mesh position {} holds {}, "
+          "but {} of {} gives it {}",
+          s.position, s.box.to_string(), a.layout().to_string(), shape_to_string(a.shape()),
+          s.position >= 0 && s.position < a.mesh().size()
+              ? a.geometry_.box(s.position).to_string()
+              : std::string("no box (not a mesh position)")));
     }
     a.shard_index_[static_cast<size_t>(s.position)] = static_cast<int64_t>(a.shards_.size());
     a.shards_.push_back(std::move(s));
@@ -139,7 +144,8 @@ HostTensor Array::gather() const {
   Runtime& rt = *runtime_;
   std::vector<Destination> dsts;
   for (int r = 0; r < rt.num_processes(); ++r) dsts.push_back({r, -1, r, whole(shape())});
-  ReshardPlan plan = plan_to_destinations(geometry_, dsts, dtype_size(dtype_), rt.local_device_count());
+  ReshardPlan plan =
+      plan_to_destinations(geometry_, dsts, dtype_size(dtype_), rt.local_device_count());
   HostTensor out(dtype_, shape());
   const Box box = whole(shape());
   internal_array::execute_plan(plan, *this,
@@ -157,9 +163,10 @@ Array distribute_tensor(const HostTensor& tensor, const TensorLayout& layout,
                                         "layout=" + describe_layout(layout)}));
   }
   const GeometryOptions geometry_options{.strict = options.strict};
-  Array a = runtime->num_processes() > 1
-                ? allocate_agreed(layout, tensor.shape(), tensor.dtype(), runtime, geometry_options)
-                : Array::allocate(layout, tensor.shape(), tensor.dtype(), runtime, geometry_options);
+  Array a =
+      runtime->num_processes() > 1
+          ? allocate_agreed(layout, tensor.shape(), tensor.dtype(), runtime, geometry_options)
+          : Array::allocate(layout, tensor.shape(), tensor.dtype(), runtime, geometry_options);
   const Box box = whole(tensor.shape());
   const size_t elem = dtype_size(tensor.dtype());
   a.runtime().pool().parallel_for(a.local_shards().size(), [&](size_t i) {
@@ -224,9 +231,9 @@ void run_reshard(ReshardPlan plan, const Array& src, const TensorLayout& to, Arr
   Runtime& rt = src.runtime();
   if (!failure && options.inject_failure_on_process &&
       *options.inject_failure_on_process == rt.process_id()) {
-    failure = std::make_exception_ptr(DataLossError(fmt::format(
-        "injected failure on process {} before the reshard moved any data (testing)",
-        rt.process_id())));
+    failure = std::make_exception_ptr(DataLossError(
+        fmt::format("injected failure on process {} before the reshard moved any data (testing)",
+                    rt.process_id())));
   }
   auto resolver = [&](int64_t q) {
     Array::Shard* s = dst->shard_at(q);

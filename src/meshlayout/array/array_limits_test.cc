@@ -38,7 +38,8 @@ int64_t live_bytes(Runtime& rt) {
 TEST_F(ArrayLimitsTest, MoreThanTheMachineHasIsRefusedWithTheNumbers) {
   // 10^12 x 10^3 F32 sharded 8 ways: 500 TB per device.
   try {
-    Array::allocate(TensorLayout({"data", "model"}, mesh_), {1'000'000'000'000, 1000}, DType::kF32, rt_);
+    Array::allocate(TensorLayout({"data", "model"}, mesh_), {1'000'000'000'000, 1000}, DType::kF32,
+                    rt_);
     FAIL();
   } catch (const ResourceExhaustedError& e) {
     EXPECT_THAT(e.what(), HasSubstr("array (1000000000000, 1000) F32 as layout[data,model]@mesh"));
@@ -63,8 +64,9 @@ TEST_F(ArrayLimitsTest, PerDeviceBudgetIsEnforcedBeforeAllocating) {
     Array::allocate(TensorLayout({"data", None}, mesh_), {16, 64}, DType::kF32, rt_);  // 2 KiB each
     FAIL();
   } catch (const ResourceExhaustedError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("needs 2.0 KiB more on device cpu:0, which holds 256 B "
-                                    "already: over its budget of 1.0 KiB (MESHLAYOUT_DEVICE_MEMORY=1024)"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("needs 2.0 KiB more on device cpu:0, which holds 256 B "
+                          "already: over its budget of 1.0 KiB (MESHLAYOUT_DEVICE_MEMORY=1024)"));
   }
   EXPECT_EQ(live_bytes(*rt_), 16 * 32 * 4);  // nothing more was allocated
   ::setenv(kDeviceMemoryEnvVar, "lots", 1);
@@ -89,8 +91,9 @@ TEST_F(ArrayLimitsTest, ABudgetExceededOnOneProcessFailsEveryProcess) {
     EXPECT_EQ(live_bytes(*rt), rt->process_id() == 3 ? 900 : 0);  // nothing left allocated
   });
   for (const std::string& e : errors) {
-    EXPECT_THAT(e, HasSubstr("rank 3: array (16, 32) F32 as layout[data,model]@mesh[data=2,model=4] "
-                             "needs 256 B more on device cpu:6, which holds 900 B already"));
+    EXPECT_THAT(e,
+                HasSubstr("rank 3: array (16, 32) F32 as layout[data,model]@mesh[data=2,model=4] "
+                          "needs 256 B more on device cpu:6, which holds 900 B already"));
   }
 }
 

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "meshlayout/array/array_test_util.h"
-#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/layout/devices.h"
 
 namespace meshlayout {
@@ -43,7 +43,7 @@ TEST_F(ArrayTest, RowsToColumnsMovesOnlyWhatIsMissing) {
   ReshardPlan plan;
   Array cols = distribute_tensor(rows, TensorLayout({None, "x"}, mesh), {.plan_out = &plan});
   EXPECT_EQ(plan.pattern, "all-to-all");
-  EXPECT_EQ(plan.bytes_kept, 8 * (2 * 2 * 4));       // each device keeps its 2x2 diagonal block
+  EXPECT_EQ(plan.bytes_kept, 8 * (2 * 2 * 4));  // each device keeps its 2x2 diagonal block
   EXPECT_EQ(plan.bytes_moved, 16 * 16 * 4 - plan.bytes_kept);
   EXPECT_EQ(plan.bytes_moved, plan.minimum_bytes);
   testing::expect_shards_match(cols, x);
@@ -83,7 +83,8 @@ TEST_F(ArrayTest, ReshardNeverHoldsMoreThanSourceAndTargetShards) {
   }
   Array b = distribute_tensor(a, TensorLayout({None, "model"}, mesh));
   for (VirtualDevice* d : rt->local_devices()) {
-    const int64_t target = static_cast<int64_t>(b.shard_at(*mesh.position_of_device(d->id()))->buffer.size());
+    const int64_t target =
+        static_cast<int64_t>(b.shard_at(*mesh.position_of_device(d->id()))->buffer.size());
     EXPECT_EQ(d->memory().stats().peak_bytes, before[static_cast<size_t>(d->id())] + target)
         << d->name();
   }
@@ -185,7 +186,8 @@ TEST_F(ArrayTest, InjectedFailureOnOneProcessFailsEveryProcessWithTheSameMessage
     if (!(b.gather() == x)) throw InternalError("group unusable after a failure");
   });
   for (const std::string& m : messages) {
-    EXPECT_EQ(m, "rank 2: injected failure on process 2 before the reshard moved any data (testing)");
+    EXPECT_EQ(m,
+              "rank 2: injected failure on process 2 before the reshard moved any data (testing)");
   }
 }
 

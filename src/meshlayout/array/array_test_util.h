@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "meshlayout/array/array.h"
-#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/core/dtype.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/layout/tensor_layout.h"
 #include "meshlayout/testing/test_util.h"
 
@@ -41,11 +41,13 @@ inline DeviceMesh random_mesh(Random& r, int64_t devices, bool permute) {
   }
   shape.push_back(left);
   std::vector<std::string> names;
-  for (size_t a = 0; a < shape.size(); ++a) names.push_back(std::string(1, static_cast<char>('a' + a)));
+  for (size_t a = 0; a < shape.size(); ++a)
+    names.push_back(std::string(1, static_cast<char>('a' + a)));
   std::vector<std::string> ids;
   for (int64_t i = 0; i < devices; ++i) ids.push_back("cpu:" + std::to_string(i));
   if (permute) {
-    for (size_t i = ids.size(); i > 1; --i) std::swap(ids[i - 1], ids[static_cast<size_t>(r.uniform(static_cast<int64_t>(i)))]);
+    for (size_t i = ids.size(); i > 1; --i)
+      std::swap(ids[i - 1], ids[static_cast<size_t>(r.uniform(static_cast<int64_t>(i)))]);
   }
   return DeviceMesh(shape, names, ids);
 }
@@ -62,7 +64,8 @@ inline Shape random_shape(Random& r) {
 inline TensorLayout random_layout(Random& r, const DeviceMesh& mesh, size_t rank) {
   std::vector<std::vector<std::string>> dims(rank);
   std::vector<std::string> axes = mesh.axis_names();
-  for (size_t i = axes.size(); i > 1; --i) std::swap(axes[i - 1], axes[static_cast<size_t>(r.uniform(static_cast<int64_t>(i)))]);
+  for (size_t i = axes.size(); i > 1; --i)
+    std::swap(axes[i - 1], axes[static_cast<size_t>(r.uniform(static_cast<int64_t>(i)))]);
   for (const std::string& a : axes) {
     int64_t choice = r.uniform(static_cast<int64_t>(rank) + 1);
     if (choice < static_cast<int64_t>(rank)) dims[static_cast<size_t>(choice)].push_back(a);
@@ -73,8 +76,9 @@ inline TensorLayout random_layout(Random& r, const DeviceMesh& mesh, size_t rank
 }
 
 inline DType random_dtype(Random& r) {
-  static const std::vector<DType> all{DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI8,
-                                      DType::kI16, DType::kI32, DType::kI64, DType::kU8, DType::kBool};
+  static const std::vector<DType> all{DType::kF32, DType::kF64, DType::kBF16, DType::kF16,
+                                      DType::kI8,  DType::kI16, DType::kI32,  DType::kI64,
+                                      DType::kU8,  DType::kBool};
   return r.pick(all);
 }
 
@@ -112,7 +116,6 @@ inline Case random_case(Random& r, int64_t devices) {
   TensorLayout b = testing::random_layout(r, r.uniform(3) == 0 ? other : mesh, shape.size());
   return Case{mesh, other, shape, dtype, a, b};
 }
-
 
 /// The property suite shared by the in-process, thread-rank and mpirun tests: random cases
 /// (the same in every process for the same seed) checked for gather∘distribute = id,
@@ -158,14 +161,16 @@ inline void check_random_reshards(const std::shared_ptr<Runtime>& rt, uint64_t s
 // Runs `body(rank runtime)` on `procs` threads, each a process of one in-process group with
 // `local_devices` devices and a pool of `pool_threads` threads; returns each process's failure
 // message ("" for none).
-inline std::vector<std::string> run_processes(int procs, int64_t local_devices, size_t pool_threads,
-                                              const std::function<void(std::shared_ptr<Runtime>)>& body) {
+inline std::vector<std::string> run_processes(
+    int procs, int64_t local_devices, size_t pool_threads,
+    const std::function<void(std::shared_ptr<Runtime>)>& body) {
   std::vector<std::unique_ptr<Communicator>> comms = make_in_process_group(procs);
   std::vector<std::thread> threads;
   std::vector<std::string> failures(static_cast<size_t>(procs));
   for (int p = 0; p < procs; ++p) {
-    auto rt = std::make_shared<Runtime>(std::shared_ptr<Communicator>(std::move(comms[static_cast<size_t>(p)])),
-                                        local_devices, std::make_shared<ThreadPool>(pool_threads));
+    auto rt = std::make_shared<Runtime>(
+        std::shared_ptr<Communicator>(std::move(comms[static_cast<size_t>(p)])), local_devices,
+        std::make_shared<ThreadPool>(pool_threads));
     threads.emplace_back([rt, &body, &failures, p] {
       try {
         body(rt);

@@ -82,7 +82,8 @@ bool boxes_coincide(const ShardGeometry& from, const ShardGeometry& to,
 // The candidate layout: each group's first non-unit old dimension gives its axes to the first
 // non-unit new dimension; std::nullopt if another old dimension of a group is split.
 std::optional<TensorLayout> candidate_layout(const TensorLayout& layout, const Shape& shape,
-                                             const Shape& new_shape, const std::vector<DimGroup>& groups) {
+                                             const Shape& new_shape,
+                                             const std::vector<DimGroup>& groups) {
   std::vector<DimSharding> axes(new_shape.size());
   for (const DimGroup& g : groups) {
     const int f = first_non_unit(shape, g.old_begin, g.old_end);
@@ -104,11 +105,12 @@ void check_view(const ShardGeometry& from, const Shape& new_shape, const TensorL
             layout.device_mesh() && *layout.device_mesh() == from.mesh();
   if (ok) ok = boxes_coincide(from, ShardGeometry(layout, new_shape), *groups);
   if (!ok) {
-    throw ValueError(fmt::format("{}: {} laid out as {} cannot be seen as {} laid out as {} without "
-                                 "moving data (each device must keep exactly its elements in "
-                                 "row-major order)",
-                                 what, shape_to_string(from.shape()), from.layout().to_string(),
-                                 shape_to_string(new_shape), layout.to_string()));
+    throw ValueError(
+        fmt::format("{}: {} laid out as {} cannot be seen as {} laid out as {} without "
+                    "moving data (each device must keep exactly its elements in "
+                    "row-major order)",
+                    what, shape_to_string(from.shape()), from.layout().to_string(),
+                    shape_to_string(new_shape), layout.to_string()));
   }
 }
 
@@ -123,13 +125,15 @@ std::optional<TensorLayout> local_reshape_layout(const TensorLayout& layout, con
   }
   std::optional<TensorLayout> candidate = candidate_layout(layout, shape, new_shape, *groups);
   if (!candidate) return std::nullopt;
-  if (!boxes_coincide(ShardGeometry(layout, shape), ShardGeometry(*candidate, new_shape), *groups)) {
+  if (!boxes_coincide(ShardGeometry(layout, shape), ShardGeometry(*candidate, new_shape),
+                      *groups)) {
     return std::nullopt;
   }
   return candidate;
 }
 
-TensorLayout viewable_layout(const TensorLayout& layout, const Shape& shape, const Shape& new_shape) {
+TensorLayout viewable_layout(const TensorLayout& layout, const Shape& shape,
+                             const Shape& new_shape) {
   if (local_reshape_layout(layout, shape, new_shape)) return layout;
   const auto groups = reshape_groups(shape, new_shape);
   std::vector<DimSharding> axes = layout.axes();
@@ -164,10 +168,12 @@ Array view_shards(const Array& array, const Shape& new_shape, const TensorLayout
   std::vector<Array::Shard> shards;
   shards.reserve(array.local_shards().size());
   for (const Array::Shard& s : array.local_shards()) {
-    shards.push_back({s.position, s.device_id, geometry.box(s.position),
-                      DeviceBuffer::borrowed(const_cast<std::byte*>(s.buffer.data()), s.buffer.size())});
+    shards.push_back(
+        {s.position, s.device_id, geometry.box(s.position),
+         DeviceBuffer::borrowed(const_cast<std::byte*>(s.buffer.data()), s.buffer.size())});
   }
-  return Array::from_shards(std::move(geometry), array.dtype(), array.runtime_ptr(), std::move(shards));
+  return Array::from_shards(std::move(geometry), array.dtype(), array.runtime_ptr(),
+                            std::move(shards));
 }
 
 Array reshape_shards(Array&& array, const Shape& new_shape, const TensorLayout& layout) {
@@ -178,7 +184,8 @@ Array reshape_shards(Array&& array, const Shape& new_shape, const TensorLayout& 
   for (Array::Shard& s : array.local_shards()) {
     shards.push_back({s.position, s.device_id, geometry.box(s.position), std::move(s.buffer)});
   }
-  return Array::from_shards(std::move(geometry), array.dtype(), array.runtime_ptr(), std::move(shards));
+  return Array::from_shards(std::move(geometry), array.dtype(), array.runtime_ptr(),
+                            std::move(shards));
 }
 
 }  // namespace meshlayout

@@ -13,7 +13,8 @@
 //     Array w = view_shards(kernel, flat, *l);          // borrows kernel's buffers
 //     Array y = matmul(x, w);                           // (b, t, heads·head_dim)
 //     Array y4 = reshape_shards(std::move(y), {b, t, heads, head_dim},
-//                               *local_reshape_layout(y.layout(), y.shape(), {b, t, heads, head_dim}));
+//                               *local_reshape_layout(y.layout(), y.shape(), {b, t, heads,
+//                               head_dim}));
 //   }
 #pragma once
 
@@ -44,6 +45,7 @@ Array reshape_shards(Array&& array, const Shape& new_shape, const TensorLayout& 
 /// A layout of `shape` that a reshape to `new_shape` can view: `layout` with every split
 /// dimension that would stop local_reshape_layout dropped (made whole). Resharding to it first
 /// makes the view possible (the fallback for uneven splits).
-TensorLayout viewable_layout(const TensorLayout& layout, const Shape& shape, const Shape& new_shape);
+TensorLayout viewable_layout(const TensorLayout& layout, const Shape& shape,
+                             const Shape& new_shape);
 
 }  // namespace meshlayout

@@ -38,11 +38,13 @@ TEST(ArrayViewTest, HeadsSplitEvenlyAreColumnsOfTheFlatKernel) {
 TEST(ArrayViewTest, UnevenOrInnerSplitsAreNotViews) {
   DeviceMesh mesh({2, 4}, {"batch", "model"});
   // 3 heads over 4 devices: [0:1] [1:2] [2:3] [3:3] against 12 columns cut [0:3] [3:6] ….
-  EXPECT_FALSE(local_reshape_layout(TensorLayout({None, "model", None}, mesh), {16, 3, 4}, {16, 12}));
+  EXPECT_FALSE(
+      local_reshape_layout(TensorLayout({None, "model", None}, mesh), {16, 3, 4}, {16, 12}));
   EXPECT_EQ(viewable_layout(TensorLayout({"batch", "model", None}, mesh), {16, 3, 4}, {16, 12}),
             TensorLayout({"batch", None, None}, mesh));
   // The inner dimension of a merged pair split: not contiguous.
-  EXPECT_FALSE(local_reshape_layout(TensorLayout({None, None, "model"}, mesh), {16, 3, 8}, {16, 24}));
+  EXPECT_FALSE(
+      local_reshape_layout(TensorLayout({None, None, "model"}, mesh), {16, 3, 8}, {16, 24}));
   // Element counts that differ.
   EXPECT_FALSE(local_reshape_layout(TensorLayout({None, None}, mesh), {4, 4}, {4, 5}));
 }
@@ -73,7 +75,7 @@ TEST(ArrayViewTest, EveryViewGivenGathersToTheReshapedTensor) {
   testing::Random r(testing::test_seed(20261124));
   const std::vector<Shape> pairs[] = {
       {{4, 8, 2}, {32, 2}}, {{4, 8, 2}, {4, 16}}, {{4, 8, 2}, {64}}, {{8, 1, 3}, {8, 3}},
-      {{2, 3, 4}, {6, 4}},  {{12, 5}, {3, 4, 5}}, {{16}, {4, 4}},     {{5, 6, 1}, {30}},
+      {{2, 3, 4}, {6, 4}},  {{12, 5}, {3, 4, 5}}, {{16}, {4, 4}},    {{5, 6, 1}, {30}},
   };
   int views = 0;
   for (int trial = 0; trial < 200; ++trial) {

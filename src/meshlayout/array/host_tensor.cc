@@ -14,8 +14,8 @@ namespace meshlayout {
 HostTensor::HostTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t e : shape_) {
     if (e < 0) {
-      throw ValueError(fmt::format("HostTensor shape {} has a negative extent",
-                                   shape_to_string(shape_)));
+      throw ValueError(
+          fmt::format("HostTensor shape {} has a negative extent", shape_to_string(shape_)));
     }
   }
   const int64_t bytes = meshlayout::num_bytes(shape_, dtype);

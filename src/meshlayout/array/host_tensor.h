@@ -31,9 +31,13 @@ class HostTensor {
   std::byte* data() { return bytes_.data(); }
   const std::byte* data() const { return bytes_.data(); }
   template <typename T>
-  T* data_as() { return reinterpret_cast<T*>(bytes_.data()); }
+  T* data_as() {
+    return reinterpret_cast<T*>(bytes_.data());
+  }
   template <typename T>
-  const T* data_as() const { return reinterpret_cast<const T*>(bytes_.data()); }
+  const T* data_as() const {
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
 
   /// Same dtype, shape and bytes.
   friend bool operator==(const HostTensor& a, const HostTensor& b) = default;

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <set>
 
-#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/layout/devices.h"
 
 namespace meshlayout {
@@ -36,12 +36,11 @@ ReshardPlan plan_to_destinations(const ShardGeometry& src, const std::vector<Des
   std::vector<std::vector<int64_t>> holders(static_cast<size_t>(num_blocks));
   for (int64_t p = 0; p < mesh.size(); ++p) {
     int64_t b = 0;
-    for (int d = 0; d < rank; ++d) b = b * block_count[static_cast<size_t>(d)] + src.block_index(p, d);
+    for (int d = 0; d < rank; ++d)
+      b = b * block_count[static_cast<size_t>(d)] + src.block_index(p, d);
     holders[static_cast<size_t>(b)].push_back(p);
   }
-  auto process_of = [&](int64_t device) {
-    return static_cast<int>(device / local_device_count);
-  };
+  auto process_of = [&](int64_t device) { return static_cast<int>(device / local_device_count); };
   std::vector<int64_t> sent(static_cast<size_t>(mesh.size()), 0);
 
   ReshardPlan plan;
@@ -61,7 +60,8 @@ ReshardPlan plan_to_destinations(const ShardGeometry& src, const std::vector<Des
       std::optional<Box> piece = intersect(dst.box, src.block_box(block));
       if (piece) {
         int64_t b = 0;
-        for (int d = 0; d < rank; ++d) b = b * block_count[static_cast<size_t>(d)] + block[static_cast<size_t>(d)];
+        for (int d = 0; d < rank; ++d)
+          b = b * block_count[static_cast<size_t>(d)] + block[static_cast<size_t>(d)];
         const std::vector<int64_t>& hs = holders[static_cast<size_t>(b)];
         int64_t chosen = -1;
         for (int64_t p : hs) {
@@ -116,7 +116,8 @@ ReshardPlan plan_to_destinations(const ShardGeometry& src, const std::vector<Des
     int64_t missing = dst.box.num_elements();
     if (dst.device >= 0) {
       if (std::optional<int64_t> p = mesh.position_of_device(dst.device)) {
-        if (std::optional<Box> held = intersect(dst.box, src.box(*p))) missing -= held->num_elements();
+        if (std::optional<Box> held = intersect(dst.box, src.box(*p)))
+          missing -= held->num_elements();
       }
     }
     plan.minimum_bytes += missing * static_cast<int64_t>(element_size);
@@ -136,8 +137,10 @@ ReshardPlan plan_reshard(const ShardGeometry& src, const ShardGeometry& dst, siz
   if (a != b) {
     std::vector<std::string> only_src, only_dst;
     std::set<int64_t> sa(a.begin(), a.end()), sb(b.begin(), b.end());
-    for (int64_t d : a) if (!sb.count(d)) only_src.push_back(device_name(d));
-    for (int64_t d : b) if (!sa.count(d)) only_dst.push_back(device_name(d));
+    for (int64_t d : a)
+      if (!sb.count(d)) only_src.push_back(device_name(d));
+    for (int64_t d : b)
+      if (!sa.count(d)) only_dst.push_back(device_name(d));
     throw ValueError(fmt::format(
         "Mismatched meshes: cannot reshard from {} to {}: they must span the same devices; "
         "only the source has {}, only the target has {}",

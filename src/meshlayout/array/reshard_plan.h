@@ -28,10 +28,10 @@ struct Transfer {
   int64_t src_position;  // in the source mesh
   int64_t src_device;    // global device id
   int src_process;
-  int64_t dst_index;     // destination index: target mesh position, or process for a gather
-  int64_t dst_device;    // global device id; -1 for a host buffer
+  int64_t dst_index;   // destination index: target mesh position, or process for a gather
+  int64_t dst_device;  // global device id; -1 for a host buffer
   int dst_process;
-  Box box;               // global coordinates
+  Box box;  // global coordinates
   int64_t bytes;
   bool kept() const { return src_device == dst_device; }
 };
@@ -50,7 +50,7 @@ struct ReshardPlan {
   int64_t bytes_kept = 0;           // already on the destination device
   int64_t minimum_bytes = 0;        // destination bytes not already on their device
   int64_t bytes_between_processes = 0;
-  std::string pattern;              // identity, local slice, all-gather, all-to-all, general
+  std::string pattern;  // identity, local slice, all-gather, all-to-all, general
 
   /// A few lines: pattern, transfer count, bytes moved / minimum / kept.
   std::string summary() const;

@@ -26,8 +26,10 @@ TEST_F(ReshardPlanTest, TransposeOfA2x4MeshMovesEachMissingByteOnce) {
   EXPECT_EQ(plan.bytes_moved + plan.bytes_kept, 8 * 8 * 4);
   // Each destination box is covered exactly once by its pieces.
   std::vector<int64_t> covered(8, 0);
-  for (const Transfer& t : plan.transfers) covered[static_cast<size_t>(t.dst_index)] += t.box.num_elements();
-  for (int64_t q = 0; q < 8; ++q) EXPECT_EQ(covered[static_cast<size_t>(q)], dst.box(q).num_elements());
+  for (const Transfer& t : plan.transfers)
+    covered[static_cast<size_t>(t.dst_index)] += t.box.num_elements();
+  for (int64_t q = 0; q < 8; ++q)
+    EXPECT_EQ(covered[static_cast<size_t>(q)], dst.box(q).num_elements());
 }
 
 TEST_F(ReshardPlanTest, ReplicasShareTheSendingLoad) {
@@ -55,7 +57,7 @@ TEST_F(ReshardPlanTest, PrefersHoldersInTheSameProcess) {
 
 TEST_F(ReshardPlanTest, UnevenAndEmptyBlocks) {
   DeviceMesh m = DeviceMesh::from_string("mesh[x=8]");
-  ShardGeometry src(TensorLayout({"x"}, m), {5});   // blocks 1,1,1,1,1,0,0,0
+  ShardGeometry src(TensorLayout({"x"}, m), {5});  // blocks 1,1,1,1,1,0,0,0
   ShardGeometry dst(TensorLayout({None}, m), {5});
   ReshardPlan plan = plan_reshard(src, dst, 2, 8);
   EXPECT_EQ(plan.bytes_moved, plan.minimum_bytes);

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/layout/box_ops.h"
 
 namespace meshlayout::internal_array {
 namespace {
@@ -51,7 +51,8 @@ void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationRe
       for (Box& piece : split_box(t.box, max_elements)) {
         if (t.src_process == me) {
           const Array::Shard* s = src.shard_at(t.src_position);
-          sends.push_back(BoxRegion{t.dst_process, const_cast<std::byte*>(s->buffer.data()), s->box, piece});
+          sends.push_back(
+              BoxRegion{t.dst_process, const_cast<std::byte*>(s->buffer.data()), s->box, piece});
         } else {
           auto [data, box] = dst(t.dst_index);
           recvs.push_back(BoxRegion{t.src_process, data, box, std::move(piece)});

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <functional>
 #include <span>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/array/reshard_plan.h"

@@ -52,7 +52,8 @@ void check_option_values(const CLI::App& command) {
     const bool is_integer = is_unsigned || type.starts_with("INT");
     for (const std::string& value : opt->results()) {
       if (value.empty()) {
-        throw CLI::ValidationError(opt->get_name(), "an empty value is not a value: give one, or leave the option out");
+        throw CLI::ValidationError(
+            opt->get_name(), "an empty value is not a value: give one, or leave the option out");
       }
       if (!is_integer) continue;
       const char* begin = value.data();
@@ -60,7 +61,8 @@ void check_option_values(const CLI::App& command) {
       if (*begin == '+') ++begin;
       const bool negative = *begin == '-';
       const char* digits = begin + (negative ? 1 : 0);
-      const bool decimal = digits != end && std::all_of(digits, end, [](char c) { return c >= '0' && c <= '9'; }) &&
+      const bool decimal = digits != end &&
+                           std::all_of(digits, end, [](char c) { return c >= '0' && c <= '9'; }) &&
                            !(end - digits > 1 && *digits == '0');
       bool fits = false;
       if (decimal && is_unsigned && !negative) {
@@ -72,9 +74,10 @@ void check_option_values(const CLI::App& command) {
       }
       if (!fits) {
         throw CLI::ValidationError(
-            opt->get_name(), fmt::format("{} is not a whole number from {} to {} (decimal, no leading zeros)",
-                                         quote(value), is_unsigned ? "0" : std::to_string(INT64_MIN),
-                                         is_unsigned ? std::to_string(UINT64_MAX) : std::to_string(INT64_MAX)));
+            opt->get_name(),
+            fmt::format("{} is not a whole number from {} to {} (decimal, no leading zeros)",
+                        quote(value), is_unsigned ? "0" : std::to_string(INT64_MIN),
+                        is_unsigned ? std::to_string(UINT64_MAX) : std::to_string(INT64_MAX)));
       }
     }
   }

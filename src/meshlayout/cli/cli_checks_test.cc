@@ -37,8 +37,7 @@ TEST(CliChecksTest, Uint64TextRefusesSignsAndOverflow) {
   EXPECT_EQ(seed, UINT64_MAX);
   EXPECT_EQ(parse({"--seed=-1"}),
             "--seed: must be a whole number from 0 to 18446744073709551615, got '-1'");
-  EXPECT_THAT(parse({"--seed", "18446744073709551616"}),
-              HasSubstr("got '18446744073709551616'"));
+  EXPECT_THAT(parse({"--seed", "18446744073709551616"}), HasSubstr("got '18446744073709551616'"));
   EXPECT_THAT(parse({"--seed", "0x10"}), HasSubstr("must be a whole number"));
   EXPECT_THAT(parse({"--seed", "+5"}), HasSubstr("must be a whole number"));
 }
@@ -67,9 +66,11 @@ TEST(CliChecksTest, OptionValuesCLI11TakesSilentlyAreRefused) {
     }
     return "ok";
   };
-  EXPECT_EQ(check({"--steps", "9223372036854775807", "--seed", "18446744073709551615", "--json"}), "ok");
+  EXPECT_EQ(check({"--steps", "9223372036854775807", "--seed", "18446744073709551615", "--json"}),
+            "ok");
   EXPECT_EQ(check({"--steps", "-3", "--learning-rate", "1e-3", "--save", "out"}), "ok");
-  EXPECT_EQ(check({"--learning-rate", ""}), "--learning-rate: an empty value is not a value: give one, or leave the option out");
+  EXPECT_EQ(check({"--learning-rate", ""}),
+            "--learning-rate: an empty value is not a value: give one, or leave the option out");
   EXPECT_THAT(check({"--save", ""}), HasSubstr("--save: an empty value is not a value"));
   EXPECT_EQ(check({"--steps", "99999999999999999999"}),
             "--steps: '99999999999999999999' is not a whole number from -9223372036854775808 to "
@@ -77,7 +78,8 @@ TEST(CliChecksTest, OptionValuesCLI11TakesSilentlyAreRefused) {
   EXPECT_THAT(check({"--steps", "9223372036854775808"}), HasSubstr("is not a whole number"));
   EXPECT_THAT(check({"--steps", "010"}), HasSubstr("'010' is not a whole number"));
   EXPECT_THAT(check({"--steps", "0x10"}), HasSubstr("'0x10' is not a whole number"));
-  EXPECT_THAT(check({"--seed", "18446744073709551616"}), HasSubstr("from 0 to 18446744073709551615"));
+  EXPECT_THAT(check({"--seed", "18446744073709551616"}),
+              HasSubstr("from 0 to 18446744073709551615"));
   EXPECT_THAT(check({"--seed", "-1"}), HasSubstr("'-1' is not a whole number from 0"));
 }
 

@@ -26,8 +26,8 @@ std::vector<std::string>& recorded() {
 std::string canonical_header(const SafetensorsHeader& h) {
   std::string text;
   for (const TensorInfo& t : h.tensors) {
-    text += fmt::format("{}|{}|{}|{}|{}\n", t.name, t.dtype_name, shape_to_string(t.shape),
-                        t.begin, t.end);
+    text += fmt::format("{}|{}|{}|{}|{}\n", t.name, t.dtype_name, shape_to_string(t.shape), t.begin,
+                        t.end);
   }
   for (const auto& [key, value] : h.metadata) text += fmt::format("{}={}\n", key, value);
   return text;
@@ -66,21 +66,25 @@ std::vector<std::string> recorded_parsed_options() {
 }
 
 void InputDigest::add_text(std::string_view label, std::string_view bytes) {
-  fields_.push_back(fmt::format("{}=fnv1a {:016x}, {} bytes", label, fnv1a_64(bytes), bytes.size()));
+  fields_.push_back(
+      fmt::format("{}=fnv1a {:016x}, {} bytes", label, fnv1a_64(bytes), bytes.size()));
 }
 
 void InputDigest::add_checkpoint(std::string_view label, const Checkpoint& checkpoint) {
   for (const std::shared_ptr<SafetensorsFile>& file : checkpoint.files()) {
     struct stat st {};
-    const int64_t size = ::stat(file->path().c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+    const int64_t size =
+        ::stat(file->path().c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
     const std::string header = canonical_header(file->header());
     fields_.push_back(fmt::format("{} {}=header fnv1a {:016x} ({} tensors), file {} bytes", label,
-                                  quote(file->path()), fnv1a_64(header), file->header().tensors.size(),
-                                  size));
+                                  quote(file->path()), fnv1a_64(header),
+                                  file->header().tensors.size(), size));
   }
 }
 
-void InputDigest::add_absent(std::string_view label) { fields_.push_back(fmt::format("{}=absent", label)); }
+void InputDigest::add_absent(std::string_view label) {
+  fields_.push_back(fmt::format("{}=absent", label));
+}
 
 void agree_on_command(Runtime& runtime, std::string_view what, std::vector<std::string> fields,
                       const InputDigest& inputs, const std::exception_ptr& local_error) {

@@ -64,11 +64,11 @@ class InputDigest {
 
 /// Collective (a no-op in one process): agree_on_operation over `fields` (what the command
 /// resolved: the mesh, devices per process, …), the device memory budget
-/// (MESHLAYOUT_DEVICE_MEMORY), then the recorded parsed options, then `inputs` — in that order, so the message names the most telling difference first. Every
-/// process throws the same ValueError naming `what` and the first field that differs.
-/// `local_error`, if set, is agreed first (every process throws it; see agree_on_operation).
+/// (MESHLAYOUT_DEVICE_MEMORY), then the recorded parsed options, then `inputs` — in that order, so
+/// the message names the most telling difference first. Every process throws the same ValueError
+/// naming `what` and the first field that differs. `local_error`, if set, is agreed first (every
+/// process throws it; see agree_on_operation).
 void agree_on_command(Runtime& runtime, std::string_view what, std::vector<std::string> fields,
-                      const InputDigest& inputs,
-                      const std::exception_ptr& local_error = nullptr);
+                      const InputDigest& inputs, const std::exception_ptr& local_error = nullptr);
 
 }  // namespace meshlayout::cli

@@ -48,20 +48,23 @@ TEST(CommandAgreementTest, DigestsNameTheInputAndItsContent) {
   InputDigest d;
   d.add_text("rules file 'r.json'", "{}");
   d.add_absent("tokenizer");
-  EXPECT_THAT(d.fields(), ElementsAre("rules file 'r.json'=fnv1a 08f44b07b5901a25, 2 bytes", "tokenizer=absent"));
+  EXPECT_THAT(d.fields(), ElementsAre("rules file 'r.json'=fnv1a 08f44b07b5901a25, 2 bytes",
+                                      "tokenizer=absent"));
 }
 
 TEST(CommandAgreementTest, CheckpointDigestFollowsTheHeader) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("meshlayout_command_agreement_{}", ::getpid());
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("meshlayout_command_agreement_{}", ::getpid());
   fs::remove_all(dir);
   fs::create_directories(dir);
   auto digest_of = [&](const std::string& name, Shape shape) {
     const std::string path = (dir / name).string();
-    std::string header = fmt::format(R"({{"w":{{"dtype":"F32","shape":[{},{}],"data_offsets":[0,32]}}}})",
-                                     shape[0], shape[1]);
+    std::string header = fmt::format(
+        R"({{"w":{{"dtype":"F32","shape":[{},{}],"data_offsets":[0,32]}}}})", shape[0], shape[1]);
     header.resize((header.size() + 7) / 8 * 8, ' ');
     std::string file(8, '\0');
-    for (int i = 0; i < 8; ++i) file[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    for (int i = 0; i < 8; ++i)
+      file[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
     file += header + std::string(32, '\0');
     std::ofstream(path, std::ios::binary) << file;
     InputDigest d;
@@ -70,7 +73,8 @@ TEST(CommandAgreementTest, CheckpointDigestFollowsTheHeader) {
     return d.fields().front().substr(d.fields().front().find('='));
   };
   const std::string a = digest_of("a.safetensors", {4, 2}), b = digest_of("b.safetensors", {2, 4});
-  EXPECT_THAT(a, HasSubstr(fmt::format("(1 tensors), file {} bytes", fs::file_size(dir / "a.safetensors"))));
+  EXPECT_THAT(a, HasSubstr(fmt::format("(1 tensors), file {} bytes",
+                                       fs::file_size(dir / "a.safetensors"))));
   EXPECT_NE(a, b);  // same size, other shape
   EXPECT_EQ(a, digest_of("c.safetensors", {4, 2}));
   fs::remove_all(dir);
@@ -78,21 +82,26 @@ TEST(CommandAgreementTest, CheckpointDigestFollowsTheHeader) {
 
 // Processes that read different rules (the same path, other bytes) fail together.
 TEST(CommandAgreementTest, ProcessesReadingDifferentInputsFailTogether) {
-  const std::vector<std::string> failures = testing::run_processes(3, 1, 1, [](std::shared_ptr<Runtime> rt) {
-    InputDigest inputs;
-    inputs.add_text("rules file 'r.json'", rt->process_id() == 2 ? "{\"rules\": []}" : "{}");
-    agree_on_command(*rt, "the train command", {"mesh=mesh[batch=3]"}, inputs);
-  });
+  const std::vector<std::string> failures =
+      testing::run_processes(3, 1, 1, [](std::shared_ptr<Runtime> rt) {
+        InputDigest inputs;
+        inputs.add_text("rules file 'r.json'", rt->process_id() == 2 ? "{\"rules\": []}" : "{}");
+        agree_on_command(*rt, "the train command", {"mesh=mesh[batch=3]"}, inputs);
+      });
   for (const std::string& f : failures) {
-    EXPECT_THAT(f, HasSubstr("processes disagree on the train command: process 2 has rules file 'r.json'=fnv1a"));
+    EXPECT_THAT(
+        f, HasSubstr(
+               "processes disagree on the train command: process 2 has rules file 'r.json'=fnv1a"));
     EXPECT_THAT(f, HasSubstr(", 13 bytes but process 0 has rules file 'r.json'=fnv1a"));
   }
   // A local failure wins, on every process.
-  const std::vector<std::string> failed = testing::run_processes(2, 1, 1, [](std::shared_ptr<Runtime> rt) {
-    std::exception_ptr error;
-    if (rt->process_id() == 1) error = std::make_exception_ptr(ValueError("--data 'x': no such file"));
-    agree_on_command(*rt, "the train command", {}, InputDigest{}, error);
-  });
+  const std::vector<std::string> failed =
+      testing::run_processes(2, 1, 1, [](std::shared_ptr<Runtime> rt) {
+        std::exception_ptr error;
+        if (rt->process_id() == 1)
+          error = std::make_exception_ptr(ValueError("--data 'x': no such file"));
+        agree_on_command(*rt, "the train command", {}, InputDigest{}, error);
+      });
   for (const std::string& f : failed) EXPECT_THAT(f, HasSubstr("--data 'x': no such file"));
   // Agreeing processes go on.
   testing::run_as_processes(2, 1, [](std::shared_ptr<Runtime> rt) {

@@ -9,7 +9,8 @@
 //
 // Example:
 //   meshlayout demo                          # MESHLAYOUT_CPU_DEVICES=8 is the default
-//   meshlayout demo --keep /tmp/demo         # keep /tmp/demo/llama/ and /tmp/demo/llama.safetensors
+//   meshlayout demo --keep /tmp/demo         # keep /tmp/demo/llama/ and
+//   /tmp/demo/llama.safetensors
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -21,7 +22,7 @@ namespace meshlayout::cli {
 struct DemoOptions {
   std::string keep_dir;   // where to write the model and checkpoint; empty: a temporary
                           // directory, removed at the end
-  bool progress = false;   // progress bars on stderr
+  bool progress = false;  // progress bars on stderr
 };
 
 /// Runs the demo; returns the process exit code (non-zero if a check fails).

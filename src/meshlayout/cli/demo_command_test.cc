@@ -31,8 +31,10 @@ TEST(DemoCommandTest, RunsTheLlamaShardedAndPassesEveryCheck) {
   EXPECT_THAT(text, ContainsRegex("transformer_layer_1/self_attention/query/kernel"));
   EXPECT_THAT(text, HasSubstr("check: every variable has the layout the plan gave it: ok"));
   EXPECT_THAT(text, HasSubstr("check: each device holds exactly the bytes the plan predicted: ok"));
-  EXPECT_THAT(text, ContainsRegex("check: each device's peak while loading was its shards plus at most one piece in flight .*: ok"));
-  EXPECT_THAT(text, HasSubstr("check: the process read at most 1.1x the bytes of its devices' boxes: ok"));
+  EXPECT_THAT(text, ContainsRegex("check: each device's peak while loading was its shards plus at "
+                                  "most one piece in flight .*: ok"));
+  EXPECT_THAT(
+      text, HasSubstr("check: the process read at most 1.1x the bytes of its devices' boxes: ok"));
   EXPECT_THAT(text, ContainsRegex("check: 8-device logits equal the 1-device logits .*: ok"));
   EXPECT_THAT(text, HasSubstr("check: the greedy tokens are the same on 8 devices and on 1: ok"));
   EXPECT_THAT(text, ContainsRegex("check: its logits equal the 1-device logits .*: ok"));
@@ -40,7 +42,8 @@ TEST(DemoCommandTest, RunsTheLlamaShardedAndPassesEveryCheck) {
   // Megatron's rules split 2 key/value heads over 4 devices: the plan says so.
   EXPECT_THAT(text, ContainsRegex("plan uneven: .*self_attention/key/kernel"));
   EXPECT_THAT(text, HasSubstr("keras-hub: every rule matches a variable"));
-  EXPECT_THAT(text, HasSubstr("Megatron: rule 1 'token_embedding/reverse_embeddings' matches nothing"));
+  EXPECT_THAT(text,
+              HasSubstr("Megatron: rule 1 'token_embedding/reverse_embeddings' matches nothing"));
   EXPECT_THAT(text, HasSubstr("all checks passed"));
   EXPECT_THAT(text, Not(HasSubstr("FAILED")));
   // What it kept: a Hugging Face directory and a checkpoint of every variable by Keras path.
@@ -50,7 +53,8 @@ TEST(DemoCommandTest, RunsTheLlamaShardedAndPassesEveryCheck) {
   Checkpoint keras = Checkpoint::open((dir / "llama.safetensors").string());
   EXPECT_EQ(keras.tensors().size(), hf.mappings().size());
   ASSERT_NE(keras.find("transformer_layer_0/self_attention/key/kernel").second, nullptr);
-  EXPECT_EQ(keras.find("transformer_layer_0/self_attention/key/kernel").second->shape, (Shape{128, 2, 16}));
+  EXPECT_EQ(keras.find("transformer_layer_0/self_attention/key/kernel").second->shape,
+            (Shape{128, 2, 16}));
   std::filesystem::remove_all(dir);
   reset_device_count();
 }
@@ -74,9 +78,12 @@ TEST(DemoCommandTest, RefusesAKeepPathThatIsNotANewOrEmptyDirectory) {
     run_demo(out, {.keep_dir = (dir / "notes.txt").string()});
     FAIL() << "a file as --keep was accepted";
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("it exists and is a regular file, not a directory")) << e.what();
+    EXPECT_THAT(e.what(), HasSubstr("it exists and is a regular file, not a directory"))
+        << e.what();
   }
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            1);
   std::filesystem::remove_all(dir);
   reset_device_count();
 }

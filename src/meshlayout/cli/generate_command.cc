@@ -12,7 +12,6 @@
 
 #include "meshlayout/cli/command_agreement.h"
 #include "meshlayout/cli/llama_command_setup.h"
-#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
@@ -20,6 +19,7 @@
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama.h"
+#include "meshlayout/plan/text_format.h"
 #include "meshlayout/runtime/communicator.h"
 #include "meshlayout/runtime/operation_agreement.h"
 #include "meshlayout/runtime/runtime.h"
@@ -56,7 +56,8 @@ std::vector<int32_t> parse_prompt(std::string_view text) {
     if (item.empty()) throw fail(fmt::format("item {} is empty", ids.size()));
     int64_t value = 0;
     for (char c : item) {
-      if (c < '0' || c > '9') throw fail(fmt::format("item {} {} is not a whole number", ids.size(), quote(item)));
+      if (c < '0' || c > '9')
+        throw fail(fmt::format("item {} {} is not a whole number", ids.size(), quote(item)));
       value = value * 10 + (c - '0');
       if (value > std::numeric_limits<int32_t>::max()) {
         throw fail(fmt::format("item {} {} is too large", ids.size(), quote(item)));
@@ -85,15 +86,20 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   std::exception_ptr failure;
   try {
     if (options.model_dir.empty()) {
-      throw ValueError("--model is required: a Hugging Face Llama directory (config.json and model.safetensors)");
+      throw ValueError(
+          "--model is required: a Hugging Face Llama directory (config.json and "
+          "model.safetensors)");
     }
     prompt = parse_prompt(options.prompt);
     if (options.max_new_tokens < 1) {
-      throw ValueError(fmt::format("--max-new-tokens must be at least 1, got {}", options.max_new_tokens));
+      throw ValueError(
+          fmt::format("--max-new-tokens must be at least 1, got {}", options.max_new_tokens));
     }
-    setup = open_llama_setup(options.model_dir, options.rules_path, options.mesh, default_generate_mesh);
+    setup = open_llama_setup(options.model_dir, options.rules_path, options.mesh,
+                             default_generate_mesh);
     // What the options resolved to; the options themselves, as parsed, follow (all of them).
-    resolved = {fmt::format("mesh={}", setup.mesh->to_string()), fmt::format("prompt={}", join_ids(prompt)),
+    resolved = {fmt::format("mesh={}", setup.mesh->to_string()),
+                fmt::format("prompt={}", join_ids(prompt)),
                 fmt::format("local devices per process={}", runtime->local_device_count())};
   } catch (...) {
     failure = std::current_exception();
@@ -124,15 +130,17 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
                        runtime->num_processes(), runtime->num_processes() == 1 ? "" : "es",
                        runtime->local_device_count());
     log << "rules: " << rules_text << "\n";
-    log << fmt::format("built sharded in {:.1f} ms; loaded {} tensors in {:.1f} ms ({} read by process 0)\n",
-                       build_seconds * 1e3, load.tensors_loaded, load_seconds * 1e3,
-                       format_bytes(load.bytes_read));
+    log << fmt::format(
+        "built sharded in {:.1f} ms; loaded {} tensors in {:.1f} ms ({} read by process 0)\n",
+        build_seconds * 1e3, load.tensors_loaded, load_seconds * 1e3,
+        format_bytes(load.bytes_read));
     log << fmt::format("prompt ({} tokens): {}\n", prompt.size(), join_ids(prompt));
   }
 
   GenerateOptions generate_options{.max_new_tokens = options.max_new_tokens};
   if (options.json && leader) {
-    generate_options.on_token = [&out](int64_t step, int64_t sequence, int32_t token, double logprob) {
+    generate_options.on_token = [&out](int64_t step, int64_t sequence, int32_t token,
+                                       double logprob) {
       if (sequence != 0) return;
       out << fmt::format("{{\"step\": {}, \"token\": {}, \"logprob\": {}}}\n", step, token,
                          json_double(logprob))
@@ -142,7 +150,8 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   const GenerateResult result = generate(model, {prompt}, generate_options);
   if (options.json) return 0;
 
-  const std::vector<int32_t> generated = result.tokens.empty() ? std::vector<int32_t>{} : result.tokens[0];
+  const std::vector<int32_t> generated =
+      result.tokens.empty() ? std::vector<int32_t>{} : result.tokens[0];
   log << fmt::format("generated ({} tokens): {}\n", generated.size(), join_ids(generated));
   log << "prefill: " << rate(result.prefill_tokens, result.prefill_seconds) << "\n";
   log << "decode:  " << rate(result.decode_tokens, result.decode_seconds) << "\n";
@@ -168,7 +177,8 @@ void add_generate_command(CLI::App& app, int* exit_code) {
                   "mesh, e.g. batch=2,model=4; default: the rules file's \"mesh\", else "
                   "batch=1,model=<all devices>");
   cmd->add_option("--prompt", o->prompt, "prompt token ids, e.g. 5,17,42")->required();
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (at least 1)")->required();
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate (at least 1)")
+      ->required();
   cmd->add_flag("--json", o->json,
                 "print one JSON object per generated token: {\"step\", \"token\", \"logprob\"}");
   cmd->callback([o, exit_code] { *exit_code = run_generate(*o, std::cout); });

@@ -39,7 +39,9 @@ class GenerateCommandTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     set_device_count(4);
-    dir_ = (std::filesystem::temp_directory_path() / ("generate_test_" + std::to_string(::getpid()))).string();
+    dir_ =
+        (std::filesystem::temp_directory_path() / ("generate_test_" + std::to_string(::getpid())))
+            .string();
     std::filesystem::create_directories(dir_);
     testing::write_tiny_llama(dir_);
     // What generate() gives on a replicated model loaded from that directory.
@@ -47,9 +49,10 @@ class GenerateCommandTest : public ::testing::Test {
     LlamaModel model(testing::tiny_generate_config(), LayoutMap(default_generate_mesh()));
     load_hf_llama(HfLlamaCheckpoint::open(dir_), model.variables_by_path());
     want_ = new std::vector<Step>;
-    generate(model, {kPrompt}, {.max_new_tokens = kNew, .on_token = [](int64_t step, int64_t, int32_t t, double lp) {
-                                  want_->push_back({step, t, lp});
-                                }});
+    generate(model, {kPrompt},
+             {.max_new_tokens = kNew, .on_token = [](int64_t step, int64_t, int32_t t, double lp) {
+                want_->push_back({step, t, lp});
+              }});
     reset_device_count();
   }
   static void TearDownTestSuite() {
@@ -72,7 +75,8 @@ class GenerateCommandTest : public ::testing::Test {
     for (std::string line; std::getline(lines, line);) {
       const nlohmann::json j = nlohmann::json::parse(line);  // throws if not valid JSON
       EXPECT_EQ(j.size(), 3u) << line;
-      steps.push_back({j.at("step").get<int64_t>(), j.at("token").get<int32_t>(), j.at("logprob").get<double>()});
+      steps.push_back({j.at("step").get<int64_t>(), j.at("token").get<int32_t>(),
+                       j.at("logprob").get<double>()});
     }
     return steps;
   }
@@ -103,8 +107,10 @@ TEST_F(GenerateCommandTest, SameTokensUnderTheExampleRulesFilesAndOtherMeshes) {
   struct Case {
     std::string rules, mesh;
   };
-  const Case cases[] = {{"llama_megatron.json", ""},        {"llama_megatron.json", "batch=1,model=2"},
-                        {"llama_keras_hub.json", ""},       {"llama_keras_hub.json", "batch=2,model=2"},
+  const Case cases[] = {{"llama_megatron.json", ""},
+                        {"llama_megatron.json", "batch=1,model=2"},
+                        {"llama_keras_hub.json", ""},
+                        {"llama_keras_hub.json", "batch=2,model=2"},
                         {"", "model=4"}};
   for (const Case& c : cases) {
     GenerateCommandOptions o = options();
@@ -114,7 +120,8 @@ TEST_F(GenerateCommandTest, SameTokensUnderTheExampleRulesFilesAndOtherMeshes) {
     ASSERT_EQ(got.size(), want_->size()) << c.rules << " " << c.mesh;
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(got[i].token, (*want_)[i].token) << c.rules << " " << c.mesh << " step " << i;
-      EXPECT_NEAR(got[i].logprob, (*want_)[i].logprob, 1e-4) << c.rules << " " << c.mesh << " step " << i;
+      EXPECT_NEAR(got[i].logprob, (*want_)[i].logprob, 1e-4)
+          << c.rules << " " << c.mesh << " step " << i;
     }
   }
 }
@@ -169,7 +176,8 @@ TEST_F(GenerateCommandTest, RefusesBadInputNamingTheValue) {
   };
   GenerateCommandOptions o = options();
   o.prompt = "5,x,42";
-  EXPECT_THAT(message(o), HasSubstr("--prompt '5,x,42' is not a comma-separated list of token ids"));
+  EXPECT_THAT(message(o),
+              HasSubstr("--prompt '5,x,42' is not a comma-separated list of token ids"));
   EXPECT_THAT(message(o), HasSubstr("item 1 'x' is not a whole number"));
   o.prompt = "5,,42";
   EXPECT_THAT(message(o), HasSubstr("item 1 is empty"));
@@ -204,7 +212,8 @@ TEST(GenerateCommandParseTest, PromptAcceptsSpacesAroundItems) {
   EXPECT_EQ(parse_prompt("5, 17 ,42"), (std::vector<int32_t>{5, 17, 42}));
   EXPECT_EQ(parse_prompt("2147483647"), (std::vector<int32_t>{2147483647}));
   EXPECT_THAT(ValueErrorMessage([] { parse_prompt("2147483648"); }), HasSubstr("is too large"));
-  EXPECT_THAT(ValueErrorMessage([] { parse_prompt("1.5"); }), HasSubstr("'1.5' is not a whole number"));
+  EXPECT_THAT(ValueErrorMessage([] { parse_prompt("1.5"); }),
+              HasSubstr("'1.5' is not a whole number"));
 }
 
 // The example rules files: each loads, and keras-hub paths get the documented layouts.
@@ -224,9 +233,11 @@ TEST(LlamaRulesFilesTest, KerasHubRulesGiveKerasHubLayouts) {
   EXPECT_EQ(layout("token_embedding/embeddings"), "layout[model,batch]");
   EXPECT_EQ(layout("transformer_layer_0/self_attention/query/kernel"), "layout[model,batch,None]");
   EXPECT_EQ(layout("transformer_layer_1/self_attention/value/kernel"), "layout[model,batch,None]");
-  EXPECT_EQ(layout("transformer_layer_0/self_attention/attention_output/kernel"), "layout[model,None,batch]");
+  EXPECT_EQ(layout("transformer_layer_0/self_attention/attention_output/kernel"),
+            "layout[model,None,batch]");
   EXPECT_EQ(layout("transformer_layer_3/feedforward_gate_dense/kernel"), "layout[batch,model]");
-  EXPECT_EQ(layout("transformer_layer_3/feedforward_intermediate_dense/kernel"), "layout[batch,model]");
+  EXPECT_EQ(layout("transformer_layer_3/feedforward_intermediate_dense/kernel"),
+            "layout[batch,model]");
   EXPECT_EQ(layout("transformer_layer_3/feedforward_output_dense/kernel"), "layout[model,batch]");
   EXPECT_EQ(layout("transformer_layer_0/self_attention_layernorm/scale"), "none");
   EXPECT_EQ(layout("token_embedding/reverse_embeddings"), "none");
@@ -259,9 +270,11 @@ TEST(LlamaRulesFilesTest, MegatronRulesSplitHeadsAndFeedforward) {
   EXPECT_EQ(layout("token_embedding/reverse_embeddings"), "layout[None,model]");
   EXPECT_EQ(layout("transformer_layer_0/self_attention/query/kernel"), "layout[None,model,None]");
   EXPECT_EQ(layout("transformer_layer_0/self_attention/key/kernel"), "layout[None,model,None]");
-  EXPECT_EQ(layout("transformer_layer_0/self_attention/attention_output/kernel"), "layout[model,None,None]");
+  EXPECT_EQ(layout("transformer_layer_0/self_attention/attention_output/kernel"),
+            "layout[model,None,None]");
   EXPECT_EQ(layout("transformer_layer_7/feedforward_gate_dense/kernel"), "layout[None,model]");
-  EXPECT_EQ(layout("transformer_layer_7/feedforward_intermediate_dense/kernel"), "layout[None,model]");
+  EXPECT_EQ(layout("transformer_layer_7/feedforward_intermediate_dense/kernel"),
+            "layout[None,model]");
   EXPECT_EQ(layout("transformer_layer_7/feedforward_output_dense/kernel"), "layout[model,None]");
   EXPECT_EQ(layout("transformer_layer_7/feedforward_layernorm/scale"), "none");
   // Every rule is used by some variable of a Llama, and no path matches two rules.

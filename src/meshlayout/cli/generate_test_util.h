@@ -19,9 +19,14 @@ namespace meshlayout::testing {
 
 /// vocab 64, hidden 16, 2 layers, 4 heads (head_dim 4), 2 key-value heads, ff 32.
 inline LlamaConfig tiny_generate_config() {
-  return LlamaConfig{.vocab_size = 64, .hidden_size = 16, .intermediate_size = 32,
-                     .num_hidden_layers = 2, .num_attention_heads = 4,
-                     .num_key_value_heads = 2, .head_dim = 4, .rms_norm_eps = 1e-5,
+  return LlamaConfig{.vocab_size = 64,
+                     .hidden_size = 16,
+                     .intermediate_size = 32,
+                     .num_hidden_layers = 2,
+                     .num_attention_heads = 4,
+                     .num_key_value_heads = 2,
+                     .head_dim = 4,
+                     .rms_norm_eps = 1e-5,
                      .max_position_embeddings = 64};
 }
 

@@ -8,9 +8,9 @@
 #include <iostream>
 #include <map>
 
-#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/safetensors_file.h"
+#include "meshlayout/plan/text_format.h"
 
 namespace meshlayout::cli {
 namespace {
@@ -58,8 +58,8 @@ std::string render_inspect_text(const Checkpoint& checkpoint, std::string_view s
   for (const auto& file : files) {
     const SafetensorsHeader& h = file->header();
     put(out, "  {}  {}, header {} bytes, data {} bytes, file {} bytes\n",
-        escape_controls(file->path()),
-        plural(h.tensors.size(), "tensor"), h.header_bytes, h.data_bytes, h.file_bytes());
+        escape_controls(file->path()), plural(h.tensors.size(), "tensor"), h.header_bytes,
+        h.data_bytes, h.file_bytes());
   }
   const auto& metadata = checkpoint.metadata();
   if (!metadata.empty()) {
@@ -109,8 +109,8 @@ std::string render_inspect_text(const Checkpoint& checkpoint, std::string_view s
     const TensorInfo& info = *tensors[i].second;
     put(out, "{:<{}}  ", tensor_names[i], width[0]);
     if (show_file) put(out, "{:<{}}  ", names[tensor_file[i]], width[1]);
-    put(out, "{:<{}}  {:<{}}  {:>{}}  [{}, {})\n", info.dtype_name, width[2], shapes[i],
-        width[3], info.num_bytes(), width[4], info.begin, info.end);
+    put(out, "{:<{}}  {:<{}}  {:>{}}  [{}, {})\n", info.dtype_name, width[2], shapes[i], width[3],
+        info.num_bytes(), width[4], info.begin, info.end);
   }
 
   out += "\ndtypes:\n";

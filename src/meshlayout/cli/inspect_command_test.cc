@@ -6,17 +6,17 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "meshlayout/plan/checkpoint_test_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_file.h"
+#include "meshlayout/plan/checkpoint_test_util.h"
 
 namespace meshlayout::cli {
 namespace {
 
+using nlohmann::json;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using nlohmann::json;
 
 class InspectCommandTest : public ::testing::Test {
  protected:
@@ -48,7 +48,8 @@ class InspectCommandTest : public ::testing::Test {
 // Output hygiene: names with newlines or terminal escapes were printed raw.
 TEST_F(InspectCommandTest, TextEscapesControlCharactersInNames) {
   const std::string path = dir_.write_safetensors(
-      "m.safetensors", {{"evil\nfake line", DType::kF32, {2}}, {"\x1b]0;title\x07x", DType::kF32, {1}}},
+      "m.safetensors",
+      {{"evil\nfake line", DType::kF32, {2}}, {"\x1b]0;title\x07x", DType::kF32, {1}}},
       {{"note\r", "\x1b[2Jwiped"}});
   const std::string text = inspect(path);
   EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
@@ -111,10 +112,10 @@ TEST_F(InspectCommandTest, NamesNeedingEscapes) {
 }
 
 TEST_F(InspectCommandTest, MultiFileIndexAndDirectory) {
-  const std::string index = dir_.write_index(
-      {{"model-00001-of-00002.safetensors", {{"a/kernel", DType::kF32, {4, 4}}}},
-       {"model-00002-of-00002.safetensors",
-        {{"b/kernel", DType::kBF16, {2, 4}}, {"b/bias", DType::kF32, {4}}}}});
+  const std::string index =
+      dir_.write_index({{"model-00001-of-00002.safetensors", {{"a/kernel", DType::kF32, {4, 4}}}},
+                        {"model-00002-of-00002.safetensors",
+                         {{"b/kernel", DType::kBF16, {2, 4}}, {"b/bias", DType::kF32, {4}}}}});
   const std::string text = inspect(index);
   EXPECT_THAT(text, HasSubstr("3 tensors in 2 files"));
   // With several files, each tensor line names its file.
@@ -141,15 +142,14 @@ TEST_F(InspectCommandTest, BadFilesGiveAnErrorNamingThem) {
   }
   const std::string truncated = dir_.write("truncated.safetensors", bytes.substr(0, 100));
   EXPECT_THAT(error_of(truncated), AllOf(HasSubstr(truncated), HasSubstr("truncated")));
-  const std::string short_data =
-      dir_.write("short.safetensors", bytes.substr(0, bytes.size() - 1));
+  const std::string short_data = dir_.write("short.safetensors", bytes.substr(0, bytes.size() - 1));
   EXPECT_THAT(error_of(short_data), HasSubstr(short_data));
   const std::string text = dir_.write("notes.safetensors", "not a checkpoint at all\n");
   EXPECT_THAT(error_of(text), HasSubstr(text));
   EXPECT_THAT(error_of(dir_.path("missing.safetensors")),
               AllOf(HasSubstr("missing.safetensors"), HasSubstr("does not exist")));
-  const std::string index = dir_.write("model.safetensors.index.json",
-                                       R"({"weight_map": {"x": "absent.safetensors"}})");
+  const std::string index =
+      dir_.write("model.safetensors.index.json", R"({"weight_map": {"x": "absent.safetensors"}})");
   EXPECT_THAT(error_of(index), HasSubstr("absent.safetensors"));
 }
 

@@ -52,7 +52,8 @@ int64_t parameter_count(const LlamaModel& model) {
   return n;
 }
 
-std::unique_ptr<LlamaModel> build_llama_agreed(Runtime& runtime, const LlamaConfig& config, const LayoutMap& rules) {
+std::unique_ptr<LlamaModel> build_llama_agreed(Runtime& runtime, const LlamaConfig& config,
+                                               const LayoutMap& rules) {
   std::unique_ptr<LlamaModel> model;
   std::exception_ptr failure;
   try {
@@ -69,19 +70,22 @@ LlamaSetup open_llama_setup(const std::string& model_dir, const std::string& rul
                             const std::optional<std::string>& mesh_text,
                             const std::function<DeviceMesh()>& default_mesh) {
   if (model_dir.empty()) {
-    throw ValueError("--model is required: a Hugging Face Llama directory (config.json and model.safetensors)");
+    throw ValueError(
+        "--model is required: a Hugging Face Llama directory (config.json and model.safetensors)");
   }
   std::error_code ec;
   const auto status = std::filesystem::status(model_dir, ec);
   if (!std::filesystem::exists(status)) {
-    throw NotFoundError(fmt::format("--model {}: no such directory (expected a Hugging Face Llama "
-                                    "directory holding config.json and model.safetensors)",
-                                    quote(model_dir)));
+    throw NotFoundError(
+        fmt::format("--model {}: no such directory (expected a Hugging Face Llama "
+                    "directory holding config.json and model.safetensors)",
+                    quote(model_dir)));
   }
   if (!std::filesystem::is_directory(status)) {
-    throw ValueError(fmt::format("--model {} is not a directory (expected a Hugging Face Llama "
-                                 "directory holding config.json and model.safetensors)",
-                                 quote(model_dir)));
+    throw ValueError(
+        fmt::format("--model {} is not a directory (expected a Hugging Face Llama "
+                    "directory holding config.json and model.safetensors)",
+                    quote(model_dir)));
   }
   LlamaSetup setup;
   setup.rules_text = "none: every variable replicated";

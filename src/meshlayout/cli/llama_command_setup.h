@@ -50,7 +50,8 @@ struct LlamaSetup {
 /// Builds the model sharded (each device allocates its boxes) with the failure of any one
 /// process agreed by all: a process whose devices cannot hold their shards (a smaller memory
 /// budget, a machine out of memory) used to fail alone while the others waited for it.
-std::unique_ptr<LlamaModel> build_llama_agreed(Runtime& runtime, const LlamaConfig& config, const LayoutMap& rules);
+std::unique_ptr<LlamaModel> build_llama_agreed(Runtime& runtime, const LlamaConfig& config,
+                                               const LayoutMap& rules);
 
 /// Checks `model_dir` (NotFoundError if missing, ValueError if not a directory, naming it and
 /// what was expected), reads the rules file if any, picks the mesh (`mesh_text`, else the

@@ -80,10 +80,9 @@ int main(int argc, char** argv) {
     // and every process ends at once (the others with "process N failed: …").
     if (runtime) {
       try {
-        meshlayout::cli::agree_on_command(
-            *runtime, "the command line", {}, {},
-            std::make_exception_ptr(meshlayout::ValueError(
-                fmt::format("its command line: {}", e.what()))));
+        meshlayout::cli::agree_on_command(*runtime, "the command line", {}, {},
+                                          std::make_exception_ptr(meshlayout::ValueError(
+                                              fmt::format("its command line: {}", e.what()))));
       } catch (...) {  // the agreed error is this process's own parse error, reported below
       }
     }
@@ -92,8 +91,9 @@ int main(int argc, char** argv) {
     std::cerr << fmt::format("meshlayout: {}error: {}\n", where, e.what());
     return 1;
   } catch (const std::bad_alloc&) {
-    std::cerr << fmt::format("meshlayout: {}error: out of memory (an allocation the machine could not satisfy)\n",
-                             where);
+    std::cerr << fmt::format(
+        "meshlayout: {}error: out of memory (an allocation the machine could not satisfy)\n",
+        where);
     return 1;
   } catch (const std::exception& e) {  // a bug: say so rather than abort
     std::cerr << fmt::format("meshlayout: {}internal error: {}\n", where, e.what());

@@ -14,8 +14,7 @@
 
 namespace meshlayout::cli {
 
-int run_match(const MatchOptions& options, std::istream& in, std::ostream& out,
-              std::ostream& err) {
+int run_match(const MatchOptions& options, std::istream& in, std::ostream& out, std::ostream& err) {
   RulesFile rules = load_rules_file(options.rules_path);
   std::optional<MatchMode> mode;
   if (options.mode) mode = parse_match_mode(*options.mode);
@@ -62,8 +61,8 @@ int run_match(const MatchOptions& options, std::istream& in, std::ostream& out,
     }
     if (options.stats) {
       double rate = seconds > 0 ? static_cast<double>(paths.size()) / seconds : 0.0;
-      err << fmt::format("lookups={} seconds={:.6f} lookups_per_s={:.0f}\n", paths.size(),
-                         seconds, rate);
+      err << fmt::format("lookups={} seconds={:.6f} lookups_per_s={:.0f}\n", paths.size(), seconds,
+                         rate);
     }
   }
   if (options.warn_unused) {

@@ -21,13 +21,12 @@ struct MatchOptions {
   std::string rules_path;
   std::optional<std::string> mode;  // overrides the rules file's mode
   bool stats = false;
-  bool explain = false;       // human-readable explanation instead of JSON
-  bool warn_unused = false;   // list rules that matched no path on the error stream
+  bool explain = false;      // human-readable explanation instead of JSON
+  bool warn_unused = false;  // list rules that matched no path on the error stream
 };
 
 /// Runs the command; returns the process exit code.
-int run_match(const MatchOptions& options, std::istream& in, std::ostream& out,
-              std::ostream& err);
+int run_match(const MatchOptions& options, std::istream& in, std::ostream& out, std::ostream& err);
 
 /// Registers the subcommand on `app`.
 void add_match_command(CLI::App& app, int* exit_code);

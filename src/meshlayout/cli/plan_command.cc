@@ -6,14 +6,14 @@
 #include <filesystem>
 #include <iostream>
 
-#include "meshlayout/plan/plan_render.h"
-#include "meshlayout/plan/training_plan.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/plan/plan_render.h"
+#include "meshlayout/plan/training_plan.h"
 
 namespace meshlayout::cli {
 
@@ -21,15 +21,18 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   // An unknown optimizer is refused before anything is read.
   std::unique_ptr<Optimizer> optimizer;
   if (options.optimizer) {
-    optimizer = make_optimizer(*options.optimizer, {.name = stable_optimizer_name(*options.optimizer)});
+    optimizer =
+        make_optimizer(*options.optimizer, {.name = stable_optimizer_name(*options.optimizer)});
   }
   if ((options.zero1 || options.shard_slots_over) && !optimizer) {
     throw ValueError(fmt::format("{} shards optimizer slots: give --optimizer ({}) too",
-                                 options.zero1 ? "--zero1" : "--shard-slots-over", join(optimizer_names(), ", ")));
+                                 options.zero1 ? "--zero1" : "--shard-slots-over",
+                                 join(optimizer_names(), ", ")));
   }
   if (options.zero1 && options.shard_slots_over) {
-    throw ValueError(fmt::format("--zero1 (the data axis) and --shard-slots-over {} both choose the axis; give one",
-                                 quote(*options.shard_slots_over)));
+    throw ValueError(fmt::format(
+        "--zero1 (the data axis) and --shard-slots-over {} both choose the axis; give one",
+        quote(*options.shard_slots_over)));
   }
   RulesFile rules = load_rules_file(options.rules_path);
   if (options.mesh) rules.mesh = DeviceMesh::from_string(*options.mesh);
@@ -41,25 +44,30 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   }
   if (optimizer && (options.zero1 || options.shard_slots_over)) {
     // ZeRO-1: over the data axis, the first of the mesh (ModelParallel's batch_dim_name).
-    optimizer = make_optimizer(*options.optimizer,
-                               {.name = optimizer->name(),
-                                .shard_slots_over = options.shard_slots_over.value_or(rules.mesh->axis_names().front())});
+    optimizer = make_optimizer(
+        *options.optimizer,
+        {.name = optimizer->name(),
+         .shard_slots_over = options.shard_slots_over.value_or(rules.mesh->axis_names().front())});
     optimizer->check_shard_slots_over(*rules.mesh);
   }
   std::optional<MatchMode> mode;
   if (options.mode) mode = parse_match_mode(*options.mode);
   const LayoutMap map = rules.to_layout_map(mode);
-  const PlanOptions plan_options{.strict = options.strict, .replicated_warn_bytes = options.replicated_warn_bytes};
+  const PlanOptions plan_options{.strict = options.strict,
+                                 .replicated_warn_bytes = options.replicated_warn_bytes};
   if (options.names != "auto" && options.names != "keras" && options.names != "file") {
-    throw ValueError(fmt::format("--names {} is not one of auto, keras, file", quote(options.names)));
+    throw ValueError(
+        fmt::format("--names {} is not one of auto, keras, file", quote(options.names)));
   }
   std::error_code ec;
-  const bool llama_dir = std::filesystem::is_directory(options.path, ec) &&
-                         std::filesystem::exists(std::filesystem::path(options.path) / "config.json", ec);
+  const bool llama_dir =
+      std::filesystem::is_directory(options.path, ec) &&
+      std::filesystem::exists(std::filesystem::path(options.path) / "config.json", ec);
   if (options.names == "keras" && !llama_dir) {
-    throw ValueError(fmt::format("--names keras plans a Hugging Face Llama directory (config.json and its weights) "
-                                 "by its Keras variable paths; {} is not one",
-                                 quote(options.path)));
+    throw ValueError(fmt::format(
+        "--names keras plans a Hugging Face Llama directory (config.json and its weights) "
+        "by its Keras variable paths; {} is not one",
+        quote(options.path)));
   }
   std::optional<Checkpoint> checkpoint;
   std::vector<TensorInfo> variables;
@@ -122,15 +130,19 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--optimizer", options->optimizer,
                   "also show what training with this optimizer (" + join(optimizer_names(), ", ") +
                       ") holds per device: "
-                  "weights, gradients and optimizer slots, in float32");
-  cmd->add_flag("--zero1", options->zero1,
-                "with --optimizer: ZeRO-1, each optimizer slot sharded further over the data axis (the mesh's "
-                "first axis), so a device holds 1/data-size of the slots of data-replicated weights");
+                      "weights, gradients and optimizer slots, in float32");
+  cmd->add_flag(
+      "--zero1", options->zero1,
+      "with --optimizer: ZeRO-1, each optimizer slot sharded further over the data axis (the "
+      "mesh's "
+      "first axis), so a device holds 1/data-size of the slots of data-replicated weights");
   cmd->add_option("--shard-slots-over", options->shard_slots_over,
                   "with --optimizer: ZeRO-1 over this mesh axis instead of the first");
-  cmd->add_option("--names", options->names,
-                  "names the rules match: auto (default: a Hugging Face Llama directory by its Keras variable "
-                  "paths, as generate and train; other checkpoints by their tensor names), keras, or file")
+  cmd->add_option(
+         "--names", options->names,
+         "names the rules match: auto (default: a Hugging Face Llama directory by its Keras "
+         "variable "
+         "paths, as generate and train; other checkpoints by their tensor names), keras, or file")
       ->default_str("auto");
   cmd->add_option("--replicated-warn-bytes", *warn_bytes,
                   "warn about tensors of at least this size that no rule matches (each device "

@@ -47,8 +47,8 @@
 #include <string>
 #include <string_view>
 
-#include "meshlayout/plan/checkpoint_plan.h"
 #include "meshlayout/core/byte_size.h"
+#include "meshlayout/plan/checkpoint_plan.h"
 
 namespace meshlayout::cli {
 
@@ -60,8 +60,8 @@ struct PlanCommandOptions {
   bool json = false;
   bool strict = false;
   uint64_t replicated_warn_bytes = kDefaultReplicatedWarnBytes;
-  std::optional<std::string> optimizer;  // also plan training with this optimizer
-  bool zero1 = false;                    // ZeRO-1 over the mesh's first (data) axis
+  std::optional<std::string> optimizer;         // also plan training with this optimizer
+  bool zero1 = false;                           // ZeRO-1 over the mesh's first (data) axis
   std::optional<std::string> shard_slots_over;  // ZeRO-1 over this axis
   /// Which names rules are matched against: "auto" (default) — a Hugging Face Llama directory
   /// (config.json beside the weights) is planned by its model's Keras variable paths and F32

@@ -6,19 +6,19 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "meshlayout/plan/checkpoint_test_util.h"
 #include "meshlayout/cli/generate_test_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/plan/checkpoint_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
 namespace meshlayout::cli {
 namespace {
 
-using ::testing::AllOf;
-using ::testing::HasSubstr;
 using meshlayout::testing::ValueErrorMessage;
 using nlohmann::json;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 constexpr const char* kRules = R"({
   "mesh": {"shape": [2, 4], "axis_names": ["data", "model"]},
@@ -30,11 +30,11 @@ class PlanCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
     set_device_count(kMaxMeshDevices);  // as the command does
-    checkpoint_ = dir_.write_safetensors("model.safetensors",
-                                         {{"dense_1/kernel", DType::kF32, {16, 8}},
-                                          {"dense_1/bias", DType::kF32, {8}},
-                                          {"emb/embeddings", DType::kBF16, {10, 6}},
-                                          {"head/table", DType::kF32, {32, 32}}});
+    checkpoint_ =
+        dir_.write_safetensors("model.safetensors", {{"dense_1/kernel", DType::kF32, {16, 8}},
+                                                     {"dense_1/bias", DType::kF32, {8}},
+                                                     {"emb/embeddings", DType::kBF16, {10, 6}},
+                                                     {"head/table", DType::kF32, {32, 32}}});
     rules_ = dir_.write("rules.json", kRules);
   }
   void TearDown() override { reset_device_count(); }
@@ -181,9 +181,9 @@ TEST_F(PlanCommandTest, AmbiguousPathExitsWithTwo) {
   const auto ambiguous = issues(j["errors"], "ambiguous");
   ASSERT_EQ(ambiguous.size(), 1u);
   EXPECT_EQ(ambiguous[0]["tensor"], "dense_1/kernel");
-  EXPECT_THAT(ambiguous[0]["message"].get<std::string>(),
-              AllOf(HasSubstr("'dense_1/kernel'"), HasSubstr("'dense.*kernel'"),
-                    HasSubstr("'_1/kernel'")));
+  EXPECT_THAT(
+      ambiguous[0]["message"].get<std::string>(),
+      AllOf(HasSubstr("'dense_1/kernel'"), HasSubstr("'dense.*kernel'"), HasSubstr("'_1/kernel'")));
   const json& t = tensor(j, "dense_1/kernel");
   EXPECT_TRUE(t["rule"].is_null());
   EXPECT_FALSE(t.contains("shard_shape"));
@@ -288,8 +288,7 @@ TEST_F(PlanCommandTest, UnreadableInputsNameTheFile) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr(bad));
   }
-  EXPECT_THROW(run({.path = checkpoint_, .rules_path = dir_.path("missing.json")}),
-               NotFoundError);
+  EXPECT_THROW(run({.path = checkpoint_, .rules_path = dir_.path("missing.json")}), NotFoundError);
 }
 
 TEST(ParseByteCountTest, UnitsAndErrors) {
@@ -310,8 +309,12 @@ TEST(ParseByteCountTest, UnitsAndErrors) {
 TEST_F(PlanCommandTest, LlamaDirectoryIsPlannedByKerasPaths) {
   const std::string llama = dir_.path("llama");
   meshlayout::testing::write_tiny_llama(llama);
-  const std::string rules = std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json";
-  PlanCommandOptions o{.path = llama, .rules_path = rules, .mesh = "batch=2,model=4", .json = true,
+  const std::string rules =
+      std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json";
+  PlanCommandOptions o{.path = llama,
+                       .rules_path = rules,
+                       .mesh = "batch=2,model=4",
+                       .json = true,
                        .optimizer = "adamw"};
   EXPECT_EQ(run(o), 0);
   json j = json::parse(out_);
@@ -329,9 +332,11 @@ TEST_F(PlanCommandTest, LlamaDirectoryIsPlannedByKerasPaths) {
   EXPECT_THAT(out_, HasSubstr("model.layers.0.self_attn.q_proj.weight"));
   o.names = "keras";
   o.path = checkpoint_;
-  EXPECT_THAT(ValueErrorMessage([&] { run(o); }), HasSubstr("--names keras plans a Hugging Face Llama directory"));
+  EXPECT_THAT(ValueErrorMessage([&] { run(o); }),
+              HasSubstr("--names keras plans a Hugging Face Llama directory"));
   o.names = "hf";
-  EXPECT_THAT(ValueErrorMessage([&] { run(o); }), HasSubstr("--names 'hf' is not one of auto, keras, file"));
+  EXPECT_THAT(ValueErrorMessage([&] { run(o); }),
+              HasSubstr("--names 'hf' is not one of auto, keras, file"));
 }
 
 }  // namespace

@@ -25,11 +25,13 @@ std::string ProgressBar::render(const std::string& label, uint64_t done, uint64_
   const double fraction =
       total == 0 ? 1.0 : std::min(1.0, static_cast<double>(done) / static_cast<double>(total));
   const int filled = static_cast<int>(fraction * width);
-  std::string line = fmt::format("{} [{}{}] {:3.0f}%  {} / {}", label, std::string(static_cast<size_t>(filled), '#'),
-                                 std::string(static_cast<size_t>(width - filled), '.'), fraction * 100,
-                                 format_bytes(done), format_bytes(total));
+  std::string line = fmt::format("{} [{}{}] {:3.0f}%  {} / {}", label,
+                                 std::string(static_cast<size_t>(filled), '#'),
+                                 std::string(static_cast<size_t>(width - filled), '.'),
+                                 fraction * 100, format_bytes(done), format_bytes(total));
   if (seconds > 0) {
-    line += fmt::format("  {}/s", format_bytes(static_cast<uint64_t>(static_cast<double>(done) / seconds)));
+    line += fmt::format("  {}/s",
+                        format_bytes(static_cast<uint64_t>(static_cast<double>(done) / seconds)));
   }
   return line;
 }

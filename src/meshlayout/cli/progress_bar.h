@@ -41,8 +41,8 @@ class ProgressBar {
   void finish();
 
   /// The line for a state, without '\r': exposed for tests.
-  static std::string render(const std::string& label, uint64_t done, uint64_t total,
-                            double seconds, int width = 30);
+  static std::string render(const std::string& label, uint64_t done, uint64_t total, double seconds,
+                            int width = 30);
 
  private:
   std::ostream& out_;

@@ -9,10 +9,10 @@
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/cli/cli_checks.h"
-#include "meshlayout/layout/box_ops.h"
 #include "meshlayout/core/errors.h"
-#include "meshlayout/layout/devices.h"
 #include "meshlayout/core/memory_budget.h"
+#include "meshlayout/layout/box_ops.h"
+#include "meshlayout/layout/devices.h"
 #include "meshlayout/runtime/operation_agreement.h"
 
 namespace meshlayout::cli {
@@ -22,7 +22,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string mib(int64_t bytes) { return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.2f} MiB", static_cast<double>(bytes) / (1 << 20));
+}
 
 // Number of local shards that differ from their box of `x`.
 int64_t count_wrong_shards(const Array& a, const HostTensor& x) {
@@ -41,21 +43,22 @@ int64_t count_wrong_shards(const Array& a, const HostTensor& x) {
 // all (those plus the whole random input); refused before anything is allocated.
 void check_reshard_fits(const ShardGeometry& from, const ShardGeometry& to, DType dtype,
                         Runtime& runtime) {
-  const std::string what = fmt::format("reshard of {} {}", shape_to_string(from.shape()),
-                                       dtype_name(dtype));
+  const std::string what =
+      fmt::format("reshard of {} {}", shape_to_string(from.shape()), dtype_name(dtype));
   int64_t process_bytes = num_bytes(from.shape(), dtype);  // the random input, whole
   for (int64_t p = 0; p < from.mesh().size(); ++p) {
     const int64_t id = from.mesh().device_ids()[static_cast<size_t>(p)];
     if (!runtime.is_local(id)) continue;
-    const int64_t device_bytes = num_bytes(from.box(p).shape, dtype) + num_bytes(to.box(p).shape, dtype);
+    const int64_t device_bytes =
+        num_bytes(from.box(p).shape, dtype) + num_bytes(to.box(p).shape, dtype);
     MemoryAccount& memory = runtime.device(id).memory();
     check_device_allocation(memory.name(), memory.stats().bytes_live, device_bytes,
                             what + " (source and target shards)");
     process_bytes += device_bytes;  // each term <= 2x the input: no overflow for <= 2^20 devices
   }
   check_host_allocation(
-      fmt::format("{} (the input, whole, plus source and target shards of {} local devices)",
-                  what, runtime.local_device_count()),
+      fmt::format("{} (the input, whole, plus source and target shards of {} local devices)", what,
+                  runtime.local_device_count()),
       process_bytes);
 }
 
@@ -78,7 +81,8 @@ int run_reshard(const ReshardCommandOptions& options, const std::shared_ptr<Runt
     if (!to_layout.device_mesh()) to_layout.set_device_mesh(mesh);
     const Shape shape = parse_shape(options.shape);
     dtype = parse_dtype(options.dtype);
-    if (options.repeat < 1) throw ValueError(fmt::format("--repeat must be at least 1, got {}", options.repeat));
+    if (options.repeat < 1)
+      throw ValueError(fmt::format("--repeat must be at least 1, got {}", options.repeat));
     from.emplace(from_layout, shape, GeometryOptions{}, "--from");
     to.emplace(to_layout, shape, GeometryOptions{}, "--to");
   } catch (...) {
@@ -87,14 +91,14 @@ int run_reshard(const ReshardCommandOptions& options, const std::shared_ptr<Runt
   agree_or_rethrow(*runtime, failure);
   agree_on_operation(
       runtime->comm(), "the reshard command",
-      describe_fields({fmt::format("--shape={}", shape_to_string(from->shape())),
-                       fmt::format("--dtype={}", dtype_name(dtype)),
-                       fmt::format("--mesh={}", from->mesh().to_string()),
-                       fmt::format("--from={}", from->layout().to_string()),
-                       fmt::format("--to={}", to->layout().to_string()),
-                       fmt::format("--seed={}", options.seed),
-                       fmt::format("--repeat={}", options.repeat),
-                       fmt::format("local devices per process={}", runtime->local_device_count())}));
+      describe_fields(
+          {fmt::format("--shape={}", shape_to_string(from->shape())),
+           fmt::format("--dtype={}", dtype_name(dtype)),
+           fmt::format("--mesh={}", from->mesh().to_string()),
+           fmt::format("--from={}", from->layout().to_string()),
+           fmt::format("--to={}", to->layout().to_string()), fmt::format("--seed={}", options.seed),
+           fmt::format("--repeat={}", options.repeat),
+           fmt::format("local devices per process={}", runtime->local_device_count())}));
   try {
     check_reshard_fits(*from, *to, dtype, *runtime);
   } catch (...) {

@@ -17,8 +17,10 @@ int main(int argc, char** argv) {
   try {
     std::filesystem::create_directories(argv[1]);
     meshlayout::testing::write_tiny_llama(argv[1], argc == 3 ? std::atoi(argv[2]) : 1);
-    meshlayout::write_token_file(std::string(argv[1]) + "/tokens.safetensors",
-                                 meshlayout::random_token_rows(64, 9, meshlayout::testing::tiny_generate_config().vocab_size, 1));
+    meshlayout::write_token_file(
+        std::string(argv[1]) + "/tokens.safetensors",
+        meshlayout::random_token_rows(64, 9, meshlayout::testing::tiny_generate_config().vocab_size,
+                                      1));
   } catch (const std::exception& e) {
     std::cerr << "tiny_llama_writer: " << e.what() << "\n";
     return 1;

@@ -34,7 +34,8 @@ DeviceMesh default_train_mesh() {
 // Loads a saved optimizer state from the model directory into `optimizer` (built for
 // `variables`), when the directory has one. Its tensors must be exactly this optimizer's
 // variables (by Keras path); ValueError naming the difference otherwise.
-bool resume_optimizer(const std::string& model_dir, Optimizer& optimizer, const std::vector<VariablePtr>& variables) {
+bool resume_optimizer(const std::string& model_dir, Optimizer& optimizer,
+                      const std::vector<VariablePtr>& variables) {
   const fs::path path = fs::path(model_dir) / kOptimizerStateFile;
   if (!fs::exists(path)) return false;
   const Checkpoint state = Checkpoint::open(path.string());
@@ -55,11 +56,13 @@ bool resume_optimizer(const std::string& model_dir, Optimizer& optimizer, const 
     for (const std::string& n : present) {
       if (!wanted.count(n) && unexpected.empty()) unexpected = n;
     }
-    throw ValueError(fmt::format(
-        "{} holds the state of another optimizer than --optimizer {} ({} tensors, {} expected; e.g. {} {}): "
-        "pass the optimizer it was saved with, or train from a directory without {}",
-        quote(path.string()), quote(optimizer.name()), present.size(), wanted.size(),
-        missing.empty() ? "unexpected" : "missing", quote(missing.empty() ? unexpected : missing), kOptimizerStateFile));
+    throw ValueError(
+        fmt::format("{} holds the state of another optimizer than --optimizer {} ({} tensors, {} "
+                    "expected; e.g. {} {}): "
+                    "pass the optimizer it was saved with, or train from a directory without {}",
+                    quote(path.string()), quote(optimizer.name()), present.size(), wanted.size(),
+                    missing.empty() ? "unexpected" : "missing",
+                    quote(missing.empty() ? unexpected : missing), kOptimizerStateFile));
   }
   load_arrays(state, targets);
   optimizer.restore_from_variables();
@@ -68,12 +71,14 @@ bool resume_optimizer(const std::string& model_dir, Optimizer& optimizer, const 
 
 // The saved state files (checked for completeness on resume).
 const std::vector<std::string>& saved_state_files() {
-  static const std::vector<std::string> files = {"config.json", "model.safetensors", kOptimizerStateFile};
+  static const std::vector<std::string> files = {"config.json", "model.safetensors",
+                                                 kOptimizerStateFile};
   return files;
 }
 
 // Writes the model, the optimizer state and last the completion marker into `dir` (collective).
-void save_training(const std::string& dir, LlamaModel& model, const LlamaConfig& config, Optimizer& optimizer) {
+void save_training(const std::string& dir, LlamaModel& model, const LlamaConfig& config,
+                   Optimizer& optimizer) {
   std::map<std::string, const Array*> weights;
   for (const auto& [path, array] : model.variables_by_path()) weights[path] = array;
   save_hf_llama(dir, config, weights);
@@ -104,22 +109,27 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
   const auto abandon_unless_trained = [&](void*) {
     if (!trained && save_dir) save_dir->abandon();
   };
-  const std::unique_ptr<void, decltype(abandon_unless_trained)> guard(&trained, abandon_unless_trained);
+  const std::unique_ptr<void, decltype(abandon_unless_trained)> guard(&trained,
+                                                                      abandon_unless_trained);
   std::vector<std::string> resolved;
   std::exception_ptr failure;
   try {
     if (options.data_path.empty()) {
-      throw ValueError("--data is required: a safetensors file with one I32 tensor tokens (rows, seq + 1)");
+      throw ValueError(
+          "--data is required: a safetensors file with one I32 tensor tokens (rows, seq + 1)");
     }
-    if (options.batch_size < 1) throw ValueError(fmt::format("--batch-size must be at least 1, got {}", options.batch_size));
-    if (options.steps < 1) throw ValueError(fmt::format("--steps must be at least 1, got {}", options.steps));
+    if (options.batch_size < 1)
+      throw ValueError(fmt::format("--batch-size must be at least 1, got {}", options.batch_size));
+    if (options.steps < 1)
+      throw ValueError(fmt::format("--steps must be at least 1, got {}", options.steps));
     OptimizerOptions optimizer_options;
     // A fixed name (not Keras 3.15's numbered one): saved state is found by its paths.
     optimizer_options.name = stable_optimizer_name(options.optimizer);
     optimizer_options.learning_rate = options.learning_rate;
     optimizer_options.weight_decay = options.weight_decay;
     optimizer = make_optimizer(options.optimizer, optimizer_options);
-    setup = open_llama_setup(options.model_dir, options.rules_path, options.mesh, default_train_mesh);
+    setup =
+        open_llama_setup(options.model_dir, options.rules_path, options.mesh, default_train_mesh);
     // An interrupted save is not resumed from: its files may be from different steps.
     // (A plain Hugging Face directory has config.json and weights but no optimizer state.)
     check_save_complete(options.model_dir, std::vector<std::string>{kOptimizerStateFile});
@@ -132,12 +142,14 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
     data.emplace(TokenDataset::open(options.data_path));
     setup.inputs.add_checkpoint("data", data->checkpoint());
     // A bad --save path is found now, not after the training it would lose.
-    if (!options.save_dir.empty() && leader) save_dir = SaveDirectory::claim(options.save_dir, "--save", options.model_dir);
+    if (!options.save_dir.empty() && leader)
+      save_dir = SaveDirectory::claim(options.save_dir, "--save", options.model_dir);
     // What the options resolved to; every option as parsed follows (command_agreement.h).
     resolved = {fmt::format("mesh={}", setup.mesh->to_string()),
                 fmt::format("learning rate={}", optimizer->learning_rate()),
-                fmt::format("weight decay={}", optimizer->weight_decay() ? fmt::format("{}", *optimizer->weight_decay())
-                                                                         : std::string("none")),
+                fmt::format("weight decay={}", optimizer->weight_decay()
+                                                   ? fmt::format("{}", *optimizer->weight_decay())
+                                                   : std::string("none")),
                 fmt::format("local devices per process={}", runtime->local_device_count())};
   } catch (...) {
     failure = std::current_exception();
@@ -163,30 +175,39 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
 
   std::ostringstream log;
   if (!options.json) {
-    log << fmt::format("model: {} (Llama: vocab {}, hidden {}, {} layers, {} heads / {} key-value heads, ff {}, "
-                       "{} parameters{})\n",
-                       quote(options.model_dir), config.vocab_size, config.hidden_size, config.num_hidden_layers,
-                       config.num_attention_heads, config.num_key_value_heads, config.intermediate_size,
-                       parameter_count(model), config.tie_word_embeddings ? ", tied embeddings" : "");
-    log << fmt::format("mesh: {} ({} process{} x {} local devices); batch axis {}\n", model.mesh().to_string(),
-                       runtime->num_processes(), runtime->num_processes() == 1 ? "" : "es",
-                       runtime->local_device_count(), quote(model.distribution().batch_dim_name()));
+    log << fmt::format(
+        "model: {} (Llama: vocab {}, hidden {}, {} layers, {} heads / {} key-value heads, ff {}, "
+        "{} parameters{})\n",
+        quote(options.model_dir), config.vocab_size, config.hidden_size, config.num_hidden_layers,
+        config.num_attention_heads, config.num_key_value_heads, config.intermediate_size,
+        parameter_count(model), config.tie_word_embeddings ? ", tied embeddings" : "");
+    log << fmt::format("mesh: {} ({} process{} x {} local devices); batch axis {}\n",
+                       model.mesh().to_string(), runtime->num_processes(),
+                       runtime->num_processes() == 1 ? "" : "es", runtime->local_device_count(),
+                       quote(model.distribution().batch_dim_name()));
     log << "rules: " << setup.rules_text << "\n";
-    log << fmt::format("loaded {} tensors ({} read by process 0)\n", load.tensors_loaded, format_bytes(load.bytes_read));
-    log << fmt::format("data: {} ({} rows of {} positions); batch {}, {} steps\n", quote(options.data_path),
-                       data->rows(), data->sequence_length(), options.batch_size, options.steps);
-    log << fmt::format("optimizer: {} (learning rate {}{}{}){}\n", optimizer->name(), optimizer->learning_rate(),
-                       optimizer->weight_decay() ? fmt::format(", weight decay {}", *optimizer->weight_decay()) : "",
-                       optimizer->shard_slots_over()
-                           ? fmt::format("; ZeRO-1: slots sharded over {}", quote(*optimizer->shard_slots_over()))
-                           : "",
-                       resumed ? fmt::format("; resumed at iteration {}", optimizer->iterations()) : "");
+    log << fmt::format("loaded {} tensors ({} read by process 0)\n", load.tensors_loaded,
+                       format_bytes(load.bytes_read));
+    log << fmt::format("data: {} ({} rows of {} positions); batch {}, {} steps\n",
+                       quote(options.data_path), data->rows(), data->sequence_length(),
+                       options.batch_size, options.steps);
+    log << fmt::format(
+        "optimizer: {} (learning rate {}{}{}){}\n", optimizer->name(), optimizer->learning_rate(),
+        optimizer->weight_decay() ? fmt::format(", weight decay {}", *optimizer->weight_decay())
+                                  : "",
+        optimizer->shard_slots_over()
+            ? fmt::format("; ZeRO-1: slots sharded over {}", quote(*optimizer->shard_slots_over()))
+            : "",
+        resumed ? fmt::format("; resumed at iteration {}", optimizer->iterations()) : "");
   }
-  LlamaTrainOptions train_options{.batch_size = options.batch_size, .steps = options.steps,
+  LlamaTrainOptions train_options{.batch_size = options.batch_size,
+                                  .steps = options.steps,
                                   .first_step = optimizer->iterations()};
   train_options.on_step = [&](int64_t step, double loss) {
     if (options.json) {
-      if (leader) out << fmt::format("{{\"step\": {}, \"loss\": {}}}\n", step, json_double(loss)) << std::flush;
+      if (leader)
+        out << fmt::format("{{\"step\": {}, \"loss\": {}}}\n", step, json_double(loss))
+            << std::flush;
     } else {
       log << fmt::format("step {:>4}  loss {:.6f}\n", step, loss);
     }
@@ -217,14 +238,16 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
       try {
         if (leader) {
           const std::string dir = make_fallback_save_dir();
-          if (dir.size() >= fallback.size()) throw ValueError(fmt::format("temporary directory {} is too long", quote(dir)));
+          if (dir.size() >= fallback.size())
+            throw ValueError(fmt::format("temporary directory {} is too long", quote(dir)));
           std::copy(dir.begin(), dir.end(), fallback.begin());
         }
       } catch (...) {
         fallback_failure = std::current_exception();
       }
       agree_or_rethrow(*runtime, fallback_failure);
-      if (runtime->num_processes() > 1) runtime->comm().broadcast(fallback.data(), fallback.size(), 0);
+      if (runtime->num_processes() > 1)
+        runtime->comm().broadcast(fallback.data(), fallback.size(), 0);
       const std::string dir(fallback.data());
       std::optional<SaveDirectory> claimed;
       std::exception_ptr retry_failure;
@@ -236,18 +259,20 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
         retry_failure = std::current_exception();
       }
       agree_or_rethrow(*runtime, retry_failure);
-      throw FailedPreconditionError(fmt::format(
-          "saving to --save {} failed after training: {}; the trained model and optimizer state were saved to {} "
-          "instead (move them where you want them)",
-          quote(options.save_dir), save_error, quote(dir)));
+      throw FailedPreconditionError(
+          fmt::format("saving to --save {} failed after training: {}; the trained model and "
+                      "optimizer state were saved to {} "
+                      "instead (move them where you want them)",
+                      quote(options.save_dir), save_error, quote(dir)));
     }
   }
   if (options.json) return 0;
-  log << fmt::format("trained {} tokens in {:.3f} s = {:.1f} tokens/s\n", result.tokens, result.seconds,
-                     result.seconds > 0 ? static_cast<double>(result.tokens) / result.seconds : 0.0);
+  log << fmt::format(
+      "trained {} tokens in {:.3f} s = {:.1f} tokens/s\n", result.tokens, result.seconds,
+      result.seconds > 0 ? static_cast<double>(result.tokens) / result.seconds : 0.0);
   if (!options.save_dir.empty()) {
-    log << fmt::format("saved the model and the {} optimizer state ({} variables) to {}\n", optimizer->name(),
-                       optimizer->variables().size(), quote(options.save_dir));
+    log << fmt::format("saved the model and the {} optimizer state ({} variables) to {}\n",
+                       optimizer->name(), optimizer->variables().size(), quote(options.save_dir));
   }
   log << "memory per device (live now, peak since start):\n" << device_memory_lines(*runtime);
   if (leader) out << log.str() << std::flush;
@@ -258,30 +283,40 @@ void add_train_command(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<TrainCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "train",
-      "Trains a Hugging Face Llama sharded on a mesh under a rules file, on token rows of a safetensors file "
+      "Trains a Hugging Face Llama sharded on a mesh under a rules file, on token rows of a "
+      "safetensors file "
       "(works under mpirun: each process reads only its rows and holds only its devices' shards).");
   cmd->add_option("--model", o->model_dir,
-                  "Hugging Face Llama directory: config.json and model.safetensors; with an optimizer.safetensors "
+                  "Hugging Face Llama directory: config.json and model.safetensors; with an "
+                  "optimizer.safetensors "
                   "saved by --save, training resumes from it")
       ->required();
-  cmd->add_option("--data", o->data_path, "safetensors file with one I32 tensor tokens of shape (rows, seq + 1)")
+  cmd->add_option("--data", o->data_path,
+                  "safetensors file with one I32 tensor tokens of shape (rows, seq + 1)")
       ->required();
   cmd->add_option("--rules", o->rules_path,
-                  "JSON rules file (e.g. examples/rules/llama_megatron.json); default: every variable replicated");
+                  "JSON rules file (e.g. examples/rules/llama_megatron.json); default: every "
+                  "variable replicated");
   cmd->add_option("--mesh", o->mesh,
-                  "mesh, e.g. batch=2,model=4; default: the rules file's \"mesh\", else batch=<all devices>,model=1");
+                  "mesh, e.g. batch=2,model=4; default: the rules file's \"mesh\", else batch=<all "
+                  "devices>,model=1");
   cmd->add_option("--batch-size", o->batch_size, "global batch: rows per step")->required();
   cmd->add_option("--steps", o->steps, "training steps")->required();
   cmd->add_option("--optimizer", o->optimizer,
-                  fmt::format("a Keras optimizer by name, with Keras 3's defaults: {}", join(optimizer_names(), ", ")))
+                  fmt::format("a Keras optimizer by name, with Keras 3's defaults: {}",
+                              join(optimizer_names(), ", ")))
       ->default_str("adamw");
-  cmd->add_option("--learning-rate", o->learning_rate, "default: the optimizer's (Keras 3: sgd 0.01, the others 0.001)");
-  cmd->add_option("--weight-decay", o->weight_decay, "decoupled weight decay; default: adamw 0.004, others none");
+  cmd->add_option("--learning-rate", o->learning_rate,
+                  "default: the optimizer's (Keras 3: sgd 0.01, the others 0.001)");
+  cmd->add_option("--weight-decay", o->weight_decay,
+                  "decoupled weight decay; default: adamw 0.004, others none");
   cmd->add_flag("--zero1", o->zero1,
-                "ZeRO-1: shard each optimizer slot further over the batch axis (1/batch-size of the slots per "
+                "ZeRO-1: shard each optimizer slot further over the batch axis (1/batch-size of "
+                "the slots per "
                 "device; same updates; saved state resumes with or without it)");
-  cmd->add_option("--save", o->save_dir,
-                  "new or empty directory: writes config.json, model.safetensors and optimizer.safetensors");
+  cmd->add_option(
+      "--save", o->save_dir,
+      "new or empty directory: writes config.json, model.safetensors and optimizer.safetensors");
   cmd->add_flag("--json", o->json, "print one JSON object per step: {\"step\", \"loss\"}");
   cmd->callback([o, exit_code] { *exit_code = run_train(*o, std::cout); });
 }

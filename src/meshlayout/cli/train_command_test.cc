@@ -10,12 +10,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <limits>
-#include <utility>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
 
 #include "meshlayout/cli/generate_test_util.h"
 #include "meshlayout/core/errors.h"
@@ -39,7 +39,8 @@ class TrainCommandTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("train_test_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
     testing::write_tiny_llama((dir_ / "llama").string());
-    write_token_file(data(), random_token_rows(32, 9, testing::tiny_generate_config().vocab_size, 3));
+    write_token_file(data(),
+                     random_token_rows(32, 9, testing::tiny_generate_config().vocab_size, 3));
     clear_session();
   }
   void TearDown() override {
@@ -67,17 +68,22 @@ class TrainCommandTest : public ::testing::Test {
 
 TEST_F(TrainCommandTest, JsonLossesAreTrainLlamasOnEveryRulesFile) {
   // The same training in process, replicated on the default mesh.
-  LlamaModel reference(testing::tiny_generate_config(), LayoutMap(DeviceMesh({8, 1}, {"batch", "model"})));
+  LlamaModel reference(testing::tiny_generate_config(),
+                       LayoutMap(DeviceMesh({8, 1}, {"batch", "model"})));
   load_hf_llama(HfLlamaCheckpoint::open(model()), reference.variables_by_path());
   auto optimizer = make_optimizer("adamw", {.learning_rate = 1e-2});
-  const LlamaTrainResult want = train_llama(reference, TokenDataset::open(data()), *optimizer,
-                                            {.batch_size = 8, .steps = 4});
+  const LlamaTrainResult want =
+      train_llama(reference, TokenDataset::open(data()), *optimizer, {.batch_size = 8, .steps = 4});
   for (const char* rules : {"", "llama_megatron.json", "llama_keras_hub.json"}) {
     SCOPED_TRACE(rules);
     clear_session();
-    const auto got = run_json({.model_dir = model(), .data_path = data(),
-                               .rules_path = *rules ? kRulesDir + rules : "", .mesh = "batch=2,model=4",
-                               .batch_size = 8, .steps = 4, .learning_rate = 1e-2});
+    const auto got = run_json({.model_dir = model(),
+                               .data_path = data(),
+                               .rules_path = *rules ? kRulesDir + rules : "",
+                               .mesh = "batch=2,model=4",
+                               .batch_size = 8,
+                               .steps = 4,
+                               .learning_rate = 1e-2});
     ASSERT_EQ(got.size(), 4u);
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(got[i].first, static_cast<int64_t>(i));
@@ -87,30 +93,46 @@ TEST_F(TrainCommandTest, JsonLossesAreTrainLlamasOnEveryRulesFile) {
 }
 
 TEST_F(TrainCommandTest, SavedRunsResumeOnAnotherMeshAndContinueTheTrajectory) {
-  const auto whole = run_json({.model_dir = model(), .data_path = data(), .mesh = "batch=2,model=4",
-                               .batch_size = 4, .steps = 6, .optimizer = "adam"});
+  const auto whole = run_json({.model_dir = model(),
+                               .data_path = data(),
+                               .mesh = "batch=2,model=4",
+                               .batch_size = 4,
+                               .steps = 6,
+                               .optimizer = "adam"});
   clear_session();
   const std::string saved = (dir_ / "saved").string();
-  const auto first = run_json({.model_dir = model(), .data_path = data(), .mesh = "batch=2,model=4",
-                               .batch_size = 4, .steps = 3, .optimizer = "adam", .save_dir = saved});
+  const auto first = run_json({.model_dir = model(),
+                               .data_path = data(),
+                               .mesh = "batch=2,model=4",
+                               .batch_size = 4,
+                               .steps = 3,
+                               .optimizer = "adam",
+                               .save_dir = saved});
   EXPECT_TRUE(fs::exists(fs::path(saved) / "config.json"));
   EXPECT_TRUE(fs::exists(fs::path(saved) / kOptimizerStateFile));
   clear_session();
   // Resumed with Megatron rules on a 4x2 mesh: steps 3..5 on rows 12..23.
-  const auto rest = run_json({.model_dir = saved, .data_path = data(), .rules_path = kRulesDir + "llama_megatron.json",
-                              .mesh = "batch=4,model=2", .batch_size = 4, .steps = 3, .optimizer = "adam"});
+  const auto rest = run_json({.model_dir = saved,
+                              .data_path = data(),
+                              .rules_path = kRulesDir + "llama_megatron.json",
+                              .mesh = "batch=4,model=2",
+                              .batch_size = 4,
+                              .steps = 3,
+                              .optimizer = "adam"});
   ASSERT_EQ(whole.size(), 6u);
   ASSERT_EQ(first.size(), 3u);
   ASSERT_EQ(rest.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(first[i], whole[i]);  // the same layouts: bit for bit
     EXPECT_EQ(rest[i].first, whole[i + 3].first);
-    EXPECT_NEAR(rest[i].second, whole[i + 3].second, 1e-5 * whole[i + 3].second) << "step " << i + 3;
+    EXPECT_NEAR(rest[i].second, whole[i + 3].second, 1e-5 * whole[i + 3].second)
+        << "step " << i + 3;
   }
   // Another optimizer than the saved state's is refused, naming both.
   clear_session();
   try {
-    run_json({.model_dir = saved, .data_path = data(), .batch_size = 4, .steps = 1, .optimizer = "sgd"});
+    run_json(
+        {.model_dir = saved, .data_path = data(), .batch_size = 4, .steps = 1, .optimizer = "sgd"});
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("holds the state of another optimizer than --optimizer 'SGD'"));
@@ -118,9 +140,13 @@ TEST_F(TrainCommandTest, SavedRunsResumeOnAnotherMeshAndContinueTheTrajectory) {
 }
 
 TEST_F(TrainCommandTest, Zero1TrainsTheSameAndItsStateResumesEitherWay) {
-  const TrainCommandOptions base{.model_dir = model(), .data_path = data(),
-                                 .rules_path = kRulesDir + "llama_megatron.json", .mesh = "batch=2,model=4",
-                                 .batch_size = 4, .steps = 6, .optimizer = "adamw"};
+  const TrainCommandOptions base{.model_dir = model(),
+                                 .data_path = data(),
+                                 .rules_path = kRulesDir + "llama_megatron.json",
+                                 .mesh = "batch=2,model=4",
+                                 .batch_size = 4,
+                                 .steps = 6,
+                                 .optimizer = "adamw"};
   const auto whole = run_json(base);
   ASSERT_EQ(whole.size(), 6u);
   clear_session();
@@ -128,7 +154,8 @@ TEST_F(TrainCommandTest, Zero1TrainsTheSameAndItsStateResumesEitherWay) {
   zero.zero1 = true;
   EXPECT_EQ(run_json(zero), whole);  // the same per-element arithmetic: bit for bit
   for (const bool save_with_zero1 : {true, false}) {
-    SCOPED_TRACE(save_with_zero1 ? "saved with --zero1, resumed without" : "saved without, resumed with --zero1");
+    SCOPED_TRACE(save_with_zero1 ? "saved with --zero1, resumed without"
+                                 : "saved without, resumed with --zero1");
     const std::string saved = (dir_ / (save_with_zero1 ? "saved_zero1" : "saved_plain")).string();
     clear_session();
     TrainCommandOptions first = base;
@@ -158,7 +185,8 @@ TEST_F(TrainCommandTest, Zero1TrainsTheSameAndItsStateResumesEitherWay) {
 
 TEST_F(TrainCommandTest, TextReportGivesLossesRateAndMemory) {
   std::ostringstream out;
-  EXPECT_EQ(run_train({.model_dir = model(), .data_path = data(), .batch_size = 8, .steps = 2}, out), 0);
+  EXPECT_EQ(
+      run_train({.model_dir = model(), .data_path = data(), .batch_size = 8, .steps = 2}, out), 0);
   EXPECT_THAT(out.str(), HasSubstr("mesh: mesh[batch=8,model=1]"));
   EXPECT_THAT(out.str(), HasSubstr("optimizer: adamw (learning rate 0.001"));
   EXPECT_THAT(out.str(), ::testing::ContainsRegex("step +1  loss [0-9.]+"));
@@ -178,7 +206,8 @@ TEST_F(TrainCommandTest, RefusesBadOptionsAndDataNamingThem) {
     ADD_FAILURE() << "accepted";
     return "";
   };
-  const TrainCommandOptions ok{.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 1};
+  const TrainCommandOptions ok{
+      .model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 1};
   TrainCommandOptions o = ok;
   o.optimizer = "nadam";
   EXPECT_THAT(refused(o), HasSubstr("nadam"));
@@ -223,16 +252,21 @@ class HookedBuffer : public std::stringbuf {
 // and exit 0 with a negative tokens/s.
 TEST_F(TrainCommandTest, StepCountsThatOverflowAreRefused) {
   const std::string saved = (dir_ / "saved").string();
-  run_json({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 2, .save_dir = saved});
+  run_json(
+      {.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 2, .save_dir = saved});
   clear_session();
   std::ostringstream out;
-  TrainCommandOptions o{.model_dir = saved, .data_path = data(), .batch_size = 4,
+  TrainCommandOptions o{.model_dir = saved,
+                        .data_path = data(),
+                        .batch_size = 4,
                         .steps = std::numeric_limits<int64_t>::max()};
   try {
     run_train(o, out);
     ADD_FAILURE() << "accepted";
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("9223372036854775807 steps from step 2 of batch 4 need more than 2^63 - 1 rows"));
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("9223372036854775807 steps from step 2 of batch 4 need more than 2^63 - 1 rows"));
   }
   EXPECT_EQ(out.str(), "");
   clear_session();
@@ -249,7 +283,8 @@ TEST_F(TrainCommandTest, StepCountsThatOverflowAreRefused) {
 // An interrupted save is recognisably incomplete, and is not resumed from.
 TEST_F(TrainCommandTest, IncompleteSavesAreNotResumed) {
   const std::string saved = (dir_ / "saved").string();
-  run_json({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 2, .save_dir = saved});
+  run_json(
+      {.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 2, .save_dir = saved});
   EXPECT_TRUE(fs::exists(fs::path(saved) / kSaveCompleteFile));
   EXPECT_FALSE(fs::exists(fs::path(saved) / kSaveLockFile));
   const nlohmann::json marker = read_save_marker(saved);
@@ -267,10 +302,12 @@ TEST_F(TrainCommandTest, IncompleteSavesAreNotResumed) {
   };
   // Killed between the optimizer state and the marker:
   fs::remove(fs::path(saved) / kSaveCompleteFile);
-  EXPECT_THAT(refused(saved), HasSubstr("holds 'optimizer.safetensors' but no meshlayout_save.json"));
+  EXPECT_THAT(refused(saved),
+              HasSubstr("holds 'optimizer.safetensors' but no meshlayout_save.json"));
   // Killed while saving (or still running): the lock file is still there.
   std::ofstream(fs::path(saved) / kSaveLockFile) << "pid 1 on host\n";
-  EXPECT_THAT(refused(saved), HasSubstr("is an incomplete save: it still holds .meshlayout-save.lock"));
+  EXPECT_THAT(refused(saved),
+              HasSubstr("is an incomplete save: it still holds .meshlayout-save.lock"));
 }
 
 // A bad --save is found before the first step; a second run into the same directory is refused.
@@ -280,7 +317,11 @@ TEST_F(TrainCommandTest, SaveTargetIsClaimedBeforeTraining) {
     clear_session();
     std::ostringstream out;
     try {
-      run_train({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 1, .save_dir = save,
+      run_train({.model_dir = model(),
+                 .data_path = data(),
+                 .batch_size = 4,
+                 .steps = 1,
+                 .save_dir = save,
                  .json = true},
                 out);
     } catch (const Error& e) {
@@ -289,9 +330,11 @@ TEST_F(TrainCommandTest, SaveTargetIsClaimedBeforeTraining) {
     }
     return "<accepted>";
   };
-  EXPECT_THAT(refused((dir_ / "a_file" / "out").string()), HasSubstr("cannot create the directory"));
+  EXPECT_THAT(refused((dir_ / "a_file" / "out").string()),
+              HasSubstr("cannot create the directory"));
   fs::create_symlink(dir_ / "nowhere", dir_ / "dangling");
-  EXPECT_THAT(refused((dir_ / "dangling").string()), HasSubstr("it exists and is a dangling symbolic link"));
+  EXPECT_THAT(refused((dir_ / "dangling").string()),
+              HasSubstr("it exists and is a dangling symbolic link"));
   const std::string busy = (dir_ / "busy").string();
   SaveDirectory other_run = SaveDirectory::claim(busy, "--save");
   EXPECT_THAT(refused(busy), HasSubstr("another run is saving into this directory"));
@@ -299,8 +342,12 @@ TEST_F(TrainCommandTest, SaveTargetIsClaimedBeforeTraining) {
   const std::string fresh = (dir_ / "fresh").string();
   clear_session();
   std::ostringstream out;
-  EXPECT_THROW(run_train({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 99,
-                          .save_dir = fresh}, out),
+  EXPECT_THROW(run_train({.model_dir = model(),
+                          .data_path = data(),
+                          .batch_size = 4,
+                          .steps = 99,
+                          .save_dir = fresh},
+                         out),
                ValueError);
   EXPECT_FALSE(fs::exists(fresh));
 }
@@ -313,7 +360,11 @@ TEST_F(TrainCommandTest, FinishedRunIsSavedElsewhereWhenItsTargetFails) {
   std::ostream out(&buffer);
   std::string message;
   try {
-    run_train({.model_dir = model(), .data_path = data(), .batch_size = 4, .steps = 2, .save_dir = saved.string(),
+    run_train({.model_dir = model(),
+               .data_path = data(),
+               .batch_size = 4,
+               .steps = 2,
+               .save_dir = saved.string(),
                .json = true},
               out);
   } catch (const FailedPreconditionError& e) {
@@ -328,7 +379,8 @@ TEST_F(TrainCommandTest, FinishedRunIsSavedElsewhereWhenItsTargetFails) {
   EXPECT_EQ(read_save_marker(fallback).at("iterations"), 2);
   // The fallback resumes like any complete save.
   clear_session();
-  const auto rest = run_json({.model_dir = fallback, .data_path = data(), .batch_size = 4, .steps = 1});
+  const auto rest =
+      run_json({.model_dir = fallback, .data_path = data(), .batch_size = 4, .steps = 1});
   ASSERT_EQ(rest.size(), 1u);
   EXPECT_EQ(rest[0].first, 2);
   fs::remove_all(fallback);

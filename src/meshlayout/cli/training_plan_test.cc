@@ -30,7 +30,9 @@ class TrainingPlanTest : public ::testing::Test {
   void SetUp() override {
     set_device_count(8);
     clear_session();
-    path_ = (fs::temp_directory_path() / ("training_plan_" + std::to_string(::getpid()) + ".safetensors")).string();
+    path_ = (fs::temp_directory_path() /
+             ("training_plan_" + std::to_string(::getpid()) + ".safetensors"))
+                .string();
   }
   void TearDown() override {
     fs::remove(path_);
@@ -41,9 +43,15 @@ class TrainingPlanTest : public ::testing::Test {
 
 TEST_F(TrainingPlanTest, PlannedBytesAreWhatTheModelAndItsOptimizerHold) {
   const DeviceMesh mesh({2, 4}, {"batch", "model"});
-  const LlamaConfig config{.vocab_size = 40, .hidden_size = 16, .intermediate_size = 24, .num_hidden_layers = 2,
-                           .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 4,
-                           .tie_word_embeddings = false, .max_position_embeddings = 16};
+  const LlamaConfig config{.vocab_size = 40,
+                           .hidden_size = 16,
+                           .intermediate_size = 24,
+                           .num_hidden_layers = 2,
+                           .num_attention_heads = 4,
+                           .num_key_value_heads = 2,
+                           .head_dim = 4,
+                           .tie_word_embeddings = false,
+                           .max_position_embeddings = 16};
   const LayoutMap rules = llama_layout_map(mesh);
   LlamaModel model(config, rules);
   std::vector<NamedArray> named;
@@ -52,8 +60,8 @@ TEST_F(TrainingPlanTest, PlannedBytesAreWhatTheModelAndItsOptimizerHold) {
 
   for (const char* name : {"adam", "sgd"}) {
     SCOPED_TRACE(name);
-    auto optimizer = make_optimizer(name, std::string(name) == "sgd" ? OptimizerOptions{.momentum = 0.9}
-                                                                     : OptimizerOptions{});
+    auto optimizer = make_optimizer(
+        name, std::string(name) == "sgd" ? OptimizerOptions{.momentum = 0.9} : OptimizerOptions{});
     const Checkpoint checkpoint = Checkpoint::open(path_);
     const CheckpointPlan plan = plan_checkpoint(checkpoint, rules);
     const TrainingPlan training = plan_training(plan, rules, *optimizer);
@@ -63,9 +71,11 @@ TEST_F(TrainingPlanTest, PlannedBytesAreWhatTheModelAndItsOptimizerHold) {
     optimizer->build(variables);
     std::map<int64_t, uint64_t> weights, slots;
     for (const VariablePtr& v : variables) {
-      for (const Array::Shard& s : v->value().local_shards()) weights[s.device_id] += s.buffer.size();
+      for (const Array::Shard& s : v->value().local_shards())
+        weights[s.device_id] += s.buffer.size();
       for (const VariablePtr& slot : optimizer->slots_of(*v)) {
-        for (const Array::Shard& s : slot->value().local_shards()) slots[s.device_id] += s.buffer.size();
+        for (const Array::Shard& s : slot->value().local_shards())
+          slots[s.device_id] += s.buffer.size();
       }
     }
     for (int64_t p = 0; p < mesh.size(); ++p) {
@@ -78,12 +88,26 @@ TEST_F(TrainingPlanTest, PlannedBytesAreWhatTheModelAndItsOptimizerHold) {
   }
 
   std::ostringstream text, json;
-  EXPECT_EQ(run_plan({.path = path_, .rules_path = std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_keras_hub.json", .mesh = "batch=2,model=4",
-                      .optimizer = "adamw"}, text), 0);
-  EXPECT_THAT(text.str(), HasSubstr("training with adamw (21 tensors as float32; slots per variable: momentum, velocity"));
+  EXPECT_EQ(run_plan({.path = path_,
+                      .rules_path = std::string(MESHLAYOUT_SOURCE_DIR) +
+                                    "/examples/rules/llama_keras_hub.json",
+                      .mesh = "batch=2,model=4",
+                      .optimizer = "adamw"},
+                     text),
+            0);
+  EXPECT_THAT(
+      text.str(),
+      HasSubstr(
+          "training with adamw (21 tensors as float32; slots per variable: momentum, velocity"));
   EXPECT_THAT(text.str(), ::testing::ContainsRegex("cpu:7 +[0-9.]+ KiB +[0-9.]+ KiB +[0-9.]+ KiB"));
-  EXPECT_EQ(run_plan({.path = path_, .rules_path = std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_keras_hub.json", .mesh = "batch=2,model=4",
-                      .json = true, .optimizer = "adam"}, json), 0);
+  EXPECT_EQ(run_plan({.path = path_,
+                      .rules_path = std::string(MESHLAYOUT_SOURCE_DIR) +
+                                    "/examples/rules/llama_keras_hub.json",
+                      .mesh = "batch=2,model=4",
+                      .json = true,
+                      .optimizer = "adam"},
+                     json),
+            0);
   const nlohmann::json j = nlohmann::json::parse(json.str());
   EXPECT_EQ(j.at("training").at("optimizer"), "adam");
   EXPECT_EQ(j.at("training").at("devices").size(), 8u);
@@ -93,11 +117,18 @@ TEST_F(TrainingPlanTest, PlannedBytesAreWhatTheModelAndItsOptimizerHold) {
 
 TEST_F(TrainingPlanTest, Zero1PlansHalfTheSlotsAndSaysSo) {
   const DeviceMesh mesh({2, 4}, {"batch", "model"});
-  const LlamaConfig config{.vocab_size = 40, .hidden_size = 16, .intermediate_size = 24, .num_hidden_layers = 2,
-                           .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 4,
-                           .tie_word_embeddings = false, .max_position_embeddings = 16};
+  const LlamaConfig config{.vocab_size = 40,
+                           .hidden_size = 16,
+                           .intermediate_size = 24,
+                           .num_hidden_layers = 2,
+                           .num_attention_heads = 4,
+                           .num_key_value_heads = 2,
+                           .head_dim = 4,
+                           .tie_word_embeddings = false,
+                           .max_position_embeddings = 16};
   // Megatron's rules shard nothing over "batch" (keras-hub's shard most kernels over it already).
-  const std::string rules_path = std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json";
+  const std::string rules_path =
+      std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json";
   RulesFile file = load_rules_file(rules_path);
   file.mesh = mesh;
   const LayoutMap rules = file.to_layout_map();
@@ -119,7 +150,8 @@ TEST_F(TrainingPlanTest, Zero1PlansHalfTheSlotsAndSaysSo) {
   std::map<int64_t, uint64_t> slots;
   for (const VariablePtr& v : variables) {
     for (const VariablePtr& slot : zero->slots_of(*v)) {
-      for (const Array::Shard& s : slot->value().local_shards()) slots[s.device_id] += s.buffer.size();
+      for (const Array::Shard& s : slot->value().local_shards())
+        slots[s.device_id] += s.buffer.size();
     }
   }
   for (int64_t p = 0; p < mesh.size(); ++p) {
@@ -130,43 +162,74 @@ TEST_F(TrainingPlanTest, Zero1PlansHalfTheSlotsAndSaysSo) {
   }
 
   std::ostringstream text, json, json_plain;
-  EXPECT_EQ(run_plan({.path = path_, .rules_path = rules_path, .mesh = "batch=2,model=4", .optimizer = "adam",
-                      .zero1 = true}, text), 0);
-  EXPECT_THAT(text.str(), HasSubstr("ZeRO-1 on: each slot sharded further over axis 'batch' (2 ways)"));
-  EXPECT_EQ(run_plan({.path = path_, .rules_path = rules_path, .mesh = "batch=2,model=4", .json = true,
-                      .optimizer = "adam", .shard_slots_over = "batch"}, json), 0);
-  EXPECT_EQ(run_plan({.path = path_, .rules_path = rules_path, .mesh = "batch=2,model=4", .json = true,
-                      .optimizer = "adam"}, json_plain), 0);
+  EXPECT_EQ(run_plan({.path = path_,
+                      .rules_path = rules_path,
+                      .mesh = "batch=2,model=4",
+                      .optimizer = "adam",
+                      .zero1 = true},
+                     text),
+            0);
+  EXPECT_THAT(text.str(),
+              HasSubstr("ZeRO-1 on: each slot sharded further over axis 'batch' (2 ways)"));
+  EXPECT_EQ(run_plan({.path = path_,
+                      .rules_path = rules_path,
+                      .mesh = "batch=2,model=4",
+                      .json = true,
+                      .optimizer = "adam",
+                      .shard_slots_over = "batch"},
+                     json),
+            0);
+  EXPECT_EQ(run_plan({.path = path_,
+                      .rules_path = rules_path,
+                      .mesh = "batch=2,model=4",
+                      .json = true,
+                      .optimizer = "adam"},
+                     json_plain),
+            0);
   const nlohmann::json j = nlohmann::json::parse(json.str()).at("training");
   const nlohmann::json k = nlohmann::json::parse(json_plain.str()).at("training");
   EXPECT_EQ(j.at("zero1").at("axis"), "batch");
   EXPECT_EQ(j.at("zero1").at("axis_size"), 2);
   EXPECT_TRUE(k.at("zero1").is_null());
   for (size_t p = 0; p < 8; ++p) {
-    EXPECT_EQ(j.at("devices")[p].at("slots").get<uint64_t>() * 2, k.at("devices")[p].at("slots").get<uint64_t>());
+    EXPECT_EQ(j.at("devices")[p].at("slots").get<uint64_t>() * 2,
+              k.at("devices")[p].at("slots").get<uint64_t>());
   }
 }
 
 TEST_F(TrainingPlanTest, Zero1OverAnAxisNotInTheMeshIsRefusedByName) {
   const DeviceMesh mesh({2, 4}, {"batch", "model"});
   std::vector<NamedArray> named;
-  const Array w = distribute_tensor(HostTensor(DType::kF32, {4, 4}), TensorLayout({None, None}, mesh));
+  const Array w =
+      distribute_tensor(HostTensor(DType::kF32, {4, 4}), TensorLayout({None, None}, mesh));
   named.push_back({"w", &w});
   save_arrays(path_, named);
-  const std::string rules_path = std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_keras_hub.json";
+  const std::string rules_path =
+      std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_keras_hub.json";
   std::ostringstream out;
   try {
-    run_plan({.path = path_, .rules_path = rules_path, .mesh = "batch=2,model=4", .optimizer = "adam",
-              .shard_slots_over = "data"}, out);
+    run_plan({.path = path_,
+              .rules_path = rules_path,
+              .mesh = "batch=2,model=4",
+              .optimizer = "adam",
+              .shard_slots_over = "data"},
+             out);
     FAIL() << "expected a ValueError";
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("'data'"));
     EXPECT_THAT(e.what(), HasSubstr("['batch', 'model']"));
   }
-  EXPECT_THROW(run_plan({.path = path_, .rules_path = rules_path, .mesh = "batch=2,model=4", .zero1 = true}, out),
-               ValueError);  // no --optimizer
-  EXPECT_THROW(run_plan({.path = path_, .rules_path = rules_path, .mesh = "batch=2,model=4", .optimizer = "adam",
-                         .zero1 = true, .shard_slots_over = "model"}, out),
+  EXPECT_THROW(
+      run_plan({.path = path_, .rules_path = rules_path, .mesh = "batch=2,model=4", .zero1 = true},
+               out),
+      ValueError);  // no --optimizer
+  EXPECT_THROW(run_plan({.path = path_,
+                         .rules_path = rules_path,
+                         .mesh = "batch=2,model=4",
+                         .optimizer = "adam",
+                         .zero1 = true,
+                         .shard_slots_over = "model"},
+                        out),
                ValueError);  // two axes asked for
   EXPECT_EQ(out.str(), "");
 }
@@ -174,7 +237,10 @@ TEST_F(TrainingPlanTest, Zero1OverAnAxisNotInTheMeshIsRefusedByName) {
 TEST_F(TrainingPlanTest, AnUnknownOptimizerIsRefusedByName) {
   std::ostringstream out;
   try {
-    run_plan({.path = "/nonexistent.safetensors", .rules_path = "/nonexistent.json", .optimizer = "nadam"}, out);
+    run_plan({.path = "/nonexistent.safetensors",
+              .rules_path = "/nonexistent.json",
+              .optimizer = "nadam"},
+             out);
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("nadam"));

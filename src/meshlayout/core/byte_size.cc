@@ -27,9 +27,10 @@ uint64_t parse_byte_count(std::string_view text, std::string_view what) {
     }
   }
   if (digits == 0 || shift < 0) {
-    throw ValueError(fmt::format("{} {} is not a byte count; write a whole number with an "
-                                 "optional binary unit, as in 1048576, 64KiB, 16MiB or 1GiB",
-                                 what, quote(text)));
+    throw ValueError(
+        fmt::format("{} {} is not a byte count; write a whole number with an "
+                    "optional binary unit, as in 1048576, 64KiB, 16MiB or 1GiB",
+                    what, quote(text)));
   }
   if (digits > 18) {
     throw ValueError(fmt::format("{} {} is too large; the limit is 2^62 bytes", what, quote(text)));

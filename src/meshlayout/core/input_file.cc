@@ -5,9 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -19,19 +19,32 @@ namespace {
 
 std::string_view errno_name(int err) {
   switch (err) {
-    case EACCES: return "EACCES";
-    case EPERM: return "EPERM";
-    case ELOOP: return "ELOOP";
-    case ENAMETOOLONG: return "ENAMETOOLONG";
-    case ENOTDIR: return "ENOTDIR";
-    case EISDIR: return "EISDIR";
-    case EMFILE: return "EMFILE";
-    case ENFILE: return "ENFILE";
-    case ENXIO: return "ENXIO";
-    case EIO: return "EIO";
-    case ENOMEM: return "ENOMEM";
-    case EOVERFLOW: return "EOVERFLOW";
-    default: return "";
+    case EACCES:
+      return "EACCES";
+    case EPERM:
+      return "EPERM";
+    case ELOOP:
+      return "ELOOP";
+    case ENAMETOOLONG:
+      return "ENAMETOOLONG";
+    case ENOTDIR:
+      return "ENOTDIR";
+    case EISDIR:
+      return "EISDIR";
+    case EMFILE:
+      return "EMFILE";
+    case ENFILE:
+      return "ENFILE";
+    case ENXIO:
+      return "ENXIO";
+    case EIO:
+      return "EIO";
+    case ENOMEM:
+      return "ENOMEM";
+    case EOVERFLOW:
+      return "EOVERFLOW";
+    default:
+      return "";
   }
 }
 
@@ -90,13 +103,13 @@ int open_regular_file(const std::string& path, std::string_view what) {
     throw ValueError(fmt::format("cannot stat {} {}: {}", what, quote(path), errno_text(errno)));
   }
   if (!S_ISREG(st.st_mode)) {
-    throw ValueError(fmt::format("{} {} is {}, not a regular file", what, quote(path),
-                                 file_kind(st.st_mode)));
+    throw ValueError(
+        fmt::format("{} {} is {}, not a regular file", what, quote(path), file_kind(st.st_mode)));
   }
   const int flags = ::fcntl(fd.fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd.fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    throw ValueError(fmt::format("cannot use {} {}: fcntl: {}", what, quote(path),
-                                 errno_text(errno)));
+    throw ValueError(
+        fmt::format("cannot use {} {}: fcntl: {}", what, quote(path), errno_text(errno)));
   }
   return fd.release();
 }

@@ -83,7 +83,8 @@ TEST_F(InputFileTest, SaysWhyAPathCannotBeOpened) {
             "rules file '" + path("missing") + "' does not exist");
   fs::create_symlink(path("loop_b"), path("loop_a"));
   fs::create_symlink(path("loop_a"), path("loop_b"));
-  const std::string loop = message_of([&] { read_regular_file(path("loop_a"), 100, "rules file"); });
+  const std::string loop =
+      message_of([&] { read_regular_file(path("loop_a"), 100, "rules file"); });
   EXPECT_NE(loop.find("(ELOOP); a symlink loop?"), std::string::npos) << loop;
   const std::string long_name = path(std::string(300, 'n'));
   const std::string too_long = message_of([&] { read_regular_file(long_name, 100, "rules file"); });
@@ -92,7 +93,8 @@ TEST_F(InputFileTest, SaysWhyAPathCannotBeOpened) {
   if (::geteuid() != 0) {  // root reads anything
     write("secret", "{}");
     fs::permissions(path("secret"), fs::perms::none);
-    const std::string denied = message_of([&] { read_regular_file(path("secret"), 100, "rules file"); });
+    const std::string denied =
+        message_of([&] { read_regular_file(path("secret"), 100, "rules file"); });
     EXPECT_NE(denied.find("permission denied (EACCES)"), std::string::npos) << denied;
   }
   EXPECT_EQ(describe_open_error("rules file", "r.json", EACCES),

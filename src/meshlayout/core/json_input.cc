@@ -37,8 +37,7 @@ void check_structure(std::string_view text, size_t max_depth) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\0') {
-      throw ValueError(fmt::format("not valid JSON: a raw NUL byte at {}",
-                                   position_text(text, i)));
+      throw ValueError(fmt::format("not valid JSON: a raw NUL byte at {}", position_text(text, i)));
     }
     if (in_string) {
       if (c == '\\') {
@@ -50,9 +49,10 @@ void check_structure(std::string_view text, size_t max_depth) {
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > max_depth) {
-        throw ValueError(fmt::format("lists and objects are nested deeper than the limit of {} "
-                                     "levels, at {}",
-                                     max_depth, position_text(text, i)));
+        throw ValueError(
+            fmt::format("lists and objects are nested deeper than the limit of {} "
+                        "levels, at {}",
+                        max_depth, position_text(text, i)));
       }
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
@@ -85,9 +85,8 @@ json parse_json_checked(std::string_view text, size_t max_depth) {
   auto child_path = [&]() -> std::string {
     if (levels.empty()) return "";
     const Level& up = levels.back();
-    return up.keys ? up.path + (up.path.empty() ? "" : ".") + json(up.last_key).dump(
-                                                               -1, ' ', false,
-                                                               json::error_handler_t::replace)
+    return up.keys ? up.path + (up.path.empty() ? "" : ".") +
+                         json(up.last_key).dump(-1, ' ', false, json::error_handler_t::replace)
                    : up.path + "[…]";
   };
   const json::parser_callback_t callback = [&](int, json::parse_event_t event, json& parsed) {
@@ -106,11 +105,11 @@ json parse_json_checked(std::string_view text, size_t max_depth) {
         Level& level = levels.back();
         std::string key = parsed.get<std::string>();
         if (!level.keys->insert(key).second) {
-          throw ValueError(fmt::format("the key {} appears twice in {}; each key may appear "
-                                       "once",
-                                       quote(key),
-                                       level.path.empty() ? "the top-level object"
-                                                          : "the object " + level.path));
+          throw ValueError(fmt::format(
+              "the key {} appears twice in {}; each key may appear "
+              "once",
+              quote(key),
+              level.path.empty() ? "the top-level object" : "the object " + level.path));
         }
         level.last_key = std::move(key);
         break;
@@ -135,7 +134,9 @@ std::string json_excerpt(const json& value, size_t max_chars) {
     json::const_iterator next;
   };
   std::vector<Frame> stack;
-  auto scalar = [](const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  auto scalar = [](const json& j) {
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  };
   auto open = [&](const json& j) {
     if (j.is_array() || j.is_object()) {
       out += j.is_array() ? '[' : '{';

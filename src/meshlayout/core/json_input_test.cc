@@ -37,7 +37,8 @@ TEST(JsonInputTest, RefusesDuplicateKeysAtAnyLevel) {
             "the key 'shape' appears twice in the object \"mesh\"; each key may appear once");
   EXPECT_EQ(message_of(R"({"a": [{"b": {"c": 1, "c": 2}}]})"),
             "the key 'c' appears twice in the object \"a\"[…].\"b\"; each key may appear once");
-  EXPECT_NO_THROW(parse_json_checked(R"({"a": {"x": 1}, "b": {"x": 1}, "c": [{"x": 1}, {"x": 2}]})"));
+  EXPECT_NO_THROW(
+      parse_json_checked(R"({"a": {"x": 1}, "b": {"x": 1}, "c": [{"x": 1}, {"x": 2}]})"));
 }
 
 TEST(JsonInputTest, RefusesNulAndBadJsonShortly) {
@@ -47,11 +48,13 @@ TEST(JsonInputTest, RefusesNulAndBadJsonShortly) {
   EXPECT_TRUE(bad.starts_with("not valid JSON: parse error at line 1")) << bad.substr(0, 200);
   EXPECT_LT(bad.size(), 400u);
   EXPECT_LT(message_of("[" + std::string(1 << 20, '1') + "]").size(), 400u);
-  EXPECT_TRUE(message_of("[1e400]").starts_with("not valid JSON: number overflow")) << message_of("[1e400]");
+  EXPECT_TRUE(message_of("[1e400]").starts_with("not valid JSON: number overflow"))
+      << message_of("[1e400]");
 }
 
 TEST(JsonInputTest, ExcerptIsShortAndNeedsNoRecursion) {
-  EXPECT_EQ(json_excerpt(nlohmann::json::parse(R"({"a": [1, null, "x"]})")), R"({"a":[1,null,"x"]})");
+  EXPECT_EQ(json_excerpt(nlohmann::json::parse(R"({"a": [1, null, "x"]})")),
+            R"({"a":[1,null,"x"]})");
   // Built without the parser: 100,000 levels, far more than a recursive dump survives.
   nlohmann::json deep = nlohmann::json::array();
   for (int i = 0; i < 100000; ++i) {

@@ -41,11 +41,11 @@ void check_host_allocation(std::string_view what, int64_t bytes) {
   if (bytes < kHostCheckMinBytes) return;
   const int64_t available = available_host_memory();
   if (bytes > available) {
-    throw ResourceExhaustedError(fmt::format(
-        "{} needs {} ({} bytes) but this machine has {} available (MemAvailable in "
-        "/proc/meminfo); use a smaller shape or more processes",
-        what, format_bytes(static_cast<uint64_t>(bytes)), bytes,
-        format_bytes(static_cast<uint64_t>(available))));
+    throw ResourceExhaustedError(
+        fmt::format("{} needs {} ({} bytes) but this machine has {} available (MemAvailable in "
+                    "/proc/meminfo); use a smaller shape or more processes",
+                    what, format_bytes(static_cast<uint64_t>(bytes)), bytes,
+                    format_bytes(static_cast<uint64_t>(available))));
   }
 }
 
@@ -54,10 +54,9 @@ void check_device_allocation(std::string_view device, int64_t live, int64_t more
   const std::optional<int64_t> budget = device_memory_budget();
   if (!budget || more <= *budget - live) return;
   throw ResourceExhaustedError(fmt::format(
-      "{} needs {} more on device {}, which holds {} already: over its budget of {} ({}={})",
-      what, format_bytes(static_cast<uint64_t>(more)), device,
-      format_bytes(static_cast<uint64_t>(live)), format_bytes(static_cast<uint64_t>(*budget)),
-      kDeviceMemoryEnvVar, *budget));
+      "{} needs {} more on device {}, which holds {} already: over its budget of {} ({}={})", what,
+      format_bytes(static_cast<uint64_t>(more)), device, format_bytes(static_cast<uint64_t>(live)),
+      format_bytes(static_cast<uint64_t>(*budget)), kDeviceMemoryEnvVar, *budget));
 }
 
 }  // namespace meshlayout

@@ -17,7 +17,8 @@ std::string shape_to_string(const Shape& shape) {
 Shape parse_shape(std::string_view text) {
   Shape shape;
   std::string_view t = trim(text);
-  if (t.size() >= 2 && ((t.front() == '(' && t.back() == ')') || (t.front() == '[' && t.back() == ']'))) {
+  if (t.size() >= 2 &&
+      ((t.front() == '(' && t.back() == ')') || (t.front() == '[' && t.back() == ']'))) {
     t = trim(t.substr(1, t.size() - 2));
   }
   if (t.empty()) return shape;
@@ -26,8 +27,8 @@ Shape parse_shape(std::string_view text) {
   for (size_t i = 0; i < parts.size(); ++i) {
     int64_t extent = parse_int64(parts[i], fmt::format("shape {} dimension {}", quote(text), i));
     if (extent < 0) {
-      throw ValueError(fmt::format("shape {} dimension {} is {}; extents must be >= 0",
-                                   quote(text), i, extent));
+      throw ValueError(
+          fmt::format("shape {} dimension {} is {}; extents must be >= 0", quote(text), i, extent));
     }
     shape.push_back(extent);
   }
@@ -54,10 +55,10 @@ int64_t num_elements(const Shape& shape) {
   for (int64_t e : shape) {
     std::optional<int64_t> next = checked_mul(n, e);
     if (!next) {
-      throw ValueError(fmt::format(
-          "shape {} has more elements than fit in a signed 64-bit count (at most {}); "
-          "meshlayout cannot describe a tensor that large",
-          shape_to_string(shape), std::numeric_limits<int64_t>::max()));
+      throw ValueError(
+          fmt::format("shape {} has more elements than fit in a signed 64-bit count (at most {}); "
+                      "meshlayout cannot describe a tensor that large",
+                      shape_to_string(shape), std::numeric_limits<int64_t>::max()));
     }
     n = *next;
   }

@@ -16,18 +16,19 @@ TEST(StringsTest, QuoteEscapesLikePythonRepr) {
 // Messages were cut at an embedded NUL and carried terminal escapes and invalid UTF-8 raw.
 TEST(StringsTest, QuoteEscapesEveryUnprintableByte) {
   EXPECT_EQ(quote(std::string("a\0b\x1b[2J", 7)), "'a\\x00b\\x1b[2J'");
-  EXPECT_EQ(quote("\x7f\xff\xc3"), "'\\x7f\\xff\\xc3'");       // DEL, invalid, cut UTF-8
+  EXPECT_EQ(quote("\x7f\xff\xc3"), "'\\x7f\\xff\\xc3'");  // DEL, invalid, cut UTF-8
   EXPECT_EQ(quote("caf\xc3\xa9 \xe2\x80\xa6"), "'caf\xc3\xa9 \xe2\x80\xa6'");  // valid kept
-  EXPECT_EQ(quote("\xc2\x9b"), "'\\x9b'");                       // C1 control (CSI)
-  EXPECT_EQ(quote("\xed\xa0\x80"), "'\\xed\\xa0\\x80'");          // a UTF-16 surrogate
-  EXPECT_EQ(quote("\xc0\xaf"), "'\\xc0\\xaf'");                    // overlong '/'
+  EXPECT_EQ(quote("\xc2\x9b"), "'\\x9b'");                                     // C1 control (CSI)
+  EXPECT_EQ(quote("\xed\xa0\x80"), "'\\xed\\xa0\\x80'");                       // a UTF-16 surrogate
+  EXPECT_EQ(quote("\xc0\xaf"), "'\\xc0\\xaf'");                                // overlong '/'
 }
 
 // A 50 MB pattern gave a 150 MB message.
 TEST(StringsTest, QuoteCapsLongText) {
   const std::string big(5'000'000, 'a');
   EXPECT_EQ(quote(big), "'" + std::string(kMaxQuotedBytes, 'a') + "…' (5000000 bytes)");
-  EXPECT_EQ(quote(std::string(kMaxQuotedBytes, 'b')), "'" + std::string(kMaxQuotedBytes, 'b') + "'");
+  EXPECT_EQ(quote(std::string(kMaxQuotedBytes, 'b')),
+            "'" + std::string(kMaxQuotedBytes, 'b') + "'");
   // Never cuts inside a character.
   std::string accents;
   while (accents.size() < 300) accents += "\xc3\xa9";

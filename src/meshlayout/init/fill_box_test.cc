@@ -96,7 +96,7 @@ TEST(FillBoxTest, EveryDeviceOfEveryLayoutHoldsItsSliceOfTheUnshardedInit) {
                                             "(data,model),None", "None,None",  "data,None"};
   const Shape shape{13, 7};  // uneven on every split
   for (const Initializer& init : {Initializer::glorot_normal(), Initializer::random_uniform(),
-                                   Initializer::orthogonal(1.5)}) {
+                                  Initializer::orthogonal(1.5)}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       const auto all = fill(init, shape, whole(shape), dtype, variable_key("d1.kernel"));
       for (const std::string& text : layouts) {

@@ -97,12 +97,13 @@ TEST(InitializerTest, AcceptsKerasClassNamesAndAliases) {
 }
 
 TEST(InitializerTest, UnknownNameListsTheValidOnes) {
-  EXPECT_EQ(value_error([] { Initializer::from_name("glorot_unifrom"); }),
-            "unknown initializer 'glorot_unifrom'; expected one of ['zeros', 'ones', "
-            "'constant', 'random_uniform', 'random_normal', 'truncated_normal', "
-            "'variance_scaling', 'glorot_uniform', 'glorot_normal', 'he_uniform', "
-            "'he_normal', 'lecun_uniform', 'lecun_normal', 'orthogonal'] (Keras class names such as "
-            "'GlorotUniform' work too)");
+  EXPECT_EQ(
+      value_error([] { Initializer::from_name("glorot_unifrom"); }),
+      "unknown initializer 'glorot_unifrom'; expected one of ['zeros', 'ones', "
+      "'constant', 'random_uniform', 'random_normal', 'truncated_normal', "
+      "'variance_scaling', 'glorot_uniform', 'glorot_normal', 'he_uniform', "
+      "'he_normal', 'lecun_uniform', 'lecun_normal', 'orthogonal'] (Keras class names such as "
+      "'GlorotUniform' work too)");
   // from_name takes names only; from_string takes arguments.
   EXPECT_NE(value_error([] { Initializer::from_name("zeros()"); }), "");
 }

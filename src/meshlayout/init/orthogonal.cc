@@ -38,7 +38,8 @@ std::shared_ptr<const std::vector<double>> cached_matrix(const Initializer& init
   if (g_cache.matrix && g_cache.init == init && g_cache.shape == shape && g_cache.key == key) {
     return g_cache.matrix;
   }
-  auto m = std::make_shared<const std::vector<double>>(orthogonal_matrix(init, shape, variable_key));
+  auto m =
+      std::make_shared<const std::vector<double>>(orthogonal_matrix(init, shape, variable_key));
   g_cache = {init, shape, key, m};
   return m;
 }
@@ -48,9 +49,10 @@ std::shared_ptr<const std::vector<double>> cached_matrix(const Initializer& init
 std::vector<double> orthogonal_matrix(const Initializer& init, const Shape& shape,
                                       uint64_t variable_key) {
   if (shape.size() < 2) {
-    throw ValueError(fmt::format("The tensor to initialize must be at least two-dimensional. "
-                                 "Received: shape={} of rank {}.",
-                                 shape_to_string(shape), shape.size()));
+    throw ValueError(
+        fmt::format("The tensor to initialize must be at least two-dimensional. "
+                    "Received: shape={} of rank {}.",
+                    shape_to_string(shape), shape.size()));
   }
   const int64_t n = shape.back();
   const int64_t rows = num_elements(shape) / std::max<int64_t>(n, 1);
@@ -65,7 +67,8 @@ std::vector<double> orthogonal_matrix(const Initializer& init, const Shape& shap
            reinterpret_cast<std::byte*>(drawn.data()), variable_key);
   std::vector<double> q(drawn.size());
   for (int64_t i = 0; i < tall; ++i) {
-    for (int64_t j = 0; j < wide; ++j) q[static_cast<size_t>(j * tall + i)] = drawn[static_cast<size_t>(i * wide + j)];
+    for (int64_t j = 0; j < wide; ++j)
+      q[static_cast<size_t>(j * tall + i)] = drawn[static_cast<size_t>(i * wide + j)];
   }
   for (int64_t j = 0; j < wide; ++j) {
     double* v = &q[static_cast<size_t>(j * tall)];
@@ -85,7 +88,8 @@ std::vector<double> orthogonal_matrix(const Initializer& init, const Shape& shap
   // Q (tall, wide); the result is Q when rows >= n, else Q^T: element (r, c) of (rows, n).
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < n; ++c) {
-      const double value = rows >= n ? q[static_cast<size_t>(c * tall + r)] : q[static_cast<size_t>(r * tall + c)];
+      const double value =
+          rows >= n ? q[static_cast<size_t>(c * tall + r)] : q[static_cast<size_t>(r * tall + c)];
       out[static_cast<size_t>(r * n + c)] = init.gain() * value;
     }
   }

@@ -5,7 +5,8 @@
 //
 // Example (what fill_box does for kOrthogonal):
 //   internal_init::fill_orthogonal_box(Initializer::orthogonal(), {8, 32}, Box{{0, 8}, {8, 8}},
-//                                      DType::kF32, out, variable_key("lstm/lstm_cell/recurrent_kernel"));
+//                                      DType::kF32, out,
+//                                      variable_key("lstm/lstm_cell/recurrent_kernel"));
 #pragma once
 
 #include <cstddef>

@@ -30,31 +30,45 @@ void expect_orthonormal(const std::vector<double>& m, int64_t rows, int64_t n, d
 
 TEST(OrthogonalTest, TallWideSquareAndHigherRankAreOrthonormal) {
   const uint64_t key = variable_key("lstm/lstm_cell/recurrent_kernel");
-  expect_orthonormal(internal_init::orthogonal_matrix(Initializer::orthogonal(), {40, 9}, key), 40, 9, 1.0);
-  expect_orthonormal(internal_init::orthogonal_matrix(Initializer::orthogonal(2.0), {8, 32}, key), 8, 32, 2.0);
-  expect_orthonormal(internal_init::orthogonal_matrix(Initializer::orthogonal(), {16, 16}, key), 16, 16, 1.0);
+  expect_orthonormal(internal_init::orthogonal_matrix(Initializer::orthogonal(), {40, 9}, key), 40,
+                     9, 1.0);
+  expect_orthonormal(internal_init::orthogonal_matrix(Initializer::orthogonal(2.0), {8, 32}, key),
+                     8, 32, 2.0);
+  expect_orthonormal(internal_init::orthogonal_matrix(Initializer::orthogonal(), {16, 16}, key), 16,
+                     16, 1.0);
   // (2, 3, 5): rows = 6, n = 5.
-  expect_orthonormal(internal_init::orthogonal_matrix(Initializer::orthogonal(), {2, 3, 5}, key), 6, 5, 1.0);
+  expect_orthonormal(internal_init::orthogonal_matrix(Initializer::orthogonal(), {2, 3, 5}, key), 6,
+                     5, 1.0);
 }
 
 TEST(OrthogonalTest, BoxesAreSlicesAndSeedsAndPathsChangeTheMatrix) {
   const Shape shape{12, 20};
   const uint64_t key = variable_key("w");
-  const auto all = testing::fill(Initializer::orthogonal(), shape, testing::whole(shape), DType::kF32, key);
+  const auto all =
+      testing::fill(Initializer::orthogonal(), shape, testing::whole(shape), DType::kF32, key);
   const Box box{{3, 5}, {4, 7}};
   const auto part = testing::fill(Initializer::orthogonal(), shape, box, DType::kF32, key);
   const auto whole = testing::decode(all, DType::kF32), got = testing::decode(part, DType::kF32);
   for (int64_t r = 0; r < 4; ++r) {
     for (int64_t c = 0; c < 7; ++c) {
-      EXPECT_EQ(got[static_cast<size_t>(r * 7 + c)], whole[static_cast<size_t>((r + 3) * 20 + c + 5)]);
+      EXPECT_EQ(got[static_cast<size_t>(r * 7 + c)],
+                whole[static_cast<size_t>((r + 3) * 20 + c + 5)]);
     }
   }
-  EXPECT_NE(testing::fill(Initializer::orthogonal(1.0, 7), shape, testing::whole(shape), DType::kF32, key), all);
-  EXPECT_NE(testing::fill(Initializer::orthogonal(), shape, testing::whole(shape), DType::kF32, variable_key("v")), all);
+  EXPECT_NE(testing::fill(Initializer::orthogonal(1.0, 7), shape, testing::whole(shape),
+                          DType::kF32, key),
+            all);
+  EXPECT_NE(testing::fill(Initializer::orthogonal(), shape, testing::whole(shape), DType::kF32,
+                          variable_key("v")),
+            all);
   set_global_seed(3);
-  EXPECT_NE(testing::fill(Initializer::orthogonal(), shape, testing::whole(shape), DType::kF32, key), all);
+  EXPECT_NE(
+      testing::fill(Initializer::orthogonal(), shape, testing::whole(shape), DType::kF32, key),
+      all);
   set_global_seed(0);
-  EXPECT_EQ(testing::fill(Initializer::orthogonal(), shape, testing::whole(shape), DType::kF32, key), all);
+  EXPECT_EQ(
+      testing::fill(Initializer::orthogonal(), shape, testing::whole(shape), DType::kF32, key),
+      all);
 }
 
 TEST(OrthogonalTest, TextFormsAndErrors) {
@@ -62,7 +76,8 @@ TEST(OrthogonalTest, TextFormsAndErrors) {
   EXPECT_EQ(Initializer::orthogonal(2.0, 3).to_string(), "orthogonal(gain=2.0, seed=3)");
   EXPECT_EQ(Initializer::from_string("orthogonal(gain=0.5)"), Initializer::orthogonal(0.5));
   EXPECT_EQ(testing::ValueErrorMessage([] {
-              (void)testing::fill(Initializer::orthogonal(), {5}, testing::whole({5}), DType::kF32, 1);
+              (void)testing::fill(Initializer::orthogonal(), {5}, testing::whole({5}), DType::kF32,
+                                  1);
             }),
             "The tensor to initialize must be at least two-dimensional. Received: shape=(5,) of "
             "rank 1.");

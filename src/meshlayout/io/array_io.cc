@@ -11,12 +11,12 @@
 #include <random>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
 #include "meshlayout/init/float_convert.h"
 #include "meshlayout/io/mapped_read.h"
 #include "meshlayout/io/save_target.h"
 #include "meshlayout/io/vectored_io.h"
 #include "meshlayout/layout/box_ops.h"
-#include "meshlayout/core/strings.h"
 #include "meshlayout/runtime/operation_agreement.h"
 
 namespace meshlayout {
@@ -51,8 +51,9 @@ const std::shared_ptr<Runtime>& common_runtime(const std::vector<const Array*>& 
   if (arrays.empty()) return kNone;
   for (const Array* a : arrays) {
     if (a->runtime_ptr() != arrays.front()->runtime_ptr()) {
-      throw ValueError("the arrays to save or load live on different runtimes; one call handles "
-                       "the arrays of one runtime");
+      throw ValueError(
+          "the arrays to save or load live on different runtimes; one call handles "
+          "the arrays of one runtime");
     }
   }
   return arrays.front()->runtime_ptr();
@@ -129,36 +130,60 @@ void convert_floats(const std::byte* src, DType from, std::byte* dst, DType to, 
     return;
   }
   if (!is_floating(from) || !is_floating(to)) {
-    throw ValueError(fmt::format("cannot convert {} to {}: conversions are between F32, F64, "
-                                 "BF16 and F16", dtype_name(from), dtype_name(to)));
+    throw ValueError(
+        fmt::format("cannot convert {} to {}: conversions are between F32, F64, "
+                    "BF16 and F16",
+                    dtype_name(from), dtype_name(to)));
   }
   if (from == DType::kF64 && to == DType::kF32) {
-    convert_loop<double, float>(src, dst, count, [](double v) { return v; },
-                                [](double v) { return static_cast<float>(v); });
+    convert_loop<double, float>(
+        src, dst, count, [](double v) { return v; },
+        [](double v) { return static_cast<float>(v); });
     return;
   }
   if (to == DType::kF64) {  // every other dtype widens to double exactly through float
     auto store = [](float v) { return static_cast<double>(v); };
     switch (from) {
-      case DType::kF32: convert_loop<float, double>(src, dst, count, [](float v) { return v; }, store); return;
-      case DType::kBF16: convert_loop<uint16_t, double>(src, dst, count, float_from_bf16, store); return;
-      default: convert_loop<uint16_t, double>(src, dst, count, float_from_f16, store); return;
+      case DType::kF32:
+        convert_loop<float, double>(
+            src, dst, count, [](float v) { return v; }, store);
+        return;
+      case DType::kBF16:
+        convert_loop<uint16_t, double>(src, dst, count, float_from_bf16, store);
+        return;
+      default:
+        convert_loop<uint16_t, double>(src, dst, count, float_from_f16, store);
+        return;
     }
   }
   // To F32, BF16 or F16 through float (F64 sources round to float first).
   auto convert_to = [&](auto load, auto* from_type) {
     using From = std::remove_pointer_t<decltype(from_type)>;
     switch (to) {
-      case DType::kF32: convert_loop<From, float>(src, dst, count, load, [](float v) { return v; }); return;
-      case DType::kBF16: convert_loop<From, uint16_t>(src, dst, count, load, bf16_from_float); return;
-      default: convert_loop<From, uint16_t>(src, dst, count, load, f16_from_float); return;
+      case DType::kF32:
+        convert_loop<From, float>(src, dst, count, load, [](float v) { return v; });
+        return;
+      case DType::kBF16:
+        convert_loop<From, uint16_t>(src, dst, count, load, bf16_from_float);
+        return;
+      default:
+        convert_loop<From, uint16_t>(src, dst, count, load, f16_from_float);
+        return;
     }
   };
   switch (from) {
-    case DType::kF64: convert_to([](double v) { return static_cast<float>(v); }, static_cast<double*>(nullptr)); return;
-    case DType::kF32: convert_to([](float v) { return v; }, static_cast<float*>(nullptr)); return;
-    case DType::kBF16: convert_to(float_from_bf16, static_cast<uint16_t*>(nullptr)); return;
-    default: convert_to(float_from_f16, static_cast<uint16_t*>(nullptr)); return;
+    case DType::kF64:
+      convert_to([](double v) { return static_cast<float>(v); }, static_cast<double*>(nullptr));
+      return;
+    case DType::kF32:
+      convert_to([](float v) { return v; }, static_cast<float*>(nullptr));
+      return;
+    case DType::kBF16:
+      convert_to(float_from_bf16, static_cast<uint16_t*>(nullptr));
+      return;
+    default:
+      convert_to(float_from_f16, static_cast<uint16_t*>(nullptr));
+      return;
   }
 }
 
@@ -201,12 +226,15 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
   // target (no device node or FIFO is ever replaced; a symlink keeps pointing at the new
   // file), clears temporaries of dead earlier saves, and tells every process the names.
   std::string names[2];  // target, token
-  agreed_step(comm, [&] {
-    if (!leader) return;
-    names[0] = resolve_save_target(path).string();
-    remove_stale_temporaries(names[0]);
-    names[1] = make_save_token();
-  }, [] {});
+  agreed_step(
+      comm,
+      [&] {
+        if (!leader) return;
+        names[0] = resolve_save_target(path).string();
+        remove_stale_temporaries(names[0]);
+        names[1] = make_save_token();
+      },
+      [] {});
   for (std::string& name : names) broadcast_string(comm, name, 0);
   const fs::path target(names[0]);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -219,23 +247,29 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
     fd = -1;
     if (leader && created) ::unlink(tmp.c_str());
   };
-  agreed_step(comm, [&] {
-    if (!leader) return;
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) throw_errno("creating the checkpoint's temporary file", tmp);
-    created = true;
-    if (::ftruncate(fd, static_cast<off_t>(header.file_bytes())) != 0) {
-      throw_errno("sizing", tmp);
-    }
-    std::vector<IoPiece> head{IoPiece{fd, 0, reinterpret_cast<std::byte*>(header_bytes.data()),
-                                      header_bytes.size(), "the header", tmp}};
-    run_vectored_io(head, IoDirection::kWrite, {});
-  }, cleanup);
-  agreed_step(comm, [&] {
-    if (leader) return;
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) throw_errno("opening the checkpoint's temporary file", tmp);
-  }, cleanup);
+  agreed_step(
+      comm,
+      [&] {
+        if (!leader) return;
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) throw_errno("creating the checkpoint's temporary file", tmp);
+        created = true;
+        if (::ftruncate(fd, static_cast<off_t>(header.file_bytes())) != 0) {
+          throw_errno("sizing", tmp);
+        }
+        std::vector<IoPiece> head{IoPiece{fd, 0, reinterpret_cast<std::byte*>(header_bytes.data()),
+                                          header_bytes.size(), "the header", tmp}};
+        run_vectored_io(head, IoDirection::kWrite, {});
+      },
+      cleanup);
+  agreed_step(
+      comm,
+      [&] {
+        if (leader) return;
+        fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd < 0) throw_errno("opening the checkpoint's temporary file", tmp);
+      },
+      cleanup);
 
   // This process's pieces: the boxes of the blocks its devices were chosen to write.
   SaveReport report{.file_bytes = header.file_bytes()};
@@ -246,7 +280,8 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
   for (const NamedArray& a : arrays) {
     const TensorInfo& info = *header.find(a.name);
     const Box whole{Shape(info.shape.size(), 0), info.shape};
-    for (int64_t position : choose_writers(a.array->geometry(), *runtime, info.element_size, process_load)) {
+    for (int64_t position :
+         choose_writers(a.array->geometry(), *runtime, info.element_size, process_load)) {
       const Array::Shard* shard = a.array->shard_at(position);
       if (shard == nullptr) continue;  // another process writes it
       writes.emplace_back(&info, shard);
@@ -258,35 +293,41 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
     const Box whole{Shape(info->shape.size(), 0), info->shape};
     const uint64_t base = header.data_start() + info->begin;
     std::byte* data = const_cast<std::byte*>(shard->buffer.data());
-    for_each_contiguous_run(shard->box, whole, shard->box, info->element_size,
-                            [&](size_t mem_off, size_t file_off, size_t bytes) {
-                              pieces.push_back(IoPiece{fd, base + file_off, data + mem_off, bytes,
-                                                       info->name, tmp});
-                              report.bytes_written += bytes;
-                            });
+    for_each_contiguous_run(
+        shard->box, whole, shard->box, info->element_size,
+        [&](size_t mem_off, size_t file_off, size_t bytes) {
+          pieces.push_back(IoPiece{fd, base + file_off, data + mem_off, bytes, info->name, tmp});
+          report.bytes_written += bytes;
+        });
   }
   ProgressCounter progress(options.progress, report.bytes_written);
-  agreed_step(comm, [&] {
-    run_vectored_io(pieces, IoDirection::kWrite,
-                    {.pool = &runtime->pool(), .on_bytes = progress.callback()});
-    if (::fdatasync(fd) != 0) throw_errno("flushing", tmp);
-    const int closing = fd;
-    fd = -1;
-    if (::close(closing) != 0) throw_errno("closing", tmp);
-  }, cleanup);
+  agreed_step(
+      comm,
+      [&] {
+        run_vectored_io(pieces, IoDirection::kWrite,
+                        {.pool = &runtime->pool(), .on_bytes = progress.callback()});
+        if (::fdatasync(fd) != 0) throw_errno("flushing", tmp);
+        const int closing = fd;
+        fd = -1;
+        if (::close(closing) != 0) throw_errno("closing", tmp);
+      },
+      cleanup);
   // Every process has written and flushed its part: publish the file.
-  agreed_step(comm, [&] {
-    if (!leader) return;
-    if (::rename(tmp.c_str(), target.c_str()) != 0) {
-      throw_errno("renaming the new checkpoint to", target.string());
-    }
-    created = false;
-    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd >= 0) {  // make the rename durable; best effort where directories cannot sync
-      ::fsync(dir_fd);
-      ::close(dir_fd);
-    }
-  }, cleanup);
+  agreed_step(
+      comm,
+      [&] {
+        if (!leader) return;
+        if (::rename(tmp.c_str(), target.c_str()) != 0) {
+          throw_errno("renaming the new checkpoint to", target.string());
+        }
+        created = false;
+        const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir_fd >= 0) {  // make the rename durable; best effort where directories cannot sync
+          ::fsync(dir_fd);
+          ::close(dir_fd);
+        }
+      },
+      cleanup);
   return report;
 }
 
@@ -310,9 +351,11 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
   for (const LoadTarget& t : targets) {
     const TensorInfo& info = *checkpoint.find(t.name).second;
     if (!info.dtype) {
-      throw ValueError(fmt::format("tensor '{}' in '{}' has dtype {}, which meshlayout cannot "
-                                   "load (loadable: F32, F64, BF16, F16, I8, I16, I32, I64, U8, "
-                                   "BOOL)", t.name, checkpoint.path(), info.dtype_name));
+      throw ValueError(
+          fmt::format("tensor '{}' in '{}' has dtype {}, which meshlayout cannot "
+                      "load (loadable: F32, F64, BF16, F16, I8, I16, I32, I64, U8, "
+                      "BOOL)",
+                      t.name, checkpoint.path(), info.dtype_name));
     }
     if (info.shape != t.array->shape()) {
       throw ValueError(fmt::format("tensor '{}' in '{}' has shape {}, the target has shape {}",
@@ -321,12 +364,11 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     }
     if (*info.dtype != t.array->dtype() &&
         !(options.convert_dtypes && is_floating(*info.dtype) && is_floating(t.array->dtype()))) {
-      throw ValueError(fmt::format(
-          "tensor '{}' in '{}' is {}, the target is {}{}", t.name, checkpoint.path(),
-          info.dtype_name, dtype_name(t.array->dtype()),
-          is_floating(*info.dtype) && is_floating(t.array->dtype())
-              ? "; pass convert_dtypes to convert on load"
-              : " (only floating dtypes convert)"));
+      throw ValueError(fmt::format("tensor '{}' in '{}' is {}, the target is {}{}", t.name,
+                                   checkpoint.path(), info.dtype_name, dtype_name(t.array->dtype()),
+                                   is_floating(*info.dtype) && is_floating(t.array->dtype())
+                                       ? "; pass convert_dtypes to convert on load"
+                                       : " (only floating dtypes convert)"));
     }
   }
 
@@ -365,66 +407,70 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
   }
 
   ProgressCounter progress(options.progress, report.shard_bytes);
-  agreed_step(runtime->comm(), [&] {
-    ThreadPool& pool = runtime->pool();
-    ReadBatch batch;
-    size_t runs = 0;
-    std::vector<io_internal::MappedBox> mapped;
-    for (const Job& j : jobs) {
-      if (j.mapped) {
-        mapped.push_back({j.file, j.info, j.reader->box, {j.reader->buffer.data()}});
-        for (Array::Shard* copy : j.copies) mapped.back().destinations.push_back(copy->buffer.data());
-      }
-      if (!j.direct()) continue;
-      const Box whole{Shape(j.info->shape.size(), 0), j.info->shape};
-      runs += static_cast<size_t>(count_contiguous_runs(j.reader->box, whole, j.reader->box));
-    }
-    batch.reserve(runs);
-    std::vector<DeviceBuffer> staging;
-    std::vector<size_t> staged_jobs;  // jobs read into staging[i], converted after the read
-    size_t batch_begin = 0;
-    uint64_t staged_bytes = 0;
-    auto flush = [&](size_t batch_end) {
-      report.bytes_read += batch.bytes();
-      batch.run({.pool = &pool, .on_bytes = progress.callback()});
-      pool.parallel_for(staged_jobs.size(), [&](size_t i) {
-        const Job& j = jobs[staged_jobs[i]];
-        convert_floats(staging[i].data(), *j.info->dtype, j.reader->buffer.data(),
-                       j.array->dtype(), static_cast<size_t>(j.reader->box.num_elements()));
-      });
-      pool.parallel_for(batch_end - batch_begin, [&](size_t i) {
-        const Job& j = jobs[batch_begin + i];
-        if (!j.direct()) return;
-        for (Array::Shard* copy : j.copies) {
-          std::memcpy(copy->buffer.data(), j.reader->buffer.data(), j.reader->buffer.size());
+  agreed_step(
+      runtime->comm(),
+      [&] {
+        ThreadPool& pool = runtime->pool();
+        ReadBatch batch;
+        size_t runs = 0;
+        std::vector<io_internal::MappedBox> mapped;
+        for (const Job& j : jobs) {
+          if (j.mapped) {
+            mapped.push_back({j.file, j.info, j.reader->box, {j.reader->buffer.data()}});
+            for (Array::Shard* copy : j.copies)
+              mapped.back().destinations.push_back(copy->buffer.data());
+          }
+          if (!j.direct()) continue;
+          const Box whole{Shape(j.info->shape.size(), 0), j.info->shape};
+          runs += static_cast<size_t>(count_contiguous_runs(j.reader->box, whole, j.reader->box));
         }
-      });
-      staging.clear();
-      staged_jobs.clear();
-      staged_bytes = 0;
-      batch_begin = batch_end;
-    };
-    for (size_t k = 0; k < jobs.size(); ++k) {
-      const Job& j = jobs[k];
-      if (!j.direct()) continue;
-      if (*j.info->dtype == j.array->dtype()) {
-        batch.add(*j.file, *j.info, j.reader->box, j.reader->buffer.data());
-      } else {
-        const size_t bytes =
-            static_cast<size_t>(j.reader->box.num_elements()) * j.info->element_size;
-        staging.emplace_back(runtime->staging(), bytes);
-        staged_jobs.push_back(k);
-        batch.add(*j.file, *j.info, j.reader->box, staging.back().data());
-        staged_bytes += bytes;
-        if (staged_bytes >= options.max_staging_bytes) flush(k + 1);
-      }
-    }
-    flush(jobs.size());
-    const io_internal::MappedReadReport m =
-        io_internal::read_mapped(mapped, pool, progress.callback());
-    report.bytes_read += m.bytes_read;
-    report.mapped_bytes = m.mapped_bytes;
-  }, [] {});
+        batch.reserve(runs);
+        std::vector<DeviceBuffer> staging;
+        std::vector<size_t> staged_jobs;  // jobs read into staging[i], converted after the read
+        size_t batch_begin = 0;
+        uint64_t staged_bytes = 0;
+        auto flush = [&](size_t batch_end) {
+          report.bytes_read += batch.bytes();
+          batch.run({.pool = &pool, .on_bytes = progress.callback()});
+          pool.parallel_for(staged_jobs.size(), [&](size_t i) {
+            const Job& j = jobs[staged_jobs[i]];
+            convert_floats(staging[i].data(), *j.info->dtype, j.reader->buffer.data(),
+                           j.array->dtype(), static_cast<size_t>(j.reader->box.num_elements()));
+          });
+          pool.parallel_for(batch_end - batch_begin, [&](size_t i) {
+            const Job& j = jobs[batch_begin + i];
+            if (!j.direct()) return;
+            for (Array::Shard* copy : j.copies) {
+              std::memcpy(copy->buffer.data(), j.reader->buffer.data(), j.reader->buffer.size());
+            }
+          });
+          staging.clear();
+          staged_jobs.clear();
+          staged_bytes = 0;
+          batch_begin = batch_end;
+        };
+        for (size_t k = 0; k < jobs.size(); ++k) {
+          const Job& j = jobs[k];
+          if (!j.direct()) continue;
+          if (*j.info->dtype == j.array->dtype()) {
+            batch.add(*j.file, *j.info, j.reader->box, j.reader->buffer.data());
+          } else {
+            const size_t bytes =
+                static_cast<size_t>(j.reader->box.num_elements()) * j.info->element_size;
+            staging.emplace_back(runtime->staging(), bytes);
+            staged_jobs.push_back(k);
+            batch.add(*j.file, *j.info, j.reader->box, staging.back().data());
+            staged_bytes += bytes;
+            if (staged_bytes >= options.max_staging_bytes) flush(k + 1);
+          }
+        }
+        flush(jobs.size());
+        const io_internal::MappedReadReport m =
+            io_internal::read_mapped(mapped, pool, progress.callback());
+        report.bytes_read += m.bytes_read;
+        report.mapped_bytes = m.mapped_bytes;
+      },
+      [] {});
   // Agrees on its own failures (every process leaves at the same point).
   const io_internal::TwoPhaseReport slabs = io_internal::load_two_phase(
       two_phase, *runtime,

@@ -51,10 +51,12 @@ class SaveChild {
                             const_cast<char*>(seed_text.c_str())};
     if (pause) argv.push_back(const_cast<char*>("--pause"));
     argv.push_back(nullptr);
-    const int rc = posix_spawn(&pid_, MESHLAYOUT_IO_SAVE_CHILD, &actions, nullptr, argv.data(), environ);
+    const int rc =
+        posix_spawn(&pid_, MESHLAYOUT_IO_SAVE_CHILD, &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     ::close(fds[1]);
-    if (rc != 0) throw std::runtime_error(fmt::format("spawning {} failed", MESHLAYOUT_IO_SAVE_CHILD));
+    if (rc != 0)
+      throw std::runtime_error(fmt::format("spawning {} failed", MESHLAYOUT_IO_SAVE_CHILD));
     out_ = ::fdopen(fds[0], "r");
   }
   ~SaveChild() {
@@ -155,7 +157,8 @@ TEST_F(ArrayIoKillTest, KilledAtRandomMomentsLeavesTheOldOrTheNewFile) {
       std::ofstream(target, std::ios::binary | std::ios::trunc) << old_bytes;  // start over
     } else {
       FAIL() << "round " << round << ": killed after " << delay.count()
-             << " us, the checkpoint is neither the old nor the new file (" << now.size() << " bytes)";
+             << " us, the checkpoint is neither the old nor the new file (" << now.size()
+             << " bytes)";
     }
   }
   EXPECT_EQ(old_seen + new_seen, 8);

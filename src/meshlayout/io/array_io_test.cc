@@ -64,7 +64,8 @@ TEST_F(ArrayIoTest, RoundTripsAcrossRandomLayouts) {
     std::vector<std::string> names;
     for (int t = 0; t < 4; ++t) {
       testing::Case c = testing::random_case(r, 8);
-      hosts.push_back(HostTensor::random(c.dtype, c.shape, seed + static_cast<uint64_t>(round * 10 + t)));
+      hosts.push_back(
+          HostTensor::random(c.dtype, c.shape, seed + static_cast<uint64_t>(round * 10 + t)));
       saved.push_back(distribute_tensor(hosts.back(), c.a, {.runtime = rt_}));
       loaded.push_back(Array::allocate(c.b, c.shape, c.dtype, rt_));
       names.push_back(fmt::format("layer_{}/w{}", round, t));
@@ -118,11 +119,11 @@ TEST_F(ArrayIoTest, WritesTheStandardFormatToTheByte) {
   save_arrays(file, arrays, {.metadata = {{"format", "pt"}}});
 
   const std::string bytes = read_all(file);
-  SafetensorsHeader expected = make_safetensors_header(
-      std::vector<TensorSpec>{{"dense/kernel", DType::kF32, {6, 10}},
-                              {"dense/bias", DType::kBF16, {10}},
-                              {"ids", DType::kI64, {3}}},
-      {{"format", "pt"}});
+  SafetensorsHeader expected =
+      make_safetensors_header(std::vector<TensorSpec>{{"dense/kernel", DType::kF32, {6, 10}},
+                                                      {"dense/bias", DType::kBF16, {10}},
+                                                      {"ids", DType::kI64, {3}}},
+                              {{"format", "pt"}});
   const std::string head = safetensors_header_bytes(expected);
   ASSERT_EQ(bytes.size(), expected.file_bytes());
   EXPECT_EQ(bytes.substr(0, head.size()), head);
@@ -132,8 +133,8 @@ TEST_F(ArrayIoTest, WritesTheStandardFormatToTheByte) {
   EXPECT_THAT(head, HasSubstr("\"dtype\":\"I64\""));
   // Data in the reference writer's order: the 8-byte ids, then the kernel, then the bias.
   EXPECT_LT(expected.find("ids")->begin, expected.find("dense/kernel")->begin);
-  for (const auto& [name, host] : {std::pair{"dense/kernel", &w}, std::pair{"dense/bias", &b},
-                                   std::pair{"ids", &ids}}) {
+  for (const auto& [name, host] :
+       {std::pair{"dense/kernel", &w}, std::pair{"dense/bias", &b}, std::pair{"ids", &ids}}) {
     const TensorInfo* info = expected.find(name);
     EXPECT_EQ(0, std::memcmp(bytes.data() + expected.data_start() + info->begin, host->data(),
                              host->num_bytes()))
@@ -213,7 +214,8 @@ TEST_F(ArrayIoTest, ConvertsFloatDtypesOnlyWhenAsked) {
 TEST(ConvertFloats, RoundsAndWidensExactly) {
   const float values[] = {1.0f, -2.5f, 3.14159265f, 65504.0f, 1e-8f, 0.0f};
   std::vector<std::byte> f64(6 * 8), f32(6 * 4), bf16(6 * 2);
-  convert_floats(reinterpret_cast<const std::byte*>(values), DType::kF32, f64.data(), DType::kF64, 6);
+  convert_floats(reinterpret_cast<const std::byte*>(values), DType::kF32, f64.data(), DType::kF64,
+                 6);
   convert_floats(f64.data(), DType::kF64, f32.data(), DType::kF32, 6);
   EXPECT_EQ(0, std::memcmp(f32.data(), values, sizeof values));
   convert_floats(f64.data(), DType::kF64, bf16.data(), DType::kBF16, 6);
@@ -277,8 +279,8 @@ TEST_F(ArrayIoTest, AFailedSaveLeavesNothingAndKeepsTheOldFile) {
   // A save over an existing file replaces it whole and leaves no temporary file.
   save_arrays(path("a.safetensors"), arrays);
   const std::string before = read_all(path("a.safetensors"));
-  Array other = distribute_tensor(HostTensor::random(DType::kF32, {16}, 8), TensorLayout({None}, mesh),
-                                  {.runtime = rt_});
+  Array other = distribute_tensor(HostTensor::random(DType::kF32, {16}, 8),
+                                  TensorLayout({None}, mesh), {.runtime = rt_});
   NamedArray other_arrays[] = {{"a", &other}};
   save_arrays(path("a.safetensors"), other_arrays);
   EXPECT_NE(read_all(path("a.safetensors")), before);
@@ -293,11 +295,11 @@ TEST_F(ArrayIoTest, ReportsProgressUpToTheTotal) {
   uint64_t last_done = 0, last_total = 0;
   int calls = 0;
   save_arrays(path("p.safetensors"), arrays, {.progress = [&](uint64_t done, uint64_t total) {
-    EXPECT_GE(done, last_done);
-    last_done = done;
-    last_total = total;
-    ++calls;
-  }});
+                EXPECT_GE(done, last_done);
+                last_done = done;
+                last_total = total;
+                ++calls;
+              }});
   EXPECT_GT(calls, 0);
   EXPECT_EQ(last_done, 256u * 64 * 4);
   EXPECT_EQ(last_total, last_done);
@@ -305,7 +307,10 @@ TEST_F(ArrayIoTest, ReportsProgressUpToTheTotal) {
   LoadTarget targets[] = {{"a", &b}};
   last_done = 0;
   load_arrays(Checkpoint::open(path("p.safetensors")), targets,
-              {.progress = [&](uint64_t done, uint64_t total) { last_done = done; last_total = total; }});
+              {.progress = [&](uint64_t done, uint64_t total) {
+                last_done = done;
+                last_total = total;
+              }});
   EXPECT_EQ(last_done, 256u * 64 * 4);
   EXPECT_EQ(last_total, last_done);
 }
@@ -321,7 +326,8 @@ void save_and_load_as_processes(const fs::path& dir, int procs, int64_t local_de
     for (int round = 0; round < 6; ++round) {
       testing::Case c = testing::random_case(r, rt->global_device_count());
       HostTensor x = HostTensor::random(c.dtype, c.shape, seed + static_cast<uint64_t>(round));
-      HostTensor y = HostTensor::random(DType::kF32, {16, 8}, seed + 100 + static_cast<uint64_t>(round));
+      HostTensor y =
+          HostTensor::random(DType::kF32, {16, 8}, seed + 100 + static_cast<uint64_t>(round));
       Array a = distribute_tensor(x, c.a, {.runtime = rt});
       Array ya = distribute_tensor(y, TensorLayout({c.mesh.axis_names()[0], None}, c.mesh),
                                    {.runtime = rt});
@@ -337,10 +343,11 @@ void save_and_load_as_processes(const fs::path& dir, int procs, int64_t local_de
       }
       // preadv, two-phase (slabs exchanged; tiny staging: many rounds), mapped, two-phase's
       // auto choice without mapping, and the defaults.
-      const std::pair<TwoPhaseMode, MapMode> modes[] = {
-          {TwoPhaseMode::kNever, MapMode::kNever}, {TwoPhaseMode::kAlways, MapMode::kNever},
-          {TwoPhaseMode::kNever, MapMode::kAlways}, {TwoPhaseMode::kAuto, MapMode::kNever},
-          {TwoPhaseMode::kAuto, MapMode::kAuto}};
+      const std::pair<TwoPhaseMode, MapMode> modes[] = {{TwoPhaseMode::kNever, MapMode::kNever},
+                                                        {TwoPhaseMode::kAlways, MapMode::kNever},
+                                                        {TwoPhaseMode::kNever, MapMode::kAlways},
+                                                        {TwoPhaseMode::kAuto, MapMode::kNever},
+                                                        {TwoPhaseMode::kAuto, MapMode::kAuto}};
       for (const auto& [two_phase, map] : modes) {
         Array b = Array::allocate(c.b, c.shape, c.dtype, rt);
         Array yb = Array::allocate(TensorLayout({None, None}, c.mesh), {16, 8}, DType::kF32, rt);
@@ -349,8 +356,8 @@ void save_and_load_as_processes(const fs::path& dir, int procs, int64_t local_de
                     {.max_staging_bytes = 64, .two_phase = two_phase, .map = map});
         if (!(b.gather() == x) || !(yb.gather() == y)) {
           throw InternalError(fmt::format("round {} two_phase {} map {}: {} did not round-trip",
-                                          round, static_cast<int>(two_phase),
-                                          static_cast<int>(map), c.describe()));
+                                          round, static_cast<int>(two_phase), static_cast<int>(map),
+                                          c.describe()));
         }
       }
       rt->comm().barrier();  // nobody saves the next round while another still reads
@@ -363,7 +370,8 @@ void save_and_load_as_processes(const fs::path& dir, int procs, int64_t local_de
 // bound. (With mapping, the default, it is mapped: mapped_read_test.cc.)
 TEST_F(ArrayIoTest, ColumnShardsLoadTwoPhaseReadingTheFileOnce) {
   const std::string file = path("columns.safetensors");
-  const HostTensor x = HostTensor::random(DType::kF32, {64, 4096}, testing::test_seed(15));  // 1 MiB
+  const HostTensor x =
+      HostTensor::random(DType::kF32, {64, 4096}, testing::test_seed(15));  // 1 MiB
   std::vector<LoadReport> reports(4);
   testing::run_as_processes(4, 2, [&](std::shared_ptr<Runtime> rt) {
     DeviceMesh mesh({8}, {"x"});
@@ -377,15 +385,16 @@ TEST_F(ArrayIoTest, ColumnShardsLoadTwoPhaseReadingTheFileOnce) {
                                       {.max_staging_bytes = staging, .map = MapMode::kNever});
       if (!(b.gather() == x)) throw InternalError("the column-sharded load differs");
       if (report.staging_bytes > std::max<uint64_t>(staging, 4096 * 4)) {
-        throw InternalError(fmt::format("staging {} over the bound {}", report.staging_bytes, staging));
+        throw InternalError(
+            fmt::format("staging {} over the bound {}", report.staging_bytes, staging));
       }
       reports[static_cast<size_t>(rt->comm().rank())] = report;
       rt->comm().barrier();
       uint64_t read = 0;
       for (const LoadReport& r : reports) read += r.bytes_read;
       if (read != x.num_bytes()) {
-        throw InternalError(fmt::format("the processes read {} bytes of a {}-byte tensor", read,
-                                        x.num_bytes()));
+        throw InternalError(
+            fmt::format("the processes read {} bytes of a {}-byte tensor", read, x.num_bytes()));
       }
       rt->comm().barrier();
     }

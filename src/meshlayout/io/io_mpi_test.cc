@@ -1,7 +1,8 @@
 // Checkpoints under mpirun (np 2 and 4): every process writes only the blocks given to it and
 // reads only its devices' boxes, yet the file is one standard safetensors file and every
-// layout loads back exactly, read with preadv, from a mapping or two-phase. Row-sharded tensors cost a process at
-// most 1.1x its shard bytes; a two-phase load reads each byte once over all processes.
+// layout loads back exactly, read with preadv, from a mapping or two-phase. Row-sharded tensors
+// cost a process at most 1.1x its shard bytes; a two-phase load reads each byte once over all
+// processes.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -71,8 +72,8 @@ TEST_F(IoMpiTest, RandomLayoutsRoundTripThroughOneFile) {
         EXPECT_EQ(l.two_phase_bytes, l.shard_bytes);
         EXPECT_EQ(sum_over_processes(l.bytes_read), x.num_bytes());
       }
-      EXPECT_TRUE(b.gather() == x) << "mode " << static_cast<int>(mode) << " map "
-                                   << static_cast<int>(map);
+      EXPECT_TRUE(b.gather() == x)
+          << "mode " << static_cast<int>(mode) << " map " << static_cast<int>(map);
     }
     rt_->comm().barrier();  // nobody replaces the file while another process still reads it
   }
@@ -101,7 +102,8 @@ TEST_F(IoMpiTest, EveryLayoutLoadsAlikeEveryWay) {
       io_internal::fail_mappings_for_testing(way == 2);
       LoadOptions options;
       if (way == 0) options = {.two_phase = TwoPhaseMode::kNever, .map = MapMode::kNever};
-      if (way == 1 || way == 2) options = {.two_phase = TwoPhaseMode::kNever, .map = MapMode::kAlways};
+      if (way == 1 || way == 2)
+        options = {.two_phase = TwoPhaseMode::kNever, .map = MapMode::kAlways};
       if (way == 3) options = {.max_staging_bytes = 4096, .two_phase = TwoPhaseMode::kAlways};
       Array b = Array::allocate(layout, x.shape(), DType::kF32, rt_);
       LoadTarget targets[] = {{"x", &b}};
@@ -113,7 +115,9 @@ TEST_F(IoMpiTest, EveryLayoutLoadsAlikeEveryWay) {
         EXPECT_EQ(sum_over_processes(l.bytes_read), x.num_bytes());
       } else {
         EXPECT_EQ(l.bytes_read, l.shard_bytes);
-        EXPECT_EQ(l.mapped_bytes, way == 1 ? l.shard_bytes : way == 2 || way == 0 ? 0 : l.mapped_bytes);
+        EXPECT_EQ(l.mapped_bytes, way == 1               ? l.shard_bytes
+                                  : way == 2 || way == 0 ? 0
+                                                         : l.mapped_bytes);
       }
       rt_->comm().barrier();
     }

@@ -93,8 +93,7 @@ uint64_t box_bytes(const MappedBox& b) {
 #if defined(__x86_64__)
 // The copy loops of stream_copy, 64 bytes an iteration, `dst` 64-byte aligned, n a multiple of
 // 64: one per store width, chosen at run time (the build targets baseline x86-64).
-__attribute__((target("avx512f"))) void stream_64(std::byte* dst, const std::byte* src,
-                                                  size_t n) {
+__attribute__((target("avx512f"))) void stream_64(std::byte* dst, const std::byte* src, size_t n) {
   for (size_t i = 0; i < n; i += 64) {
     _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_loadu_si512(src + i));
   }
@@ -308,7 +307,8 @@ MappedReadReport read_mapped(std::span<const MappedBox> boxes, ThreadPool& pool,
                               runs.push_back(Run{mem_off, file_off, bytes});
                             });
     for (size_t i = 0; i < runs.size(); ++i) {
-      for (size_t j = i == 0 ? 1 : i + kPrefetchRuns; j <= i + kPrefetchRuns && j < runs.size(); ++j) {
+      for (size_t j = i == 0 ? 1 : i + kPrefetchRuns; j <= i + kPrefetchRuns && j < runs.size();
+           ++j) {
         if (runs[j].bytes <= kPrefetchMaxRunBytes) prefetch(base + runs[j].file_off, runs[j].bytes);
       }
       const Run& run = runs[i];

@@ -65,8 +65,9 @@ TEST_F(MappedReadTest, MappedPreadAndFallbackLoadsAreBitIdentical) {
       io_internal::stream_all_for_testing(variant >= 4);
       // Variants 4-6: streaming stores of 16, 32 and 64 bytes (those the CPU has).
       if (variant >= 4 && !io_internal::stream_width_for_testing(16 << (variant - 4))) continue;
-      const MapMode map = variant == 2 ? MapMode::kNever
-                          : variant == 3 ? MapMode::kAuto : MapMode::kAlways;
+      const MapMode map = variant == 2   ? MapMode::kNever
+                          : variant == 3 ? MapMode::kAuto
+                                         : MapMode::kAlways;
       Array b = Array::allocate(c.b, c.shape, c.dtype, rt_);
       LoadTarget targets[] = {{"x", &b}};
       Checkpoint ckpt = Checkpoint::open(file);
@@ -110,8 +111,8 @@ TEST_F(MappedReadTest, AutoMapsEveryLayoutReadingOnlyTheShards) {
                               {TensorLayout({"data", "model"}, grid), true, all / 4},
                               {TensorLayout({None, None}, line), true, all}};
     for (const Layout& l : layouts) {
-      const std::string where = fmt::format("process {} layout {}", rt->comm().rank(),
-                                            l.layout.to_string());
+      const std::string where =
+          fmt::format("process {} layout {}", rt->comm().rank(), l.layout.to_string());
       Array b = Array::allocate(l.layout, x.shape(), DType::kF32, rt);
       LoadTarget targets[] = {{"x", &b}};
       rt->staging().reset_peak();
@@ -121,9 +122,9 @@ TEST_F(MappedReadTest, AutoMapsEveryLayoutReadingOnlyTheShards) {
           report.mapped_bytes != (l.mapped ? l.shard_bytes : 0) || report.two_phase_bytes != 0 ||
           rt->staging().stats().peak_bytes != 0) {
         throw InternalError(fmt::format("shard {} read {} mapped {} two-phase {} staged {}; {}",
-                                        report.shard_bytes, report.bytes_read,
-                                        report.mapped_bytes, report.two_phase_bytes,
-                                        rt->staging().stats().peak_bytes, where));
+                                        report.shard_bytes, report.bytes_read, report.mapped_bytes,
+                                        report.two_phase_bytes, rt->staging().stats().peak_bytes,
+                                        where));
       }
     }
     rt->comm().barrier();
@@ -170,8 +171,8 @@ TEST_F(MappedReadTest, FileShrunkAfterOpenIsTheSameDataLossError) {
       load_arrays(ckpt, targets, {.map = map});
       ADD_FAILURE() << "no error, map " << static_cast<int>(map);
     } catch (const DataLossError& e) {
-      EXPECT_THAT(e.what(), HasSubstr(fmt::format("the file ends at byte {}, inside tensor 'w'",
-                                                  end)));
+      EXPECT_THAT(e.what(),
+                  HasSubstr(fmt::format("the file ends at byte {}, inside tensor 'w'", end)));
     }
   }
 }

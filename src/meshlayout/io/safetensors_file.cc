@@ -32,8 +32,10 @@ void pread_exact(int fd, std::byte* dst, size_t bytes, uint64_t offset, const st
                               std::strerror(errno)));
     }
     if (n == 0) {
-      throw DataLossError(fmt::format("'{}': the file ends at byte {}, inside {} (truncated "
-                                      "file?)", path, offset, what));
+      throw DataLossError(
+          fmt::format("'{}': the file ends at byte {}, inside {} (truncated "
+                      "file?)",
+                      path, offset, what));
     }
     dst += n;
     bytes -= static_cast<size_t>(n);
@@ -89,9 +91,8 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   pread_exact(fd, prefix, std::min<uint64_t>(8, size), 0, path, "the header length");
   file->count_read(std::min<uint64_t>(8, size));
   // Checked against the file size before anything is sized from it.
-  const uint64_t n = parse_safetensors_header_length(std::span<const std::byte>(prefix, 8).first(
-                                                         std::min<uint64_t>(8, size)),
-                                                     size, path);
+  const uint64_t n = parse_safetensors_header_length(
+      std::span<const std::byte>(prefix, 8).first(std::min<uint64_t>(8, size)), size, path);
   std::string text(n, '\0');
   pread_exact(fd, reinterpret_cast<std::byte*>(text.data()), n, 8, path, "the header");
   file->count_read(n);
@@ -115,12 +116,12 @@ void ReadBatch::add(const SafetensorsFile& file, const TensorInfo& tensor, const
   const Box whole{Shape(tensor.shape.size(), 0), tensor.shape};
   const uint64_t base = file.header().data_start() + tensor.begin;
   uint64_t added = 0;
-  for_each_contiguous_run(box, whole, box, tensor.element_size,
-                          [&](size_t dst_off, size_t file_off, size_t bytes) {
-                            pieces_.push_back(IoPiece{file.fd(), base + file_off, dst + dst_off,
-                                                      bytes, tensor.name, file.path()});
-                            added += bytes;
-                          });
+  for_each_contiguous_run(
+      box, whole, box, tensor.element_size, [&](size_t dst_off, size_t file_off, size_t bytes) {
+        pieces_.push_back(
+            IoPiece{file.fd(), base + file_off, dst + dst_off, bytes, tensor.name, file.path()});
+        added += bytes;
+      });
   bytes_ += added;
   file_bytes_[&file] += added;
 }
@@ -153,16 +154,20 @@ Checkpoint Checkpoint::open(const std::string& path) {
     } else if (present("model.safetensors")) {
       p /= "model.safetensors";
     } else {
-      throw NotFoundError(fmt::format("directory '{}' holds neither model.safetensors.index.json "
-                                      "nor model.safetensors", path));
+      throw NotFoundError(
+          fmt::format("directory '{}' holds neither model.safetensors.index.json "
+                      "nor model.safetensors",
+                      path));
     }
   }
   const std::string name = p.filename().string();
   if (name.ends_with(".index.json")) {
     const nlohmann::json index = read_index(p.string());
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-      throw DataLossError(fmt::format("'{}': expected an object with a \"weight_map\" object "
-                                      "(tensor name -> file name)", p.string()));
+      throw DataLossError(
+          fmt::format("'{}': expected an object with a \"weight_map\" object "
+                      "(tensor name -> file name)",
+                      p.string()));
     }
     std::map<std::string, std::shared_ptr<SafetensorsFile>> by_file;
     std::vector<std::pair<std::string, std::string>> mapped;
@@ -175,9 +180,10 @@ Checkpoint Checkpoint::open(const std::string& path) {
       // A NUL ("\u0000" in JSON) would cut the name where the system reads it.
       if (f.empty() || f.find('/') != std::string::npos || f.find('\0') != std::string::npos ||
           f == "." || f == "..") {
-        throw DataLossError(fmt::format("{}: weight_map[{}] is {}; expected a file name in the "
-                                        "index's directory (no '/', no NUL byte)",
-                                        quote(p.string()), quote(tensor), quote(f)));
+        throw DataLossError(
+            fmt::format("{}: weight_map[{}] is {}; expected a file name in the "
+                        "index's directory (no '/', no NUL byte)",
+                        quote(p.string()), quote(tensor), quote(f)));
       }
       if (!by_file.contains(f)) {
         by_file[f] = SafetensorsFile::open((p.parent_path() / f).string());
@@ -188,8 +194,10 @@ Checkpoint Checkpoint::open(const std::string& path) {
     for (const auto& [tensor, f] : mapped) {
       const TensorInfo* info = by_file[f]->header().find(tensor);
       if (info == nullptr) {
-        throw DataLossError(fmt::format("{}: the index maps tensor {} to {}, which does not "
-                                        "hold it", quote(p.string()), quote(tensor), quote(f)));
+        throw DataLossError(
+            fmt::format("{}: the index maps tensor {} to {}, which does not "
+                        "hold it",
+                        quote(p.string()), quote(tensor), quote(f)));
       }
     }
   } else {
@@ -208,8 +216,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
   return ckpt;
 }
 
-std::pair<const SafetensorsFile*, const TensorInfo*> Checkpoint::find(
-    std::string_view name) const {
+std::pair<const SafetensorsFile*, const TensorInfo*> Checkpoint::find(std::string_view name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) return {nullptr, nullptr};
   return tensors_[it->second];

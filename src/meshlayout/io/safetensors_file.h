@@ -76,8 +76,7 @@ class ReadBatch {
  public:
   /// Adds region `box` of `tensor` in `file`, to land in `dst` (a row-major buffer holding
   /// `box`). ValueError if the box is not inside the tensor.
-  void add(const SafetensorsFile& file, const TensorInfo& tensor, const Box& box,
-           std::byte* dst);
+  void add(const SafetensorsFile& file, const TensorInfo& tensor, const Box& box, std::byte* dst);
   /// Makes room for `pieces` more contiguous runs (count_contiguous_runs in box_ops.h): a
   /// column-sharded load adds 100,000s, and growing the list costs more than reading them.
   void reserve(size_t pieces) { pieces_.reserve(pieces_.size() + pieces); }

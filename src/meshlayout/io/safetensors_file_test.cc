@@ -36,7 +36,8 @@ class SafetensorsFileTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Writes a file holding `tensors` (their bytes laid out as the header says); returns its path.
-  std::string write(const std::string& name, const std::vector<std::pair<std::string, HostTensor>>& tensors) {
+  std::string write(const std::string& name,
+                    const std::vector<std::pair<std::string, HostTensor>>& tensors) {
     std::vector<TensorSpec> specs;
     for (const auto& [n, t] : tensors) specs.push_back({n, t.dtype(), t.shape()});
     SafetensorsHeader h = make_safetensors_header(specs, {{"format", "pt"}});
@@ -70,9 +71,9 @@ TEST_F(SafetensorsFileTest, ReadBoxReadsExactlyTheBoxBytes) {
   const uint64_t header = file->bytes_read();
   EXPECT_EQ(header, file->header().data_start());
   const TensorInfo& info = *file->header().find("w");
-  for (const Box& box : {Box{{0, 0, 0}, {16, 12, 3}}, Box{{4, 0, 0}, {4, 12, 3}},
-                         Box{{0, 3, 0}, {16, 3, 3}}, Box{{5, 2, 1}, {3, 4, 2}},
-                         Box{{2, 2, 2}, {0, 4, 1}}}) {
+  for (const Box& box :
+       {Box{{0, 0, 0}, {16, 12, 3}}, Box{{4, 0, 0}, {4, 12, 3}}, Box{{0, 3, 0}, {16, 3, 3}},
+        Box{{5, 2, 1}, {3, 4, 2}}, Box{{2, 2, 2}, {0, 4, 1}}}) {
     SCOPED_TRACE(box.to_string());
     const uint64_t before = file->bytes_read();
     std::vector<std::byte> got(static_cast<size_t>(box.num_elements()) * 4);
@@ -96,7 +97,8 @@ TEST_F(SafetensorsFileTest, ScalarAndEmptyTensorsRead) {
 }
 
 TEST_F(SafetensorsFileTest, BoxOutsideTheTensorIsAValueError) {
-  auto file = SafetensorsFile::open(write("m.safetensors", {{"w", HostTensor(DType::kF32, {4, 4})}}));
+  auto file =
+      SafetensorsFile::open(write("m.safetensors", {{"w", HostTensor(DType::kF32, {4, 4})}}));
   std::vector<std::byte> got(64);
   try {
     file->read_box(*file->header().find("w"), Box{{2, 0}, {3, 4}}, got.data());
@@ -148,7 +150,10 @@ TEST_F(SafetensorsFileTest, BatchMergesFileAdjacentPiecesOfSeveralBoxes) {
   std::atomic<int> requests = 0;  // on_bytes runs on the workers
   std::atomic<uint64_t> seen = 0;
   ThreadPool pool(2);
-  batch.run({.pool = &pool, .on_bytes = [&](uint64_t n) { ++requests; seen += n; }});
+  batch.run({.pool = &pool, .on_bytes = [&](uint64_t n) {
+               ++requests;
+               seen += n;
+             }});
   EXPECT_EQ(requests, 1);  // 512 pieces, one contiguous range of the file
   EXPECT_EQ(seen, 64u * 32 * 4);
   for (int64_t d = 0; d < 8; ++d) {
@@ -195,7 +200,8 @@ TEST_F(SafetensorsFileTest, CheckpointOpensAnIndexOfSeveralFiles) {
 
 TEST_F(SafetensorsFileTest, CheckpointRefusesBadIndexes) {
   write("one.safetensors", {{"a", HostTensor(DType::kF32, {2})}});
-  write("two.safetensors", {{"a", HostTensor(DType::kF32, {2})}, {"b", HostTensor(DType::kF32, {2})}});
+  write("two.safetensors",
+        {{"a", HostTensor(DType::kF32, {2})}, {"b", HostTensor(DType::kF32, {2})}});
   auto open_index = [&](const std::string& json) -> std::string {
     std::ofstream(dir_ / "x.safetensors.index.json", std::ios::trunc) << json;
     try {
@@ -239,14 +245,16 @@ TEST_F(SafetensorsFileTest, CheckpointRefusesSpecialFilesWithoutBlocking) {
             "checkpoint index '" + (dir_ / "z.safetensors.index.json").string() +
                 "' is a character device, not a regular file");
   ASSERT_EQ(::mkfifo((dir_ / "fifo.safetensors").c_str(), 0600), 0);
-  std::ofstream(dir_ / "f.safetensors.index.json") << R"({"weight_map": {"a": "fifo.safetensors"}})";
+  std::ofstream(dir_ / "f.safetensors.index.json")
+      << R"({"weight_map": {"a": "fifo.safetensors"}})";
   EXPECT_EQ(open_error(dir_ / "f.safetensors.index.json"),
             "checkpoint file '" + (dir_ / "fifo.safetensors").string() +
                 "' is a FIFO (named pipe), not a regular file");
   EXPECT_EQ(open_error(dir_ / "fifo.safetensors"),
             "checkpoint file '" + (dir_ / "fifo.safetensors").string() +
                 "' is a FIFO (named pipe), not a regular file");
-  std::ofstream(dir_ / "n.safetensors.index.json") << R"({"weight_map": {"a": "a\u0000.safetensors"}})";
+  std::ofstream(dir_ / "n.safetensors.index.json")
+      << R"({"weight_map": {"a": "a\u0000.safetensors"}})";
   EXPECT_THAT(open_error(dir_ / "n.safetensors.index.json"),
               HasSubstr("weight_map['a'] is 'a\\x00.safetensors'; expected a file name in the "
                         "index's directory (no '/', no NUL byte)"));

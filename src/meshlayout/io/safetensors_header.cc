@@ -43,8 +43,10 @@ class HeaderSax {
   bool number_integer(json::number_integer_t v) {
     if (skip_ > 0 || state_ == State::kSkipValue) return scalar("");
     if (state_ == State::kShape || state_ == State::kOffsets) {
-      fail(fmt::format("{} of tensor {} holds the negative number {}; expected a non-negative "
-                       "integer", field_name(), quote_name(key_), v == 0 ? std::string("-0") : std::to_string(v)));
+      fail(fmt::format(
+          "{} of tensor {} holds the negative number {}; expected a non-negative "
+          "integer",
+          field_name(), quote_name(key_), v == 0 ? std::string("-0") : std::to_string(v)));
     }
     return scalar("a number");
   }
@@ -52,15 +54,18 @@ class HeaderSax {
     if (skip_ > 0 || state_ == State::kSkipValue) return scalar("");
     if (state_ == State::kShape) {
       if (v > static_cast<uint64_t>(INT64_MAX)) {
-        fail(fmt::format("shape of tensor {} has the dimension {}, too large", quote_name(key_), v));
+        fail(
+            fmt::format("shape of tensor {} has the dimension {}, too large", quote_name(key_), v));
       }
       tensor_.shape.push_back(static_cast<int64_t>(v));
       return true;
     }
     if (state_ == State::kOffsets) {
       if (offsets_.size() == 2) {
-        fail(fmt::format("data_offsets of tensor {} has more than 2 entries; expected [begin, "
-                         "end]", quote_name(key_)));
+        fail(
+            fmt::format("data_offsets of tensor {} has more than 2 entries; expected [begin, "
+                        "end]",
+                        quote_name(key_)));
       }
       offsets_.push_back(v);
       return true;
@@ -133,8 +138,8 @@ class HeaderSax {
         state_ = State::kMetadataValue;
         return true;
       case State::kTensor: {
-        Field f = k == "dtype" ? Field::kDType
-                  : k == "shape" ? Field::kShape
+        Field f = k == "dtype"          ? Field::kDType
+                  : k == "shape"        ? Field::kShape
                   : k == "data_offsets" ? Field::kOffsets
                                         : Field::kOther;
         if (f == Field::kOther) {  // unknown fields are ignored, as the reference does
@@ -207,17 +212,24 @@ class HeaderSax {
 
  private:
   enum class State {
-    kStart, kTop, kTopValue, kMetadata, kMetadataValue, kTensor, kTensorValue, kShape,
-    kOffsets, kSkipValue, kDone
+    kStart,
+    kTop,
+    kTopValue,
+    kMetadata,
+    kMetadataValue,
+    kTensor,
+    kTensorValue,
+    kShape,
+    kOffsets,
+    kSkipValue,
+    kDone
   };
   enum class Field { kDType = 0, kShape = 1, kOffsets = 2, kOther = 3 };
 
   [[noreturn]] void fail(const std::string& what) const {
     throw DataLossError(fmt::format("'{}': invalid safetensors header: {}", source_, what));
   }
-  std::string_view field_name() const {
-    return state_ == State::kShape ? "shape" : "data_offsets";
-  }
+  std::string_view field_name() const { return state_ == State::kShape ? "shape" : "data_offsets"; }
   // A scalar value (or `kind` of value) where the state expects something else.
   bool scalar(std::string_view kind) {
     if (skip_ > 0) return true;
@@ -233,25 +245,27 @@ class HeaderSax {
           state_ = State::kTop;
           return true;
         }
-        fail(fmt::format("{} is {}; expected an object", key_ == "__metadata__"
-                                                             ? std::string("__metadata__")
-                                                             : "tensor " + quote_name(key_),
-                         kind));
+        fail(fmt::format(
+            "{} is {}; expected an object",
+            key_ == "__metadata__" ? std::string("__metadata__") : "tensor " + quote_name(key_),
+            kind));
       case State::kMetadataValue:
-        fail(fmt::format("__metadata__[{}] is {}; expected a string (__metadata__ maps strings "
-                         "to strings)", quote_name(meta_key_), kind));
+        fail(
+            fmt::format("__metadata__[{}] is {}; expected a string (__metadata__ maps strings "
+                        "to strings)",
+                        quote_name(meta_key_), kind));
       case State::kTensorValue:
-        fail(fmt::format("field '{}' of tensor {} is {}; expected {}",
-                         field_ == Field::kDType ? "dtype"
-                         : field_ == Field::kShape ? "shape"
-                                                   : "data_offsets",
-                         quote_name(key_), kind,
-                         field_ == Field::kDType ? "a dtype name string"
-                                                 : "an array of non-negative integers"));
+        fail(fmt::format(
+            "field '{}' of tensor {} is {}; expected {}",
+            field_ == Field::kDType   ? "dtype"
+            : field_ == Field::kShape ? "shape"
+                                      : "data_offsets",
+            quote_name(key_), kind,
+            field_ == Field::kDType ? "a dtype name string" : "an array of non-negative integers"));
       case State::kShape:
       case State::kOffsets:
-        fail(fmt::format("{} of tensor {} holds {}; expected a non-negative integer",
-                         field_name(), quote_name(key_), kind));
+        fail(fmt::format("{} of tensor {} holds {}; expected a non-negative integer", field_name(),
+                         quote_name(key_), kind));
       default:
         fail(fmt::format("unexpected {}", kind));
     }
@@ -268,7 +282,8 @@ class HeaderSax {
   void finish_tensor() {
     if (!(seen_fields_ & 1u)) fail(fmt::format("tensor {} has no 'dtype'", quote_name(key_)));
     if (!(seen_fields_ & 2u)) fail(fmt::format("tensor {} has no 'shape'", quote_name(key_)));
-    if (!(seen_fields_ & 4u)) fail(fmt::format("tensor {} has no 'data_offsets'", quote_name(key_)));
+    if (!(seen_fields_ & 4u))
+      fail(fmt::format("tensor {} has no 'data_offsets'", quote_name(key_)));
     const DTypeRow* row = find_dtype(tensor_.dtype_name);
     if (!row) {
       fail(fmt::format("tensor {} has the unknown dtype {}; expected one of {}", quote_name(key_),
@@ -288,15 +303,16 @@ class HeaderSax {
     }
     const std::optional<uint64_t> size = checked_num_bytes(tensor_.shape, row->size);
     if (!size) {
-      fail(fmt::format("tensor {} has the shape {}, whose size overflows 64 bits",
-                       quote_name(key_), shape_to_string(tensor_.shape)));
+      fail(fmt::format("tensor {} has the shape {}, whose size overflows 64 bits", quote_name(key_),
+                       shape_to_string(tensor_.shape)));
     }
     const uint64_t bytes = *size;
     if (bytes != tensor_.end - tensor_.begin) {
-      fail(fmt::format("tensor {} of shape {} and dtype {} needs {} bytes, but its data_offsets "
-                       "[{}, {}] hold {}", quote_name(key_), shape_to_string(tensor_.shape),
-                       tensor_.dtype_name, bytes, tensor_.begin, tensor_.end,
-                       tensor_.end - tensor_.begin));
+      fail(
+          fmt::format("tensor {} of shape {} and dtype {} needs {} bytes, but its data_offsets "
+                      "[{}, {}] hold {}",
+                      quote_name(key_), shape_to_string(tensor_.shape), tensor_.dtype_name, bytes,
+                      tensor_.begin, tensor_.end, tensor_.end - tensor_.begin));
     }
     out_.tensors.push_back(std::move(tensor_));
   }
@@ -319,10 +335,11 @@ void check_ranges(SafetensorsHeader& h, std::string_view source) {
   };
   for (const TensorInfo& t : h.tensors) {
     if (t.end > h.data_bytes) {
-      fail(fmt::format("tensor {} spans data bytes [{}, {}) (file bytes [{}, {})), past the end "
-                       "of the file at byte {}: truncated file?",
-                       quote_name(t.name), t.begin, t.end, h.data_start() + t.begin,
-                       h.data_start() + t.end, h.data_start() + h.data_bytes));
+      fail(
+          fmt::format("tensor {} spans data bytes [{}, {}) (file bytes [{}, {})), past the end "
+                      "of the file at byte {}: truncated file?",
+                      quote_name(t.name), t.begin, t.end, h.data_start() + t.begin,
+                      h.data_start() + t.end, h.data_start() + h.data_bytes));
     }
   }
   std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
@@ -333,22 +350,24 @@ void check_ranges(SafetensorsHeader& h, std::string_view source) {
   for (const TensorInfo& t : h.tensors) {
     if (t.begin < at) {
       fail(fmt::format("tensors {} [{}, {}) and {} [{}, {}) overlap (data offsets)",
-                       quote_name(previous->name), previous->begin, previous->end, quote_name(t.name),
-                       t.begin, t.end));
+                       quote_name(previous->name), previous->begin, previous->end,
+                       quote_name(t.name), t.begin, t.end));
     }
     if (t.begin > at) {
-      fail(fmt::format("data bytes [{}, {}) (file bytes [{}, {})) belong to no tensor{}; the "
-                       "format requires the tensors to cover the data contiguously",
-                       at, t.begin, h.data_start() + at, h.data_start() + t.begin,
-                       previous ? " (after tensor " + quote_name(previous->name) + ")" : ""));
+      fail(
+          fmt::format("data bytes [{}, {}) (file bytes [{}, {})) belong to no tensor{}; the "
+                      "format requires the tensors to cover the data contiguously",
+                      at, t.begin, h.data_start() + at, h.data_start() + t.begin,
+                      previous ? " (after tensor " + quote_name(previous->name) + ")" : ""));
     }
     at = t.end;
     previous = &t;
   }
   if (at != h.data_bytes) {
-    fail(fmt::format("the file has {} bytes after the last tensor's data (file bytes [{}, {})); "
-                     "the format allows none", h.data_bytes - at, h.data_start() + at,
-                     h.data_start() + h.data_bytes));
+    fail(
+        fmt::format("the file has {} bytes after the last tensor's data (file bytes [{}, {})); "
+                    "the format allows none",
+                    h.data_bytes - at, h.data_start() + at, h.data_start() + h.data_bytes));
   }
 }
 
@@ -397,21 +416,26 @@ std::string_view safetensors_dtype_names() {
 uint64_t parse_safetensors_header_length(std::span<const std::byte> prefix, uint64_t file_bytes,
                                          std::string_view source) {
   if (file_bytes < 8 || prefix.size() < 8) {
-    throw DataLossError(fmt::format("'{}': the file is {} bytes, shorter than the 8-byte "
-                                    "header length that starts every safetensors file",
-                                    source, file_bytes));
+    throw DataLossError(
+        fmt::format("'{}': the file is {} bytes, shorter than the 8-byte "
+                    "header length that starts every safetensors file",
+                    source, file_bytes));
   }
   uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | std::to_integer<uint64_t>(prefix[static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i)
+    n = (n << 8) | std::to_integer<uint64_t>(prefix[static_cast<size_t>(i)]);
   if (n > kMaxSafetensorsHeaderBytes) {
-    throw DataLossError(fmt::format("'{}': the header length at byte 0 is {}, over the limit "
-                                    "of {} bytes (not a safetensors file, or a corrupt one)",
-                                    source, n, kMaxSafetensorsHeaderBytes));
+    throw DataLossError(
+        fmt::format("'{}': the header length at byte 0 is {}, over the limit "
+                    "of {} bytes (not a safetensors file, or a corrupt one)",
+                    source, n, kMaxSafetensorsHeaderBytes));
   }
   if (8 + n > file_bytes) {
-    throw DataLossError(fmt::format("'{}': the header length at byte 0 is {}, so the header "
-                                    "ends at byte {}, past the end of the {}-byte file: "
-                                    "truncated file?", source, n, 8 + n, file_bytes));
+    throw DataLossError(
+        fmt::format("'{}': the header length at byte 0 is {}, so the header "
+                    "ends at byte {}, past the end of the {}-byte file: "
+                    "truncated file?",
+                    source, n, 8 + n, file_bytes));
   }
   return n;
 }
@@ -421,20 +445,23 @@ SafetensorsHeader parse_safetensors_header(std::string_view text, uint64_t file_
   SafetensorsHeader h;
   h.header_bytes = text.size();
   if (8 + text.size() > file_bytes) {
-    throw DataLossError(fmt::format("'{}': header of {} bytes does not fit a {}-byte file",
-                                    source, text.size(), file_bytes));
+    throw DataLossError(fmt::format("'{}': header of {} bytes does not fit a {}-byte file", source,
+                                    text.size(), file_bytes));
   }
   h.data_bytes = file_bytes - 8 - text.size();
   if (text.empty() || text.front() != '{') {
-    throw DataLossError(fmt::format("'{}': the header at byte 8 does not start with '{{' (it "
-                                    "starts with {}); not a safetensors file?", source,
-                                    text.empty() ? std::string("nothing") : quote_name(text.substr(0, 1))));
+    throw DataLossError(
+        fmt::format("'{}': the header at byte 8 does not start with '{{' (it "
+                    "starts with {}); not a safetensors file?",
+                    source, text.empty() ? std::string("nothing") : quote_name(text.substr(0, 1))));
   }
   // nlohmann's lexer takes a NUL byte for the end of the input, so "{}\0<anything>" would pass
   // unchecked. A raw NUL is never valid JSON (not whitespace; escaped as \u0000 in strings).
   if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
-    throw DataLossError(fmt::format("'{}': the header is not valid JSON (near file byte {}): a "
-                                    "raw NUL byte", source, 8 + nul));
+    throw DataLossError(
+        fmt::format("'{}': the header is not valid JSON (near file byte {}): a "
+                    "raw NUL byte",
+                    source, 8 + nul));
   }
   HeaderSax sax(h, source);
   json::sax_parse(text.begin(), text.end(), &sax);

@@ -24,12 +24,23 @@ struct DTypeRow {
 // In the reference implementation's enum order: its writer lays tensors out by this order,
 // descending, then by name.
 constexpr std::array<DTypeRow, 17> kSafetensorsDTypes{{
-    {"BOOL", 1, DType::kBool},  {"U8", 1, DType::kU8},     {"I8", 1, DType::kI8},
-    {"F8_E5M2", 1, {}},         {"F8_E4M3", 1, {}},        {"F8_E8M0", 1, {}},
-    {"I16", 2, DType::kI16},    {"U16", 2, {}},            {"F16", 2, DType::kF16},
-    {"BF16", 2, DType::kBF16},  {"I32", 4, DType::kI32},   {"U32", 4, {}},
-    {"F32", 4, DType::kF32},    {"F64", 8, DType::kF64},   {"I64", 8, DType::kI64},
-    {"U64", 8, {}},             {"C64", 8, {}},
+    {"BOOL", 1, DType::kBool},
+    {"U8", 1, DType::kU8},
+    {"I8", 1, DType::kI8},
+    {"F8_E5M2", 1, {}},
+    {"F8_E4M3", 1, {}},
+    {"F8_E8M0", 1, {}},
+    {"I16", 2, DType::kI16},
+    {"U16", 2, {}},
+    {"F16", 2, DType::kF16},
+    {"BF16", 2, DType::kBF16},
+    {"I32", 4, DType::kI32},
+    {"U32", 4, {}},
+    {"F32", 4, DType::kF32},
+    {"F64", 8, DType::kF64},
+    {"I64", 8, DType::kI64},
+    {"U64", 8, {}},
+    {"C64", 8, {}},
 }};
 
 inline const DTypeRow* find_dtype(std::string_view name) {
@@ -63,6 +74,5 @@ inline std::optional<uint64_t> checked_num_bytes(const Shape& shape, size_t elem
   }
   return bytes;
 }
-
 
 }  // namespace meshlayout::safetensors_detail

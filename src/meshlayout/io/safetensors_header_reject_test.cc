@@ -118,12 +118,16 @@ TEST(SafetensorsHeaderRejectTest, DeepNestingAndHugeNumbers) {
               HasSubstr("invalid safetensors header"));
   EXPECT_THAT(data_loss_message(file_of(R"({"x":{"note":)" + std::string(100000, '['))),
               HasSubstr("not valid JSON"));
-  EXPECT_THAT(data_loss_message(file_of(R"({"a":{"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,1]}})", 1)),
-              HasSubstr("expected a non-negative integer"));
-  EXPECT_THAT(data_loss_message(file_of(R"({"a":{"dtype":"U8","shape":[1e400],"data_offsets":[0,1]}})", 1)),
-              HasSubstr("not valid JSON"));
+  EXPECT_THAT(
+      data_loss_message(file_of(
+          R"({"a":{"dtype":"U8","shape":[18446744073709551616],"data_offsets":[0,1]}})", 1)),
+      HasSubstr("expected a non-negative integer"));
+  EXPECT_THAT(
+      data_loss_message(file_of(R"({"a":{"dtype":"U8","shape":[1e400],"data_offsets":[0,1]}})", 1)),
+      HasSubstr("not valid JSON"));
   const std::string long_name(1 << 20, 'n');
-  const std::string msg = data_loss_message(file_of("{\"" + long_name + R"(":{"dtype":"X","shape":[],"data_offsets":[0,0]}})"));
+  const std::string msg = data_loss_message(
+      file_of("{\"" + long_name + R"(":{"dtype":"X","shape":[],"data_offsets":[0,0]}})"));
   EXPECT_LT(msg.size(), 1000u) << msg.substr(0, 300);
 }
 

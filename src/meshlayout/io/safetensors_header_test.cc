@@ -194,8 +194,8 @@ TEST(SafetensorsHeaderTest, TheTwoStepsOnTheirOwn) {
 }
 
 TEST(SafetensorsHeaderTest, ACopyFindsInItsOwnTensors) {
-  auto original = std::make_unique<SafetensorsHeader>(
-      make_safetensors_header(std::vector<TensorSpec>{{"a_long_tensor_name_past_sso", DType::kF32, {2}}}));
+  auto original = std::make_unique<SafetensorsHeader>(make_safetensors_header(
+      std::vector<TensorSpec>{{"a_long_tensor_name_past_sso", DType::kF32, {2}}}));
   SafetensorsHeader copy = *original;
   SafetensorsHeader assigned;
   assigned = *original;

@@ -66,8 +66,10 @@ SafetensorsHeader make_safetensors_header(std::span<const TensorSpec> tensors,
   for (TensorInfo& t : h.tensors) {
     t.begin = at;
     if (__builtin_add_overflow(at, *checked_num_bytes(t.shape, t.element_size), &at)) {
-      throw ValueError(fmt::format("the tensors to save hold more than 2^64 bytes together "
-                                   "(at tensor {})", quote_name(t.name)));
+      throw ValueError(
+          fmt::format("the tensors to save hold more than 2^64 bytes together "
+                      "(at tensor {})",
+                      quote_name(t.name)));
     }
     t.end = at;
   }
@@ -106,7 +108,8 @@ std::string safetensors_header_bytes(const SafetensorsHeader& h) {
   const std::string json_text = serialize_safetensors_header(h);
   std::string out(8, '\0');
   uint64_t n = json_text.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
   return out + json_text;
 }
 

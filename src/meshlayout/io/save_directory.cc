@@ -65,73 +65,86 @@ void write_all(int fd, std::string_view bytes, const std::string& path) {
 
 }  // namespace
 
-SaveDirectory SaveDirectory::claim(const std::string& dir, std::string_view option, const std::string& keep) {
-  if (dir.empty()) throw ValueError(fmt::format("{} is empty: give a new or empty directory", option));
+SaveDirectory SaveDirectory::claim(const std::string& dir, std::string_view option,
+                                   const std::string& keep) {
+  if (dir.empty())
+    throw ValueError(fmt::format("{} is empty: give a new or empty directory", option));
   const fs::path path(dir);
   std::error_code ec;
   const fs::file_status link = fs::symlink_status(path, ec);
   bool created = false;
   if (fs::exists(link) || fs::is_symlink(link)) {
     if (!fs::is_directory(fs::status(path, ec))) {
-      throw ValueError(fmt::format("{} {}: it exists and is {} (give a new or empty directory)", option,
-                                   quote(dir), describe_existing(path)));
+      throw ValueError(fmt::format("{} {}: it exists and is {} (give a new or empty directory)",
+                                   option, quote(dir), describe_existing(path)));
     }
     if (!keep.empty() && fs::equivalent(path, keep, ec)) {
-      throw ValueError(fmt::format("{} {} is the --model directory; save to a new or empty directory so the "
-                                   "model you started from is kept",
-                                   option, quote(dir)));
+      throw ValueError(
+          fmt::format("{} {} is the --model directory; save to a new or empty directory so the "
+                      "model you started from is kept",
+                      option, quote(dir)));
     }
     const std::vector<std::string> names = contents_besides_lock(path);
     if (!names.empty()) {
       std::vector<std::string> shown;
       for (size_t i = 0; i < names.size() && i < 3; ++i) shown.push_back(quote(names[i]));
-      throw ValueError(fmt::format(
-          "{} {}: the directory is not empty (it holds {}{}); a save goes into a new or empty directory so it "
-          "replaces nothing",
-          option, quote(dir), join(shown, ", "), names.size() > 3 ? fmt::format(" and {} more", names.size() - 3) : ""));
+      throw ValueError(
+          fmt::format("{} {}: the directory is not empty (it holds {}{}); a save goes into a new "
+                      "or empty directory so it "
+                      "replaces nothing",
+                      option, quote(dir), join(shown, ", "),
+                      names.size() > 3 ? fmt::format(" and {} more", names.size() - 3) : ""));
     }
   } else {
     // A parent that is a file, or a directory this process may not write, is found now.
     created = fs::create_directories(path, ec);
     if (ec) {
-      throw ValueError(fmt::format("{} {}: cannot create the directory: {}", option, quote(dir), ec.message()));
+      throw ValueError(
+          fmt::format("{} {}: cannot create the directory: {}", option, quote(dir), ec.message()));
     }
   }
   const std::string lock_path = (path / kSaveLockFile).string();
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
-    throw ValueError(fmt::format("{} {}: the directory is not writable (creating {} failed: {})", option,
-                                 quote(dir), kSaveLockFile, errno_text()));
+    throw ValueError(fmt::format("{} {}: the directory is not writable (creating {} failed: {})",
+                                 option, quote(dir), kSaveLockFile, errno_text()));
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     std::string holder;
     char buf[64] = {};
     const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n > 0) holder = fmt::format(" ({})", std::string(trim(std::string_view(buf, static_cast<size_t>(n)))));
+    if (n > 0)
+      holder =
+          fmt::format(" ({})", std::string(trim(std::string_view(buf, static_cast<size_t>(n)))));
     ::close(fd);
     if (err == EWOULDBLOCK) {
-      throw FailedPreconditionError(fmt::format(
-          "{} {}: another run is saving into this directory{} (it holds the lock {}); give another directory",
-          option, quote(dir), holder, kSaveLockFile));
+      throw FailedPreconditionError(
+          fmt::format("{} {}: another run is saving into this directory{} (it holds the lock {}); "
+                      "give another directory",
+                      option, quote(dir), holder, kSaveLockFile));
     }
-    throw ValueError(fmt::format("{} {}: cannot lock {}: {}", option, quote(dir), kSaveLockFile, std::strerror(err)));
+    throw ValueError(fmt::format("{} {}: cannot lock {}: {}", option, quote(dir), kSaveLockFile,
+                                 std::strerror(err)));
   }
   // The holder, for the message a second run gets.
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string who = fmt::format("pid {} on {}\n", ::getpid(), host);
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) != static_cast<ssize_t>(who.size())) {
+  if (::ftruncate(fd, 0) != 0 ||
+      ::pwrite(fd, who.data(), who.size(), 0) != static_cast<ssize_t>(who.size())) {
     const std::string why = errno_text();
     ::close(fd);
-    throw ValueError(fmt::format("{} {}: the directory is not writable (writing {} failed: {})", option,
-                                 quote(dir), kSaveLockFile, why));
+    throw ValueError(fmt::format("{} {}: the directory is not writable (writing {} failed: {})",
+                                 option, quote(dir), kSaveLockFile, why));
   }
   return SaveDirectory(dir, fd, created);
 }
 
 SaveDirectory::SaveDirectory(SaveDirectory&& other) noexcept
-    : path_(std::move(other.path_)), lock_fd_(std::exchange(other.lock_fd_, -1)), created_(other.created_) {}
+    : path_(std::move(other.path_)),
+      lock_fd_(std::exchange(other.lock_fd_, -1)),
+      created_(other.created_) {}
 
 SaveDirectory& SaveDirectory::operator=(SaveDirectory&& other) noexcept {
   if (this != &other) {
@@ -148,15 +161,19 @@ SaveDirectory::~SaveDirectory() {
 }
 
 void SaveDirectory::finish(const nlohmann::json& marker) {
-  if (lock_fd_ < 0) throw FailedPreconditionError(fmt::format("the save into {} is already finished", quote(path_)));
+  if (lock_fd_ < 0)
+    throw FailedPreconditionError(
+        fmt::format("the save into {} is already finished", quote(path_)));
   const fs::path target = fs::path(path_) / kSaveCompleteFile;
-  const std::string tmp = (fs::path(path_) / fmt::format(".{}.tmp-{}", kSaveCompleteFile, ::getpid())).string();
+  const std::string tmp =
+      (fs::path(path_) / fmt::format(".{}.tmp-{}", kSaveCompleteFile, ::getpid())).string();
   const std::string text = marker.dump(2) + "\n";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(fmt::format("creating {} failed: {}", quote(tmp), errno_text()));
   try {
     write_all(fd, text, tmp);
-    if (::fsync(fd) != 0) throw Error(fmt::format("flushing {} failed: {}", quote(tmp), errno_text()));
+    if (::fsync(fd) != 0)
+      throw Error(fmt::format("flushing {} failed: {}", quote(tmp), errno_text()));
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -166,7 +183,8 @@ void SaveDirectory::finish(const nlohmann::json& marker) {
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const std::string why = errno_text();
     ::unlink(tmp.c_str());
-    throw Error(fmt::format("renaming {} to {} failed: {}", quote(tmp), quote(target.string()), why));
+    throw Error(
+        fmt::format("renaming {} to {} failed: {}", quote(tmp), quote(target.string()), why));
   }
   const int dir_fd = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd >= 0) {  // make the rename durable before the lock goes
@@ -188,19 +206,22 @@ void check_save_complete(const std::string& dir, std::span<const std::string> sa
   const fs::path path(dir);
   std::error_code ec;
   if (fs::exists(path / kSaveLockFile, ec)) {
-    throw FailedPreconditionError(fmt::format(
-        "{} is an incomplete save: it still holds {} (the run saving into it was interrupted, or is still "
-        "running), so its files may be missing or from different steps; use a completed save, or remove the "
-        "directory",
-        quote(dir), kSaveLockFile));
+    throw FailedPreconditionError(
+        fmt::format("{} is an incomplete save: it still holds {} (the run saving into it was "
+                    "interrupted, or is still "
+                    "running), so its files may be missing or from different steps; use a "
+                    "completed save, or remove the "
+                    "directory",
+                    quote(dir), kSaveLockFile));
   }
   if (fs::exists(path / kSaveCompleteFile, ec)) return;
   for (const std::string& name : saved_files) {
     if (fs::exists(path / name, ec)) {
-      throw FailedPreconditionError(fmt::format(
-          "{} holds {} but no {}: the save that wrote it did not finish, so its files may be from different "
-          "steps; use a completed save, or remove {} to start the optimizer afresh",
-          quote(dir), quote(name), kSaveCompleteFile, quote(name)));
+      throw FailedPreconditionError(
+          fmt::format("{} holds {} but no {}: the save that wrote it did not finish, so its files "
+                      "may be from different "
+                      "steps; use a completed save, or remove {} to start the optimizer afresh",
+                      quote(dir), quote(name), kSaveCompleteFile, quote(name)));
     }
   }
 }
@@ -221,7 +242,8 @@ std::string make_fallback_save_dir() {
   const char* env = std::getenv("TMPDIR");
   std::string pattern = (fs::path(env && *env ? env : "/tmp") / "meshlayout-save-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) {
-    throw Error(fmt::format("creating a temporary directory {} failed: {}", quote(pattern), errno_text()));
+    throw Error(
+        fmt::format("creating a temporary directory {} failed: {}", quote(pattern), errno_text()));
   }
   return pattern;
 }

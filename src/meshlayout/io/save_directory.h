@@ -35,7 +35,8 @@ class SaveDirectory {
   /// is a directory the save must not be (the model the run started from). ValueError naming
   /// the path and what it is when it cannot be used; FailedPreconditionError when another
   /// process holds the lock (another run is saving into it).
-  static SaveDirectory claim(const std::string& dir, std::string_view option, const std::string& keep = "");
+  static SaveDirectory claim(const std::string& dir, std::string_view option,
+                             const std::string& keep = "");
 
   SaveDirectory(SaveDirectory&& other) noexcept;
   SaveDirectory& operator=(SaveDirectory&& other) noexcept;

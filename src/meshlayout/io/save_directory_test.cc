@@ -51,11 +51,14 @@ TEST_F(SaveDirectoryTest, ClaimLockFinish) {
   EXPECT_TRUE(fs::is_directory(dir));
   EXPECT_TRUE(fs::exists(fs::path(dir) / kSaveLockFile));
   // A second run saving into the same directory is refused while the first holds it.
-  EXPECT_THAT(error_of<FailedPreconditionError>([&] { SaveDirectory::claim(dir, "--save"); }),
-              HasSubstr(fmt::format("another run is saving into this directory (pid {}", ::getpid())));
+  EXPECT_THAT(
+      error_of<FailedPreconditionError>([&] { SaveDirectory::claim(dir, "--save"); }),
+      HasSubstr(fmt::format("another run is saving into this directory (pid {}", ::getpid())));
   // Until finish(), the directory reads as incomplete.
   std::ofstream(fs::path(dir) / kOptimizerFile) << "x";
-  EXPECT_THAT(error_of<FailedPreconditionError>([&] { check_save_complete(dir, {&kOptimizerFile, 1}); }),
+  EXPECT_THAT(error_of<FailedPreconditionError>([&] {
+                check_save_complete(dir, {&kOptimizerFile, 1});
+              }),
               HasSubstr("is an incomplete save: it still holds .meshlayout-save.lock"));
   save->finish({{"iterations", 7}});
   EXPECT_FALSE(fs::exists(fs::path(dir) / kSaveLockFile));
@@ -89,32 +92,41 @@ TEST_F(SaveDirectoryTest, AbandonLeavesNothingBehind) {
 
 TEST_F(SaveDirectoryTest, FilesWithoutTheMarkerAreIncomplete) {
   const std::string dir = root_.string();
-  EXPECT_NO_THROW(check_save_complete(dir, {&kOptimizerFile, 1}));  // nothing saved: a plain directory
+  EXPECT_NO_THROW(
+      check_save_complete(dir, {&kOptimizerFile, 1}));  // nothing saved: a plain directory
   std::ofstream(root_ / kOptimizerFile) << "x";
-  EXPECT_THAT(error_of<FailedPreconditionError>([&] { check_save_complete(dir, {&kOptimizerFile, 1}); }),
+  EXPECT_THAT(error_of<FailedPreconditionError>([&] {
+                check_save_complete(dir, {&kOptimizerFile, 1});
+              }),
               HasSubstr("holds 'optimizer.safetensors' but no meshlayout_save.json"));
   std::ofstream(root_ / kSaveCompleteFile) << "{not json";
   EXPECT_NO_THROW(check_save_complete(dir, {&kOptimizerFile, 1}));
-  EXPECT_THAT(error_of<DataLossError>([&] { read_save_marker(dir); }), HasSubstr("is not valid JSON"));
+  EXPECT_THAT(error_of<DataLossError>([&] { read_save_marker(dir); }),
+              HasSubstr("is not valid JSON"));
 }
 
 TEST_F(SaveDirectoryTest, RefusesWhatIsNotANewOrEmptyDirectory) {
   std::ofstream(root_ / "file") << "x";
-  EXPECT_THAT(error_of<ValueError>([&] { SaveDirectory::claim((root_ / "file").string(), "--save"); }),
-              HasSubstr("it exists and is a regular file"));
-  EXPECT_THAT(error_of<ValueError>([&] { SaveDirectory::claim((root_ / "file" / "sub").string(), "--save"); }),
+  EXPECT_THAT(
+      error_of<ValueError>([&] { SaveDirectory::claim((root_ / "file").string(), "--save"); }),
+      HasSubstr("it exists and is a regular file"));
+  EXPECT_THAT(error_of<ValueError>(
+                  [&] { SaveDirectory::claim((root_ / "file" / "sub").string(), "--save"); }),
               HasSubstr("cannot create the directory"));
   fs::create_symlink(root_ / "nowhere", root_ / "dangling");
-  EXPECT_THAT(error_of<ValueError>([&] { SaveDirectory::claim((root_ / "dangling").string(), "--save"); }),
-              HasSubstr("it exists and is a dangling symbolic link"));
+  EXPECT_THAT(
+      error_of<ValueError>([&] { SaveDirectory::claim((root_ / "dangling").string(), "--save"); }),
+      HasSubstr("it exists and is a dangling symbolic link"));
   fs::create_directories(root_ / "model");
   EXPECT_THAT(error_of<ValueError>([&] {
-                SaveDirectory::claim((root_ / "model").string(), "--save", (root_ / "model").string());
+                SaveDirectory::claim((root_ / "model").string(), "--save",
+                                     (root_ / "model").string());
               }),
               HasSubstr("is the --model directory"));
   EXPECT_THAT(error_of<ValueError>([&] { SaveDirectory::claim(root_.string(), "--save"); }),
               HasSubstr("not empty (it holds"));
-  EXPECT_THAT(error_of<ValueError>([&] { SaveDirectory::claim("", "--save"); }), HasSubstr("--save is empty"));
+  EXPECT_THAT(error_of<ValueError>([&] { SaveDirectory::claim("", "--save"); }),
+              HasSubstr("--save is empty"));
   // A symlink to an empty directory is a directory.
   fs::create_directories(root_ / "empty");
   fs::create_directory_symlink(root_ / "empty", root_ / "link");

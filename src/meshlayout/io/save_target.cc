@@ -23,7 +23,8 @@ std::string host_name() {
   if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
   std::string out(name);
   for (char& c : out) {
-    if (c == '-' || c == '/' || static_cast<unsigned char>(c) < 0x20) c = '_';  // '-' separates fields
+    if (c == '-' || c == '/' || static_cast<unsigned char>(c) < 0x20)
+      c = '_';  // '-' separates fields
   }
   return out;
 }
@@ -36,7 +37,8 @@ bool process_is_gone(long pid) {
 // The pid in "<host>-<pid>-<hex>" when host is this host, or in "<pid>-<hex>" (older form).
 long local_pid_of(std::string_view token, const std::string& host) {
   const auto digits = [](std::string_view t) {
-    return !t.empty() && t.size() < 10 && t.find_first_not_of("0123456789") == std::string_view::npos;
+    return !t.empty() && t.size() < 10 &&
+           t.find_first_not_of("0123456789") == std::string_view::npos;
   };
   std::vector<std::string> parts = split(token, '-');
   if (parts.size() == 3 && parts[0] == host && digits(parts[1])) return std::stol(parts[1]);
@@ -90,7 +92,8 @@ std::vector<std::string> remove_stale_temporaries(const fs::path& target) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    if (!process_is_gone(local_pid_of(std::string_view(name).substr(prefix.size()), host))) continue;
+    if (!process_is_gone(local_pid_of(std::string_view(name).substr(prefix.size()), host)))
+      continue;
     if (::unlink(it->path().c_str()) == 0) removed.push_back(it->path().string());
   }
   return removed;

@@ -93,7 +93,7 @@ TEST_F(SaveTargetTest, ASymlinkKeepsPointingAtTheNewFile) {
 TEST_F(SaveTargetTest, RemovesOnlyTemporariesOfDeadProcessesOfThisHost) {
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
-  ::waitpid(child, nullptr, 0);  // `child` is now a pid no process has
+  ::waitpid(child, nullptr, 0);                 // `child` is now a pid no process has
   const std::string token = make_save_token();  // "<host>-<pid>-<hex>"
   const std::string host = token.substr(0, token.find('-'));
   const fs::path target = dir_ / "m.safetensors";

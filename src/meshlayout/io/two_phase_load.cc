@@ -74,8 +74,7 @@ Box slab(const TensorInfo& tensor, int64_t r0, int64_t rows, int q) {
 
 }  // namespace
 
-bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode,
-                     MapMode map) {
+bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode, MapMode map) {
   if (mode == TwoPhaseMode::kNever || array.runtime().num_processes() < 2) return false;
   if (tensor.shape.empty() || num_elements(tensor.shape) == 0 || !tensor.dtype ||
       *tensor.dtype != array.dtype()) {
@@ -181,19 +180,20 @@ TwoPhaseReport load_two_phase(std::span<const TwoPhaseTensor> tensors, Runtime& 
           Array::Shard* shard = target.process == me ? t.array->shard_at(target.position) : nullptr;
           const size_t piece_bytes = static_cast<size_t>(piece->num_elements()) * elem;
           if (shard == nullptr && packed + piece_bytes > staging.data() + staging.size()) {
-            throw InternalError(fmt::format("two-phase load of '{}': the packed pieces overflow "
-                                            "the {}-byte staging slab", info.name, staging.size()));
+            throw InternalError(
+                fmt::format("two-phase load of '{}': the packed pieces overflow "
+                            "the {}-byte staging slab",
+                            info.name, staging.size()));
           }
           std::byte* memory = shard != nullptr ? shard->buffer.data() : packed;
           const Box& memory_box = shard != nullptr ? shard->box : *piece;
           pieces.reserve(pieces.size() +
                          static_cast<size_t>(count_contiguous_runs(memory_box, whole, *piece)));
-          for_each_contiguous_run(memory_box, whole, *piece, elem,
-                                  [&](size_t mem_off, size_t file_off, size_t bytes) {
-                                    pieces.push_back(IoPiece{t.file->fd(), base + file_off,
-                                                             memory + mem_off, bytes, info.name,
-                                                             t.file->path()});
-                                  });
+          for_each_contiguous_run(
+              memory_box, whole, *piece, elem, [&](size_t mem_off, size_t file_off, size_t bytes) {
+                pieces.push_back(IoPiece{t.file->fd(), base + file_off, memory + mem_off, bytes,
+                                         info.name, t.file->path()});
+              });
           if (shard != nullptr) {
             landed += static_cast<uint64_t>(piece->num_elements()) * elem;
             continue;

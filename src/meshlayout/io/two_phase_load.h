@@ -50,8 +50,7 @@ inline constexpr uint64_t kMinTwoPhaseTensorBytes = uint64_t{1} << 20;
 /// decides alike.
 /// Under kAuto, a fragmented tensor is read two-phase only when `map` is kNever (a mapped
 /// read of it measured faster, mapped_read.h).
-bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode,
-                     MapMode map);
+bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode, MapMode map);
 
 struct TwoPhaseTensor {
   const SafetensorsFile* file;

@@ -1,8 +1,8 @@
 #include "meshlayout/io/vectored_io.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <limits.h>
-#include <fcntl.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -20,7 +20,7 @@ struct Request {
   uint64_t offset;
   size_t first_piece;  // pieces [first_piece, first_piece + count), the first cut at `skip`
   size_t count;
-  size_t skip;         // bytes of the first piece already covered by an earlier request
+  size_t skip;  // bytes of the first piece already covered by an earlier request
   uint64_t bytes;
 };
 
@@ -47,12 +47,14 @@ void run_request(const Request& r, const std::vector<IoPiece>& pieces, IoDirecti
     if (n < 0) {
       if (errno == EINTR) continue;
       throw Error(fmt::format("'{}': {} tensor '{}' at file byte {} failed: {}", piece.file,
-                              direction == IoDirection::kRead ? "reading" : "writing",
-                              piece.what, offset, std::strerror(errno)));
+                              direction == IoDirection::kRead ? "reading" : "writing", piece.what,
+                              offset, std::strerror(errno)));
     }
     if (n == 0) {
-      throw DataLossError(fmt::format("'{}': the file ends at byte {}, inside tensor '{}' "
-                                      "(truncated file?)", piece.file, offset, piece.what));
+      throw DataLossError(
+          fmt::format("'{}': the file ends at byte {}, inside tensor '{}' "
+                      "(truncated file?)",
+                      piece.file, offset, piece.what));
     }
     offset += static_cast<uint64_t>(n);
     size_t done = static_cast<size_t>(n);

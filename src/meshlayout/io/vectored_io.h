@@ -22,8 +22,8 @@ class ThreadPool;
 
 struct IoPiece {
   int fd;
-  uint64_t offset;       // in the file
-  std::byte* memory;     // read into / written from
+  uint64_t offset;    // in the file
+  std::byte* memory;  // read into / written from
   size_t bytes;
   std::string_view what;  // the tensor the piece belongs to, for messages
   std::string_view file;  // the file's name, for messages

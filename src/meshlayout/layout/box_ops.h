@@ -53,7 +53,7 @@ namespace box_ops_detail {
 // The innermost dims [inner, rank) over which `piece` is contiguous in both boxes, and the
 // elements of one run (rank >= 1).
 inline std::pair<size_t, int64_t> contiguous_inner_dims(const Box& src_box, const Box& dst_box,
-                                                       const Box& piece) {
+                                                        const Box& piece) {
   const size_t rank = piece.shape.size();
   size_t inner = rank - 1;
   int64_t run = piece.shape[rank - 1];

@@ -21,16 +21,16 @@ void validate_axis_names(const std::vector<std::string>& names) {
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     if (!is_identifier(name) || name == "None") {
-      throw ValueError(fmt::format(
-          "DeviceMesh axis name {} is not valid: an axis name is an identifier "
-          "([A-Za-z_][A-Za-z0-9_]*) other than 'None'",
-          quote(name)));
+      throw ValueError(
+          fmt::format("DeviceMesh axis name {} is not valid: an axis name is an identifier "
+                      "([A-Za-z_][A-Za-z0-9_]*) other than 'None'",
+                      quote(name)));
     }
     auto [it, inserted] = seen.emplace(name, i);
     if (!inserted) {
-      throw ValueError(fmt::format(
-          "DeviceMesh axis names must be unique, got {}: {} is at positions {} and {}",
-          repr_list(names), quote(name), it->second, i));
+      throw ValueError(
+          fmt::format("DeviceMesh axis names must be unique, got {}: {} is at positions {} and {}",
+                      repr_list(names), quote(name), it->second, i));
     }
   }
 }
@@ -44,35 +44,35 @@ DeviceMesh::DeviceMesh(std::vector<int64_t> shape, std::vector<std::string> axis
         fmt::format("Shape and axis_names cannot be empty. {}", received(shape, axis_names)));
   }
   if (shape.size() != axis_names.size()) {
-    throw ValueError(fmt::format("Shape and axis_names should have same size. {}",
-                                 received(shape, axis_names)));
+    throw ValueError(
+        fmt::format("Shape and axis_names should have same size. {}", received(shape, axis_names)));
   }
   validate_axis_names(axis_names);
   int64_t total = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 1) {
-      throw ValueError(fmt::format(
-          "DeviceMesh axis {} has size {}; every axis size must be at least 1. {}",
-          quote(axis_names[i]), shape[i], received(shape, axis_names)));
+      throw ValueError(
+          fmt::format("DeviceMesh axis {} has size {}; every axis size must be at least 1. {}",
+                      quote(axis_names[i]), shape[i], received(shape, axis_names)));
     }
     if (shape[i] > kMaxMeshDevices || total * shape[i] > kMaxMeshDevices) {
-      throw ValueError(fmt::format("DeviceMesh shape {} has more than {} devices",
-                                   repr_ints(shape), kMaxMeshDevices));
+      throw ValueError(fmt::format("DeviceMesh shape {} has more than {} devices", repr_ints(shape),
+                                   kMaxMeshDevices));
     }
     total *= shape[i];
   }
   const bool defaulted = !devices.has_value();
   std::vector<std::string> names = defaulted ? list_devices() : std::move(*devices);
   if (static_cast<int64_t>(names.size()) != total) {
-    std::string hint =
-        defaulted ? fmt::format(" (devices defaulted to list_devices(), which has {}; pass "
-                                "devices explicitly or set {} or set_device_count())",
-                                names.size(), kCpuDevicesEnvVar)
-                  : "";
-    throw ValueError(fmt::format(
-        "Shape does not match the number of devices. Received: shape={} ({} devices); "
-        "devices.shape=({},){}",
-        repr_ints(shape), total, names.size(), hint));
+    std::string hint = defaulted ? fmt::format(
+                                       " (devices defaulted to list_devices(), which has {}; pass "
+                                       "devices explicitly or set {} or set_device_count())",
+                                       names.size(), kCpuDevicesEnvVar)
+                                 : "";
+    throw ValueError(
+        fmt::format("Shape does not match the number of devices. Received: shape={} ({} devices); "
+                    "devices.shape=({},){}",
+                    repr_ints(shape), total, names.size(), hint));
   }
   const int64_t known = device_count();
   std::unordered_map<int64_t, size_t> seen;
@@ -81,21 +81,21 @@ DeviceMesh::DeviceMesh(std::vector<int64_t> shape, std::vector<std::string> axis
   for (size_t i = 0; i < names.size(); ++i) {
     std::optional<int64_t> id = parse_device_name(names[i]);
     if (!id || *id >= known) {
-      throw ValueError(fmt::format(
-          "DeviceMesh device {} (position {}) is not a known device; known devices are "
-          "'cpu:0' … 'cpu:{}' (list_devices(); set {} or set_device_count() for more)",
-          quote(names[i]), i, known - 1, kCpuDevicesEnvVar));
+      throw ValueError(
+          fmt::format("DeviceMesh device {} (position {}) is not a known device; known devices are "
+                      "'cpu:0' … 'cpu:{}' (list_devices(); set {} or set_device_count() for more)",
+                      quote(names[i]), i, known - 1, kCpuDevicesEnvVar));
     }
     auto [it, inserted] = seen.emplace(*id, i);
     if (!inserted) {
-      throw ValueError(fmt::format(
-          "DeviceMesh devices must be distinct: {} is at positions {} and {}", quote(names[i]),
-          it->second, i));
+      throw ValueError(
+          fmt::format("DeviceMesh devices must be distinct: {} is at positions {} and {}",
+                      quote(names[i]), it->second, i));
     }
     ids.push_back(*id);
   }
-  impl_ = std::make_shared<const Impl>(
-      Impl{std::move(shape), std::move(axis_names), std::move(names), std::move(ids), std::move(seen)});
+  impl_ = std::make_shared<const Impl>(Impl{std::move(shape), std::move(axis_names),
+                                            std::move(names), std::move(ids), std::move(seen)});
 }
 
 std::optional<int> DeviceMesh::axis_index(std::string_view name) const {
@@ -123,9 +123,10 @@ const std::string& DeviceMesh::device_at(std::span<const int64_t> coords) const 
     position = position * shape[i] + coords[i];
   }
   if (!ok) {
-    throw ValueError(fmt::format("device coordinates ({}) do not index {}: expected {} coordinates "
-                                 "within the shape ({})",
-                                 fmt::join(coords, ", "), to_string(), shape.size(), fmt::join(shape, ", ")));
+    throw ValueError(
+        fmt::format("device coordinates ({}) do not index {}: expected {} coordinates "
+                    "within the shape ({})",
+                    fmt::join(coords, ", "), to_string(), shape.size(), fmt::join(shape, ", ")));
   }
   return impl_->devices[static_cast<size_t>(position)];
 }
@@ -157,7 +158,8 @@ std::string DeviceMesh::to_string() const {
   for (size_t i = 0; i < impl_->device_ids.size(); ++i) {
     iota = iota && impl_->device_ids[i] == static_cast<int64_t>(i);
   }
-  if (!iota) out += fmt::format("({})", join(impl_->devices, ","));  // no -Wrestrict (tensor_layout.cc)
+  if (!iota)
+    out += fmt::format("({})", join(impl_->devices, ","));  // no -Wrestrict (tensor_layout.cc)
   return out;
 }
 
@@ -168,17 +170,19 @@ DeviceMesh DeviceMesh::from_string(std::string_view text) {
   if (t.substr(0, 5) == "mesh[") {
     size_t close = t.find(']');
     if (close == std::string_view::npos) {
-      throw ValueError(fmt::format("mesh text {} has no closing ']'; expected the form "
-                                   "mesh[data=2,model=4]", quote(text)));
+      throw ValueError(
+          fmt::format("mesh text {} has no closing ']'; expected the form "
+                      "mesh[data=2,model=4]",
+                      quote(text)));
     }
     axes = t.substr(5, close - 5);
     std::string_view rest = trim(t.substr(close + 1));
     if (!rest.empty()) {
       if (rest.front() != '(' || rest.back() != ')') {
-        throw ValueError(fmt::format(
-            "mesh text {} has {} after ']'; expected nothing or a device list like "
-            "(cpu:1,cpu:0)",
-            quote(text), quote(rest)));
+        throw ValueError(
+            fmt::format("mesh text {} has {} after ']'; expected nothing or a device list like "
+                        "(cpu:1,cpu:0)",
+                        quote(text), quote(rest)));
       }
       devices.emplace();
       for (const std::string& d : split(rest.substr(1, rest.size() - 2), ',')) {
@@ -192,14 +196,15 @@ DeviceMesh DeviceMesh::from_string(std::string_view text) {
     for (const std::string& part : split(axes, ',')) {
       size_t eq = part.find('=');
       if (eq == std::string::npos) {
-        throw ValueError(fmt::format("mesh text {}: axis {} must be written name=size, as in "
-                                     "data=2",
-                                     quote(text), quote(trim(part))));
+        throw ValueError(
+            fmt::format("mesh text {}: axis {} must be written name=size, as in "
+                        "data=2",
+                        quote(text), quote(trim(part))));
       }
       names.emplace_back(trim(std::string_view(part).substr(0, eq)));
-      shape.push_back(parse_int64(std::string_view(part).substr(eq + 1),
-                                  fmt::format("mesh text {}: the size of axis {}", quote(text),
-                                              quote(names.back()))));
+      shape.push_back(parse_int64(
+          std::string_view(part).substr(eq + 1),
+          fmt::format("mesh text {}: the size of axis {}", quote(text), quote(names.back()))));
     }
   }
   if (!devices && !shape.empty()) {

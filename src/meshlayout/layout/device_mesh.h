@@ -18,8 +18,8 @@
 #include <ostream>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "meshlayout/layout/devices.h"

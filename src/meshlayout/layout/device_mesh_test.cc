@@ -16,8 +16,8 @@
 namespace meshlayout {
 namespace {
 
-using testing::ValueErrorMessage;
 using testing::HasSubstr;
+using testing::ValueErrorMessage;
 
 using Names = std::vector<std::string>;
 using Ints = std::vector<int64_t>;
@@ -64,8 +64,9 @@ TEST_F(DeviceMeshTest, DevicesIndexAsAnArrayOfTheMeshShape) {
     (void)mesh.device_at({2, 0});
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "device coordinates (2, 0) do not index mesh[a=2,b=3](cpu:5,cpu:4,cpu:3,"
-                           "cpu:2,cpu:1,cpu:0): expected 2 coordinates within the shape (2, 3)");
+    EXPECT_STREQ(e.what(),
+                 "device coordinates (2, 0) do not index mesh[a=2,b=3](cpu:5,cpu:4,cpu:3,"
+                 "cpu:2,cpu:1,cpu:0): expected 2 coordinates within the shape (2, 3)");
   }
   EXPECT_THROW((void)mesh.device_at({1}), ValueError);
 }

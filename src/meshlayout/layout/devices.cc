@@ -18,8 +18,8 @@ std::atomic<int64_t> g_device_count_override{0};
 int64_t parse_device_count_variable(const char* name, const char* text) {
   const std::string what = fmt::format("environment variable {}", name);
   const std::string_view t = trim(text);
-  const bool digits = !t.empty() && t.size() <= 18 &&
-                      t.find_first_not_of("0123456789") == std::string_view::npos;
+  const bool digits =
+      !t.empty() && t.size() <= 18 && t.find_first_not_of("0123456789") == std::string_view::npos;
   const int64_t n = digits ? parse_int64(t, what) : 0;
   if (!digits || n < 1 || n > kMaxDeviceCount) {
     throw ValueError(fmt::format("{}={} must be a whole number of devices from 1 to {}", name,
@@ -42,8 +42,7 @@ int64_t device_count() {
 
 void set_device_count(int64_t n) {
   if (n < 1 || n > kMaxDeviceCount) {
-    throw ValueError(
-        fmt::format("device count must be from 1 to {}, got {}", kMaxDeviceCount, n));
+    throw ValueError(fmt::format("device count must be from 1 to {}, got {}", kMaxDeviceCount, n));
   }
   g_device_count_override.store(n, std::memory_order_relaxed);
 }

@@ -11,10 +11,10 @@ namespace meshlayout {
 
 std::string render_layout_grid(const ShardGeometry& g) {
   if (g.rank() > 2) {
-    throw ValueError(fmt::format(
-        "a layout grid draws tensors of rank 0, 1 or 2; shape {} has rank {} (use the "
-        "per-device box list instead)",
-        shape_to_string(g.shape()), g.rank()));
+    throw ValueError(
+        fmt::format("a layout grid draws tensors of rank 0, 1 or 2; shape {} has rank {} (use the "
+                    "per-device box list instead)",
+                    shape_to_string(g.shape()), g.rank()));
   }
   const int64_t rows = g.rank() == 2 ? g.num_blocks(0) : 1;
   const int64_t cols = g.rank() == 0 ? 1 : g.num_blocks(g.rank() - 1);

@@ -39,8 +39,8 @@ ShardGeometry::ShardGeometry(TensorLayout layout, Shape shape, const GeometryOpt
   layout_.check_shape(shape_, ShapeCheckOptions{.strict = options.strict}, what);
   for (int64_t extent : shape_) {
     if (extent < 0) {
-      throw ValueError(fmt::format("{} has shape {} with a negative extent", what,
-                                   shape_to_string(shape_)));
+      throw ValueError(
+          fmt::format("{} has shape {} with a negative extent", what, shape_to_string(shape_)));
     }
   }
   try {
@@ -139,8 +139,7 @@ std::vector<UnevenDim> ShardGeometry::uneven_dims() const {
   std::vector<UnevenDim> out;
   for (size_t d = 0; d < shape_.size(); ++d) {
     if (shape_[d] % blocks_[d] != 0) {
-      out.push_back({static_cast<int>(d), shape_[d], blocks_[d],
-                     layout_.axes()[d].axes()});
+      out.push_back({static_cast<int>(d), shape_[d], blocks_[d], layout_.axes()[d].axes()});
     }
   }
   return out;

@@ -29,7 +29,8 @@ class ShardGeometryLimitsTest : public ::testing::Test {
 TEST(CheckedSizes, NumElementsRefusesOverflowAndShortCutsZero) {
   EXPECT_EQ(num_elements({}), 1);
   EXPECT_EQ(num_elements({kMax}), kMax);
-  EXPECT_EQ(num_elements({int64_t{1} << 32, int64_t{1} << 32, 0}), 0);  // 0 elements, whatever the rest
+  EXPECT_EQ(num_elements({int64_t{1} << 32, int64_t{1} << 32, 0}),
+            0);  // 0 elements, whatever the rest
   try {
     num_elements({int64_t{1} << 32, int64_t{1} << 32, 16});
     FAIL();
@@ -85,7 +86,8 @@ TEST_F(ShardGeometryLimitsTest, ShapesWhoseElementsDoNotFitAreRefused) {
     ShardGeometry g(TensorLayout({"data", None}, mesh_), {kMax, 2}, {}, "variable 'w'");
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("variable 'w': shape (9223372036854775807, 2) has more elements"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("variable 'w': shape (9223372036854775807, 2) has more elements"));
   }
   EXPECT_THROW(ShardGeometry(TensorLayout({None, None, "model"}, mesh_),
                              {int64_t{1} << 32, int64_t{1} << 32, 16}),
@@ -95,7 +97,8 @@ TEST_F(ShardGeometryLimitsTest, ShapesWhoseElementsDoNotFitAreRefused) {
 TEST(DeviceCountLimits, VariablesAndOverridesAreBounded) {
   EXPECT_EQ(parse_device_count_variable("MESHLAYOUT_CPU_DEVICES", "8"), 8);
   EXPECT_EQ(parse_device_count_variable("MESHLAYOUT_CPU_DEVICES", "1048576"), kMaxDeviceCount);
-  for (const char* bad : {"99999999999", "1048577", "0", "-3", "8x", "", "99999999999999999999999"}) {
+  for (const char* bad :
+       {"99999999999", "1048577", "0", "-3", "8x", "", "99999999999999999999999"}) {
     try {
       parse_device_count_variable("MESHLAYOUT_LOCAL_DEVICES", bad);
       FAIL() << bad;

@@ -29,8 +29,8 @@
 namespace meshlayout {
 namespace {
 
-using testing::ValueErrorMessage;
 using testing::HasSubstr;
+using testing::ValueErrorMessage;
 
 using Names = std::vector<std::string>;
 using Ints = std::vector<int64_t>;

@@ -79,8 +79,8 @@ void TensorLayout::validate_against_mesh(const DeviceMesh& mesh) const {
 
 void TensorLayout::set_device_mesh(const DeviceMesh& mesh) {
   if (mesh_) {
-    throw ValueError(fmt::format("Cannot override device mesh value. Existing value is {}",
-                                 mesh_->to_string()));
+    throw ValueError(
+        fmt::format("Cannot override device mesh value. Existing value is {}", mesh_->to_string()));
   }
   validate_against_mesh(mesh);
   mesh_ = mesh;
@@ -104,14 +104,13 @@ void TensorLayout::check_shape(const Shape& shape, const ShapeCheckOptions& opti
                                std::string_view what) const {
   if (static_cast<int>(shape.size()) != rank()) {
     throw ValueError(fmt::format(
-        "{} with shape {} does not fit {}: the layout has {} dimension{}, the tensor has {}",
-        what, shape_to_string(shape), to_string(), rank(), rank() == 1 ? "" : "s",
-        shape.size()));
+        "{} with shape {} does not fit {}: the layout has {} dimension{}, the tensor has {}", what,
+        shape_to_string(shape), to_string(), rank(), rank() == 1 ? "" : "s", shape.size()));
   }
   if (!options.strict) return;
   if (!mesh_) {
-    throw ValueError(fmt::format("{}: {} has no device mesh, so its split sizes are unknown",
-                                 what, to_string()));
+    throw ValueError(fmt::format("{}: {} has no device mesh, so its split sizes are unknown", what,
+                                 to_string()));
   }
   for (size_t d = 0; d < shape.size(); ++d) {
     int64_t parts = 1;
@@ -147,9 +146,10 @@ TensorLayout TensorLayout::from_string(std::string_view text) {
   }
   if (t.substr(0, 7) == "layout[") {
     if (t.back() != ']') {
-      throw ValueError(fmt::format("layout text {} has no closing ']'; expected the form "
-                                   "layout[data,None]",
-                                   quote(text)));
+      throw ValueError(
+          fmt::format("layout text {} has no closing ']'; expected the form "
+                      "layout[data,None]",
+                      quote(text)));
     }
     t = t.substr(7, t.size() - 8);
   }
@@ -173,10 +173,10 @@ TensorLayout TensorLayout::from_string(std::string_view text) {
         if (pieces.size() > 1 && trim(pieces.back()).empty()) pieces.pop_back();
         for (size_t k = 0; k < pieces.size(); ++k) {
           if (trim(pieces[k]).empty()) {
-            fail(fmt::format("dimension {} ({}) has {}", dims.size(),
-                             quote(t.substr(i, close - i + 1)),
-                             pieces.size() == 1 ? "no axis names in its parentheses"
-                                                : fmt::format("an empty axis name at position {}", k)));
+            fail(fmt::format(
+                "dimension {} ({}) has {}", dims.size(), quote(t.substr(i, close - i + 1)),
+                pieces.size() == 1 ? "no axis names in its parentheses"
+                                   : fmt::format("an empty axis name at position {}", k)));
           }
           axes.emplace_back(trim(pieces[k]));
         }
@@ -211,8 +211,6 @@ std::ostream& operator<<(std::ostream& os, const TensorLayout& layout) {
   return os << layout.to_string();
 }
 
-std::ostream& operator<<(std::ostream& os, const DimSharding& dim) {
-  return os << dim.to_string();
-}
+std::ostream& operator<<(std::ostream& os, const DimSharding& dim) { return os << dim.to_string(); }
 
 }  // namespace meshlayout

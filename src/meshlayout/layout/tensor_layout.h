@@ -32,8 +32,8 @@ inline constexpr std::nullopt_t None = std::nullopt;
 class DimSharding {
  public:
   DimSharding() = default;
-  DimSharding(std::nullopt_t) {}                         // NOLINT: implicit, as Python None
-  DimSharding(const char* axis) : axes_{axis} {}         // NOLINT: implicit, as a Python str
+  DimSharding(std::nullopt_t) {}                             // NOLINT: implicit, as Python None
+  DimSharding(const char* axis) : axes_{axis} {}             // NOLINT: implicit, as a Python str
   DimSharding(std::string axis) : axes_{std::move(axis)} {}  // NOLINT
   DimSharding(std::initializer_list<std::string> axes) : axes_(axes) {}
   explicit DimSharding(std::vector<std::string> axes) : axes_(std::move(axes)) {}

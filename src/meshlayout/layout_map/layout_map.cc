@@ -16,9 +16,12 @@ namespace meshlayout {
 
 std::string_view match_mode_name(MatchMode mode) {
   switch (mode) {
-    case MatchMode::kSearch: return "search";
-    case MatchMode::kFullmatch: return "fullmatch";
-    case MatchMode::kFirst: return "first";
+    case MatchMode::kSearch:
+      return "search";
+    case MatchMode::kFullmatch:
+      return "fullmatch";
+    case MatchMode::kFirst:
+      return "first";
   }
   return "search";
 }
@@ -104,8 +107,8 @@ struct LayoutMap::Matcher {
     for (const std::string& p : patterns) {
       std::string error;
       if (set->Add(anchored_for_set(p, m), &error) < 0) {
-        throw InternalError(fmt::format("RE2::Set refused checked pattern {}: {}", quote(p),
-                                        error));
+        throw InternalError(
+            fmt::format("RE2::Set refused checked pattern {}: {}", quote(p), error));
       }
     }
     if (!set->Compile()) {
@@ -116,7 +119,8 @@ struct LayoutMap::Matcher {
   // Indices of every rule whose regex matches `path`, ascending.
   void hits(std::string_view path, std::vector<int>* out) const {
     out->clear();
-    const bool exact_in_set = mode == MatchMode::kSearch || path.find('\n') == std::string_view::npos;
+    const bool exact_in_set =
+        mode == MatchMode::kSearch || path.find('\n') == std::string_view::npos;
     if (set && exact_in_set) {
       RE2::Set::ErrorInfo info;
       bool matched = set->Match(re2::StringPiece(path.data(), path.size()), out, &info);
@@ -132,10 +136,10 @@ struct LayoutMap::Matcher {
     re2::StringPiece text(path.data(), path.size());
     for (size_t i = 0; i < fallback.size(); ++i) {
       const RE2& re = *fallback[i];
-      bool ok = mode == MatchMode::kSearch      ? RE2::PartialMatch(text, re)
-                : mode == MatchMode::kFullmatch ? RE2::FullMatch(text, re)
-                                                : re.Match(text, 0, text.size(), RE2::ANCHOR_START,
-                                                           nullptr, 0);
+      bool ok = mode == MatchMode::kSearch ? RE2::PartialMatch(text, re)
+                : mode == MatchMode::kFullmatch
+                    ? RE2::FullMatch(text, re)
+                    : re.Match(text, 0, text.size(), RE2::ANCHOR_START, nullptr, 0);
       if (ok) out->push_back(static_cast<int>(i));
     }
   }
@@ -220,10 +224,10 @@ void LayoutMap::rebuild_index() {
 
 void LayoutMap::set(std::string key, TensorLayout layout) {
   if (auto it = index_.find(key); it != index_.end()) {
-    throw ValueError(fmt::format(
-        "{} already exists in the LayoutMap with value {}. Please make sure to not use "
-        "duplicated keys.",
-        quote(key), rules_[it->second].layout.to_string()));
+    throw ValueError(
+        fmt::format("{} already exists in the LayoutMap with value {}. Please make sure to not use "
+                    "duplicated keys.",
+                    quote(key), rules_[it->second].layout.to_string()));
   }
   std::string re2_pattern;
   try {
@@ -276,11 +280,11 @@ std::optional<size_t> LayoutMap::match_index(std::string_view path) const {
   if (hits.size() > 1 && mode_ != MatchMode::kFirst) {
     std::vector<std::string> keys;
     for (int h : hits) keys.push_back(rules_[static_cast<size_t>(h)].pattern);
-    throw ValueError(fmt::format(
-        "Path {} matches multiple layout specification keys: {}. Please make sure each "
-        "tensor/variable path only matches at most one layout specification key in the "
-        "LayoutMap.",
-        quote(path), repr_list(keys)));
+    throw ValueError(
+        fmt::format("Path {} matches multiple layout specification keys: {}. Please make sure each "
+                    "tensor/variable path only matches at most one layout specification key in the "
+                    "LayoutMap.",
+                    quote(path), repr_list(keys)));
   }
   return static_cast<size_t>(hits.front());
 }
@@ -322,8 +326,8 @@ MatchExplanation LayoutMap::explain(std::string_view path) const {
 }
 
 std::string MatchExplanation::to_string(const LayoutMap& map) const {
-  std::string out = fmt::format("path {} (mode {}, {} rules)\n", quote(path),
-                                match_mode_name(mode), map.size());
+  std::string out =
+      fmt::format("path {} (mode {}, {} rules)\n", quote(path), match_mode_name(mode), map.size());
   if (exact_rule) {
     out += fmt::format("  rule {:>3}  {}  is the path itself (exact key)\n", *exact_rule,
                        quote(map.rule(*exact_rule).pattern));
@@ -334,8 +338,8 @@ std::string MatchExplanation::to_string(const LayoutMap& map) const {
   }
   switch (verdict) {
     case Verdict::kExact:
-      out += fmt::format("  verdict: rule {} (exact key wins over regexes) -> {}\n",
-                         *chosen_rule, map.rule(*chosen_rule).layout.to_string());
+      out += fmt::format("  verdict: rule {} (exact key wins over regexes) -> {}\n", *chosen_rule,
+                         map.rule(*chosen_rule).layout.to_string());
       break;
     case Verdict::kMatched:
       out += fmt::format("  verdict: rule {}{} -> {}\n", *chosen_rule,
@@ -384,8 +388,8 @@ std::vector<std::string> LayoutMap::keys() const {
 TensorLayout LayoutMap::erase(std::string_view key) {
   auto it = index_.find(key);
   if (it == index_.end()) {
-    throw NotFoundError(fmt::format("LayoutMap has no key {}; its keys are {}", quote(key),
-                                    repr_list(keys())));
+    throw NotFoundError(
+        fmt::format("LayoutMap has no key {}; its keys are {}", quote(key), repr_list(keys())));
   }
   const size_t i = it->second;
   TensorLayout layout = std::move(rules_[i].layout);

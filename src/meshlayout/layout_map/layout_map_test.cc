@@ -95,7 +95,9 @@ TEST_F(LayoutMapTest, FirstModeTakesTheFirstHitInInsertionOrder) {
 TEST_F(LayoutMapTest, RefusesDuplicateKeyAndKeepsTheFirst) {
   LayoutMap map(mesh_);
   map["d1.kernel"] = {None, "model"};
-  EXPECT_EQ(error_of([&] { map["d1.kernel"] = {"model", None}; }),
+  EXPECT_EQ(error_of([&] {
+              map["d1.kernel"] = {"model", None};
+            }),
             "'d1.kernel' already exists in the LayoutMap with value "
             "layout[None,model]@mesh[data=2,model=4]. Please make sure to not use duplicated "
             "keys.");
@@ -105,7 +107,9 @@ TEST_F(LayoutMapTest, RefusesDuplicateKeyAndKeepsTheFirst) {
 
 TEST_F(LayoutMapTest, RefusesRegexThatDoesNotCompileAtInsertion) {
   LayoutMap map(mesh_);
-  EXPECT_EQ(error_of([&] { map["dense[0-9/kernel"] = {None, "model"}; }),
+  EXPECT_EQ(error_of([&] {
+              map["dense[0-9/kernel"] = {None, "model"};
+            }),
             "LayoutMap key 'dense[0-9/kernel' is refused: regex 'dense[0-9/kernel' does not "
             "compile: unterminated character set starting at position 5");
   EXPECT_TRUE(map.empty());
@@ -113,17 +117,23 @@ TEST_F(LayoutMapTest, RefusesRegexThatDoesNotCompileAtInsertion) {
 
 TEST_F(LayoutMapTest, RefusesPythonOnlySyntaxAtInsertion) {
   LayoutMap map(mesh_);
-  EXPECT_THAT(error_of([&] { map["(dense)_\\1"] = {None, "model"}; }),
+  EXPECT_THAT(error_of([&] {
+                map["(dense)_\\1"] = {None, "model"};
+              }),
               HasSubstr("LayoutMap key '(dense)_\\\\1' is refused: regex '(dense)_\\\\1' uses a "
                         "back-reference"));
-  EXPECT_THAT(error_of([&] { map["dense(?!_0)"] = {None, "model"}; }),
+  EXPECT_THAT(error_of([&] {
+                map["dense(?!_0)"] = {None, "model"};
+              }),
               HasSubstr("uses a look-ahead"));
   EXPECT_TRUE(map.empty());
 }
 
 TEST_F(LayoutMapTest, RefusesUnknownAxisAndLeavesTheMapUnchanged) {
   LayoutMap map(mesh_);
-  EXPECT_EQ(error_of([&] { map["dense.*kernel"] = {None, "modle"}; }),
+  EXPECT_EQ(error_of([&] {
+              map["dense.*kernel"] = {None, "modle"};
+            }),
             "LayoutMap key 'dense.*kernel': Invalid axis names for Layout. layout[None,modle] "
             "uses axis ['modle'], which mesh[data=2,model=4] does not have; valid axis names: "
             "['data', 'model']");
@@ -133,7 +143,9 @@ TEST_F(LayoutMapTest, RefusesUnknownAxisAndLeavesTheMapUnchanged) {
 
 TEST_F(LayoutMapTest, RefusesOneAxisTwiceInALayout) {
   LayoutMap map(mesh_);
-  EXPECT_EQ(error_of([&] { map["emb"] = {"model", "model"}; }),
+  EXPECT_EQ(error_of([&] {
+              map["emb"] = {"model", "model"};
+            }),
             "TensorLayout layout[model,model] uses mesh axis 'model' twice (dimensions 0 and "
             "1); a mesh axis may split at most one dimension, once");
 }
@@ -210,12 +222,13 @@ TEST_F(LayoutMapTest, ExplainListsEveryRuleAndTheVerdict) {
   MatchExplanation e = map.explain("dense_1/kernel");
   EXPECT_EQ(e.verdict, MatchExplanation::Verdict::kAmbiguous);
   EXPECT_THAT(e.regex_hits, ElementsAre(0u, 1u));
-  EXPECT_EQ(e.to_string(map),
-            "path 'dense_1/kernel' (mode search, 2 rules)\n"
-            "  rule   0  'dense.*kernel'  matches as a regex -> "
-            "layout[None,model]@mesh[data=2,model=4]\n"
-            "  rule   1  '.*kernel'  matches as a regex -> layout[model,None]@mesh[data=2,model=4]\n"
-            "  verdict: ambiguous: 2 rules match; in mode search a path may match one rule only\n");
+  EXPECT_EQ(
+      e.to_string(map),
+      "path 'dense_1/kernel' (mode search, 2 rules)\n"
+      "  rule   0  'dense.*kernel'  matches as a regex -> "
+      "layout[None,model]@mesh[data=2,model=4]\n"
+      "  rule   1  '.*kernel'  matches as a regex -> layout[model,None]@mesh[data=2,model=4]\n"
+      "  verdict: ambiguous: 2 rules match; in mode search a path may match one rule only\n");
   EXPECT_EQ(map.explain("bias").verdict, MatchExplanation::Verdict::kNoMatch);
   MatchExplanation exact = map.explain(".*kernel");
   EXPECT_EQ(exact.verdict, MatchExplanation::Verdict::kExact);

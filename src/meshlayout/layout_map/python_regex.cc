@@ -15,12 +15,10 @@ namespace meshlayout {
 namespace {
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
-bool is_hex(char c) {
-  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
+bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
-[[noreturn]] void refuse(std::string_view pattern, std::string_view feature, size_t pos,
-                         size_t len, std::string_view hint) {
+[[noreturn]] void refuse(std::string_view pattern, std::string_view feature, size_t pos, size_t len,
+                         std::string_view hint) {
   throw ValueError(fmt::format(
       "regex {} uses {} ({} at position {}), which Python's re has but meshlayout refuses: "
       "rules run on RE2, whose matching time is linear in the path. {}",
@@ -95,7 +93,7 @@ std::string python_regex_to_re2(std::string_view p) {
   std::string out;
   out.reserve(p.size() + 8);
   bool in_class = false;
-  size_t class_start = 0;      // index just after '[' or '[^'
+  size_t class_start = 0;         // index just after '[' or '[^'
   bool after_quantifier = false;  // the previous token was *, +, ? or {…}
   bool after_lazy = false;        // …and was followed by a lazy '?'
   const bool ascii = leading_ascii_flag(p);
@@ -171,7 +169,8 @@ std::string python_regex_to_re2(std::string_view p) {
       }
       if ((d >= 'a' && d <= 'z') || (d >= 'A' && d <= 'Z')) {
         constexpr std::string_view kPythonEscapes = "abfnrtvAZBuUN";
-        if (kPythonEscapes.find(d) == std::string_view::npos || (in_class && (d == 'A' || d == 'Z' || d == 'B'))) {
+        if (kPythonEscapes.find(d) == std::string_view::npos ||
+            (in_class && (d == 'A' || d == 'Z' || d == 'B'))) {
           throw ValueError(fmt::format(
               "regex {} has a bad escape {} at position {} (Python's re does not know it)",
               quote(p), quote(p.substr(i, 2)), i));
@@ -187,8 +186,8 @@ std::string python_regex_to_re2(std::string_view p) {
         }
         for (size_t k = 0; k < n; ++k) {
           if (!is_hex(p[i + 2 + k])) {
-            throw ValueError(fmt::format("regex {} has a bad escape {} at position {}",
-                                         quote(p), quote(p.substr(i, 2 + n)), i));
+            throw ValueError(fmt::format("regex {} has a bad escape {} at position {}", quote(p),
+                                         quote(p.substr(i, 2 + n)), i));
           }
         }
         out += fmt::format("\\x{{{}}}", p.substr(i + 2, n));
@@ -263,8 +262,8 @@ std::string python_regex_to_re2(std::string_view p) {
       if (k == '#') {  // comment: up to the first ')'
         size_t close = p.find(')', i);
         if (close == std::string_view::npos) {
-          throw ValueError(fmt::format("regex {} has an unterminated comment at position {}",
-                                       quote(p), i));
+          throw ValueError(
+              fmt::format("regex {} has an unterminated comment at position {}", quote(p), i));
         }
         i = close + 1;
         at_start = token_at_start;  // a comment does not end the leading flags
@@ -287,7 +286,8 @@ std::string python_regex_to_re2(std::string_view p) {
             "start of the pattern (or use a scoped group like (?i:...))",
             quote(p), quote(p.substr(i, j - i + 1)), i));
       }
-      if (j > i + 2 && j < p.size() && p[j] == ':' && p.substr(i + 2, j - i - 2).find('a') != std::string_view::npos) {
+      if (j > i + 2 && j < p.size() && p[j] == ':' &&
+          p.substr(i + 2, j - i - 2).find('a') != std::string_view::npos) {
         refuse(p, "a scoped ASCII flag", i, j - i + 1,
                "Put (?a) at the start of the pattern to make every class ASCII.");
       }
@@ -306,9 +306,8 @@ std::string python_regex_to_re2(std::string_view p) {
         i += 2;
         continue;
       }
-      throw ValueError(fmt::format(
-          "regex {} has an unknown group extension {} at position {}", quote(p),
-          quote(p.substr(i, 3)), i));
+      throw ValueError(fmt::format("regex {} has an unknown group extension {} at position {}",
+                                   quote(p), quote(p.substr(i, 3)), i));
     }
     if (c == '*' || c == '+' || c == '?') {
       if (after_quantifier && !after_lazy && c == '+') {
@@ -354,9 +353,9 @@ std::string python_regex_to_re2(std::string_view p) {
     after_quantifier = after_lazy = false;
   }
   if (in_class) {
-    throw ValueError(fmt::format(
-        "regex {} does not compile: unterminated character set starting at position {}",
-        quote(p), class_start > 0 ? class_start - 1 : 0));
+    throw ValueError(
+        fmt::format("regex {} does not compile: unterminated character set starting at position {}",
+                    quote(p), class_start > 0 ? class_start - 1 : 0));
   }
   RE2::Options options;
   options.set_log_errors(false);

@@ -34,7 +34,9 @@ std::string excerpt(const json& j) { return json_excerpt(j); }
 }
 
 DeviceMesh parse_mesh(const json& j, std::string_view source) {
-  if (!j.is_object()) fail(source, "\"mesh\"", "must be an object with \"shape\" and \"axis_names\", got " + type_name(j));
+  if (!j.is_object())
+    fail(source, "\"mesh\"",
+         "must be an object with \"shape\" and \"axis_names\", got " + type_name(j));
   for (const auto& [key, value] : j.items()) {
     if (key != "shape" && key != "axis_names" && key != "devices") {
       fail(source, "\"mesh\"",
@@ -48,7 +50,8 @@ DeviceMesh parse_mesh(const json& j, std::string_view source) {
   }
   std::vector<int64_t> shape;
   const json& s = j["shape"];
-  if (!s.is_array()) fail(source, "\"mesh\".\"shape\"", "must be a list of integers, got " + type_name(s));
+  if (!s.is_array())
+    fail(source, "\"mesh\".\"shape\"", "must be a list of integers, got " + type_name(s));
   for (size_t i = 0; i < s.size(); ++i) {
     if (!s[i].is_number_integer() ||
         (s[i].is_number_unsigned() && s[i].get<uint64_t>() > uint64_t{INT64_MAX})) {
@@ -61,7 +64,8 @@ DeviceMesh parse_mesh(const json& j, std::string_view source) {
   auto strings = [&](const json& a, std::string_view name) {
     std::vector<std::string> out;
     if (!a.is_array()) {
-      fail(source, fmt::format("\"mesh\".\"{}\"", name), "must be a list of strings, got " + type_name(a));
+      fail(source, fmt::format("\"mesh\".\"{}\"", name),
+           "must be a list of strings, got " + type_name(a));
     }
     for (size_t i = 0; i < a.size(); ++i) {
       if (!a[i].is_string()) {
@@ -164,9 +168,11 @@ RulesFile parse_rules_json(std::string_view json_text, std::string_view source) 
                        quote(key)));
     }
   }
-  if (root.contains("mesh") && !root["mesh"].is_null()) file.mesh = parse_mesh(root["mesh"], source);
+  if (root.contains("mesh") && !root["mesh"].is_null())
+    file.mesh = parse_mesh(root["mesh"], source);
   if (root.contains("mode")) {
-    if (!root["mode"].is_string()) fail(source, "\"mode\"", "must be a string, got " + type_name(root["mode"]));
+    if (!root["mode"].is_string())
+      fail(source, "\"mode\"", "must be a string, got " + type_name(root["mode"]));
     try {
       file.mode = parse_match_mode(root["mode"].get<std::string>());
     } catch (const ValueError& e) {
@@ -175,7 +181,8 @@ RulesFile parse_rules_json(std::string_view json_text, std::string_view source) 
   }
   if (!root.contains("rules")) fail(source, "top level", "has no \"rules\" list");
   const json& rules = root["rules"];
-  if (!rules.is_array()) fail(source, "\"rules\"", "must be a list of [pattern, layout] pairs, got " + type_name(rules));
+  if (!rules.is_array())
+    fail(source, "\"rules\"", "must be a list of [pattern, layout] pairs, got " + type_name(rules));
   for (size_t i = 0; i < rules.size(); ++i) {
     const std::string where = fmt::format("rules[{}]", i);
     const json& r = rules[i];

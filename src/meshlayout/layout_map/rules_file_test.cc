@@ -141,7 +141,8 @@ TEST_F(RulesFileTest, DeepNestingIsRefusedWithTheLimit) {
   // Within the limit, the bad value is still quoted (shortly).
   EXPECT_EQ(error_of(R"({"rules": [["a", [)" + std::string(50, '[') + std::string(52, ']') + "]}"),
             "rules file 'r.json': rules[0] layout entry 0: a list of axes must hold axis names, "
-            "got a list " + std::string(49, '[') + std::string(8, ']') + "... at position 0");
+            "got a list " +
+                std::string(49, '[') + std::string(8, ']') + "... at position 0");
 }
 
 TEST_F(RulesFileTest, DuplicateKeysAreRefusedAtAnyLevel) {
@@ -167,12 +168,14 @@ TEST_F(RulesFileTest, OnlyRegularFilesOfBoundedSizeAreRead) {
   EXPECT_EQ(load_error("/dev/zero"),
             "rules file '/dev/zero' is a character device, not a regular file");
   EXPECT_EQ(load_error("/"), "rules file '/' is a directory, not a regular file");
-  EXPECT_EQ(load_error("/nonexistent/rules.json"), "rules file '/nonexistent/rules.json' does not exist");
+  EXPECT_EQ(load_error("/nonexistent/rules.json"),
+            "rules file '/nonexistent/rules.json' does not exist");
 }
 
 // A 50 MB pattern gave a 150 MB message: quoted values are cut.
 TEST_F(RulesFileTest, HugeBadPatternGivesAShortMessage) {
-  const std::string error = error_of(R"({"rules": [[")" + std::string(1 << 20, 'a') + R"((", [null]]]})");
+  const std::string error =
+      error_of(R"({"rules": [[")" + std::string(1 << 20, 'a') + R"((", [null]]]})");
   EXPECT_THAT(error, HasSubstr("rules[0] ('aaaa"));
   EXPECT_THAT(error, HasSubstr("…' (1048577 bytes)"));
   EXPECT_LT(error.size(), 1500u);

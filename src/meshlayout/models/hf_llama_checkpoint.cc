@@ -59,7 +59,8 @@ void permute_loop(const T* src, const Shape& src_shape, std::span<const int> per
         for (int64_t ib = b0; ib < b1; ++ib) {
           const T* in = src + s + ib * src_strides[b];
           float* o = dst + d + ib * dst_strides[b];
-          for (int64_t ia = a0; ia < a1; ++ia) o[ia * dst_strides[a]] = load(in[ia * src_strides[a]]);
+          for (int64_t ia = a0; ia < a1; ++ia)
+            o[ia * dst_strides[a]] = load(in[ia * src_strides[a]]);
         }
       }
     }
@@ -166,7 +167,8 @@ void check_layer_count(const LlamaConfig& config, const Checkpoint& ckpt, const 
 // exited 0. Each process checks the shards it loaded (in parallel; one pass over memory it
 // just wrote) and names the first bad tensor and element; load_hf_llama agrees the failure.
 void refuse_non_finite_weights(const HfLlamaCheckpoint& checkpoint,
-                               const std::vector<std::pair<size_t, Array*>>& work, ThreadPool& pool) {
+                               const std::vector<std::pair<size_t, Array*>>& work,
+                               ThreadPool& pool) {
   struct Check {
     size_t mapping;
     const Array::Shard* shard;
@@ -200,10 +202,13 @@ void refuse_non_finite_weights(const HfLlamaCheckpoint& checkpoint,
       index[d] = box.offset[d] + rest % box.shape[d];
       rest /= box.shape[d];
     }
-    const float value = reinterpret_cast<const float*>(checks[i].shard->buffer.data())[first_bad[i]];
+    const float value =
+        reinterpret_cast<const float*>(checks[i].shard->buffer.data())[first_bad[i]];
     throw ValueError(fmt::format(
-        "tensor {} in Llama checkpoint {} holds a non-finite value ({} at index {} of {}): a model with "
-        "NaN or infinite weights computes only NaN; the checkpoint is corrupt or was saved from a diverged run",
+        "tensor {} in Llama checkpoint {} holds a non-finite value ({} at index {} of {}): a model "
+        "with "
+        "NaN or infinite weights computes only NaN; the checkpoint is corrupt or was saved from a "
+        "diverged run",
         quote(m.hf_name), quote(checkpoint.path()), value, repr_ints(index), quote(m.keras_path)));
   }
 }
@@ -246,12 +251,12 @@ std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
     add(k + "feedforward_layernorm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
         d_fields);
     const std::string ff_d = fmt::format("(intermediate_size, hidden_size) = ({}, {})", ff, d);
-    add(k + "feedforward_gate_dense/kernel", h + "mlp.gate_proj.weight", {ff, d}, {ff, d},
-        {1, 0}, ff_d);
+    add(k + "feedforward_gate_dense/kernel", h + "mlp.gate_proj.weight", {ff, d}, {ff, d}, {1, 0},
+        ff_d);
     add(k + "feedforward_intermediate_dense/kernel", h + "mlp.up_proj.weight", {ff, d}, {ff, d},
         {1, 0}, ff_d);
-    add(k + "feedforward_output_dense/kernel", h + "mlp.down_proj.weight", {d, ff}, {d, ff},
-        {1, 0}, fmt::format("(hidden_size, intermediate_size) = ({}, {})", d, ff));
+    add(k + "feedforward_output_dense/kernel", h + "mlp.down_proj.weight", {d, ff}, {d, ff}, {1, 0},
+        fmt::format("(hidden_size, intermediate_size) = ({}, {})", d, ff));
   }
   add("sequence_output_layernorm/scale", "model.norm.weight", {d}, {d}, {0}, d_fields);
   if (!c.tie_word_embeddings) {
@@ -283,9 +288,9 @@ HfLlamaCheckpoint HfLlamaCheckpoint::open(const std::string& dir) {
     if (ckpt.find(m.hf_name).second == nullptr) missing.push_back(m.hf_name);
   }
   if (!missing.empty()) {
-    throw NotFoundError(fmt::format(
-        "Llama checkpoint {} lacks {} of the {} tensors its config.json implies: {}", quote(dir),
-        missing.size(), h.mappings_.size(), list_names(missing)));
+    throw NotFoundError(
+        fmt::format("Llama checkpoint {} lacks {} of the {} tensors its config.json implies: {}",
+                    quote(dir), missing.size(), h.mappings_.size(), list_names(missing)));
   }
   std::vector<std::string> unexpected;
   for (const auto& [file, info] : ckpt.tensors()) {
@@ -293,8 +298,9 @@ HfLlamaCheckpoint HfLlamaCheckpoint::open(const std::string& dir) {
     if (info->name.ends_with("rotary_emb.inv_freq")) {
       h.ignored_.push_back(info->name + " (a RoPE buffer; recomputed from rope_theta)");
     } else if (info->name == "lm_head.weight" && config.tie_word_embeddings) {
-      h.ignored_.push_back(info->name + " (tie_word_embeddings is true: the output projection "
-                                        "is token_embedding/embeddings transposed)");
+      h.ignored_.push_back(info->name +
+                           " (tie_word_embeddings is true: the output projection "
+                           "is token_embedding/embeddings transposed)");
     } else {
       unexpected.push_back(info->name);
     }
@@ -303,22 +309,24 @@ HfLlamaCheckpoint HfLlamaCheckpoint::open(const std::string& dir) {
     throw ValueError(fmt::format(
         "Llama checkpoint {} holds {} tensor(s) a LlamaForCausalLM of its config.json does not "
         "have: {} (expected model.embed_tokens.weight, model.layers.{{0..{}}}.*, model.norm."
-        "weight{})", quote(dir), unexpected.size(), list_names(unexpected),
-        config.num_hidden_layers - 1, config.tie_word_embeddings ? "" : ", lm_head.weight"));
+        "weight{})",
+        quote(dir), unexpected.size(), list_names(unexpected), config.num_hidden_layers - 1,
+        config.tie_word_embeddings ? "" : ", lm_head.weight"));
   }
   for (const HfWeightMapping& m : h.mappings_) {
     const auto [file, info] = ckpt.find(m.hf_name);
     if (info->shape != m.hf_shape) {
       throw ValueError(fmt::format(
           "tensor {} in Llama checkpoint {} has shape {}, but config.json implies {}: {}",
-          quote(m.hf_name), quote(dir), shape_to_string(info->shape),
-          shape_to_string(m.hf_shape), m.hf_shape_fields));
+          quote(m.hf_name), quote(dir), shape_to_string(info->shape), shape_to_string(m.hf_shape),
+          m.hf_shape_fields));
     }
     if (!info->dtype || !(*info->dtype == DType::kF32 || *info->dtype == DType::kBF16 ||
                           *info->dtype == DType::kF16)) {
-      throw ValueError(fmt::format("tensor {} in Llama checkpoint {} has dtype {}, expected "
-                                   "F32, BF16 or F16", quote(m.hf_name), quote(dir),
-                                   info->dtype_name));
+      throw ValueError(
+          fmt::format("tensor {} in Llama checkpoint {} has dtype {}, expected "
+                      "F32, BF16 or F16",
+                      quote(m.hf_name), quote(dir), info->dtype_name));
     }
     TensorInfo view = *info;
     view.shape = m.view_shape;  // the same bytes, row-major: a free reshape
@@ -362,21 +370,22 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
       throw ValueError(fmt::format(
           "{} is not a variable of this Llama ({} layers, {}tied embeddings); variables are "
           "named like 'token_embedding/embeddings', 'transformer_layer_0/self_attention/query/"
-          "kernel', 'sequence_output_layernorm/scale'", quote(path),
-          checkpoint.config().num_hidden_layers,
+          "kernel', 'sequence_output_layernorm/scale'",
+          quote(path), checkpoint.config().num_hidden_layers,
           checkpoint.config().tie_word_embeddings ? "" : "un"));
     }
     if (array == nullptr) throw ValueError(fmt::format("the target of {} is null", quote(path)));
     if (array->shape() != m->keras_shape || array->dtype() != DType::kF32) {
-      throw ValueError(fmt::format(
-          "the target of {} is {} {}, expected F32 {} (from {} {} {})", quote(path),
-          dtype_name(array->dtype()), shape_to_string(array->shape()),
-          shape_to_string(m->keras_shape), quote(m->hf_name), shape_to_string(m->hf_shape),
-          m->hf_shape_fields));
+      throw ValueError(fmt::format("the target of {} is {} {}, expected F32 {} (from {} {} {})",
+                                   quote(path), dtype_name(array->dtype()),
+                                   shape_to_string(array->shape()), shape_to_string(m->keras_shape),
+                                   quote(m->hf_name), shape_to_string(m->hf_shape),
+                                   m->hf_shape_fields));
     }
     if (runtime && array->runtime_ptr() != runtime) {
-      throw ValueError("the targets of load_hf_llama live on different runtimes; one call "
-                       "handles the arrays of one runtime");
+      throw ValueError(
+          "the targets of load_hf_llama live on different runtimes; one call "
+          "handles the arrays of one runtime");
     }
     runtime = array->runtime_ptr();
     work.emplace_back(static_cast<size_t>(m - checkpoint.mappings().data()), array);
@@ -388,8 +397,8 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
   struct Piece {
     size_t mapping;
     Array::Shard* shard;
-    Box keras_box;  // inside shard->box
-    Box view_box;   // the same region in the file's (view) coordinates
+    Box keras_box;           // inside shard->box
+    Box view_box;            // the same region in the file's (view) coordinates
     uint64_t staging_bytes;  // 0: read straight into the shard
   };
   std::vector<Piece> pieces;
@@ -412,8 +421,8 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
       }
       readers.push_back(&shard);
       report.box_bytes += static_cast<uint64_t>(shard.box.num_elements()) * view.element_size;
-      std::vector<Box> parts = direct ? std::vector<Box>{shard.box}
-                                      : split_box(shard.box, max_elements);
+      std::vector<Box> parts =
+          direct ? std::vector<Box>{shard.box} : split_box(shard.box, max_elements);
       for (Box& part : parts) {
         Box view_box{Shape(part.shape.size()), Shape(part.shape.size())};
         for (size_t i = 0; i < m.perm.size(); ++i) {

@@ -14,7 +14,8 @@
 //   Array q = Array::allocate(TensorLayout({"model", "batch", None}, mesh),
 //                             ckpt.find("transformer_layer_0/self_attention/query/kernel")
 //                                 ->keras_shape, DType::kF32);
-//   HfLoadReport r = load_hf_llama(ckpt, {{"transformer_layer_0/self_attention/query/kernel", &q}});
+//   HfLoadReport r = load_hf_llama(ckpt, {{"transformer_layer_0/self_attention/query/kernel",
+//   &q}});
 #pragma once
 
 #include <cstdint>
@@ -100,10 +101,10 @@ struct HfLoadOptions {
 };
 
 struct HfLoadReport {
-  int64_t tensors_loaded = 0;  // targets filled
-  uint64_t bytes_read = 0;     // tensor bytes this process read from the files
-  uint64_t box_bytes = 0;      // bytes of this process's distinct boxes, in the files' dtypes
-  uint64_t max_piece_bytes = 0;             // the largest staging piece (0: all read directly)
+  int64_t tensors_loaded = 0;    // targets filled
+  uint64_t bytes_read = 0;       // tensor bytes this process read from the files
+  uint64_t box_bytes = 0;        // bytes of this process's distinct boxes, in the files' dtypes
+  uint64_t max_piece_bytes = 0;  // the largest staging piece (0: all read directly)
   std::vector<std::string> ignored_tensors;  // as HfLlamaCheckpoint::ignored_tensors()
 };
 

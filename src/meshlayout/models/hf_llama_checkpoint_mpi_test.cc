@@ -53,9 +53,10 @@ TEST_F(HfLlamaMpiTest, EachProcessLoadsAndReadsOnlyItsShards) {
       std::map<std::string, Array> saved;
       std::map<std::string, const Array*> by_path;
       for (const auto& [path, w] : weights) {
-        saved.emplace(path, distribute_tensor(w, testing::scheme_layout(Scheme::kFirstDim, path,
-                                                                        w.shape().size(), mesh),
-                                              {.runtime = rt_}));
+        saved.emplace(
+            path, distribute_tensor(
+                      w, testing::scheme_layout(Scheme::kFirstDim, path, w.shape().size(), mesh),
+                      {.runtime = rt_}));
         by_path.emplace(path, &saved.at(path));
       }
       save_hf_llama(dir_.string(), config, by_path, dtype, shards);
@@ -67,10 +68,10 @@ TEST_F(HfLlamaMpiTest, EachProcessLoadsAndReadsOnlyItsShards) {
       std::map<std::string, Array> arrays;
       std::map<std::string, Array*> targets;
       for (const HfWeightMapping& m : hf_llama_weight_mappings(config)) {
-        arrays.emplace(m.keras_path, Array::allocate(testing::scheme_layout(
-                                                         scheme, m.keras_path,
-                                                         m.keras_shape.size(), mesh),
-                                                     m.keras_shape, DType::kF32, rt_));
+        arrays.emplace(m.keras_path,
+                       Array::allocate(
+                           testing::scheme_layout(scheme, m.keras_path, m.keras_shape.size(), mesh),
+                           m.keras_shape, DType::kF32, rt_));
         targets.emplace(m.keras_path, &arrays.at(m.keras_path));
       }
       const uint64_t before = ckpt.checkpoint().bytes_read();
@@ -84,7 +85,8 @@ TEST_F(HfLlamaMpiTest, EachProcessLoadsAndReadsOnlyItsShards) {
         for (const Array::Shard& s : a.local_shards()) {
           if (!s.box.empty()) boxes.insert({s.box.offset, s.box.shape});
         }
-        for (const auto& [offset, shape] : boxes) own += element * static_cast<uint64_t>(num_elements(shape));
+        for (const auto& [offset, shape] : boxes)
+          own += element * static_cast<uint64_t>(num_elements(shape));
       }
       EXPECT_EQ(report.box_bytes, own);
       EXPECT_LE(static_cast<double>(read), 1.1 * static_cast<double>(own));
@@ -121,9 +123,10 @@ TEST_F(HfLlamaMpiTest, AReadFailureInOneProcessIsThrownByAll) {
   std::map<std::string, Array*> targets;
   std::map<std::string, const Array*> by_path;
   for (const auto& [path, w] : weights) {
-    arrays.emplace(path, distribute_tensor(w, testing::scheme_layout(Scheme::kFirstDim, path,
-                                                                     w.shape().size(), mesh),
-                                           {.runtime = rt_}));
+    arrays.emplace(path,
+                   distribute_tensor(
+                       w, testing::scheme_layout(Scheme::kFirstDim, path, w.shape().size(), mesh),
+                       {.runtime = rt_}));
     targets.emplace(path, &arrays.at(path));
     by_path.emplace(path, &arrays.at(path));
   }

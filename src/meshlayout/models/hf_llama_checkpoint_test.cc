@@ -46,10 +46,9 @@ class HfLlamaTest : public ::testing::Test {
                                         const DeviceMesh& mesh) {
     std::map<std::string, Array> out;
     for (const HfWeightMapping& m : hf_llama_weight_mappings(config)) {
-      out.emplace(m.keras_path,
-                  Array::allocate(testing::scheme_layout(scheme, m.keras_path,
-                                                         m.keras_shape.size(), mesh),
-                                  m.keras_shape, DType::kF32, rt_));
+      out.emplace(m.keras_path, Array::allocate(testing::scheme_layout(scheme, m.keras_path,
+                                                                       m.keras_shape.size(), mesh),
+                                                m.keras_shape, DType::kF32, rt_));
     }
     return out;
   }
@@ -131,8 +130,8 @@ TEST(HfLlamaMappingTest, GroupedQueryAttentionAndTiedShapes) {
             (Shape{24, 2, 4}));
   EXPECT_EQ(mapping(all, "transformer_layer_0/self_attention/query/kernel").keras_shape,
             (Shape{24, 6, 4}));
-  EXPECT_EQ(mapping(all, "transformer_layer_0/self_attention/attention_output/kernel")
-                .keras_shape, (Shape{6, 4, 24}));
+  EXPECT_EQ(mapping(all, "transformer_layer_0/self_attention/attention_output/kernel").keras_shape,
+            (Shape{6, 4, 24}));
 }
 
 // The HF element order, on a file written without save_hf_llama: q_proj row h·hd + j, column
@@ -162,10 +161,10 @@ TEST_F(HfLlamaTest, HuggingFaceElementOrderOnAHandWrittenFile) {
       }
     }
   }
-  const HostTensor gate = at("transformer_layer_0/feedforward_gate_dense/kernel");  // (d, ff)
+  const HostTensor gate = at("transformer_layer_0/feedforward_gate_dense/kernel");    // (d, ff)
   const HostTensor down = at("transformer_layer_0/feedforward_output_dense/kernel");  // (ff, d)
-  const HostTensor rev = at("token_embedding/reverse_embeddings");                     // (d, V)
-  const HostTensor emb = at("token_embedding/embeddings");                             // (V, d)
+  const HostTensor rev = at("token_embedding/reverse_embeddings");                    // (d, V)
+  const HostTensor emb = at("token_embedding/embeddings");                            // (V, d)
   for (int64_t col = 0; col < d; ++col) {
     for (int64_t f = 0; f < 24; ++f) {
       ASSERT_EQ(gate.data_as<float>()[col * 24 + f], static_cast<float>(f * 1000 + col));
@@ -200,9 +199,8 @@ TEST_F(HfLlamaTest, RoundTripsIntoEveryLayout) {
       for (const DeviceMesh* mesh : {static_cast<const DeviceMesh*>(&mesh_), &flat}) {
         if (mesh == &flat && (scheme == Scheme::kKerasHub || scheme == Scheme::kSwapped)) continue;
         SCOPED_TRACE(fmt::format("{} heads {} kv {} {} on {}", dtype_name(model.dtype),
-                                 model.config.num_attention_heads,
-                                 model.config.num_key_value_heads, testing::scheme_name(scheme),
-                                 mesh->to_string()));
+                                 model.config.num_attention_heads, model.config.num_key_value_heads,
+                                 testing::scheme_name(scheme), mesh->to_string()));
         auto arrays = allocate(model.config, scheme, *mesh);
         const uint64_t before = ckpt.checkpoint().bytes_read();
         HfLoadReport report = load_hf_llama(ckpt, pointers(arrays), {.max_piece_bytes = 512});
@@ -211,8 +209,7 @@ TEST_F(HfLlamaTest, RoundTripsIntoEveryLayout) {
         EXPECT_EQ(ckpt.checkpoint().bytes_read() - before, report.box_bytes);
         EXPECT_LE(report.max_piece_bytes, 512u);
         for (const auto& [path, w] : weights) {
-          EXPECT_TRUE(arrays.at(path).gather() == testing::rounded_through(w, model.dtype))
-              << path;
+          EXPECT_TRUE(arrays.at(path).gather() == testing::rounded_through(w, model.dtype)) << path;
         }
       }
     }
@@ -234,7 +231,8 @@ TEST_F(HfLlamaTest, ReadsExactlyTheBytesOfTheDistinctBoxes) {
       const Box b = a.geometry().box(p);
       if (!b.empty()) boxes.insert({b.offset, b.shape});
     }
-    for (const auto& [offset, shape] : boxes) expected += 2 * static_cast<uint64_t>(num_elements(shape));
+    for (const auto& [offset, shape] : boxes)
+      expected += 2 * static_cast<uint64_t>(num_elements(shape));
   }
   const uint64_t before = ckpt.checkpoint().bytes_read();
   for (VirtualDevice* d : rt_->local_devices()) d->memory().reset_peak();
@@ -260,7 +258,8 @@ TEST_F(HfLlamaTest, ShardedIndexCheckpoint) {
   const nlohmann::json index = nlohmann::json::parse(in);
   std::set<std::string> files;
   uint64_t total = 0;
-  for (const auto& [name, file] : index["weight_map"].items()) files.insert(file.get<std::string>());
+  for (const auto& [name, file] : index["weight_map"].items())
+    files.insert(file.get<std::string>());
   EXPECT_EQ(index["weight_map"].size(), weights.size());
   EXPECT_EQ(files.size(), 4u);
   EXPECT_TRUE(files.contains("model-00001-of-00004.safetensors"));
@@ -287,9 +286,13 @@ TEST_F(HfLlamaTest, SubsetOfTargetsAndTheirRefusals) {
   EXPECT_EQ(r.tensors_loaded, 1);
   EXPECT_EQ(r.max_piece_bytes, 0u);  // F32, not transposed: read straight into the shards
   EXPECT_TRUE(emb.gather() == weights.at("token_embedding/embeddings"));
-  std::string m = ValueErrorMessage([&] { load_hf_llama(ckpt, {{"transformer_layer_2/x", &emb}}); });
+  std::string m = ValueErrorMessage([&] {
+    load_hf_llama(ckpt, {{"transformer_layer_2/x", &emb}});
+  });
   EXPECT_TRUE(HasSubstr(m, "'transformer_layer_2/x' is not a variable of this Llama (2 layers"));
-  m = ValueErrorMessage([&] { load_hf_llama(ckpt, {{"token_embedding/reverse_embeddings", &emb}}); });
+  m = ValueErrorMessage([&] {
+    load_hf_llama(ckpt, {{"token_embedding/reverse_embeddings", &emb}});
+  });
   EXPECT_TRUE(HasSubstr(m, "is F32 (37, 16), expected F32 (16, 37)"));
   Array f64 = Array::allocate(TensorLayout({None, None}, mesh_), {37, 16}, DType::kF64, rt_);
   m = ValueErrorMessage([&] { load_hf_llama(ckpt, {{"token_embedding/embeddings", &f64}}); });
@@ -325,16 +328,18 @@ TEST_F(HfLlamaTest, OpenRefusesCheckpointsThatDoNotMatchTheConfig) {
     t.emplace("model.layers.0.self_attn.rotary_emb.inv_freq", HostTensor(DType::kF32, {2}));
     const std::string m = open_error(t);
     EXPECT_TRUE(HasSubstr(m, "ValueError"));
-    EXPECT_TRUE(HasSubstr(m, "holds 1 tensor(s) a LlamaForCausalLM of its config.json does not "
-                             "have: 'model.layers.0.self_attn.q_proj.bias'"));
+    EXPECT_TRUE(HasSubstr(m,
+                          "holds 1 tensor(s) a LlamaForCausalLM of its config.json does not "
+                          "have: 'model.layers.0.self_attn.q_proj.bias'"));
   }
   {
     auto t = tensors;
     t.at("model.layers.0.mlp.up_proj.weight") = HostTensor(DType::kF32, {20, 16});
     const std::string m = open_error(t);
     EXPECT_TRUE(HasSubstr(m, "tensor 'model.layers.0.mlp.up_proj.weight'"));
-    EXPECT_TRUE(HasSubstr(m, "has shape (20, 16), but config.json implies (24, 16): "
-                             "(intermediate_size, hidden_size) = (24, 16)"));
+    EXPECT_TRUE(HasSubstr(m,
+                          "has shape (20, 16), but config.json implies (24, 16): "
+                          "(intermediate_size, hidden_size) = (24, 16)"));
   }
   {
     auto t = tensors;
@@ -359,8 +364,10 @@ TEST_F(HfLlamaTest, OpenRefusesCheckpointsThatDoNotMatchTheConfig) {
     json.replace(json.find(field), field.size(), fmt::format("\"num_hidden_layers\": {}", layers));
     const std::string m = open_error(tensors, json);
     EXPECT_TRUE(HasSubstr(m, "ValueError")) << m;
-    EXPECT_TRUE(HasSubstr(m, fmt::format("says num_hidden_layers = {}, but the checkpoint holds the tensors of 2 "
-                                         "layer(s) (model.layers.0 to model.layers.1)", layers)))
+    EXPECT_TRUE(HasSubstr(
+        m, fmt::format("says num_hidden_layers = {}, but the checkpoint holds the tensors of 2 "
+                       "layer(s) (model.layers.0 to model.layers.1)",
+                       layers)))
         << m;
   }
   fs::remove(dir_ / "config.json");
@@ -376,7 +383,8 @@ TEST_F(HfLlamaTest, OpenRefusesCheckpointsThatDoNotMatchTheConfig) {
 // at load, naming the tensor, the value and the element in the Keras variable's coordinates.
 TEST_F(HfLlamaTest, NonFiniteWeightsAreRefusedAtLoad) {
   const LlamaConfig c = testing::tiny_config(4, 2, false);
-  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
     auto tensors = testing::formula_tensors(c);
     HostTensor& down = tensors.at("model.layers.1.mlp.down_proj.weight");  // (d, ff)
     const int64_t ff = down.shape()[1];
@@ -387,10 +395,11 @@ TEST_F(HfLlamaTest, NonFiniteWeightsAreRefusedAtLoad) {
     for (Scheme scheme : {Scheme::kKerasHub, Scheme::kReplicated}) {
       auto arrays = allocate(c, scheme, mesh_);
       const std::string m = ValueErrorMessage([&] { load_hf_llama(ckpt, pointers(arrays)); });
-      EXPECT_TRUE(HasSubstr(m, fmt::format("tensor 'model.layers.1.mlp.down_proj.weight' in Llama checkpoint {} "
-                                           "holds a non-finite value ({} at index [5, 3] of "
-                                           "'transformer_layer_1/feedforward_output_dense/kernel')",
-                                           quote(dir_.string()), bad)))
+      EXPECT_TRUE(HasSubstr(
+          m, fmt::format("tensor 'model.layers.1.mlp.down_proj.weight' in Llama checkpoint {} "
+                         "holds a non-finite value ({} at index [5, 3] of "
+                         "'transformer_layer_1/feedforward_output_dense/kernel')",
+                         quote(dir_.string()), bad)))
           << m;
       // Opting out loads it as it is.
       EXPECT_NO_THROW(load_hf_llama(ckpt, pointers(arrays), {.refuse_non_finite = false}));
@@ -410,16 +419,19 @@ TEST_F(HfLlamaTest, TiedLmHeadAndRopeBuffersAreIgnored) {
   HfLoadReport r = load_hf_llama(ckpt, pointers(arrays));
   ASSERT_EQ(r.ignored_tensors.size(), 2u);
   EXPECT_TRUE(HasSubstr(r.ignored_tensors[0] + r.ignored_tensors[1], "lm_head.weight (tie_word"));
-  EXPECT_TRUE(HasSubstr(r.ignored_tensors[0] + r.ignored_tensors[1], "rotary_emb.inv_freq (a RoPE"));
+  EXPECT_TRUE(
+      HasSubstr(r.ignored_tensors[0] + r.ignored_tensors[1], "rotary_emb.inv_freq (a RoPE"));
 }
 
 TEST_F(HfLlamaTest, SaveRefusesIncompleteOrMisshapenVariables) {
   const LlamaConfig c = testing::tiny_config(4, 2, false);
   Array emb = Array::allocate(TensorLayout({None, None}, mesh_), {37, 16}, DType::kF32, rt_);
-  std::string m = ValueErrorMessage(
-      [&] { save_hf_llama(dir_.string(), c, {{"token_embedding/embeddings", &emb}}); });
-  EXPECT_TRUE(HasSubstr(m, "needs every variable of the model; missing "
-                           "'transformer_layer_0/self_attention_layernorm/scale'"));
+  std::string m = ValueErrorMessage([&] {
+    save_hf_llama(dir_.string(), c, {{"token_embedding/embeddings", &emb}});
+  });
+  EXPECT_TRUE(HasSubstr(m,
+                        "needs every variable of the model; missing "
+                        "'transformer_layer_0/self_attention_layernorm/scale'"));
   m = ValueErrorMessage([&] { save_hf_llama(dir_.string(), c, {{"dense/kernel", &emb}}); });
   EXPECT_TRUE(HasSubstr(m, "'dense/kernel' is not a variable of this Llama"));
   m = ValueErrorMessage([&] { save_hf_llama(dir_.string(), c, {}, DType::kI32); });

@@ -95,12 +95,12 @@ std::string rope_type_of(const FieldReader& outer, std::string_view field, const
   return "default";
 }
 
-void refuse_rope_scaling(std::string_view source, std::string_view field,
-                         const std::string& type) {
+void refuse_rope_scaling(std::string_view source, std::string_view field, const std::string& type) {
   if (type == "default" || type == "none") return;
   throw ValueError(fmt::format(
       "{}: {} has rope type {}, which is not supported: meshlayout's Llama uses plain RoPE "
-      "(rope_scaling null, or rope_type 'default')", source, quote(field), quote(type)));
+      "(rope_scaling null, or rope_type 'default')",
+      source, quote(field), quote(type)));
 }
 
 }  // namespace
@@ -124,24 +124,28 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
       return a.is_string() && a.get<std::string>() == "LlamaForCausalLM";
     });
     if (!llama) {
-      throw ValueError(fmt::format("{}: unsupported architecture {} (architectures), expected "
-                                   "LlamaForCausalLM", source, json_excerpt(*arch)));
+      throw ValueError(
+          fmt::format("{}: unsupported architecture {} (architectures), expected "
+                      "LlamaForCausalLM",
+                      source, json_excerpt(*arch)));
     }
   }
   const std::string model_type = f.string("model_type", "llama");
   if (model_type != "llama") {
-    throw ValueError(fmt::format("{}: unsupported model_type {}, expected 'llama'", source,
-                                 quote(model_type)));
+    throw ValueError(
+        fmt::format("{}: unsupported model_type {}, expected 'llama'", source, quote(model_type)));
   }
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") {
-    throw ValueError(fmt::format("{}: hidden_act {} is not supported, expected 'silu'", source,
-                                 quote(act)));
+    throw ValueError(
+        fmt::format("{}: hidden_act {} is not supported, expected 'silu'", source, quote(act)));
   }
   for (std::string_view bias : {"attention_bias", "mlp_bias"}) {
     if (f.boolean(bias, false)) {
-      throw ValueError(fmt::format("{}: {} is true, which is not supported (keras-hub's Llama "
-                                   "has no biases), expected false", source, quote(bias)));
+      throw ValueError(
+          fmt::format("{}: {} is true, which is not supported (keras-hub's Llama "
+                      "has no biases), expected false",
+                      source, quote(bias)));
     }
   }
   if (const json* scaling = f.find("rope_scaling")) {
@@ -175,8 +179,7 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
 }
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
-  return from_json(read_regular_file(path, kMaxJsonFileBytes, "Llama config file"),
-                   quote(path));
+  return from_json(read_regular_file(path, kMaxJsonFileBytes, "Llama config file"), quote(path));
 }
 
 void LlamaConfig::validate() const {
@@ -197,22 +200,23 @@ void LlamaConfig::validate() const {
   if (num_attention_heads % num_key_value_heads != 0) {
     throw ValueError(fmt::format(
         "'num_attention_heads' ({}) is not a multiple of 'num_key_value_heads' ({}): each KV "
-        "head must serve the same number of query heads", num_attention_heads,
-        num_key_value_heads));
+        "head must serve the same number of query heads",
+        num_attention_heads, num_key_value_heads));
   }
   if (hidden_size % num_attention_heads != 0) {
-    throw ValueError(fmt::format("'hidden_size' ({}) is not a multiple of "
-                                 "'num_attention_heads' ({})", hidden_size, num_attention_heads));
+    throw ValueError(
+        fmt::format("'hidden_size' ({}) is not a multiple of "
+                    "'num_attention_heads' ({})",
+                    hidden_size, num_attention_heads));
   }
   if (head_dim != hidden_size / num_attention_heads) {
     throw ValueError(fmt::format(
         "'head_dim' is {}, expected hidden_size / num_attention_heads = {} / {} = {}: keras-hub "
-        "derives head_dim = hidden_size / num_attention_heads", head_dim, hidden_size,
-        num_attention_heads, hidden_size / num_attention_heads));
+        "derives head_dim = hidden_size / num_attention_heads",
+        head_dim, hidden_size, num_attention_heads, hidden_size / num_attention_heads));
   }
   if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) {
-    throw ValueError(fmt::format("'rms_norm_eps' is {}, expected a positive number",
-                                 rms_norm_eps));
+    throw ValueError(fmt::format("'rms_norm_eps' is {}, expected a positive number", rms_norm_eps));
   }
   if (!(rope_theta > 0) || !std::isfinite(rope_theta)) {
     throw ValueError(fmt::format("'rope_theta' is {}, expected a positive number", rope_theta));

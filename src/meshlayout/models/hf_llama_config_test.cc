@@ -66,8 +66,9 @@ TEST(LlamaConfigTest, RopeThetaFromRopeParameters) {
       config_text(R"("rope_parameters": {"rope_type": "default", "rope_theta": 250000.0})"));
   EXPECT_EQ(c.rope_theta, 250000.0);
   // A "default" rope_scaling is no scaling.
-  EXPECT_EQ(LlamaConfig::from_json(config_text(R"("rope_scaling": {"type": "default"})")).rope_theta,
-            10000.0);
+  EXPECT_EQ(
+      LlamaConfig::from_json(config_text(R"("rope_scaling": {"type": "default"})")).rope_theta,
+      10000.0);
 }
 
 TEST(LlamaConfigTest, RefusesOtherArchitecturesAndModelTypes) {
@@ -101,14 +102,16 @@ TEST(LlamaConfigTest, RefusesMissingAndNonPositiveSizes) {
 
 TEST(LlamaConfigTest, RefusesHeadsNotDividedByKvHeads) {
   const std::string m = refusal(R"("num_key_value_heads": 3)");
-  EXPECT_TRUE(HasSubstr(m, "'num_attention_heads' (4) is not a multiple of "
-                           "'num_key_value_heads' (3)"));
+  EXPECT_TRUE(HasSubstr(m,
+                        "'num_attention_heads' (4) is not a multiple of "
+                        "'num_key_value_heads' (3)"));
 }
 
 TEST(LlamaConfigTest, RefusesAHeadDimKerasHubDoesNotDerive) {
   const std::string m = refusal(R"("head_dim": 8)");
-  EXPECT_TRUE(HasSubstr(m, "'head_dim' is 8, expected hidden_size / num_attention_heads = "
-                           "16 / 4 = 4"));
+  EXPECT_TRUE(HasSubstr(m,
+                        "'head_dim' is 8, expected hidden_size / num_attention_heads = "
+                        "16 / 4 = 4"));
   EXPECT_TRUE(HasSubstr(m, "keras-hub derives head_dim"));
 }
 
@@ -147,10 +150,17 @@ TEST(LlamaConfigTest, MissingFileIsNotFoundNamingThePath) {
 }
 
 TEST(LlamaConfigTest, ToJsonReadsBackEqual) {
-  LlamaConfig c{.vocab_size = 100, .hidden_size = 24, .intermediate_size = 60,
-                .num_hidden_layers = 3, .num_attention_heads = 6, .num_key_value_heads = 2,
-                .head_dim = 4, .rms_norm_eps = 1e-5, .rope_theta = 500000.0,
-                .tie_word_embeddings = true, .max_position_embeddings = 512,
+  LlamaConfig c{.vocab_size = 100,
+                .hidden_size = 24,
+                .intermediate_size = 60,
+                .num_hidden_layers = 3,
+                .num_attention_heads = 6,
+                .num_key_value_heads = 2,
+                .head_dim = 4,
+                .rms_norm_eps = 1e-5,
+                .rope_theta = 500000.0,
+                .tie_word_embeddings = true,
+                .max_position_embeddings = 512,
                 .torch_dtype = "bfloat16"};
   const std::string json = c.to_json();
   EXPECT_TRUE(HasSubstr(json, "\"architectures\": [\n    \"LlamaForCausalLM\"\n  ]"));

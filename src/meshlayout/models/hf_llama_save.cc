@@ -65,7 +65,8 @@ HostTensor to_hf_tensor(const HostTensor& keras, const HfWeightMapping& m, DType
   }
   // keras dim i = view dim perm[i], so view dim j = keras dim inverse[j].
   std::vector<int> inverse(m.perm.size());
-  for (size_t i = 0; i < m.perm.size(); ++i) inverse[static_cast<size_t>(m.perm[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < m.perm.size(); ++i)
+    inverse[static_cast<size_t>(m.perm[i])] = static_cast<int>(i);
   HostTensor view(DType::kF32, m.view_shape);
   hf_internal::permute_to_f32(source->data(), source->dtype(), m.keras_shape, inverse,
                               view.data_as<float>(), hf_internal::row_major_strides(m.view_shape));
@@ -109,7 +110,8 @@ void write_checkpoint(const fs::path& dir, const LlamaConfig& config,
     arrays.reserve(tensors.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
       if (renumber.at(shard_of[i]) != f) continue;
-      const TensorLayout replicated(std::vector<DimSharding>(tensors[i].shape().size(), None), mesh);
+      const TensorLayout replicated(std::vector<DimSharding>(tensors[i].shape().size(), None),
+                                    mesh);
       arrays.push_back(distribute_tensor(tensors[i], replicated, {.runtime = local}));
       named.push_back(NamedArray{mappings[i].hf_name, &arrays.back()});
       weight_map[mappings[i].hf_name] = name;
@@ -137,8 +139,8 @@ void save_hf_llama(const std::string& dir, const LlamaConfig& config,
                    int num_shards) {
   const std::vector<HfWeightMapping> mappings = hf_llama_weight_mappings(config);
   if (file_dtype != DType::kF32 && file_dtype != DType::kBF16 && file_dtype != DType::kF16) {
-    throw ValueError(fmt::format("save_hf_llama writes F32, BF16 or F16, not {}",
-                                 dtype_name(file_dtype)));
+    throw ValueError(
+        fmt::format("save_hf_llama writes F32, BF16 or F16, not {}", dtype_name(file_dtype)));
   }
   if (num_shards < 1) {
     throw ValueError(fmt::format("num_shards is {}, expected at least 1", num_shards));
@@ -151,9 +153,10 @@ void save_hf_llama(const std::string& dir, const LlamaConfig& config,
   }
   for (const auto& [path, array] : by_keras_path) {
     if (!known.contains(path)) {
-      throw ValueError(fmt::format("{} is not a variable of this Llama ({} layers, {}tied "
-                                   "embeddings)", quote(path), config.num_hidden_layers,
-                                   config.tie_word_embeddings ? "" : "un"));
+      throw ValueError(fmt::format(
+          "{} is not a variable of this Llama ({} layers, {}tied "
+          "embeddings)",
+          quote(path), config.num_hidden_layers, config.tie_word_embeddings ? "" : "un"));
     }
   }
   if (!missing.empty()) {

@@ -26,9 +26,13 @@ namespace meshlayout::testing {
 
 /// d = 4·heads (head_dim 4), ff = 24, an odd vocabulary of 37, two layers.
 inline LlamaConfig tiny_config(int64_t heads, int64_t kv_heads, bool tied) {
-  return LlamaConfig{.vocab_size = 37, .hidden_size = 4 * heads, .intermediate_size = 24,
-                     .num_hidden_layers = 2, .num_attention_heads = heads,
-                     .num_key_value_heads = kv_heads, .head_dim = 4,
+  return LlamaConfig{.vocab_size = 37,
+                     .hidden_size = 4 * heads,
+                     .intermediate_size = 24,
+                     .num_hidden_layers = 2,
+                     .num_attention_heads = heads,
+                     .num_key_value_heads = kv_heads,
+                     .head_dim = 4,
                      .tie_word_embeddings = tied};
 }
 
@@ -42,11 +46,16 @@ enum class Scheme {
 
 inline const char* scheme_name(Scheme s) {
   switch (s) {
-    case Scheme::kKerasHub: return "keras-hub";
-    case Scheme::kReplicated: return "replicated";
-    case Scheme::kSwapped: return "swapped";
-    case Scheme::kLastDim: return "last-dim";
-    default: return "first-dim";
+    case Scheme::kKerasHub:
+      return "keras-hub";
+    case Scheme::kReplicated:
+      return "replicated";
+    case Scheme::kSwapped:
+      return "swapped";
+    case Scheme::kLastDim:
+      return "last-dim";
+    default:
+      return "first-dim";
   }
 }
 
@@ -95,8 +104,8 @@ inline HostTensor rounded_through(const HostTensor& x, DType dtype) {
 /// Region `box` of the F32 tensor `whole`, as row-major bytes.
 inline std::vector<std::byte> slice(const HostTensor& whole, const Box& box) {
   std::vector<std::byte> out(static_cast<size_t>(box.num_elements()) * 4);
-  copy_box(whole.data(), Box{Shape(whole.shape().size(), 0), whole.shape()}, out.data(), box,
-           box, 4);
+  copy_box(whole.data(), Box{Shape(whole.shape().size(), 0), whole.shape()}, out.data(), box, box,
+           4);
   return out;
 }
 

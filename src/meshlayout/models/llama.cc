@@ -12,11 +12,11 @@
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/materialize.h"
+#include "meshlayout/ops/cross_entropy.h"
 #include "meshlayout/ops/elementwise.h"
 #include "meshlayout/ops/matmul.h"
 #include "meshlayout/ops/matmul_backward.h"
 #include "meshlayout/ops/swiglu.h"
-#include "meshlayout/ops/cross_entropy.h"
 
 namespace meshlayout {
 namespace {
@@ -35,7 +35,9 @@ Array last_position(const Array& h) {
     const Array::Shard& s = *src.shard_at(d.position);
     const int64_t row = d.box.shape[2] * static_cast<int64_t>(dtype_size(h.dtype()));
     for (int64_t b = 0; b < d.box.shape[0]; ++b) {
-      if (row > 0) std::memcpy(d.buffer.data() + b * row, s.buffer.data() + (b * T + T - 1) * row, static_cast<size_t>(row));
+      if (row > 0)
+        std::memcpy(d.buffer.data() + b * row, s.buffer.data() + (b * T + T - 1) * row,
+                    static_cast<size_t>(row));
     }
   });
   return out;
@@ -43,7 +45,8 @@ Array last_position(const Array& h) {
 
 }  // namespace
 
-LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim, const std::string& data_dim) {
+LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
+                           const std::string& data_dim) {
   for (const std::string* name : {&model_dim, &data_dim}) {
     const auto& names = mesh.axis_names();
     if (std::find(names.begin(), names.end(), *name) == names.end()) {
@@ -54,7 +57,8 @@ LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
   const DimSharding model(model_dim), data(data_dim);
   LayoutMap rules(mesh);
   rules["token_embedding/embeddings"] = TensorLayout({model, data});
-  rules["transformer_layer.*self_attention.*(query|key|value).kernel"] = TensorLayout({model, data, None});
+  rules["transformer_layer.*self_attention.*(query|key|value).kernel"] =
+      TensorLayout({model, data, None});
   rules["transformer_layer.*attention_output.kernel"] = TensorLayout({model, None, data});
   rules["transformer_layer.*feedforward_intermediate_dense.kernel"] = TensorLayout({data, model});
   rules["transformer_layer.*feedforward_gate_dense.kernel"] = TensorLayout({data, model});
@@ -62,15 +66,18 @@ LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
   return rules;
 }
 
-ReversibleEmbedding::ReversibleEmbedding(int64_t vocab, int64_t hidden, bool tie_weights, std::string name)
-    : Embedding(vocab, hidden, EmbeddingOptions{.name = std::move(name),
-                                                .embeddings_initializer = Initializer::random_normal()}),
+ReversibleEmbedding::ReversibleEmbedding(int64_t vocab, int64_t hidden, bool tie_weights,
+                                         std::string name)
+    : Embedding(vocab, hidden,
+                EmbeddingOptions{.name = std::move(name),
+                                 .embeddings_initializer = Initializer::random_normal()}),
       tie_(tie_weights) {}
 
 void ReversibleEmbedding::build(const Shape& input_shape) {
   Embedding::build(input_shape);
   if (!tie_) {
-    reverse_ = add_weight({.name = "reverse_embeddings", .shape = {output_dim(), input_dim()},
+    reverse_ = add_weight({.name = "reverse_embeddings",
+                           .shape = {output_dim(), input_dim()},
                            .initializer = Initializer::random_normal()});
   }
 }
@@ -100,27 +107,32 @@ Array ReversibleEmbedding::reverse_backward(const Array& x, const Array& dlogits
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
     : Layer("llama_transformer_decoder", fmt::format("transformer_layer_{}", index)) {
-  attention_norm_ = track("self_attention_layernorm", std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-                                                          .name = "self_attention_layernorm",
-                                                          .epsilon = config.rms_norm_eps}));
-  attention_ = track("self_attention", std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
-                                           .num_heads = config.num_attention_heads,
-                                           .key_dim = config.head_dim,
-                                           .num_key_value_heads = config.num_key_value_heads,
-                                           .use_bias = false,
-                                           .causal = true,
-                                           .rope_theta = config.rope_theta,
-                                           .name = "self_attention"}));
-  feedforward_norm_ = track("feedforward_layernorm", std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-                                                         .name = "feedforward_layernorm",
-                                                         .epsilon = config.rms_norm_eps}));
+  attention_norm_ = track("self_attention_layernorm",
+                          std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                              .name = "self_attention_layernorm", .epsilon = config.rms_norm_eps}));
+  attention_ =
+      track("self_attention", std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
+                                  .num_heads = config.num_attention_heads,
+                                  .key_dim = config.head_dim,
+                                  .num_key_value_heads = config.num_key_value_heads,
+                                  .use_bias = false,
+                                  .causal = true,
+                                  .rope_theta = config.rope_theta,
+                                  .name = "self_attention"}));
+  feedforward_norm_ = track("feedforward_layernorm",
+                            std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                                .name = "feedforward_layernorm", .epsilon = config.rms_norm_eps}));
   const auto dense = [](const char* name, int64_t units, Activation activation) {
-    return std::make_shared<Dense>(units, DenseOptions{.name = name, .activation = activation, .use_bias = false});
+    return std::make_shared<Dense>(
+        units, DenseOptions{.name = name, .activation = activation, .use_bias = false});
   };
-  gate_ = track("feedforward_gate_dense", dense("feedforward_gate_dense", config.intermediate_size, Activation::kSilu));
-  up_ = track("feedforward_intermediate_dense",
-              dense("feedforward_intermediate_dense", config.intermediate_size, Activation::kLinear));
-  down_ = track("feedforward_output_dense", dense("feedforward_output_dense", config.hidden_size, Activation::kLinear));
+  gate_ = track("feedforward_gate_dense",
+                dense("feedforward_gate_dense", config.intermediate_size, Activation::kSilu));
+  up_ =
+      track("feedforward_intermediate_dense",
+            dense("feedforward_intermediate_dense", config.intermediate_size, Activation::kLinear));
+  down_ = track("feedforward_output_dense",
+                dense("feedforward_output_dense", config.hidden_size, Activation::kLinear));
 }
 
 void LlamaDecoderLayer::build(const Shape& input_shape) {
@@ -134,7 +146,8 @@ void LlamaDecoderLayer::build(const Shape& input_shape) {
   down_->maybe_build(ff);
 }
 
-Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start, int64_t max_length) {
+Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start,
+                                 int64_t max_length) {
   NameScope scope = open_name_scope();
   const Array n = attention_norm_->call_on(x);
   // The residual sums and the gating are computed into the fresh outputs they consume.
@@ -156,20 +169,23 @@ Array LlamaDecoderLayer::forward_for_training(const Array& x, Saved& saved) {
   return add(matmul(swiglu(*saved.gate, *saved.up), down_->kernel()->value()), *saved.h);
 }
 
-Array LlamaDecoderLayer::backward_saved(const Array& x, const Saved& saved, const Array& dy, Gradients& grads) {
+Array LlamaDecoderLayer::backward_saved(const Array& x, const Saved& saved, const Array& dy,
+                                        Gradients& grads) {
   NameScope scope = open_name_scope();
   const Array& h = *saved.h;
   // y = h + ff · W_down, ff = silu(z_gate) · z_up, z = m · W, m = norm(h).
   const Array ff = swiglu(*saved.gate, *saved.up);
   const Array& w_down = down_->kernel()->value();
   grads.accumulate(*down_->kernel(), matmul_backward_weight(ff, dy, w_down.layout()));
-  const SwigluGrads dz = swiglu_backward(*saved.gate, *saved.up, matmul_backward_input(dy, w_down, ff.layout()));
+  const SwigluGrads dz =
+      swiglu_backward(*saved.gate, *saved.up, matmul_backward_input(dy, w_down, ff.layout()));
   const Array m = feedforward_norm_->call_on(h);
   const Array& w_gate = gate_->kernel()->value();
   const Array& w_up = up_->kernel()->value();
   grads.accumulate(*gate_->kernel(), matmul_backward_weight(m, dz.dg, w_gate.layout()));
   grads.accumulate(*up_->kernel(), matmul_backward_weight(m, dz.du, w_up.layout()));
-  Array dm = add(matmul_backward_input(dz.dg, w_gate, m.layout()), matmul_backward_input(dz.du, w_up, m.layout()));
+  Array dm = add(matmul_backward_input(dz.dg, w_gate, m.layout()),
+                 matmul_backward_input(dz.du, w_up, m.layout()));
   // h = x + attn(n), n = norm(x).
   const Array dh = add(feedforward_norm_->backward(h, dm, grads), dy);
   const Array n = attention_norm_->call_on(x);
@@ -183,26 +199,28 @@ Array LlamaDecoderLayer::backward(const Array& x, const Array& dy, Gradients& gr
   return backward_saved(x, saved, dy, grads);
 }
 
-LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules, const LlamaOptions& options)
+LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules,
+                       const LlamaOptions& options)
     : config_(config), dtype_(options.dtype), mesh_(*rules.device_mesh()) {
   config_.validate();
   if (dtype_ != DType::kF32 && dtype_ != DType::kF64) {
-    throw ValueError(fmt::format("LlamaModel runs in F32 or F64, got dtype {}", dtype_name(dtype_)));
+    throw ValueError(
+        fmt::format("LlamaModel runs in F32 or F64, got dtype {}", dtype_name(dtype_)));
   }
   distribution_ = std::make_shared<ModelParallel>(rules);
   {
     DistributionScope scope(distribution_);  // variables are lazy until every layout is known
-    FloatxScope floatx_scope(dtype_);         // every layer, and so every weight, in dtype_
+    FloatxScope floatx_scope(dtype_);        // every layer, and so every weight, in dtype_
     const Shape tokens{1, 1}, hidden{1, 1, config_.hidden_size};
-    embedding_ = std::make_shared<ReversibleEmbedding>(config_.vocab_size, config_.hidden_size,
-                                                       config_.tie_word_embeddings, "token_embedding");
+    embedding_ = std::make_shared<ReversibleEmbedding>(
+        config_.vocab_size, config_.hidden_size, config_.tie_word_embeddings, "token_embedding");
     embedding_->maybe_build(tokens);
     for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
       layers_.push_back(std::make_shared<LlamaDecoderLayer>(config_, i));
       layers_.back()->maybe_build(hidden);
     }
-    final_norm_ = std::make_shared<RMSNormalization>(
-        RMSNormalizationOptions{.name = "sequence_output_layernorm", .epsilon = config_.rms_norm_eps});
+    final_norm_ = std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+        .name = "sequence_output_layernorm", .epsilon = config_.rms_norm_eps});
     final_norm_->maybe_build(hidden);
   }
   std::vector<KeyedVariable> keyed = keyed_variables(*embedding_, embedding_->name());
@@ -249,14 +267,16 @@ double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets,
   std::vector<LlamaDecoderLayer::Saved> saved(layers_.size());
   xs.reserve(layers_.size() + 1);
   xs.push_back(embedding_->call_on(inputs));
-  for (size_t i = 0; i < layers_.size(); ++i) xs.push_back(layers_[i]->forward_for_training(xs.back(), saved[i]));
+  for (size_t i = 0; i < layers_.size(); ++i)
+    xs.push_back(layers_[i]->forward_for_training(xs.back(), saved[i]));
   const Array f = final_norm_->call_on(xs.back());
   std::optional<Array> transposed_table;  // tied: made once for the forward and the backward
   const Array& reverse_kernel = embedding_->reverse_kernel(transposed_table);
-  CrossEntropyResult ce = sparse_categorical_crossentropy_with_grad(matmul(f, reverse_kernel), targets);
+  CrossEntropyResult ce =
+      sparse_categorical_crossentropy_with_grad(matmul(f, reverse_kernel), targets);
   // Backward, block by block from the top, freeing each block's activations as it goes.
-  Array dx = final_norm_->backward(xs.back(), embedding_->reverse_backward(f, ce.dlogits, grads, &reverse_kernel),
-                                   grads);
+  Array dx = final_norm_->backward(
+      xs.back(), embedding_->reverse_backward(f, ce.dlogits, grads, &reverse_kernel), grads);
   for (size_t i = layers_.size(); i-- > 0;) {
     dx = layers_[i]->backward_saved(xs[i], saved[i], dx, grads);
     saved[i] = {};
@@ -280,26 +300,33 @@ Array LlamaModel::last_logits(const Array& tokens, std::vector<KVCache>& caches,
 GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
                         const GenerateOptions& options) {
   const LlamaConfig& c = model.config();
-  if (prompts.empty() || prompts[0].empty()) throw ValueError("generate needs at least one non-empty prompt");
-  const int64_t B = static_cast<int64_t>(prompts.size()), T0 = static_cast<int64_t>(prompts[0].size());
+  if (prompts.empty() || prompts[0].empty())
+    throw ValueError("generate needs at least one non-empty prompt");
+  const int64_t B = static_cast<int64_t>(prompts.size()),
+                T0 = static_cast<int64_t>(prompts[0].size());
   for (size_t b = 0; b < prompts.size(); ++b) {
     if (static_cast<int64_t>(prompts[b].size()) != T0) {
-      throw ValueError(fmt::format("generate: prompts must have equal lengths, prompt 0 has {} tokens "
-                                   "and prompt {} has {}", T0, b, prompts[b].size()));
+      throw ValueError(
+          fmt::format("generate: prompts must have equal lengths, prompt 0 has {} tokens "
+                      "and prompt {} has {}",
+                      T0, b, prompts[b].size()));
     }
     for (size_t t = 0; t < prompts[b].size(); ++t) {
       if (prompts[b][t] < 0 || prompts[b][t] >= c.vocab_size) {
-        throw ValueError(fmt::format("generate: token {} at position {} of prompt {} is outside the "
-                                     "vocabulary [0, {})", prompts[b][t], t, b, c.vocab_size));
+        throw ValueError(
+            fmt::format("generate: token {} at position {} of prompt {} is outside the "
+                        "vocabulary [0, {})",
+                        prompts[b][t], t, b, c.vocab_size));
       }
     }
   }
   // max_new_tokens comes from the command line: T0 + max_new_tokens must not wrap.
   const std::optional<int64_t> total_length = checked_add(T0, options.max_new_tokens);
   if (options.max_new_tokens < 1 || !total_length || *total_length > c.max_position_embeddings) {
-    throw ValueError(fmt::format("generate: max_new_tokens must be >= 1 and the prompt ({}) plus "
-                                 "max_new_tokens ({}) at most max_position_embeddings ({})",
-                                 T0, options.max_new_tokens, c.max_position_embeddings));
+    throw ValueError(
+        fmt::format("generate: max_new_tokens must be >= 1 and the prompt ({}) plus "
+                    "max_new_tokens ({}) at most max_position_embeddings ({})",
+                    T0, options.max_new_tokens, c.max_position_embeddings));
   }
   const int64_t max_length = T0 + options.max_new_tokens;
   const TensorLayout replicated = TensorLayout::replicated(2, model.mesh());
@@ -313,7 +340,8 @@ GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t
   std::vector<KVCache> caches;
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
-  HostTensor logits = model.last_logits(distribute_tensor(tokens, replicated), caches, 0, max_length).gather();
+  HostTensor logits =
+      model.last_logits(distribute_tensor(tokens, replicated), caches, 0, max_length).gather();
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   result.prefill_tokens = B * T0;
   t0 = Clock::now();
@@ -323,14 +351,16 @@ GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t
       // The row in double (exactly, from F32 or F64 logits).
       std::vector<double> row(static_cast<size_t>(c.vocab_size));
       for (int64_t v = 0; v < c.vocab_size; ++v) {
-        row[static_cast<size_t>(v)] = logits.dtype() == DType::kF64 ? logits.data_as<double>()[b * c.vocab_size + v]
-                                                                     : logits.data_as<float>()[b * c.vocab_size + v];
+        row[static_cast<size_t>(v)] = logits.dtype() == DType::kF64
+                                          ? logits.data_as<double>()[b * c.vocab_size + v]
+                                          : logits.data_as<float>()[b * c.vocab_size + v];
         // Finite weights can still overflow (a norm scale of 3e38): the argmax of a NaN row
         // is token 0, which generation printed forever with exit 0. The logits are gathered,
         // so every process refuses alike.
         if (!std::isfinite(row[static_cast<size_t>(v)])) {
           throw ValueError(fmt::format(
-              "generate: the logit of token {} for prompt {} at step {} is {}: the model's activations overflow "
+              "generate: the logit of token {} for prompt {} at step {} is {}: the model's "
+              "activations overflow "
               "(the weights are finite but too large for {}), so no token can be chosen",
               v, b, step, row[static_cast<size_t>(v)], dtype_name(logits.dtype())));
         }
@@ -348,7 +378,8 @@ GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t
       if (options.on_token) options.on_token(step, b, token, -std::log(sum));
     }
     if (step + 1 == options.max_new_tokens) break;
-    logits = model.last_logits(distribute_tensor(next, replicated), caches, T0 + step, max_length).gather();
+    logits = model.last_logits(distribute_tensor(next, replicated), caches, T0 + step, max_length)
+                 .gather();
     result.decode_tokens += B;
   }
   result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();

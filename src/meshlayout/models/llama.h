@@ -82,8 +82,8 @@ class LlamaDecoderLayer : public Layer {
 
   /// What backward_saved needs from the forward, in the activations' layouts.
   struct Saved {
-    std::optional<Array> h;           // x + attention(norm(x))
-    std::optional<Array> gate, up;    // the feed-forward projections before the SwiGLU gate
+    std::optional<Array> h;         // x + attention(norm(x))
+    std::optional<Array> gate, up;  // the feed-forward projections before the SwiGLU gate
   };
   /// The block's forward (as call) keeping `saved`. Collective.
   Array forward_for_training(const Array& x, Saved& saved);
@@ -130,8 +130,8 @@ class LlamaModel {
 
   /// Hidden states after the final norm: tokens (batch, seq) I32 → (batch, seq, d). Collective.
   /// With caches (one per layer), positions start… are appended to them.
-  Array hidden_states(const Array& tokens, std::vector<KVCache>* caches = nullptr, int64_t start = 0,
-                      int64_t max_length = 0);
+  Array hidden_states(const Array& tokens, std::vector<KVCache>* caches = nullptr,
+                      int64_t start = 0, int64_t max_length = 0);
   /// Logits (batch, seq, vocab) of tokens. Collective.
   Array logits(const Array& tokens);
   /// The mean sparse categorical cross-entropy of logits(inputs) against targets (batch, seq)
@@ -143,7 +143,8 @@ class LlamaModel {
   /// until its backward; recomputes the norms and the attention. Collective.
   double loss_and_gradients(const Array& inputs, const Array& targets, Gradients& grads);
   /// Logits of the last position only, (batch, 1, vocab), appending to the caches.
-  Array last_logits(const Array& tokens, std::vector<KVCache>& caches, int64_t start, int64_t max_length);
+  Array last_logits(const Array& tokens, std::vector<KVCache>& caches, int64_t start,
+                    int64_t max_length);
 
  private:
   LlamaConfig config_;

@@ -15,10 +15,17 @@ TEST(LlamaMpiTest, ShardedAcrossProcessesMatchesTheReference) {
   const int64_t n = rt->global_device_count();
   ASSERT_EQ(n % 2, 0);
   const DeviceMesh mesh({2, n / 2}, {"batch", "model"});
-  const LlamaConfig config{.vocab_size = 40, .hidden_size = 32, .intermediate_size = 24,
-                           .num_hidden_layers = 2, .num_attention_heads = 8, .num_key_value_heads = 2,
-                           .head_dim = 4, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,
-                           .tie_word_embeddings = false, .max_position_embeddings = 32};
+  const LlamaConfig config{.vocab_size = 40,
+                           .hidden_size = 32,
+                           .intermediate_size = 24,
+                           .num_hidden_layers = 2,
+                           .num_attention_heads = 8,
+                           .num_key_value_heads = 2,
+                           .head_dim = 4,
+                           .rms_norm_eps = 1e-6,
+                           .rope_theta = 10000.0,
+                           .tie_word_embeddings = false,
+                           .max_position_embeddings = 32};
   std::vector<int32_t> expected;
   for (const bool keras_hub : {false, true}) {
     LayoutMap rules = keras_hub ? llama_layout_map(mesh, "model", "batch") : LayoutMap(mesh);
@@ -32,7 +39,8 @@ TEST(LlamaMpiTest, ShardedAcrossProcessesMatchesTheReference) {
     const std::vector<int32_t> tokens = {1, 5, 9, 2, 39, 0, 7, 11};
     HostTensor t(DType::kI32, {2, 4});
     std::copy(tokens.begin(), tokens.end(), t.data_as<int32_t>());
-    const HostTensor logits = model.logits(distribute_tensor(t, TensorLayout({"batch", None}, mesh))).gather();
+    const HostTensor logits =
+        model.logits(distribute_tensor(t, TensorLayout({"batch", None}, mesh))).gather();
     const testing::Vec want = testing::reference_llama_logits(model, tokens, 2, 4);
     double worst = 0, scale = 1;
     for (size_t i = 0; i < want.size(); ++i) {

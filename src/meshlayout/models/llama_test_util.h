@@ -17,7 +17,6 @@
 
 namespace meshlayout::testing {
 
-
 /// Megatron's Llama rules on `mesh` (its "model" axis): vocab-parallel embeddings, q/k/v and
 /// gate/up column-parallel by heads/columns, attention_output and down row-parallel.
 inline LayoutMap megatron_rules(const DeviceMesh& mesh) {
@@ -48,14 +47,16 @@ inline Vec ref_rms_norm(const Vec& x, const Vec& scale, int64_t d, double eps) {
     double ss = 0;
     for (int64_t c = 0; c < d; ++c) ss += x[r * d + c] * x[r * d + c];
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
-    for (int64_t c = 0; c < d; ++c) out[r * d + c] = x[r * d + c] * inv * scale[static_cast<size_t>(c)];
+    for (int64_t c = 0; c < d; ++c)
+      out[r * d + c] = x[r * d + c] * inv * scale[static_cast<size_t>(c)];
   }
   return out;
 }
 
 /// The backward of ref_rms_norm (y = x·r·scale, r = 1/sqrt(mean(x²) + eps) per row): returns
 /// dx = r·scale·dy − x·r³/d·Σ(dy·scale·x) and adds Σ_rows dy·x·r to dscale.
-inline Vec ref_rms_norm_backward(const Vec& x, const Vec& scale, const Vec& dy, int64_t d, double eps, Vec& dscale) {
+inline Vec ref_rms_norm_backward(const Vec& x, const Vec& scale, const Vec& dy, int64_t d,
+                                 double eps, Vec& dscale) {
   Vec dx(x.size());
   for (size_t r = 0; r < x.size() / static_cast<size_t>(d); ++r) {
     const double* xr = x.data() + r * d;
@@ -68,53 +69,64 @@ inline Vec ref_rms_norm_backward(const Vec& x, const Vec& scale, const Vec& dy, 
     const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
     for (int64_t c = 0; c < d; ++c) {
       dscale[static_cast<size_t>(c)] += dyr[c] * xr[c] * inv;
-      dx[r * d + c] = inv * scale[static_cast<size_t>(c)] * dyr[c] - xr[c] * inv * inv * inv / static_cast<double>(d) * dot;
+      dx[r * d + c] = inv * scale[static_cast<size_t>(c)] * dyr[c] -
+                      xr[c] * inv * inv * inv / static_cast<double>(d) * dot;
     }
   }
   return dx;
 }
 
 /// Logits (B, T, V) of tokens (row-major B × T) in float64.
-inline Vec reference_llama_logits(LlamaModel& model, const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+inline Vec reference_llama_logits(LlamaModel& model, const std::vector<int32_t>& tokens, int64_t B,
+                                  int64_t T) {
   const LlamaConfig& c = model.config();
   const auto vars = model.variables_by_path();
-  const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+                D = c.head_dim;
   const int64_t ff = c.intermediate_size, V = c.vocab_size, rows = B * T;
   const Vec emb = gathered(vars, "token_embedding/embeddings");
   Vec x(static_cast<size_t>(rows * d));
   for (int64_t r = 0; r < rows; ++r) {
-    std::copy(emb.begin() + tokens[static_cast<size_t>(r)] * d, emb.begin() + (tokens[static_cast<size_t>(r)] + 1) * d,
-              x.begin() + r * d);
+    std::copy(emb.begin() + tokens[static_cast<size_t>(r)] * d,
+              emb.begin() + (tokens[static_cast<size_t>(r)] + 1) * d, x.begin() + r * d);
   }
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "transformer_layer_" + std::to_string(i) + "/";
-    const Vec n = ref_rms_norm(x, gathered(vars, p + "self_attention_layernorm/scale"), d, c.rms_norm_eps);
+    const Vec n =
+        ref_rms_norm(x, gathered(vars, p + "self_attention_layernorm/scale"), d, c.rms_norm_eps);
     Vec q = ref_matmul(n, gathered(vars, p + "self_attention/query/kernel"), rows, d, H * D);
     Vec k = ref_matmul(n, gathered(vars, p + "self_attention/key/kernel"), rows, d, Hkv * D);
-    const Vec v = ref_matmul(n, gathered(vars, p + "self_attention/value/kernel"), rows, d, Hkv * D);
+    const Vec v =
+        ref_matmul(n, gathered(vars, p + "self_attention/value/kernel"), rows, d, Hkv * D);
     ref_rope(q, B, T, H, D, 0, c.rope_theta);
     ref_rope(k, B, T, Hkv, D, 0, c.rope_theta);
     const Vec o = ref_causal_attention(q, k, v, B, T, H, Hkv, D);
-    const Vec a = ref_matmul(o, gathered(vars, p + "self_attention/attention_output/kernel"), rows, H * D, d);
+    const Vec a =
+        ref_matmul(o, gathered(vars, p + "self_attention/attention_output/kernel"), rows, H * D, d);
     for (size_t e = 0; e < x.size(); ++e) x[e] += a[e];
-    const Vec m = ref_rms_norm(x, gathered(vars, p + "feedforward_layernorm/scale"), d, c.rms_norm_eps);
+    const Vec m =
+        ref_rms_norm(x, gathered(vars, p + "feedforward_layernorm/scale"), d, c.rms_norm_eps);
     Vec g = ref_matmul(m, gathered(vars, p + "feedforward_gate_dense/kernel"), rows, d, ff);
-    const Vec u = ref_matmul(m, gathered(vars, p + "feedforward_intermediate_dense/kernel"), rows, d, ff);
+    const Vec u =
+        ref_matmul(m, gathered(vars, p + "feedforward_intermediate_dense/kernel"), rows, d, ff);
     for (size_t e = 0; e < g.size(); ++e) g[e] = g[e] / (1.0 + std::exp(-g[e])) * u[e];
     const Vec f = ref_matmul(g, gathered(vars, p + "feedforward_output_dense/kernel"), rows, ff, d);
     for (size_t e = 0; e < x.size(); ++e) x[e] += f[e];
   }
   x = ref_rms_norm(x, gathered(vars, "sequence_output_layernorm/scale"), d, c.rms_norm_eps);
-  if (!c.tie_word_embeddings) return ref_matmul(x, gathered(vars, "token_embedding/reverse_embeddings"), rows, d, V);
+  if (!c.tie_word_embeddings)
+    return ref_matmul(x, gathered(vars, "token_embedding/reverse_embeddings"), rows, d, V);
   Vec et(static_cast<size_t>(d * V));
   for (int64_t r = 0; r < V; ++r) {
-    for (int64_t e = 0; e < d; ++e) et[static_cast<size_t>(e * V + r)] = emb[static_cast<size_t>(r * d + e)];
+    for (int64_t e = 0; e < d; ++e)
+      et[static_cast<size_t>(e * V + r)] = emb[static_cast<size_t>(r * d + e)];
   }
   return ref_matmul(x, et, rows, d, V);
 }
 
 /// Greedy continuation of one prompt by the float64 reference (the whole sequence rerun per step).
-inline std::vector<int32_t> reference_greedy(LlamaModel& model, std::vector<int32_t> tokens, int64_t steps) {
+inline std::vector<int32_t> reference_greedy(LlamaModel& model, std::vector<int32_t> tokens,
+                                             int64_t steps) {
   std::vector<int32_t> out;
   const int64_t V = model.config().vocab_size;
   for (int64_t s = 0; s < steps; ++s) {

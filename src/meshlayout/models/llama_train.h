@@ -46,7 +46,8 @@ class TokenDataset {
   /// Inputs and targets (batch_size, seq) of step `step`, each laid out by the distribution's
   /// data layout; this process reads only its rows (Distribution::process_batch_rows). Collective.
   /// ValueError if the file has fewer than (step + 1) · batch_size rows.
-  std::pair<Array, Array> batch(int64_t step, int64_t batch_size, const Distribution& distribution) const;
+  std::pair<Array, Array> batch(int64_t step, int64_t batch_size,
+                                const Distribution& distribution) const;
 
  private:
   explicit TokenDataset(Checkpoint checkpoint) : checkpoint_(std::move(checkpoint)) {}
@@ -57,7 +58,8 @@ class TokenDataset {
 /// One training step: loss and gradients of the batch (LlamaModel::loss_and_gradients), then
 /// the optimizer's update of every trainable variable. Returns the loss before the update.
 /// Collective. ValueError if the loss is not finite (nothing is updated then).
-double llama_train_step(LlamaModel& model, Optimizer& optimizer, const Array& inputs, const Array& targets);
+double llama_train_step(LlamaModel& model, Optimizer& optimizer, const Array& inputs,
+                        const Array& targets);
 
 struct LlamaTrainOptions {
   int64_t batch_size = 0;  // global batch, rows per step
@@ -78,8 +80,9 @@ struct LlamaTrainResult {
 /// `steps` steps over `data` under the model's data layout (the mesh's first axis is the batch
 /// axis, as Keras' ModelParallel). Collective. ValueError before any step for batch_size < 1,
 /// steps < 1, first_step < 0, a batch not divisible by the data shards (Keras' message), a file
-/// with fewer than (first_step + steps) · batch_size rows, or a sequence longer than max_position_embeddings; a token id
-/// outside the vocabulary is a ValueError naming it (every process alike).
+/// with fewer than (first_step + steps) · batch_size rows, or a sequence longer than
+/// max_position_embeddings; a token id outside the vocabulary is a ValueError naming it (every
+/// process alike).
 LlamaTrainResult train_llama(LlamaModel& model, const TokenDataset& data, Optimizer& optimizer,
                              const LlamaTrainOptions& options);
 

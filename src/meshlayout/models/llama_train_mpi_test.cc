@@ -14,9 +14,17 @@
 namespace meshlayout {
 namespace {
 
-const LlamaConfig kConfig{.vocab_size = 40, .hidden_size = 32, .intermediate_size = 24, .num_hidden_layers = 2,
-                          .num_attention_heads = 8, .num_key_value_heads = 2, .head_dim = 4, .rms_norm_eps = 1e-6,
-                          .rope_theta = 10000.0, .tie_word_embeddings = true, .max_position_embeddings = 32};
+const LlamaConfig kConfig{.vocab_size = 40,
+                          .hidden_size = 32,
+                          .intermediate_size = 24,
+                          .num_hidden_layers = 2,
+                          .num_attention_heads = 8,
+                          .num_key_value_heads = 2,
+                          .head_dim = 4,
+                          .rms_norm_eps = 1e-6,
+                          .rope_theta = 10000.0,
+                          .tie_word_embeddings = true,
+                          .max_position_embeddings = 32};
 
 // Ten AdamW steps of a model in `dtype` on every layout; each loss within `tolerance` (relative)
 // of the float64 reference's. Returns the largest relative difference.
@@ -26,7 +34,8 @@ double ten_steps_on_every_layout(DType dtype, double tolerance) {
   const int64_t n = rt->global_device_count(), B = 8, T = 6, steps = 10;
   std::vector<int32_t> rows(static_cast<size_t>(B * steps * (T + 1)));
   for (size_t r = 0; r < rows.size() / (T + 1); ++r) {
-    for (int64_t t = 0; t <= T; ++t) rows[r * (T + 1) + t] = static_cast<int32_t>((r * 7 + 5 * t) % 40);
+    for (int64_t t = 0; t <= T; ++t)
+      rows[r * (T + 1) + t] = static_cast<int32_t>((r * 7 + 5 * t) % 40);
   }
   const DeviceMesh grid({2, n / 2}, {"batch", "model"}), dp({n, 1}, {"batch", "model"});
   LayoutMap megatron(grid);
@@ -35,27 +44,33 @@ double ten_steps_on_every_layout(DType dtype, double tolerance) {
   megatron["feedforward_(gate|intermediate)_dense/kernel"] = TensorLayout({None, "model"});
   megatron["feedforward_output_dense/kernel"] = TensorLayout({"model", None});
   megatron["token_embedding/embeddings"] = TensorLayout({"model", None});
-  const std::pair<const char*, LayoutMap> layouts[] = {
-      {"Megatron", megatron}, {"keras-hub", llama_layout_map(grid)}, {"data parallel", LayoutMap(dp)}};
+  const std::pair<const char*, LayoutMap> layouts[] = {{"Megatron", megatron},
+                                                       {"keras-hub", llama_layout_map(grid)},
+                                                       {"data parallel", LayoutMap(dp)}};
   for (const auto& [what, rules] : layouts) {
     SCOPED_TRACE(what);
     clear_session();
     LlamaModel model(kConfig, rules, {.dtype = dtype});
     const OptimizerOptions options{.learning_rate = 1e-2};
-    const std::vector<double> want = testing::train_losses(testing::ReferenceLlama(model), rows, B * steps, T + 1, B,
-                                                           static_cast<int>(steps), {.name = "adamw", .options = options});
+    const std::vector<double> want =
+        testing::train_losses(testing::ReferenceLlama(model), rows, B * steps, T + 1, B,
+                              static_cast<int>(steps), {.name = "adamw", .options = options});
     auto optimizer = make_optimizer("adamw", options);
     for (int64_t step = 0; step < steps; ++step) {
       const RowRange mine = model.distribution().process_batch_rows(B);
-      HostTensor x(DType::kI32, {mine.end - mine.begin, T}), y(DType::kI32, {mine.end - mine.begin, T});
+      HostTensor x(DType::kI32, {mine.end - mine.begin, T}),
+          y(DType::kI32, {mine.end - mine.begin, T});
       for (int64_t r = mine.begin; r < mine.end; ++r) {
         for (int64_t t = 0; t < T; ++t) {
-          x.data_as<int32_t>()[(r - mine.begin) * T + t] = rows[static_cast<size_t>((step * B + r) * (T + 1) + t)];
-          y.data_as<int32_t>()[(r - mine.begin) * T + t] = rows[static_cast<size_t>((step * B + r) * (T + 1) + t + 1)];
+          x.data_as<int32_t>()[(r - mine.begin) * T + t] =
+              rows[static_cast<size_t>((step * B + r) * (T + 1) + t)];
+          y.data_as<int32_t>()[(r - mine.begin) * T + t] =
+              rows[static_cast<size_t>((step * B + r) * (T + 1) + t + 1)];
         }
       }
-      const double loss = llama_train_step(model, *optimizer, model.distribution().distribute_process_batch(x, B),
-                                           model.distribution().distribute_process_batch(y, B));
+      const double loss =
+          llama_train_step(model, *optimizer, model.distribution().distribute_process_batch(x, B),
+                           model.distribution().distribute_process_batch(y, B));
       const double w = want[static_cast<size_t>(step)];
       EXPECT_NEAR(loss, w, tolerance * w) << "step " << step;
       worst = std::max(worst, std::abs(loss - w) / w);

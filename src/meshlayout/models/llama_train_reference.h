@@ -46,10 +46,13 @@ namespace meshlayout::testing {
 using Weights = std::map<std::string, Vec>;
 
 /// Every weight of a Llama of `config` with its shape, in LlamaModel::variables() order.
-inline std::vector<std::pair<std::string, std::vector<int64_t>>> llama_weight_shapes(const LlamaConfig& c) {
-  const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+inline std::vector<std::pair<std::string, std::vector<int64_t>>> llama_weight_shapes(
+    const LlamaConfig& c) {
+  const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+                D = c.head_dim;
   const int64_t ff = c.intermediate_size, V = c.vocab_size;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out = {{"token_embedding/embeddings", {V, d}}};
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out = {
+      {"token_embedding/embeddings", {V, d}}};
   if (!c.tie_word_embeddings) out.push_back({"token_embedding/reverse_embeddings", {d, V}});
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "transformer_layer_" + std::to_string(i) + "/";
@@ -80,10 +83,12 @@ struct ReferenceLlama {
       int64_t n = 1;
       for (int64_t s : shape) n *= s;
       const auto it = weights.find(path);
-      if (it == weights.end()) throw std::invalid_argument("ReferenceLlama: missing weight " + path);
+      if (it == weights.end())
+        throw std::invalid_argument("ReferenceLlama: missing weight " + path);
       if (static_cast<int64_t>(it->second.size()) != n) {
-        throw std::invalid_argument("ReferenceLlama: " + path + " has " + std::to_string(it->second.size()) +
-                                    " elements, expected " + std::to_string(n));
+        throw std::invalid_argument("ReferenceLlama: " + path + " has " +
+                                    std::to_string(it->second.size()) + " elements, expected " +
+                                    std::to_string(n));
       }
       ++expected;
     }
@@ -97,35 +102,42 @@ struct ReferenceLlama {
   }
 
   /// The model's gathered weights (float32 widened to float64; float64 as they are).
-  explicit ReferenceLlama(LlamaModel& model) : ReferenceLlama(model.config(), gathered_weights(model)) {}
+  explicit ReferenceLlama(LlamaModel& model)
+      : ReferenceLlama(model.config(), gathered_weights(model)) {}
 
   static Weights gathered_weights(LlamaModel& model) {
     const auto vars = model.variables_by_path();
     Weights out;
-    for (const auto& [path, shape] : llama_weight_shapes(model.config())) out[path] = gathered(vars, path);
+    for (const auto& [path, shape] : llama_weight_shapes(model.config()))
+      out[path] = gathered(vars, path);
     return out;
   }
 
   /// Logits (B, T, V) of tokens (row-major B × T).
-  Vec logits(const std::vector<int32_t>& tokens, int64_t B, int64_t T) const { return forward(tokens, B, T).logits; }
+  Vec logits(const std::vector<int32_t>& tokens, int64_t B, int64_t T) const {
+    return forward(tokens, B, T).logits;
+  }
 
   /// The mean sparse categorical cross-entropy over the B·T positions of logits(tokens_in).
-  double loss(const std::vector<int32_t>& tokens_in, const std::vector<int32_t>& targets, int64_t B, int64_t T) const {
+  double loss(const std::vector<int32_t>& tokens_in, const std::vector<int32_t>& targets, int64_t B,
+              int64_t T) const {
     return cross_entropy(forward(tokens_in, B, T).logits, targets, B * T, nullptr);
   }
 
   /// d loss / d weight for every weight (the tied table gets the lookup's and the reverse
   /// projection's gradients summed).
-  Weights gradients(const std::vector<int32_t>& tokens_in, const std::vector<int32_t>& targets, int64_t B,
-                    int64_t T) const {
+  Weights gradients(const std::vector<int32_t>& tokens_in, const std::vector<int32_t>& targets,
+                    int64_t B, int64_t T) const {
     return loss_and_gradients(tokens_in, targets, B, T).second;
   }
 
   /// Both, from one forward.
   std::pair<double, Weights> loss_and_gradients(const std::vector<int32_t>& tokens_in,
-                                                const std::vector<int32_t>& targets, int64_t B, int64_t T) const {
+                                                const std::vector<int32_t>& targets, int64_t B,
+                                                int64_t T) const {
     const LlamaConfig& c = config;
-    const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+    const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+                  D = c.head_dim;
     const int64_t ff = c.intermediate_size, V = c.vocab_size, N = B * T;
     const Tape tape = forward(tokens_in, B, T);
     Vec dlogits;
@@ -137,15 +149,17 @@ struct ReferenceLlama {
     // Reverse projection: logits = nf · Eᵀ (tied) or nf · R.
     Vec dnf;
     if (c.tie_word_embeddings) {
-      add_to(g["token_embedding/embeddings"], ref_matmul(ref_transpose(dlogits, N, V), tape.final_normed, V, N, d));
+      add_to(g["token_embedding/embeddings"],
+             ref_matmul(ref_transpose(dlogits, N, V), tape.final_normed, V, N, d));
       dnf = ref_matmul(dlogits, emb, N, V, d);
     } else {
       const Vec& rev = weights.at("token_embedding/reverse_embeddings");
-      g["token_embedding/reverse_embeddings"] = ref_matmul(ref_transpose(tape.final_normed, N, d), dlogits, d, N, V);
+      g["token_embedding/reverse_embeddings"] =
+          ref_matmul(ref_transpose(tape.final_normed, N, d), dlogits, d, N, V);
       dnf = ref_matmul(dlogits, ref_transpose(rev, d, V), N, V, d);
     }
-    Vec dx = ref_rms_norm_backward(tape.final_x, weights.at("sequence_output_layernorm/scale"), dnf, d, c.rms_norm_eps,
-                                   g["sequence_output_layernorm/scale"]);
+    Vec dx = ref_rms_norm_backward(tape.final_x, weights.at("sequence_output_layernorm/scale"), dnf,
+                                   d, c.rms_norm_eps, g["sequence_output_layernorm/scale"]);
 
     for (int64_t i = c.num_hidden_layers - 1; i >= 0; --i) {
       const std::string p = "transformer_layer_" + std::to_string(i) + "/";
@@ -154,7 +168,8 @@ struct ReferenceLlama {
       const Vec& w_down = weights.at(p + "feedforward_output_dense/kernel");
       const Vec& w_gate = weights.at(p + "feedforward_gate_dense/kernel");
       const Vec& w_up = weights.at(p + "feedforward_intermediate_dense/kernel");
-      add_to(g[p + "feedforward_output_dense/kernel"], ref_matmul(ref_transpose(t.act, N, ff), dx, ff, N, d));
+      add_to(g[p + "feedforward_output_dense/kernel"],
+             ref_matmul(ref_transpose(t.act, N, ff), dx, ff, N, d));
       const Vec dact = ref_matmul(dx, ref_transpose(w_down, ff, d), N, d, ff);
       Vec dgate(dact.size()), dup(dact.size());
       for (size_t e = 0; e < dact.size(); ++e) {
@@ -167,11 +182,12 @@ struct ReferenceLlama {
       add_to(g[p + "feedforward_intermediate_dense/kernel"], ref_matmul(n2t, dup, d, N, ff));
       Vec dn2 = ref_matmul(dgate, ref_transpose(w_gate, d, ff), N, ff, d);
       add_to(dn2, ref_matmul(dup, ref_transpose(w_up, d, ff), N, ff, d));
-      add_to(dx, ref_rms_norm_backward(t.h, weights.at(p + "feedforward_layernorm/scale"), dn2, d, c.rms_norm_eps,
-                                       g[p + "feedforward_layernorm/scale"]));
+      add_to(dx, ref_rms_norm_backward(t.h, weights.at(p + "feedforward_layernorm/scale"), dn2, d,
+                                       c.rms_norm_eps, g[p + "feedforward_layernorm/scale"]));
       // Attention: h = x + o · Wo, o = attention(rope(n1 · Wq), rope(n1 · Wk), n1 · Wv).
       const Vec& w_out = weights.at(p + "self_attention/attention_output/kernel");
-      add_to(g[p + "self_attention/attention_output/kernel"], ref_matmul(ref_transpose(t.o, N, H * D), dx, H * D, N, d));
+      add_to(g[p + "self_attention/attention_output/kernel"],
+             ref_matmul(ref_transpose(t.o, N, H * D), dx, H * D, N, d));
       const Vec d_o = ref_matmul(dx, ref_transpose(w_out, H * D, d), N, d, H * D);
       AttentionGrads ag = ref_causal_attention_backward(t.q, t.k, t.v, d_o, B, T, H, Hkv, D);
       ref_rope_backward(ag.dq, B, T, H, D, 0, c.rope_theta);
@@ -180,31 +196,39 @@ struct ReferenceLlama {
       add_to(g[p + "self_attention/query/kernel"], ref_matmul(n1t, ag.dq, d, N, H * D));
       add_to(g[p + "self_attention/key/kernel"], ref_matmul(n1t, ag.dk, d, N, Hkv * D));
       add_to(g[p + "self_attention/value/kernel"], ref_matmul(n1t, ag.dv, d, N, Hkv * D));
-      Vec dn1 = ref_matmul(ag.dq, ref_transpose(weights.at(p + "self_attention/query/kernel"), d, H * D), N, H * D, d);
-      add_to(dn1, ref_matmul(ag.dk, ref_transpose(weights.at(p + "self_attention/key/kernel"), d, Hkv * D), N, Hkv * D, d));
-      add_to(dn1, ref_matmul(ag.dv, ref_transpose(weights.at(p + "self_attention/value/kernel"), d, Hkv * D), N, Hkv * D, d));
-      add_to(dx, ref_rms_norm_backward(t.x, weights.at(p + "self_attention_layernorm/scale"), dn1, d, c.rms_norm_eps,
-                                       g[p + "self_attention_layernorm/scale"]));
+      Vec dn1 =
+          ref_matmul(ag.dq, ref_transpose(weights.at(p + "self_attention/query/kernel"), d, H * D),
+                     N, H * D, d);
+      add_to(dn1, ref_matmul(ag.dk,
+                             ref_transpose(weights.at(p + "self_attention/key/kernel"), d, Hkv * D),
+                             N, Hkv * D, d));
+      add_to(dn1,
+             ref_matmul(ag.dv,
+                        ref_transpose(weights.at(p + "self_attention/value/kernel"), d, Hkv * D), N,
+                        Hkv * D, d));
+      add_to(dx, ref_rms_norm_backward(t.x, weights.at(p + "self_attention_layernorm/scale"), dn1,
+                                       d, c.rms_norm_eps, g[p + "self_attention_layernorm/scale"]));
     }
     // Embedding lookup: each position's gradient lands on its token's row.
     Vec& demb = g["token_embedding/embeddings"];
     for (int64_t r = 0; r < N; ++r) {
       const int64_t tok = tokens_in[static_cast<size_t>(r)];
-      for (int64_t e = 0; e < d; ++e) demb[static_cast<size_t>(tok * d + e)] += dx[static_cast<size_t>(r * d + e)];
+      for (int64_t e = 0; e < d; ++e)
+        demb[static_cast<size_t>(tok * d + e)] += dx[static_cast<size_t>(r * d + e)];
     }
     return {l, std::move(g)};
   }
 
  private:
   struct LayerTape {
-    Vec x;           // the block's input (N, d)
-    Vec n1;          // norm(x)
-    Vec q, k, v;     // after RoPE (q, k): (B, T, heads, D)
-    Vec o;           // attention output (N, H·D)
-    Vec h;           // x + o · Wo
-    Vec n2;          // norm(h)
-    Vec gate, up;    // n2 · Wg, n2 · Wu (N, ff)
-    Vec act;         // silu(gate) · up
+    Vec x;         // the block's input (N, d)
+    Vec n1;        // norm(x)
+    Vec q, k, v;   // after RoPE (q, k): (B, T, heads, D)
+    Vec o;         // attention output (N, H·D)
+    Vec h;         // x + o · Wo
+    Vec n2;        // norm(h)
+    Vec gate, up;  // n2 · Wg, n2 · Wu (N, ff)
+    Vec act;       // silu(gate) · up
   };
   struct Tape {
     std::vector<LayerTape> layers;
@@ -217,20 +241,23 @@ struct ReferenceLlama {
 
   void check_tokens(const std::vector<int32_t>& tokens, int64_t n, const char* what) const {
     if (static_cast<int64_t>(tokens.size()) != n) {
-      throw std::invalid_argument(std::string("ReferenceLlama: ") + what + " has " + std::to_string(tokens.size()) +
+      throw std::invalid_argument(std::string("ReferenceLlama: ") + what + " has " +
+                                  std::to_string(tokens.size()) +
                                   " entries, expected B·T = " + std::to_string(n));
     }
     for (int32_t t : tokens) {
       if (t < 0 || t >= config.vocab_size) {
-        throw std::invalid_argument(std::string("ReferenceLlama: ") + what + " holds " + std::to_string(t) +
-                                    ", outside [0, " + std::to_string(config.vocab_size) + ")");
+        throw std::invalid_argument(std::string("ReferenceLlama: ") + what + " holds " +
+                                    std::to_string(t) + ", outside [0, " +
+                                    std::to_string(config.vocab_size) + ")");
       }
     }
   }
 
   Tape forward(const std::vector<int32_t>& tokens, int64_t B, int64_t T) const {
     const LlamaConfig& c = config;
-    const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+    const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+                  D = c.head_dim;
     const int64_t ff = c.intermediate_size, V = c.vocab_size, N = B * T;
     check_tokens(tokens, N, "tokens");
     const Vec& emb = weights.at("token_embedding/embeddings");
@@ -257,21 +284,25 @@ struct ReferenceLlama {
       t.gate = ref_matmul(t.n2, weights.at(p + "feedforward_gate_dense/kernel"), N, d, ff);
       t.up = ref_matmul(t.n2, weights.at(p + "feedforward_intermediate_dense/kernel"), N, d, ff);
       t.act.resize(t.gate.size());
-      for (size_t e = 0; e < t.gate.size(); ++e) t.act[e] = t.gate[e] / (1.0 + std::exp(-t.gate[e])) * t.up[e];
+      for (size_t e = 0; e < t.gate.size(); ++e)
+        t.act[e] = t.gate[e] / (1.0 + std::exp(-t.gate[e])) * t.up[e];
       x = ref_matmul(t.act, weights.at(p + "feedforward_output_dense/kernel"), N, ff, d);
       add_to(x, t.h);
       tape.layers.push_back(std::move(t));
     }
-    tape.final_normed = ref_rms_norm(x, weights.at("sequence_output_layernorm/scale"), d, c.rms_norm_eps);
+    tape.final_normed =
+        ref_rms_norm(x, weights.at("sequence_output_layernorm/scale"), d, c.rms_norm_eps);
     tape.final_x = std::move(x);
     tape.logits = c.tie_word_embeddings
                       ? ref_matmul(tape.final_normed, ref_transpose(emb, V, d), N, d, V)
-                      : ref_matmul(tape.final_normed, weights.at("token_embedding/reverse_embeddings"), N, d, V);
+                      : ref_matmul(tape.final_normed,
+                                   weights.at("token_embedding/reverse_embeddings"), N, d, V);
     return tape;
   }
 
   // Mean over the N rows of logsumexp(row) − row[target]; with `dlogits`, (softmax − onehot) / N.
-  double cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_t N, Vec* dlogits) const {
+  double cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_t N,
+                       Vec* dlogits) const {
     check_tokens(targets, N, "targets");
     const int64_t V = config.vocab_size;
     if (dlogits) dlogits->assign(logits.size(), 0.0);
@@ -286,7 +317,8 @@ struct ReferenceLlama {
       total += lse - row[target];
       if (dlogits) {
         double* drow = dlogits->data() + r * V;
-        for (int64_t v = 0; v < V; ++v) drow[v] = (std::exp(row[v] - lse) - (v == target ? 1.0 : 0.0)) / static_cast<double>(N);
+        for (int64_t v = 0; v < V; ++v)
+          drow[v] = (std::exp(row[v] - lse) - (v == target ? 1.0 : 0.0)) / static_cast<double>(N);
       }
     }
     return total / static_cast<double>(N);
@@ -314,15 +346,18 @@ class ReferenceOptimizer {
     const OptimizerOptions& o = s_.options;
     if (key == "sgd") {
       kind_ = Kind::kSgd;
-      if (o.beta_1 || o.beta_2 || o.epsilon || o.amsgrad) throw std::invalid_argument("SGD takes no beta/epsilon/amsgrad");
+      if (o.beta_1 || o.beta_2 || o.epsilon || o.amsgrad)
+        throw std::invalid_argument("SGD takes no beta/epsilon/amsgrad");
     } else if (key == "adam" || key == "adamw") {
       kind_ = Kind::kAdam;
       if (o.momentum || o.nesterov) throw std::invalid_argument("Adam takes no momentum/nesterov");
     } else {
       throw std::invalid_argument("ReferenceOptimizer: unknown optimizer " + s_.name);
     }
-    lr_ = static_cast<double>(static_cast<float>(o.learning_rate.value_or(kind_ == Kind::kSgd ? 0.01 : 0.001)));
-    weight_decay_ = key == "adamw" ? std::optional<double>(o.weight_decay.value_or(0.004)) : o.weight_decay;
+    lr_ = static_cast<double>(
+        static_cast<float>(o.learning_rate.value_or(kind_ == Kind::kSgd ? 0.01 : 0.001)));
+    weight_decay_ =
+        key == "adamw" ? std::optional<double>(o.weight_decay.value_or(0.004)) : o.weight_decay;
     momentum_ = o.momentum.value_or(0.0);
     nesterov_ = o.nesterov.value_or(false);
     beta_1_ = o.beta_1.value_or(0.9);
@@ -337,7 +372,9 @@ class ReferenceOptimizer {
 
   /// Slot "momentum" (SGD with momentum, Adam), "velocity" or "velocity_hat" (amsgrad) of the
   /// weight at `path`; std::out_of_range before its first step.
-  const Vec& slot(const std::string& name, const std::string& path) const { return slots_.at(name).at(path); }
+  const Vec& slot(const std::string& name, const std::string& path) const {
+    return slots_.at(name).at(path);
+  }
 
   /// One Keras step on every weight: clip the gradients → weight decay → update → iterations
   /// += 1. std::invalid_argument if a weight has no gradient of its size.
@@ -346,7 +383,8 @@ class ReferenceOptimizer {
     for (const auto& [path, w] : weights) {
       const auto it = gradients.find(path);
       if (it == gradients.end() || it->second.size() != w.size()) {
-        throw std::invalid_argument("ReferenceOptimizer: no gradient of the right size for " + path);
+        throw std::invalid_argument("ReferenceOptimizer: no gradient of the right size for " +
+                                    path);
       }
       grads[path] = it->second;
     }
@@ -421,7 +459,8 @@ class ReferenceOptimizer {
       for (const auto& [path, g] : grads) {
         for (double x : g) ss += x * x;
       }
-      const double scale = *o.global_clipnorm * std::min(1.0 / std::sqrt(ss), 1.0 / *o.global_clipnorm);
+      const double scale =
+          *o.global_clipnorm * std::min(1.0 / std::sqrt(ss), 1.0 / *o.global_clipnorm);
       for (auto& [path, g] : grads) {
         for (double& x : g) x *= scale;
       }
@@ -442,17 +481,20 @@ class ReferenceOptimizer {
 /// targets row[1:], and applies one optimizer step. Returns the loss before each step (the one
 /// the step's forward computes). std::invalid_argument if rows.size() != rows_count·seq_plus_one,
 /// seq_plus_one < 2, or steps·batch > rows_count.
-inline std::vector<double> train_losses(ReferenceLlama model, const std::vector<int32_t>& rows, int64_t rows_count,
-                                        int64_t seq_plus_one, int64_t batch, int steps,
-                                        const ReferenceOptimizerSettings& optimizer) {
-  if (static_cast<int64_t>(rows.size()) != rows_count * seq_plus_one || seq_plus_one < 2 || batch < 1) {
-    throw std::invalid_argument("train_losses: " + std::to_string(rows.size()) + " tokens are not " +
-                                std::to_string(rows_count) + " rows of " + std::to_string(seq_plus_one) +
-                                " (>= 2) tokens, or batch " + std::to_string(batch) + " < 1");
+inline std::vector<double> train_losses(ReferenceLlama model, const std::vector<int32_t>& rows,
+                                        int64_t rows_count, int64_t seq_plus_one, int64_t batch,
+                                        int steps, const ReferenceOptimizerSettings& optimizer) {
+  if (static_cast<int64_t>(rows.size()) != rows_count * seq_plus_one || seq_plus_one < 2 ||
+      batch < 1) {
+    throw std::invalid_argument("train_losses: " + std::to_string(rows.size()) +
+                                " tokens are not " + std::to_string(rows_count) + " rows of " +
+                                std::to_string(seq_plus_one) + " (>= 2) tokens, or batch " +
+                                std::to_string(batch) + " < 1");
   }
   if (static_cast<int64_t>(steps) * batch > rows_count) {
-    throw std::invalid_argument("train_losses: " + std::to_string(steps) + " steps of " + std::to_string(batch) +
-                                " rows need " + std::to_string(steps * batch) + " rows, have " +
+    throw std::invalid_argument("train_losses: " + std::to_string(steps) + " steps of " +
+                                std::to_string(batch) + " rows need " +
+                                std::to_string(steps * batch) + " rows, have " +
                                 std::to_string(rows_count));
   }
   const int64_t T = seq_plus_one - 1;

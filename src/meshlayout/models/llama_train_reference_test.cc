@@ -21,9 +21,17 @@ using testing::Vec;
 using testing::Weights;
 
 LlamaConfig tiny(bool tied) {
-  return LlamaConfig{.vocab_size = 11, .hidden_size = 8, .intermediate_size = 12, .num_hidden_layers = 2,
-                     .num_attention_heads = 4, .num_key_value_heads = 2, .head_dim = 2, .rms_norm_eps = 1e-5,
-                     .rope_theta = 10000.0, .tie_word_embeddings = tied, .max_position_embeddings = 64};
+  return LlamaConfig{.vocab_size = 11,
+                     .hidden_size = 8,
+                     .intermediate_size = 12,
+                     .num_hidden_layers = 2,
+                     .num_attention_heads = 4,
+                     .num_key_value_heads = 2,
+                     .head_dim = 2,
+                     .rms_norm_eps = 1e-5,
+                     .rope_theta = 10000.0,
+                     .tie_word_embeddings = tied,
+                     .max_position_embeddings = 64};
 }
 
 double uniform(testing::Random& rng, double lo, double hi) {
@@ -39,7 +47,8 @@ ReferenceLlama random_reference(const LlamaConfig& config, uint64_t seed) {
     int64_t n = 1;
     for (int64_t s : shape) n *= s;
     const bool scale = path.ends_with("/scale");
-    for (int64_t k = 0; k < n; ++k) w[path].push_back(scale ? uniform(rng, 0.5, 1.5) : uniform(rng, -1.0, 1.0));
+    for (int64_t k = 0; k < n; ++k)
+      w[path].push_back(scale ? uniform(rng, 0.5, 1.5) : uniform(rng, -1.0, 1.0));
   }
   return ReferenceLlama(config, std::move(w));
 }
@@ -87,7 +96,8 @@ TEST(LlamaTrainReferenceTest, GradientsMatchCentralFiniteDifferences) {
       }
       // Relative to the largest gradient element of the weight (some elements are exactly 0:
       // unused embedding rows).
-      EXPECT_LE(worst / scale, 1e-6) << path << (tied ? " (tied)" : " (untied)") << " head_dim " << config.head_dim;
+      EXPECT_LE(worst / scale, 1e-6)
+          << path << (tied ? " (tied)" : " (untied)") << " head_dim " << config.head_dim;
       EXPECT_GT(scale, 1e-4) << path << ": a gradient this small checks nothing";
       worst_overall = std::max(worst_overall, worst / scale);
     }
@@ -106,7 +116,8 @@ TEST(LlamaTrainReferenceTest, LogitsAndLossMatchReferenceLlamaLogitsOfTheModelsW
     std::vector<std::string> model_order;
     for (const VariablePtr& v : model.variables()) model_order.push_back(v->path());
     std::vector<std::string> shapes_order;
-    for (const auto& [path, shape] : testing::llama_weight_shapes(model.config())) shapes_order.push_back(path);
+    for (const auto& [path, shape] : testing::llama_weight_shapes(model.config()))
+      shapes_order.push_back(path);
     EXPECT_EQ(shapes_order, model_order);
 
     const std::vector<int32_t> inputs = random_tokens(rng, B * T, 11);
@@ -123,9 +134,11 @@ TEST(LlamaTrainReferenceTest, LogitsAndLossMatchReferenceLlamaLogitsOfTheModelsW
     for (int64_t r = 0; r < B * T; ++r) {  // mean of logsumexp − target logit, written out
       double sum = 0;
       for (int64_t v = 0; v < 11; ++v) sum += std::exp(want[static_cast<size_t>(r * 11 + v)]);
-      want_loss += std::log(sum) - want[static_cast<size_t>(r * 11 + targets[static_cast<size_t>(r)])];
+      want_loss +=
+          std::log(sum) - want[static_cast<size_t>(r * 11 + targets[static_cast<size_t>(r)])];
     }
-    EXPECT_NEAR(ref.loss(inputs, targets, B, T), want_loss / (B * T), 1e-12) << (tied ? "tied" : "untied");
+    EXPECT_NEAR(ref.loss(inputs, targets, B, T), want_loss / (B * T), 1e-12)
+        << (tied ? "tied" : "untied");
   }
   reset_device_count();
 }
@@ -186,7 +199,8 @@ TEST(LlamaTrainReferenceTest, AdamWDecaysThenStepsAsKeras) {
   const double lr = 0.125, wd = 0.5, b1 = 0.9, b2 = 0.999, eps = 1e-7;
   const Vec g = {0.5, -0.25};
   Weights w = {{"dense/kernel", {1.0, -2.0}}, {"norm/scale", {1.0, -2.0}}};
-  ReferenceOptimizer adamw({.name = "AdamW", .options = {.learning_rate = lr, .weight_decay = wd},
+  ReferenceOptimizer adamw({.name = "AdamW",
+                            .options = {.learning_rate = lr, .weight_decay = wd},
                             .exclude_from_weight_decay = {"sca"}});
   adamw.apply(w, {{"dense/kernel", g}, {"norm/scale", g}});
   const double a1 = lr * std::sqrt(1 - b2) / (1 - b1);
@@ -211,13 +225,15 @@ TEST(LlamaTrainReferenceTest, SgdStepsMatchKerasUpdateByHand) {
   const Vec g1 = {0.5, -0.25}, g2 = {-0.125, 0.75};
   for (const bool nesterov : {false, true}) {
     Weights w = {{"w", {1.0, -2.0}}};
-    ReferenceOptimizer sgd({.name = "sgd", .options = {.learning_rate = lr, .momentum = mu, .nesterov = nesterov}});
+    ReferenceOptimizer sgd(
+        {.name = "sgd", .options = {.learning_rate = lr, .momentum = mu, .nesterov = nesterov}});
     sgd.apply(w, {{"w", g1}});
     sgd.apply(w, {{"w", g2}});
     for (size_t k = 0; k < 2; ++k) {
       const double m1 = -lr * g1[k], m2 = mu * m1 - lr * g2[k];
       const double theta0 = k == 0 ? 1.0 : -2.0;
-      const double want = nesterov ? theta0 + (mu * m1 - lr * g1[k]) + (mu * m2 - lr * g2[k]) : theta0 + m1 + m2;
+      const double want =
+          nesterov ? theta0 + (mu * m1 - lr * g1[k]) + (mu * m2 - lr * g2[k]) : theta0 + m1 + m2;
       EXPECT_DOUBLE_EQ(w["w"][k], want) << (nesterov ? "nesterov" : "momentum");
     }
   }
@@ -225,7 +241,8 @@ TEST(LlamaTrainReferenceTest, SgdStepsMatchKerasUpdateByHand) {
   ReferenceOptimizer plain({.name = "SGD", .options = {.learning_rate = lr}});
   plain.apply(w, {{"w", g1}});
   EXPECT_EQ(w["w"], (Vec{1.0 - lr * 0.5, -2.0 + lr * 0.25}));
-  EXPECT_THROW(ReferenceOptimizer({.name = "sgd", .options = {.beta_1 = 0.5}}), std::invalid_argument);
+  EXPECT_THROW(ReferenceOptimizer({.name = "sgd", .options = {.beta_1 = 0.5}}),
+               std::invalid_argument);
   EXPECT_THROW(ReferenceOptimizer({.name = "rmsprop"}), std::invalid_argument);
 }
 
@@ -252,9 +269,11 @@ TEST(LlamaTrainReferenceTest, TrainLossesAreTheLossBeforeEachStepOnConsecutiveRo
   const ReferenceLlama start = random_reference(config, 23);
   testing::Random rng(29);
   const int64_t rows_count = 7, seq_plus_one = 5, batch = 2, T = seq_plus_one - 1;
-  const std::vector<int32_t> rows = random_tokens(rng, rows_count * seq_plus_one, config.vocab_size);
+  const std::vector<int32_t> rows =
+      random_tokens(rng, rows_count * seq_plus_one, config.vocab_size);
   const ReferenceOptimizerSettings adamw{.name = "adamw", .options = {.learning_rate = 0.01}};
-  const std::vector<double> losses = testing::train_losses(start, rows, rows_count, seq_plus_one, batch, 3, adamw);
+  const std::vector<double> losses =
+      testing::train_losses(start, rows, rows_count, seq_plus_one, batch, 3, adamw);
 
   ReferenceLlama model = start;
   ReferenceOptimizer opt(adamw);
@@ -273,12 +292,15 @@ TEST(LlamaTrainReferenceTest, TrainLossesAreTheLossBeforeEachStepOnConsecutiveRo
 
   // The same batch every step: Adam drives its loss down.
   std::vector<int32_t> repeated;
-  for (int k = 0; k < 10; ++k) repeated.insert(repeated.end(), rows.begin(), rows.begin() + batch * seq_plus_one);
-  const std::vector<double> fit = testing::train_losses(start, repeated, 20, seq_plus_one, batch, 10,
-                                                        {.name = "adam", .options = {.learning_rate = 0.05}});
+  for (int k = 0; k < 10; ++k)
+    repeated.insert(repeated.end(), rows.begin(), rows.begin() + batch * seq_plus_one);
+  const std::vector<double> fit =
+      testing::train_losses(start, repeated, 20, seq_plus_one, batch, 10,
+                            {.name = "adam", .options = {.learning_rate = 0.05}});
   EXPECT_LT(fit.back(), 0.5 * fit.front());
 
-  EXPECT_THROW(testing::train_losses(start, rows, rows_count, seq_plus_one, batch, 4, adamw), std::invalid_argument);
+  EXPECT_THROW(testing::train_losses(start, rows, rows_count, seq_plus_one, batch, 4, adamw),
+               std::invalid_argument);
   EXPECT_THROW(testing::train_losses(start, rows, rows_count + 1, seq_plus_one, batch, 1, adamw),
                std::invalid_argument);
 }

@@ -28,12 +28,18 @@ using ::testing::HasSubstr;
 using testing::Vec;
 
 LlamaConfig tiny(int64_t heads, int64_t kv_heads, bool tied) {
-  return LlamaConfig{.vocab_size = 48, .hidden_size = heads * 4, .intermediate_size = 24, .num_hidden_layers = 2,
-                     .num_attention_heads = heads, .num_key_value_heads = kv_heads, .head_dim = 4,
-                     .rms_norm_eps = 1e-5, .rope_theta = 10000.0, .tie_word_embeddings = tied,
+  return LlamaConfig{.vocab_size = 48,
+                     .hidden_size = heads * 4,
+                     .intermediate_size = 24,
+                     .num_hidden_layers = 2,
+                     .num_attention_heads = heads,
+                     .num_key_value_heads = kv_heads,
+                     .head_dim = 4,
+                     .rms_norm_eps = 1e-5,
+                     .rope_theta = 10000.0,
+                     .tie_word_embeddings = tied,
                      .max_position_embeddings = 64};
 }
-
 
 struct Layouts {
   std::string what;
@@ -42,7 +48,8 @@ struct Layouts {
 
 std::vector<Layouts> every_layout() {
   const DeviceMesh one({1, 1}, {"batch", "model"}, std::vector<std::string>{"cpu:0"});
-  const DeviceMesh m24({2, 4}, {"batch", "model"}), m42({4, 2}, {"batch", "model"}), dp({8, 1}, {"batch", "model"});
+  const DeviceMesh m24({2, 4}, {"batch", "model"}), m42({4, 2}, {"batch", "model"}),
+      dp({8, 1}, {"batch", "model"});
   return {{"one device", LayoutMap(one)},
           {"keras-hub rules on 2x4", llama_layout_map(m24)},
           {"Megatron rules on 4x2", testing::megatron_rules(m42)},
@@ -62,7 +69,8 @@ std::vector<int32_t> random_rows(int64_t rows, int64_t columns, int64_t vocab, u
 double relative_difference(const HostTensor& got, const Vec& want) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    const double g = got.dtype() == DType::kF64 ? got.data_as<double>()[i] : got.data_as<float>()[i];
+    const double g =
+        got.dtype() == DType::kF64 ? got.data_as<double>()[i] : got.data_as<float>()[i];
     diff += (g - want[i]) * (g - want[i]);
     norm += want[i] * want[i];
   }
@@ -70,8 +78,9 @@ double relative_difference(const HostTensor& got, const Vec& want) {
 }
 
 // Inputs and targets (row-major B × T) of `rows` (B × (T + 1)).
-std::pair<std::vector<int32_t>, std::vector<int32_t>> split_rows(const std::vector<int32_t>& rows, int64_t first,
-                                                                 int64_t B, int64_t T) {
+std::pair<std::vector<int32_t>, std::vector<int32_t>> split_rows(const std::vector<int32_t>& rows,
+                                                                 int64_t first, int64_t B,
+                                                                 int64_t T) {
   std::vector<int32_t> inputs, targets;
   for (int64_t b = first; b < first + B; ++b) {
     inputs.insert(inputs.end(), rows.begin() + b * (T + 1), rows.begin() + b * (T + 1) + T);
@@ -84,7 +93,8 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> split_rows(const std::vect
 std::vector<int32_t> learnable_rows(int64_t rows_count, int64_t T, int32_t vocab, uint64_t seed) {
   std::vector<int32_t> rows = random_rows(rows_count, T + 1, vocab, seed);
   for (int64_t r = 0; r < rows_count; ++r) {
-    for (int64_t t = 1; t <= T; ++t) rows[r * (T + 1) + t] = (rows[r * (T + 1)] + 5 * static_cast<int32_t>(t)) % vocab;
+    for (int64_t t = 1; t <= T; ++t)
+      rows[r * (T + 1) + t] = (rows[r * (T + 1)] + 5 * static_cast<int32_t>(t)) % vocab;
   }
   return rows;
 }
@@ -102,7 +112,8 @@ class LlamaTrainTest : public ::testing::Test {
     HostTensor x(DType::kI32, {B, T}), y(DType::kI32, {B, T});
     std::copy(inputs.begin(), inputs.end(), x.data_as<int32_t>());
     std::copy(targets.begin(), targets.end(), y.data_as<int32_t>());
-    return {model.distribution().distribute_process_batch(x, B), model.distribution().distribute_process_batch(y, B)};
+    return {model.distribution().distribute_process_batch(x, B),
+            model.distribution().distribute_process_batch(y, B)};
   }
 };
 
@@ -113,12 +124,14 @@ TEST_F(LlamaTrainTest, EveryGradientMatchesTheFloat64ReferenceOnEveryLayout) {
     std::vector<int32_t> inputs, targets;
     for (int64_t b = 0; b < B; ++b) {
       inputs.insert(inputs.end(), rows.begin() + b * (T + 1), rows.begin() + b * (T + 1) + T);
-      targets.insert(targets.end(), rows.begin() + b * (T + 1) + 1, rows.begin() + (b + 1) * (T + 1));
+      targets.insert(targets.end(), rows.begin() + b * (T + 1) + 1,
+                     rows.begin() + (b + 1) * (T + 1));
     }
     for (const Layouts& l : every_layout()) {
       SCOPED_TRACE(l.what + (config.tie_word_embeddings ? ", GQA tied" : ", MHA untied"));
       LlamaModel model(config, l.rules);
-      const auto [want_loss, want] = testing::ReferenceLlama(model).loss_and_gradients(inputs, targets, B, T);
+      const auto [want_loss, want] =
+          testing::ReferenceLlama(model).loss_and_gradients(inputs, targets, B, T);
       const auto [x, y] = batch(model, inputs, targets, B, T);
       Gradients grads;
       const double loss = model.loss_and_gradients(x, y, grads);
@@ -141,13 +154,15 @@ TEST_F(LlamaTrainTest, TenStepsGiveTheFloat64ReferencesLosses) {
   // Learnable rows: each an arithmetic sequence (step 5 modulo the vocabulary) from a random start.
   std::vector<int32_t> rows = random_rows(B * steps, T + 1, config.vocab_size, 9);
   for (int64_t r = 0; r < B * steps; ++r) {
-    for (int64_t t = 1; t <= T; ++t) rows[r * (T + 1) + t] = (rows[r * (T + 1)] + 5 * static_cast<int32_t>(t)) % 48;
+    for (int64_t t = 1; t <= T; ++t)
+      rows[r * (T + 1) + t] = (rows[r * (T + 1)] + 5 * static_cast<int32_t>(t)) % 48;
   }
   struct Run {
     std::string optimizer;
     OptimizerOptions options;
   };
-  const Run runs[] = {{"adamw", {.learning_rate = 1e-2}}, {"adam", {.learning_rate = 1e-2}},
+  const Run runs[] = {{"adamw", {.learning_rate = 1e-2}},
+                      {"adam", {.learning_rate = 1e-2}},
                       {"sgd", {.learning_rate = 0.5, .momentum = 0.9}}};
   std::vector<Layouts> layouts = every_layout();
   for (size_t r = 0; r < std::size(runs); ++r) {
@@ -157,18 +172,21 @@ TEST_F(LlamaTrainTest, TenStepsGiveTheFloat64ReferencesLosses) {
       SCOPED_TRACE(runs[r].optimizer + " on " + l.what);
       clear_session();
       LlamaModel model(config, l.rules);
-      const std::vector<double> want = testing::train_losses(testing::ReferenceLlama(model), rows, B * steps, T + 1, B,
-                                                             steps, {.name = runs[r].optimizer, .options = runs[r].options});
+      const std::vector<double> want =
+          testing::train_losses(testing::ReferenceLlama(model), rows, B * steps, T + 1, B, steps,
+                                {.name = runs[r].optimizer, .options = runs[r].options});
       auto optimizer = make_optimizer(runs[r].optimizer, runs[r].options);
       for (int64_t step = 0; step < steps; ++step) {
         std::vector<int32_t> inputs, targets;
         for (int64_t b = step * B; b < (step + 1) * B; ++b) {
           inputs.insert(inputs.end(), rows.begin() + b * (T + 1), rows.begin() + b * (T + 1) + T);
-          targets.insert(targets.end(), rows.begin() + b * (T + 1) + 1, rows.begin() + (b + 1) * (T + 1));
+          targets.insert(targets.end(), rows.begin() + b * (T + 1) + 1,
+                         rows.begin() + (b + 1) * (T + 1));
         }
         const auto [x, y] = batch(model, inputs, targets, B, T);
         const double loss = llama_train_step(model, *optimizer, x, y);
-        EXPECT_NEAR(loss, want[static_cast<size_t>(step)], 1e-3 * want[static_cast<size_t>(step)]) << "step " << step;
+        EXPECT_NEAR(loss, want[static_cast<size_t>(step)], 1e-3 * want[static_cast<size_t>(step)])
+            << "step " << step;
       }
       EXPECT_LT(want.back(), want.front());  // it learns
       // Every slot lives in its variable's layout.
@@ -193,8 +211,10 @@ TEST_F(LlamaTrainTest, EveryGradientInFloat64MatchesTheReferenceWithin1e10OnEver
       clear_session();
       LlamaModel model(config, l.rules, {.dtype = DType::kF64});
       EXPECT_EQ(model.dtype(), DType::kF64);
-      for (const VariablePtr& v : model.variables()) ASSERT_EQ(v->dtype(), DType::kF64) << v->path();
-      const auto [want_loss, want] = testing::ReferenceLlama(model).loss_and_gradients(inputs, targets, B, T);
+      for (const VariablePtr& v : model.variables())
+        ASSERT_EQ(v->dtype(), DType::kF64) << v->path();
+      const auto [want_loss, want] =
+          testing::ReferenceLlama(model).loss_and_gradients(inputs, targets, B, T);
       const auto [x, y] = batch(model, inputs, targets, B, T);
       Gradients grads;
       const double loss = model.loss_and_gradients(x, y, grads);
@@ -212,7 +232,8 @@ TEST_F(LlamaTrainTest, EveryGradientInFloat64MatchesTheReferenceWithin1e10OnEver
       }
     }
   }
-  std::printf("[ info     ] F64: largest relative gradient difference from the reference: %.3g\n", worst);
+  std::printf("[ info     ] F64: largest relative gradient difference from the reference: %.3g\n",
+              worst);
 }
 
 // Ten steps in float64 give the float64 reference's losses within 1e-9 (relative) on every
@@ -223,17 +244,21 @@ TEST_F(LlamaTrainTest, TenStepsInFloat64GiveTheReferenceLossesWithin1e9) {
     std::string optimizer;
     OptimizerOptions options;
   };
-  const Run runs[] = {{"adamw", {.learning_rate = 1e-2}}, {"adam", {.learning_rate = 1e-2}},
+  const Run runs[] = {{"adamw", {.learning_rate = 1e-2}},
+                      {"adam", {.learning_rate = 1e-2}},
                       {"sgd", {.learning_rate = 0.5, .momentum = 0.9}}};
   const std::vector<Layouts> layouts = every_layout();
   double worst = 0;
   for (const LlamaConfig& config : {tiny(8, 2, true), tiny(4, 4, false)}) {
-    const std::vector<int32_t> rows = learnable_rows(B * steps, T, static_cast<int32_t>(config.vocab_size), 9);
+    const std::vector<int32_t> rows =
+        learnable_rows(B * steps, T, static_cast<int32_t>(config.vocab_size), 9);
     for (size_t r = 0; r < std::size(runs); ++r) {
       for (size_t li = 0; li < layouts.size(); ++li) {
-        if (r > 0 && (li != 1 || !config.tie_word_embeddings)) continue;  // other optimizers: one case
+        if (r > 0 && (li != 1 || !config.tie_word_embeddings))
+          continue;  // other optimizers: one case
         const Layouts& l = layouts[li];
-        SCOPED_TRACE(runs[r].optimizer + " on " + l.what + (config.tie_word_embeddings ? ", GQA tied" : ", MHA untied"));
+        SCOPED_TRACE(runs[r].optimizer + " on " + l.what +
+                     (config.tie_word_embeddings ? ", GQA tied" : ", MHA untied"));
         clear_session();
         LlamaModel model(config, l.rules, {.dtype = DType::kF64});
         const std::vector<double> want =
@@ -272,23 +297,33 @@ TEST_F(LlamaTrainTest, Float64LogitsAndGreedyDecodingMatchTheReference) {
     const std::vector<int32_t> tokens = random_rows(2, 5, 48, 3);
     HostTensor t(DType::kI32, {2, 5});
     std::copy(tokens.begin(), tokens.end(), t.data_as<int32_t>());
-    const HostTensor logits = model.logits(distribute_tensor(t, TensorLayout::replicated(2, model.mesh()))).gather();
+    const HostTensor logits =
+        model.logits(distribute_tensor(t, TensorLayout::replicated(2, model.mesh()))).gather();
     ASSERT_EQ(logits.dtype(), DType::kF64);
-    EXPECT_LT(relative_difference(logits, testing::reference_llama_logits(model, tokens, 2, 5)), 1e-12);
+    EXPECT_LT(relative_difference(logits, testing::reference_llama_logits(model, tokens, 2, 5)),
+              1e-12);
     const GenerateResult r = generate(model, {{3, 17, 42}}, {.max_new_tokens = 5});
     EXPECT_EQ(r.tokens[0], testing::reference_greedy(model, {3, 17, 42}, 5));
   }
-  EXPECT_TRUE(testing::HasSubstr(
-      testing::ValueErrorMessage([&] { LlamaModel(tiny(4, 4, false), layouts[0].rules, {.dtype = DType::kBF16}); }),
-      "LlamaModel runs in F32 or F64, got dtype BF16"));
+  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] {
+                                   LlamaModel(tiny(4, 4, false), layouts[0].rules,
+                                              {.dtype = DType::kBF16});
+                                 }),
+                                 "LlamaModel runs in F32 or F64, got dtype BF16"));
 }
 
 // A step holds each device's shards of the weights, gradients and slots plus activations:
 // nothing whole. Megatron rules on 1x8 with weights far larger than the activations.
 TEST_F(LlamaTrainTest, AStepHoldsShardsAndActivationsOnlyOnEveryDevice) {
-  const LlamaConfig config{.vocab_size = 1024, .hidden_size = 64, .intermediate_size = 256, .num_hidden_layers = 2,
-                           .num_attention_heads = 8, .num_key_value_heads = 8, .head_dim = 8,
-                           .tie_word_embeddings = false, .max_position_embeddings = 16};
+  const LlamaConfig config{.vocab_size = 1024,
+                           .hidden_size = 64,
+                           .intermediate_size = 256,
+                           .num_hidden_layers = 2,
+                           .num_attention_heads = 8,
+                           .num_key_value_heads = 8,
+                           .head_dim = 8,
+                           .tie_word_embeddings = false,
+                           .max_position_embeddings = 16};
   const DeviceMesh mesh({1, 8}, {"batch", "model"});
   LlamaModel model(config, testing::megatron_rules(mesh));
   auto optimizer = make_optimizer("adam");
@@ -300,14 +335,16 @@ TEST_F(LlamaTrainTest, AStepHoldsShardsAndActivationsOnlyOnEveryDevice) {
   int64_t whole = 0;
   for (const VariablePtr& v : model.variables()) {
     whole += num_elements(v->shape()) * 4;
-    for (const Array::Shard& s : v->value().local_shards()) weights[s.device_id] += static_cast<int64_t>(s.buffer.size());
+    for (const Array::Shard& s : v->value().local_shards())
+      weights[s.device_id] += static_cast<int64_t>(s.buffer.size());
   }
   std::vector<VirtualDevice*> devices = default_runtime()->local_devices();
   for (VirtualDevice* d : devices) d->memory().reset_peak();
   llama_train_step(model, *optimizer, x, y);
   // Activations: per layer a few (B, T, d) and (B, T, ff) arrays, and the logits, each at most
   // whole on a device, 4 bytes: a generous bound far below the weights.
-  const int64_t activations = 4 * (config.num_hidden_layers * 16 * B * T * (64 + 256) + 4 * B * T * 1024);
+  const int64_t activations =
+      4 * (config.num_hidden_layers * 16 * B * T * (64 + 256) + 4 * B * T * 1024);
   for (int64_t p = 0; p < mesh.size(); ++p) {
     const int64_t id = mesh.device_ids()[static_cast<size_t>(p)];
     const int64_t peak = devices[static_cast<size_t>(id)]->memory().stats().peak_bytes;
@@ -326,13 +363,16 @@ class TokenFileTest : public LlamaTrainTest {
   std::string write(const HostTensor& tokens, const std::string& name = "tokens") {
     std::filesystem::create_directories(dir_);
     const DeviceMesh one({1}, {"x"}, std::vector<std::string>{"cpu:0"});
-    const Array a = distribute_tensor(tokens, TensorLayout::replicated(static_cast<int>(tokens.shape().size()), one));
+    const Array a = distribute_tensor(
+        tokens, TensorLayout::replicated(static_cast<int>(tokens.shape().size()), one));
     const std::string path = dir_ + "/" + name + ".safetensors";
     const NamedArray named[] = {{name, &a}};
     save_arrays(path, named);
     return path;
   }
-  std::string dir_ = (std::filesystem::temp_directory_path() / ("llama_train_test_" + std::to_string(::getpid()))).string();
+  std::string dir_ =
+      (std::filesystem::temp_directory_path() / ("llama_train_test_" + std::to_string(::getpid())))
+          .string();
 };
 
 TEST_F(TokenFileTest, RefusesDataOfTheWrongNameDtypeRankOrLength) {
@@ -340,7 +380,9 @@ TEST_F(TokenFileTest, RefusesDataOfTheWrongNameDtypeRankOrLength) {
     TokenDataset::open(write(HostTensor(DType::kF32, {4, 6})));
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("tokens must be I32 of shape (rows, seq + 1) with seq >= 1, got F32 (4, 6)"));
+    EXPECT_THAT(
+        e.what(),
+        HasSubstr("tokens must be I32 of shape (rows, seq + 1) with seq >= 1, got F32 (4, 6)"));
   }
   EXPECT_THROW(TokenDataset::open(write(HostTensor(DType::kI32, {24}))), ValueError);
   EXPECT_THROW(TokenDataset::open(write(HostTensor(DType::kI32, {4, 1}))), ValueError);
@@ -352,14 +394,16 @@ TEST_F(TokenFileTest, RefusesDataOfTheWrongNameDtypeRankOrLength) {
     TokenDataset::open(dir);
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("training data '" + dir + "' is a directory; expected a safetensors file"));
+    EXPECT_THAT(e.what(), HasSubstr("training data '" + dir +
+                                    "' is a directory; expected a safetensors file"));
   }
   std::filesystem::remove_all(dir);
 
   const LlamaConfig config = tiny(4, 4, false);
   LlamaModel model(config, llama_layout_map(DeviceMesh({2, 4}, {"batch", "model"})));
   HostTensor rows(DType::kI32, {6, 5});
-  for (int64_t i = 0; i < rows.num_elements(); ++i) rows.data_as<int32_t>()[i] = static_cast<int32_t>(i % 40);
+  for (int64_t i = 0; i < rows.num_elements(); ++i)
+    rows.data_as<int32_t>()[i] = static_cast<int32_t>(i % 40);
   const TokenDataset data = TokenDataset::open(write(rows));
   EXPECT_EQ(data.rows(), 6);
   EXPECT_EQ(data.sequence_length(), 4);

@@ -29,7 +29,8 @@ void write_random_hf_llama(const std::string& dir, const LlamaConfig& config,
       float* p = t.data_as<float>();
       for (int64_t i = 0; i < t.num_elements(); ++i) p[i] *= options.kernel_scale;
     }
-    scaled.emplace(path, distribute_tensor(t, TensorLayout::replicated(static_cast<int>(t.shape().size()), one)));
+    scaled.emplace(path, distribute_tensor(
+                             t, TensorLayout::replicated(static_cast<int>(t.shape().size()), one)));
   }
   std::map<std::string, const Array*> arrays;
   for (const auto& [path, array] : scaled) arrays.emplace(path, &array);
@@ -39,8 +40,9 @@ void write_random_hf_llama(const std::string& dir, const LlamaConfig& config,
 
 HostTensor random_token_rows(int64_t rows, int64_t columns, int64_t vocab, uint64_t seed) {
   if (rows < 1 || columns < 1 || vocab < 1) {
-    throw ValueError(fmt::format("random_token_rows needs positive sizes, got rows {}, columns {}, vocab {}", rows,
-                                 columns, vocab));
+    throw ValueError(
+        fmt::format("random_token_rows needs positive sizes, got rows {}, columns {}, vocab {}",
+                    rows, columns, vocab));
   }
   HostTensor out(DType::kI32, {rows, columns});
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;  // splitmix64
@@ -48,15 +50,16 @@ HostTensor random_token_rows(int64_t rows, int64_t columns, int64_t vocab, uint6
     uint64_t z = (state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    out.data_as<int32_t>()[i] = static_cast<int32_t>((z ^ (z >> 31)) % static_cast<uint64_t>(vocab));
+    out.data_as<int32_t>()[i] =
+        static_cast<int32_t>((z ^ (z >> 31)) % static_cast<uint64_t>(vocab));
   }
   return out;
 }
 
 void write_token_file(const std::string& path, const HostTensor& tokens) {
   if (tokens.dtype() != DType::kI32 || tokens.shape().size() != 2) {
-    throw ValueError(fmt::format("write_token_file needs I32 rows of rank 2, got {} {}", dtype_name(tokens.dtype()),
-                                 shape_to_string(tokens.shape())));
+    throw ValueError(fmt::format("write_token_file needs I32 rows of rank 2, got {} {}",
+                                 dtype_name(tokens.dtype()), shape_to_string(tokens.shape())));
   }
   const std::vector<std::string> devices = list_devices();
   const DeviceMesh first({1}, {"x"}, std::vector<std::string>{devices.front()});

@@ -20,7 +20,7 @@
 namespace meshlayout {
 
 struct RandomLlamaOptions {
-  float kernel_scale = 1;         // multiplies every kernel and embedding (not the norm scales)
+  float kernel_scale = 1;          // multiplies every kernel and embedding (not the norm scales)
   DType file_dtype = DType::kF32;  // F32, BF16 or F16
   int num_shards = 1;              // > 1: model-0000k-of-0000n.safetensors with an index
 };

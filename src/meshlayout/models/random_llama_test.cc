@@ -19,9 +19,14 @@ namespace {
 namespace fs = std::filesystem;
 
 LlamaConfig small_config() {
-  return LlamaConfig{.vocab_size = 32, .hidden_size = 8, .intermediate_size = 16,
-                     .num_hidden_layers = 2, .num_attention_heads = 2,
-                     .num_key_value_heads = 1, .head_dim = 4, .max_position_embeddings = 16};
+  return LlamaConfig{.vocab_size = 32,
+                     .hidden_size = 8,
+                     .intermediate_size = 16,
+                     .num_hidden_layers = 2,
+                     .num_attention_heads = 2,
+                     .num_key_value_heads = 1,
+                     .head_dim = 4,
+                     .max_position_embeddings = 16};
 }
 
 class RandomLlamaTest : public ::testing::Test {
@@ -43,7 +48,8 @@ class RandomLlamaTest : public ::testing::Test {
 // times the scale (rounded to the file dtype), norm scales stay 1.
 TEST_F(RandomLlamaTest, WritesTheModelsInitialWeightsScaled) {
   const LlamaConfig config = small_config();
-  write_random_hf_llama(dir_.string(), config, {.kernel_scale = 8, .file_dtype = DType::kF32, .num_shards = 2});
+  write_random_hf_llama(dir_.string(), config,
+                        {.kernel_scale = 8, .file_dtype = DType::kF32, .num_shards = 2});
   HfLlamaCheckpoint ckpt = HfLlamaCheckpoint::open(dir_.string());
   EXPECT_EQ(ckpt.config().hidden_size, 8);
   EXPECT_EQ(ckpt.checkpoint().files().size(), 2u);
@@ -67,10 +73,12 @@ TEST_F(RandomLlamaTest, WritesTheModelsInitialWeightsScaled) {
 
 TEST_F(RandomLlamaTest, RefusesANonFiniteScaleAndABadConfig) {
   try {
-    write_random_hf_llama(dir_.string(), small_config(), {.kernel_scale = std::numeric_limits<float>::infinity()});
+    write_random_hf_llama(dir_.string(), small_config(),
+                          {.kernel_scale = std::numeric_limits<float>::infinity()});
     FAIL() << "an infinite scale was accepted";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("kernel_scale must be finite, got inf"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("kernel_scale must be finite, got inf"), std::string::npos)
+        << e.what();
   }
   LlamaConfig bad = small_config();
   bad.num_key_value_heads = 3;  // does not divide 2 heads

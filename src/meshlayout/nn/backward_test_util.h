@@ -65,9 +65,9 @@ inline std::vector<double> random_values(const Shape& shape, uint64_t seed, doub
 /// dL/d params[name] by central differences, L = Σ forward(params)·w: two points, or with
 /// `five_point` (L(θ−2h) − 8L(θ−h) + 8L(θ+h) − L(θ+2h)) / 12h, accurate to ~1e-12 with h ~ 1e-3
 /// (the float64 layers' checks).
-inline std::vector<double> numeric_gradient(const Forward& forward, Params params, const std::string& name,
-                                            const std::vector<double>& w, double h = 1e-5,
-                                            bool five_point = false) {
+inline std::vector<double> numeric_gradient(const Forward& forward, Params params,
+                                            const std::string& name, const std::vector<double>& w,
+                                            double h = 1e-5, bool five_point = false) {
   std::vector<double>& theta = params.at(name);
   std::vector<double> out(theta.size());
   auto loss = [&] {
@@ -123,15 +123,16 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
 /// `f64`: the gradients must be F64, within 1e-10 of a five-point stencil (h = 1e-3).
 inline void expect_weight_gradients(const Gradients& grads,
                                     const std::vector<std::pair<VariablePtr, std::string>>& weights,
-                                    const Forward& forward, const Params& params, const std::vector<double>& w,
-                                    bool f64 = false) {
+                                    const Forward& forward, const Params& params,
+                                    const std::vector<double>& w, bool f64 = false) {
   for (const auto& [v, name] : weights) {
     const Array* g = grads.find(*v);
     ASSERT_NE(g, nullptr) << name;
     EXPECT_EQ(g->layout(), v->value().layout()) << name;
     if (f64) {
       EXPECT_EQ(g->dtype(), DType::kF64) << name;
-      expect_close(gathered_f64(*g), numeric_gradient(forward, params, name, w, 1e-3, true), "d " + name, 1e-10);
+      expect_close(gathered_f64(*g), numeric_gradient(forward, params, name, w, 1e-3, true),
+                   "d " + name, 1e-10);
     } else {
       expect_close(gathered_f64(*g), numeric_gradient(forward, params, name, w), "d " + name);
     }

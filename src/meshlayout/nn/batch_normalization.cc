@@ -14,36 +14,45 @@ namespace meshlayout {
 BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
     : Layer("batch_normalization", options.name), options_(std::move(options)) {
   if (!std::isfinite(options_.epsilon) || options_.epsilon <= 0) {
-    throw ValueError(fmt::format("BatchNormalization epsilon must be finite and > 0, got {}",
-                                 options_.epsilon));
+    throw ValueError(
+        fmt::format("BatchNormalization epsilon must be finite and > 0, got {}", options_.epsilon));
   }
   if (!(options_.momentum >= 0 && options_.momentum <= 1)) {
-    throw ValueError(fmt::format("BatchNormalization momentum must be in [0, 1], got {}",
-                                 options_.momentum));
+    throw ValueError(
+        fmt::format("BatchNormalization momentum must be in [0, 1], got {}", options_.momentum));
   }
 }
 
 void BatchNormalization::build(const Shape& input_shape) {
   if (input_shape.empty()) {
-    throw ValueError(fmt::format("BatchNormalization layer {} needs inputs of rank >= 1, got shape {}",
-                                 quote(name()), shape_to_string(input_shape)));
+    throw ValueError(
+        fmt::format("BatchNormalization layer {} needs inputs of rank >= 1, got shape {}",
+                    quote(name()), shape_to_string(input_shape)));
   }
   features_ = input_shape.back();
   const Shape shape{features_};
   if (options_.scale) {
-    gamma_ = add_weight({.name = "gamma", .shape = shape, .initializer = options_.gamma_initializer,
+    gamma_ = add_weight({.name = "gamma",
+                         .shape = shape,
+                         .initializer = options_.gamma_initializer,
                          .layout = options_.gamma_layout});
   }
   if (options_.center) {
-    beta_ = add_weight({.name = "beta", .shape = shape, .initializer = options_.beta_initializer,
+    beta_ = add_weight({.name = "beta",
+                        .shape = shape,
+                        .initializer = options_.beta_initializer,
                         .layout = options_.beta_layout});
   }
-  moving_mean_ = add_weight({.name = "moving_mean", .shape = shape,
-                             .initializer = options_.moving_mean_initializer, .trainable = false,
+  moving_mean_ = add_weight({.name = "moving_mean",
+                             .shape = shape,
+                             .initializer = options_.moving_mean_initializer,
+                             .trainable = false,
                              .layout = options_.moving_mean_layout});
-  moving_variance_ = add_weight({.name = "moving_variance", .shape = shape,
+  moving_variance_ = add_weight({.name = "moving_variance",
+                                 .shape = shape,
                                  .initializer = options_.moving_variance_initializer,
-                                 .trainable = false, .layout = options_.moving_variance_layout});
+                                 .trainable = false,
+                                 .layout = options_.moving_variance_layout});
   internal_nn::check_compute_dtype("BatchNormalization", name(), moving_mean_->dtype());
 }
 
@@ -60,16 +69,18 @@ const E* data(const Array& a, const Array::Shard& s) {
 void BatchNormalization::check_call_input(const Array& x) const {
   check_input_dtype("BatchNormalization", name(), x.dtype(), moving_mean_->dtype());
   if (x.shape().empty() || x.shape().back() != features_) {
-    throw ValueError(fmt::format("BatchNormalization layer {} was built for {} features (the last "
-                                 "dimension), got an input of shape {}",
-                                 quote(name()), features_, shape_to_string(x.shape())));
+    throw ValueError(
+        fmt::format("BatchNormalization layer {} was built for {} features (the last "
+                    "dimension), got an input of shape {}",
+                    quote(name()), features_, shape_to_string(x.shape())));
   }
 }
 
 TensorLayout BatchNormalization::data_layout(const Array& x) const {
   // The data go to the weights' mesh when it differs, else keep their layout.
   const DeviceMesh mesh = moving_mean_->value().mesh();
-  return x.mesh() == mesh ? x.layout() : TensorLayout::replicated(static_cast<int>(x.shape().size()), mesh);
+  return x.mesh() == mesh ? x.layout()
+                          : TensorLayout::replicated(static_cast<int>(x.shape().size()), mesh);
 }
 
 BatchNormalization::Moments BatchNormalization::moments(const Array& xs) const {
@@ -162,7 +173,8 @@ Array BatchNormalization::call(const Array& x) {
     E* p = reinterpret_cast<E*>(s.buffer.data());
     for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        double out = (p[r * cols + c] - static_cast<double>(m[c])) / std::sqrt(static_cast<double>(v[c]) + epsilon);
+        double out = (p[r * cols + c] - static_cast<double>(m[c])) /
+                     std::sqrt(static_cast<double>(v[c]) + epsilon);
         if (g) out *= g[c];
         if (b) out += b[c];
         p[r * cols + c] = static_cast<E>(out);
@@ -187,8 +199,10 @@ Array BatchNormalization::recompute(const Array& x) {
 
 Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!built()) {
-    throw FailedPreconditionError(fmt::format("BatchNormalization layer {} is not built: call it "
-                                              "before its backward", quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("BatchNormalization layer {} is not built: call it "
+                    "before its backward",
+                    quote(name())));
   }
   check_call_input(x);
   check_output_gradient(name(), dy, x.shape(), x.dtype());
@@ -204,7 +218,8 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
   const bool want_dgamma = gamma_ && gamma_->trainable(), want_dbeta = beta_ && beta_->trainable();
   std::optional<Array> xhat_dy, sum_dy, sum_xhat_dy;
   const DType dtype = x.dtype();
-  if (training_ || want_dgamma) xhat_dy.emplace(allocate_agreed(target, x.shape(), dtype, xs.runtime_ptr()));
+  if (training_ || want_dgamma)
+    xhat_dy.emplace(allocate_agreed(target, x.shape(), dtype, xs.runtime_ptr()));
   const double epsilon = options_.epsilon;
   // E: float (F32) or double (F64), the element type of x, dy, the weights and the statistics.
   const auto inv_std = [&]<typename E>(const E* v, int64_t c) {
@@ -214,7 +229,8 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
     Array::Shard& s = xhat_dy->local_shards()[i];
     const int64_t cols = s.box.shape.back();
     if (cols == 0 || s.box.num_elements() == 0) return;
-    const E *v = data<E>(xs, s), *dv = data<E>(d, s), *m = data<E>(stats.mean, s), *var = data<E>(stats.variance, s);
+    const E *v = data<E>(xs, s), *dv = data<E>(d, s), *m = data<E>(stats.mean, s),
+            *var = data<E>(stats.variance, s);
     E* p = reinterpret_cast<E*>(s.buffer.data());
     for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
@@ -238,7 +254,8 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
     Array::Shard& s = dx.local_shards()[i];
     const int64_t cols = s.box.shape.back();
     if (cols == 0 || s.box.num_elements() == 0) return;
-    const E *v = data<E>(xs, s), *dv = data<E>(d, s), *m = data<E>(stats.mean, s), *var = data<E>(stats.variance, s);
+    const E *v = data<E>(xs, s), *dv = data<E>(d, s), *m = data<E>(stats.mean, s),
+            *var = data<E>(stats.variance, s);
     const E* g = gamma ? data<E>(*gamma, s) : nullptr;
     const E* sd = training_ ? data<E>(*sum_dy, s) : nullptr;
     const E* sx = training_ ? data<E>(*sum_xhat_dy, s) : nullptr;

@@ -48,11 +48,11 @@
 namespace meshlayout {
 
 struct BatchNormalizationOptions {
-  std::string name;       // automatic ("batch_normalization", …) when empty
-  double epsilon = 1e-3;  // Keras default
+  std::string name;        // automatic ("batch_normalization", …) when empty
+  double epsilon = 1e-3;   // Keras default
   double momentum = 0.99;  // Keras default
-  bool center = true;     // add beta
-  bool scale = true;      // multiply by gamma
+  bool center = true;      // add beta
+  bool scale = true;       // multiply by gamma
   Initializer beta_initializer = Initializer::zeros();
   Initializer gamma_initializer = Initializer::ones();
   Initializer moving_mean_initializer = Initializer::zeros();

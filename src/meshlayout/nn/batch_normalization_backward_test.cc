@@ -35,7 +35,8 @@ std::pair<std::vector<double>, std::vector<double>> batch_moments(const std::vec
   const size_t n = x.size() / kFeatures;
   std::vector<double> mean(kFeatures), var(kFeatures);
   for (size_t r = 0; r < n; ++r)
-    for (int64_t c = 0; c < kFeatures; ++c) mean[c] += x[r * kFeatures + c] / static_cast<double>(n);
+    for (int64_t c = 0; c < kFeatures; ++c)
+      mean[c] += x[r * kFeatures + c] / static_cast<double>(n);
   for (size_t r = 0; r < n; ++r)
     for (int64_t c = 0; c < kFeatures; ++c) {
       const double d = x[r * kFeatures + c] - mean[c];
@@ -48,7 +49,8 @@ std::pair<std::vector<double>, std::vector<double>> batch_moments(const std::vec
 // moving ones ("moving_mean", "moving_variance" in q). gamma/beta absent: 1/0.
 std::vector<double> reference(const Params& q, bool training) {
   const std::vector<double>& x = q.at("x");
-  auto [mean, var] = training ? batch_moments(x) : std::pair{q.at("moving_mean"), q.at("moving_variance")};
+  auto [mean, var] =
+      training ? batch_moments(x) : std::pair{q.at("moving_mean"), q.at("moving_variance")};
   std::vector<double> y(x.size());
   for (size_t r = 0; r < x.size() / kFeatures; ++r)
     for (int64_t c = 0; c < kFeatures; ++c) {
@@ -62,7 +64,9 @@ std::vector<double> reference(const Params& q, bool training) {
 
 class BatchNormalizationBackwardTest : public NnTest {
  protected:
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
 
   std::vector<std::pair<TensorLayout, TensorLayout>> cases() const {  // (x (8, 3, 8), weights)
     return {{layout({kNone, kNone, kNone}), layout({kNone})},
@@ -73,17 +77,24 @@ class BatchNormalizationBackwardTest : public NnTest {
             {layout({kNone, kNone, {"data", "model"}}), layout({{"model"}})}};
   }
 
-  std::shared_ptr<BatchNormalization> make(const TensorLayout& w, bool center = true, bool scale = true,
-                                           DType dtype = DType::kF32) {
+  std::shared_ptr<BatchNormalization> make(const TensorLayout& w, bool center = true,
+                                           bool scale = true, DType dtype = DType::kF32) {
     clear_session();
     FloatxScope floatx(dtype);
     auto bn = std::make_shared<BatchNormalization>(BatchNormalizationOptions{
-        .epsilon = kEpsilon, .momentum = 0.9, .center = center, .scale = scale,
+        .epsilon = kEpsilon,
+        .momentum = 0.9,
+        .center = center,
+        .scale = scale,
         .beta_initializer = Initializer::random_normal({.stddev = 0.3, .seed = 10}),
         .gamma_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 11}),
         .moving_mean_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 12}),
-        .moving_variance_initializer = Initializer::random_uniform({.minval = 0.5, .maxval = 2.0, .seed = 13}),
-        .beta_layout = w, .gamma_layout = w, .moving_mean_layout = w, .moving_variance_layout = w});
+        .moving_variance_initializer =
+            Initializer::random_uniform({.minval = 0.5, .maxval = 2.0, .seed = 13}),
+        .beta_layout = w,
+        .gamma_layout = w,
+        .moving_mean_layout = w,
+        .moving_variance_layout = w});
     bn->maybe_build({8, 3, kFeatures});
     EXPECT_EQ(bn->moving_mean()->dtype(), dtype);
     return bn;
@@ -91,11 +102,12 @@ class BatchNormalizationBackwardTest : public NnTest {
 
   // Checks y, dx and each trainable weight's gradient; x (8, 3, 8) with a per-feature offset.
   // In F64 (the layer built in F64): y to 1e-12, gradients to 1e-10 of a five-point stencil.
-  void check(BatchNormalization& bn, const TensorLayout& x_layout, const Shape& shape = {8, 3, kFeatures},
-             DType dtype = DType::kF32) {
+  void check(BatchNormalization& bn, const TensorLayout& x_layout,
+             const Shape& shape = {8, 3, kFeatures}, DType dtype = DType::kF32) {
     const bool f64 = dtype == DType::kF64;
     std::vector<double> xv = testing::random_values(shape, 61);
-    for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(xv[i] + 0.1 * static_cast<double>(i % kFeatures));
+    for (size_t i = 0; i < xv.size(); ++i)
+      xv[i] = static_cast<float>(xv[i] + 0.1 * static_cast<double>(i % kFeatures));
     const Array x = distribute_tensor(testing::to_dtype(shape, xv, dtype), x_layout);
     Params p{{"x", xv},
              {"moving_mean", gathered_f64(bn.moving_mean()->value())},
@@ -110,15 +122,16 @@ class BatchNormalizationBackwardTest : public NnTest {
     EXPECT_EQ(y.layout(), x.layout());
     EXPECT_EQ(y.dtype(), dtype);
     expect_close(gathered_f64(y), forward(p), "forward y", f64 ? 1e-12 : 1e-4);
-    expect_close(gathered_f64(bn.moving_mean()->value()), p.at("moving_mean"), "moving_mean after recompute", 0);
+    expect_close(gathered_f64(bn.moving_mean()->value()), p.at("moving_mean"),
+                 "moving_mean after recompute", 0);
     const std::vector<double> w = testing::random_values(shape, 62);
     const Array dy = distribute_tensor(testing::to_dtype(shape, w, dtype), y.layout());
     Gradients grads;
     const Array dx = bn.backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
     EXPECT_EQ(dx.dtype(), dtype);
-    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64), "dx",
-                 f64 ? 1e-10 : 1e-4);
+    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64),
+                 "dx", f64 ? 1e-10 : 1e-4);
     EXPECT_EQ(grads.size(), weights.size());
     EXPECT_EQ(grads.find(*bn.moving_mean()), nullptr);
     EXPECT_EQ(grads.find(*bn.moving_variance()), nullptr);
@@ -162,7 +175,8 @@ TEST_F(BatchNormalizationBackwardTest, TrainingCallUpdatesMovingStatistics) {
   const std::vector<double> xv = testing::random_values(shape, 5, 2.0);
   const std::vector<double> mean0 = gathered_f64(bn->moving_mean()->value());
   const std::vector<double> var0 = gathered_f64(bn->moving_variance()->value());
-  const Array y = bn->call_on(distribute_tensor(testing::to_f32(shape, xv), layout({{"data"}, kNone, kNone})));
+  const Array y =
+      bn->call_on(distribute_tensor(testing::to_f32(shape, xv), layout({{"data"}, kNone, kNone})));
   const auto [mean, var] = batch_moments(xv);
   std::vector<double> want_mean(kFeatures), want_var(kFeatures);
   for (int64_t c = 0; c < kFeatures; ++c) {
@@ -175,8 +189,11 @@ TEST_F(BatchNormalizationBackwardTest, TrainingCallUpdatesMovingStatistics) {
   // Inference afterwards normalises with the updated moving statistics.
   bn->set_training(false);
   const Array x2 = distribute_tensor(testing::to_f32(shape, xv), layout({kNone, kNone, kNone}));
-  Params p{{"x", xv}, {"moving_mean", want_mean}, {"moving_variance", want_var},
-           {"gamma", gathered_f64(bn->gamma()->value())}, {"beta", gathered_f64(bn->beta()->value())}};
+  Params p{{"x", xv},
+           {"moving_mean", want_mean},
+           {"moving_variance", want_var},
+           {"gamma", gathered_f64(bn->gamma()->value())},
+           {"beta", gathered_f64(bn->beta()->value())}};
   expect_close(gathered_f64(bn->call_on(x2)), reference(p, false), "inference y", 1e-5);
 }
 
@@ -205,7 +222,8 @@ TEST_F(BatchNormalizationBackwardTest, Float64TrainingCallUpdatesMovingStatistic
   for (double& v : xv) v += 1e-9;  // not float32 values
   const std::vector<double> mean0 = gathered_f64(bn->moving_mean()->value());
   const std::vector<double> var0 = gathered_f64(bn->moving_variance()->value());
-  (void)bn->call_on(distribute_tensor(testing::to_dtype(shape, xv, DType::kF64), layout({{"data"}, kNone, kNone})));
+  (void)bn->call_on(distribute_tensor(testing::to_dtype(shape, xv, DType::kF64),
+                                      layout({{"data"}, kNone, kNone})));
   const auto [mean, var] = batch_moments(xv);
   std::vector<double> want_mean(kFeatures), want_var(kFeatures);
   for (int64_t c = 0; c < kFeatures; ++c) {
@@ -223,16 +241,20 @@ TEST_F(BatchNormalizationBackwardTest, Float64RefusesF32) {
   auto bn = make(layout({kNone}), true, true, DType::kF64);
   const Shape shape{4, kFeatures};
   const std::vector<double> v = testing::random_values(shape, 3);
-  const Array x64 = distribute_tensor(testing::to_dtype(shape, v, DType::kF64), layout({kNone, kNone}));
-  const Array x32 = distribute_tensor(testing::to_dtype(shape, v, DType::kF32), layout({kNone, kNone}));
+  const Array x64 =
+      distribute_tensor(testing::to_dtype(shape, v, DType::kF64), layout({kNone, kNone}));
+  const Array x32 =
+      distribute_tensor(testing::to_dtype(shape, v, DType::kF32), layout({kNone, kNone}));
   const std::string want =
-      "BatchNormalization layer 'batch_normalization' computes in F64 (its weights' dtype), got an F32 input; "
+      "BatchNormalization layer 'batch_normalization' computes in F64 (its weights' dtype), got an "
+      "F32 input; "
       "layers do not cast: convert the input first";
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)bn->call_on(x32); }), want);
   Gradients grads;
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)bn->backward(x32, x64, grads); }), want);
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)bn->backward(x64, x32, grads); }),
-            "backward of layer 'batch_normalization': dy must be F64 of the call's output shape (4, 8), got "
+            "backward of layer 'batch_normalization': dy must be F64 of the call's output shape "
+            "(4, 8), got "
             "F32 (4, 8)");
   EXPECT_EQ(grads.size(), 0u);
 }
@@ -246,13 +268,16 @@ TEST_F(BatchNormalizationBackwardTest, MaxRelativeError) {
 
 TEST_F(BatchNormalizationBackwardTest, RefusesBadDyAndUnbuiltLayer) {
   Gradients grads;
-  const Array x = distribute_tensor(HostTensor::random(DType::kF32, {4, kFeatures}, 1), layout({kNone, kNone}));
+  const Array x =
+      distribute_tensor(HostTensor::random(DType::kF32, {4, kFeatures}, 1), layout({kNone, kNone}));
   BatchNormalization unbuilt;
   EXPECT_THROW((void)unbuilt.backward(x, x, grads), FailedPreconditionError);
   auto bn = make(layout({kNone}));
-  const Array dy = distribute_tensor(HostTensor::random(DType::kF32, {3, kFeatures}, 1), layout({kNone, kNone}));
+  const Array dy =
+      distribute_tensor(HostTensor::random(DType::kF32, {3, kFeatures}, 1), layout({kNone, kNone}));
   EXPECT_THROW((void)bn->backward(x, dy, grads), ValueError);
-  const Array x7 = distribute_tensor(HostTensor::random(DType::kF32, {4, 7}, 1), layout({kNone, kNone}));
+  const Array x7 =
+      distribute_tensor(HostTensor::random(DType::kF32, {4, 7}, 1), layout({kNone, kNone}));
   EXPECT_THROW((void)bn->backward(x7, x7, grads), ValueError);
   EXPECT_EQ(grads.size(), 0u);
 }

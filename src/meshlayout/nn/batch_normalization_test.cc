@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "meshlayout/core/errors.h"
-#include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/conv2d.h"
@@ -14,6 +13,7 @@
 #include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/layer_normalization.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
@@ -38,12 +38,14 @@ TEST_F(BatchNormalizationTest, KerasPathsAndOrder) {
     Tensor in = Input({8}, 4);
     f = Model::functional(in, (*std::make_shared<BatchNormalization>())(in));
   }
-  EXPECT_THAT(paths(f->variables(), false),
-              ElementsAre("batch_normalization/gamma", "batch_normalization/beta",
-                          "batch_normalization/moving_mean", "batch_normalization/moving_variance"));
-  EXPECT_THAT(paths(f->variables(), true),
-              ElementsAre("batch_normalization.gamma", "batch_normalization.beta",
-                          "batch_normalization.moving_mean", "batch_normalization.moving_variance"));
+  EXPECT_THAT(
+      paths(f->variables(), false),
+      ElementsAre("batch_normalization/gamma", "batch_normalization/beta",
+                  "batch_normalization/moving_mean", "batch_normalization/moving_variance"));
+  EXPECT_THAT(
+      paths(f->variables(), true),
+      ElementsAre("batch_normalization.gamma", "batch_normalization.beta",
+                  "batch_normalization.moving_mean", "batch_normalization.moving_variance"));
   EXPECT_FALSE(f->variables()[2]->trainable());
 }
 
@@ -69,8 +71,10 @@ TEST_F(BatchNormalizationTest, InferenceMatchesAFloat64ReferenceOnSeveralLayouts
       bn = std::make_shared<BatchNormalization>(BatchNormalizationOptions{.epsilon = 1e-2});
       f = Model::functional(in, (*bn)(in));
     }
-    HostTensor g = HostTensor::random(DType::kF32, {12}, 4), b = HostTensor::random(DType::kF32, {12}, 5);
-    HostTensor m = HostTensor::random(DType::kF32, {12}, 6), v = HostTensor::random(DType::kF32, {12}, 7);
+    HostTensor g = HostTensor::random(DType::kF32, {12}, 4),
+               b = HostTensor::random(DType::kF32, {12}, 5);
+    HostTensor m = HostTensor::random(DType::kF32, {12}, 6),
+               v = HostTensor::random(DType::kF32, {12}, 7);
     for (int64_t i = 0; i < 12; ++i) v.data_as<float>()[i] = std::abs(v.data_as<float>()[i]) + 0.5f;
     bn->gamma()->assign(g);
     bn->beta()->assign(b);
@@ -82,7 +86,8 @@ TEST_F(BatchNormalizationTest, InferenceMatchesAFloat64ReferenceOnSeveralLayouts
     for (int64_t r = 0; r < 8; ++r) {
       for (int64_t c = 0; c < 12; ++c) {
         const double want = (x.data_as<float>()[r * 12 + c] - double{m.data_as<float>()[c]}) /
-                                std::sqrt(double{v.data_as<float>()[c]} + 1e-2) * g.data_as<float>()[c] +
+                                std::sqrt(double{v.data_as<float>()[c]} + 1e-2) *
+                                g.data_as<float>()[c] +
                             b.data_as<float>()[c];
         EXPECT_NEAR(got.data_as<float>()[r * 12 + c], want, 1e-5 * std::max(1.0, std::abs(want)))
             << input_layout.to_string();
@@ -93,7 +98,8 @@ TEST_F(BatchNormalizationTest, InferenceMatchesAFloat64ReferenceOnSeveralLayouts
 
 TEST_F(BatchNormalizationTest, TrainingModeAndBadOptions) {
   BatchNormalization bn;
-  EXPECT_FALSE(bn.training());  // inference by default; training: batch_normalization_backward_test.cc
+  EXPECT_FALSE(
+      bn.training());  // inference by default; training: batch_normalization_backward_test.cc
   bn.set_training(true);
   EXPECT_TRUE(bn.training());
   bn.set_training(false);
@@ -107,17 +113,22 @@ TEST_F(BatchNormalizationTest, RefusesAnotherInputDtypeAndBf16Weights) {
   auto bn = std::make_shared<BatchNormalization>();
   bn->maybe_build({2, 3});
   EXPECT_EQ(testing::ValueErrorMessage([&] {
-              (void)bn->call_on(distribute_tensor(HostTensor(DType::kF64, {2, 3}), TensorLayout({None, None}, mesh_)));
+              (void)bn->call_on(distribute_tensor(HostTensor(DType::kF64, {2, 3}),
+                                                  TensorLayout({None, None}, mesh_)));
             }),
-            "BatchNormalization layer 'batch_normalization' computes in F32 (its weights' dtype), got an F64 "
+            "BatchNormalization layer 'batch_normalization' computes in F32 (its weights' dtype), "
+            "got an F64 "
             "input; layers do not cast: convert the input first");
   std::shared_ptr<BatchNormalization> half;
   {
     FloatxScope bf16(DType::kBF16);
     half = std::make_shared<BatchNormalization>();
   }
-  EXPECT_EQ(testing::ValueErrorMessage([&] { half->maybe_build({2, 3}); }),
-            "BatchNormalization layer 'batch_normalization_1' has BF16 weights (its dtype); it computes in F32 "
+  EXPECT_EQ(testing::ValueErrorMessage([&] {
+              half->maybe_build({2, 3});
+            }),
+            "BatchNormalization layer 'batch_normalization_1' has BF16 weights (its dtype); it "
+            "computes in F32 "
             "or F64 only: build it under floatx F32 or F64");
 }
 
@@ -135,13 +146,16 @@ TEST_F(BatchNormalizationTest, PerLayerLayoutOptionsWinOverRules) {
   {
     LayoutMapScope scope = map.scope();
     Tensor in = Input({4, 4, 2}, 2);
-    conv = std::make_shared<Conv2D>(8, Conv2DOptions{.kernel_size = {1, 1},
-                                                     .kernel_layout = TensorLayout({None, None, None, "model"}),
-                                                     .bias_layout = TensorLayout({"model"})});
+    conv = std::make_shared<Conv2D>(
+        8, Conv2DOptions{.kernel_size = {1, 1},
+                         .kernel_layout = TensorLayout({None, None, None, "model"}),
+                         .bias_layout = TensorLayout({"model"})});
     d = std::make_shared<Dense>(8, DenseOptions{.kernel_layout = TensorLayout({"model", "data"}),
                                                 .bias_layout = TensorLayout({"data"})});
-    ln = std::make_shared<LayerNormalization>(LayerNormalizationOptions{
-        .name = "ln", .beta_layout = TensorLayout({"model"}), .gamma_layout = TensorLayout({"data"})});
+    ln = std::make_shared<LayerNormalization>(
+        LayerNormalizationOptions{.name = "ln",
+                                  .beta_layout = TensorLayout({"model"}),
+                                  .gamma_layout = TensorLayout({"data"})});
     bn = std::make_shared<BatchNormalization>(BatchNormalizationOptions{
         .gamma_layout = TensorLayout({"model"}), .moving_variance_layout = TensorLayout({"data"})});
     f = Model::functional(in, (*bn)((*ln)((*d)((*conv)(in)))));
@@ -159,7 +173,8 @@ TEST_F(BatchNormalizationTest, PerLayerLayoutOptionsWinOverRules) {
     clear_session();
     LayoutMapScope scope = map.scope();
     Tensor ids = Input({3}, 2);
-    emb = std::make_shared<Embedding>(16, 8, EmbeddingOptions{.embeddings_layout = TensorLayout({"model", None})});
+    emb = std::make_shared<Embedding>(
+        16, 8, EmbeddingOptions{.embeddings_layout = TensorLayout({"model", None})});
     f = Model::functional(ids, (*emb)(ids));
   }
   EXPECT_EQ(emb->embeddings()->layout(), TensorLayout({"model", None}, mesh_));
@@ -169,12 +184,15 @@ TEST_F(BatchNormalizationTest, LayoutOptionOfTheWrongRankNamesTheVariableBeforeA
   auto rt = default_runtime();
   LayoutMap map(mesh_);
   std::vector<int64_t> before;
-  for (VirtualDevice* dev : rt->local_devices()) before.push_back(dev->memory().stats().allocations);
+  for (VirtualDevice* dev : rt->local_devices())
+    before.push_back(dev->memory().stats().allocations);
   try {
     LayoutMapScope scope = map.scope();
     Tensor in = Input({4}, 2);
     Tensor h = (*std::make_shared<Dense>(8, DenseOptions{.name = "d1"}))(in);
-    Model::functional(in, (*std::make_shared<Dense>(8, DenseOptions{.name = "d2", .kernel_layout = TensorLayout({"model"})}))(h));
+    Model::functional(
+        in, (*std::make_shared<Dense>(
+                8, DenseOptions{.name = "d2", .kernel_layout = TensorLayout({"model"})}))(h));
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("variable 'd2.kernel' with shape (8, 8) does not fit"));

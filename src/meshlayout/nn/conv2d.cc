@@ -17,29 +17,32 @@ namespace meshlayout {
 
 Conv2D::Conv2D(int64_t filters, Conv2DOptions options)
     : Layer("conv2d", options.name), filters_(filters), options_(std::move(options)) {
-  if (filters < 1) throw ValueError(fmt::format("Conv2D filters must be at least 1, got {}", filters));
+  if (filters < 1)
+    throw ValueError(fmt::format("Conv2D filters must be at least 1, got {}", filters));
   for (int d = 0; d < 2; ++d) {
-    if (options_.kernel_size[static_cast<size_t>(d)] < 1 || options_.strides[static_cast<size_t>(d)] < 1) {
+    if (options_.kernel_size[static_cast<size_t>(d)] < 1 ||
+        options_.strides[static_cast<size_t>(d)] < 1) {
       throw ValueError(fmt::format(
           "Conv2D kernel_size and strides must be at least 1, got kernel_size=({}, {}), "
           "strides=({}, {})",
-          options_.kernel_size[0], options_.kernel_size[1], options_.strides[0], options_.strides[1]));
+          options_.kernel_size[0], options_.kernel_size[1], options_.strides[0],
+          options_.strides[1]));
     }
   }
   if (options_.padding != "valid" && options_.padding != "same") {
-    throw ValueError(fmt::format("Conv2D padding must be 'valid' or 'same', got {}",
-                                 quote(options_.padding)));
+    throw ValueError(
+        fmt::format("Conv2D padding must be 'valid' or 'same', got {}", quote(options_.padding)));
   }
 }
 
 int64_t Conv2D::out_extent(int64_t in, int d) const {
-  return conv_out_extent(in, options_.kernel_size[static_cast<size_t>(d)], options_.strides[static_cast<size_t>(d)],
-                         options_.padding == "same");
+  return conv_out_extent(in, options_.kernel_size[static_cast<size_t>(d)],
+                         options_.strides[static_cast<size_t>(d)], options_.padding == "same");
 }
 
 int64_t Conv2D::pad_before(int64_t in, int d) const {
-  return conv_pad_before(in, options_.kernel_size[static_cast<size_t>(d)], options_.strides[static_cast<size_t>(d)],
-                         options_.padding == "same");
+  return conv_pad_before(in, options_.kernel_size[static_cast<size_t>(d)],
+                         options_.strides[static_cast<size_t>(d)], options_.padding == "same");
 }
 
 void Conv2D::check_input(const Shape& input_shape) const {
@@ -48,9 +51,9 @@ void Conv2D::check_input(const Shape& input_shape) const {
                                  quote(name()), shape_to_string(input_shape)));
   }
   if (kernel_ && input_shape[3] != kernel_->shape()[2]) {
-    throw ValueError(fmt::format(
-        "Conv2D layer {} was built for {} input channels, got an input of shape {}", quote(name()),
-        kernel_->shape()[2], shape_to_string(input_shape)));
+    throw ValueError(
+        fmt::format("Conv2D layer {} was built for {} input channels, got an input of shape {}",
+                    quote(name()), kernel_->shape()[2], shape_to_string(input_shape)));
   }
 }
 
@@ -61,11 +64,12 @@ Shape Conv2D::compute_output_shape(const Shape& s) const {
 
 void Conv2D::build(const Shape& input_shape) {
   check_input(input_shape);
-  kernel_ = add_weight({.name = "kernel",
-                        .shape = {options_.kernel_size[0], options_.kernel_size[1], input_shape[3], filters_},
-                        .initializer = options_.kernel_initializer,
-                        .regularizer = options_.kernel_regularizer,
-                        .layout = options_.kernel_layout});
+  kernel_ = add_weight(
+      {.name = "kernel",
+       .shape = {options_.kernel_size[0], options_.kernel_size[1], input_shape[3], filters_},
+       .initializer = options_.kernel_initializer,
+       .regularizer = options_.kernel_regularizer,
+       .layout = options_.kernel_layout});
   if (options_.use_bias) {
     bias_ = add_weight({.name = "bias",
                         .shape = {filters_},
@@ -150,8 +154,8 @@ void Conv2D::check_call_input(const Array& x) const {
   check_input_dtype("Conv2D", name(), x.dtype(), kernel_->dtype());
 }
 
-void Conv2D::enable_lora(int64_t rank, std::optional<double> lora_alpha, const Initializer& a_initializer,
-                         const Initializer& b_initializer) {
+void Conv2D::enable_lora(int64_t rank, std::optional<double> lora_alpha,
+                         const Initializer& a_initializer, const Initializer& b_initializer) {
   lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer,
                            options_.kernel_regularizer);
 }
@@ -171,11 +175,17 @@ Array Conv2D::pre_activation(const Array& x, const Array& kernel_value) const {
   const DType dtype = kernel_value.dtype();
   Array y = Array::allocate(TensorLayout({batch_axes, None, None, filter_axes}, mesh), out_shape,
                             dtype, in.runtime_ptr());
-  const ConvGeometry g{.H = x.shape()[1], .W = x.shape()[2], .C = x.shape()[3],
-                       .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
-                       .sh = options_.strides[0], .sw = options_.strides[1],
-                       .OH = out_shape[1], .OW = out_shape[2],
-                       .top = pad_before(x.shape()[1], 0), .left = pad_before(x.shape()[2], 1)};
+  const ConvGeometry g{.H = x.shape()[1],
+                       .W = x.shape()[2],
+                       .C = x.shape()[3],
+                       .kh = options_.kernel_size[0],
+                       .kw = options_.kernel_size[1],
+                       .sh = options_.strides[0],
+                       .sw = options_.strides[1],
+                       .OH = out_shape[1],
+                       .OW = out_shape[2],
+                       .top = pad_before(x.shape()[1], 0),
+                       .left = pad_before(x.shape()[2], 1)};
   const int64_t patch = g.patch();
   internal_ops::use_single_threaded_blas();
   // E: float (F32) or double (F64), the element type of x, the kernel, the bias and y.
@@ -187,7 +197,8 @@ Array Conv2D::pre_activation(const Array& x, const Array& kernel_value) const {
     if (images == 0 || nf == 0 || g.OH * g.OW == 0) return;
     std::vector<E> columns(static_cast<size_t>(g.OH * g.OW * patch));
     for (int64_t b = 0; b < images; ++b) {
-      im2col(g, reinterpret_cast<const E*>(xs->buffer.data()) + b * g.H * g.W * g.C, columns.data());
+      im2col(g, reinterpret_cast<const E*>(xs->buffer.data()) + b * g.H * g.W * g.C,
+             columns.data());
       E* result = reinterpret_cast<E*>(out.buffer.data()) + b * g.OH * g.OW * nf;
       internal_ops::gemm<E>(g.OH * g.OW, nf, patch, columns.data(), patch,
                             reinterpret_cast<const E*>(ks->buffer.data()), nf, result, nf);
@@ -225,8 +236,8 @@ Array Conv2D::call(const Array& x) {
 
 Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!kernel_) {
-    throw FailedPreconditionError(fmt::format("Conv2D layer {} is not built: call it before its backward",
-                                              quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("Conv2D layer {} is not built: call it before its backward", quote(name())));
   }
   check_call_input(x);
   const Shape out_shape = compute_output_shape(x.shape());
@@ -243,19 +254,27 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   std::optional<Array> dz_store;
   const Array& dz = options_.activation == Activation::kLinear
                         ? in_layout(dy, out_layout, dz_store)
-                        : dz_store.emplace(apply_activation_backward(options_.activation,
-                                                                     pre_activation(x, kernel_value), dy));
-  if (bias_ && bias_->trainable()) grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
-  const ConvGeometry g{.H = x.shape()[1], .W = x.shape()[2], .C = x.shape()[3],
-                       .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
-                       .sh = options_.strides[0], .sw = options_.strides[1],
-                       .OH = out_shape[1], .OW = out_shape[2],
-                       .top = pad_before(x.shape()[1], 0), .left = pad_before(x.shape()[2], 1)};
+                        : dz_store.emplace(apply_activation_backward(
+                              options_.activation, pre_activation(x, kernel_value), dy));
+  if (bias_ && bias_->trainable())
+    grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
+  const ConvGeometry g{.H = x.shape()[1],
+                       .W = x.shape()[2],
+                       .C = x.shape()[3],
+                       .kh = options_.kernel_size[0],
+                       .kw = options_.kernel_size[1],
+                       .sh = options_.strides[0],
+                       .sw = options_.strides[1],
+                       .OH = out_shape[1],
+                       .OW = out_shape[2],
+                       .top = pad_before(x.shape()[1], 0),
+                       .left = pad_before(x.shape()[2], 1)};
   const int64_t patch = g.patch(), filters = filters_;
   const Shape columns_shape{x.shape()[0], g.OH, g.OW, patch};
   // The kernel as the (patch, filters) matrix of the im2col product.
   std::optional<Array> k_store;
-  const Array k = distribute_tensor(kernel_value, TensorLayout({None, None, None, filter_axes}, mesh));
+  const Array k =
+      distribute_tensor(kernel_value, TensorLayout({None, None, None, filter_axes}, mesh));
   const Array k2 = reshaped_view(k, {patch, filters}, k_store);
   if (kernel_->trainable() || lora_.enabled()) {
     // d kernel = columnsᵀ · dz over every image and position: a partial sum over the batch
@@ -273,8 +292,9 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
     columns.runtime().pool().parallel_for(columns.local_shards().size(), [&](size_t i) {
       internal_nn::dispatch_float(dtype, [&](auto* tag) { unfold(i, tag); });
     });
-    Array dk = reshaped(matmul_backward_weight(columns, dz, TensorLayout({None, filter_axes}, mesh)),
-                        kernel_->shape());
+    Array dk =
+        reshaped(matmul_backward_weight(columns, dz, TensorLayout({None, filter_axes}, mesh)),
+                 kernel_->shape());
     if (lora_.enabled()) accumulate_lora_gradients(dk, lora_, grads);  // the frozen kernel: nothing
     if (kernel_->trainable()) grads.accumulate(*kernel_, std::move(dk));
   }

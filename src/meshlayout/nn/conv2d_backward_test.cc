@@ -67,20 +67,27 @@ std::vector<double> reference(const Params& q, const Config& c) {
 
 class Conv2DBackwardTest : public NnTest {
  protected:
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
 
   struct Layouts {
     TensorLayout x, kernel, bias;
   };
   std::vector<Layouts> cases() const {
     return {
-        {layout({kNone, kNone, kNone, kNone}), layout({kNone, kNone, kNone, kNone}), layout({kNone})},
-        {layout({{"data"}, kNone, kNone, kNone}), layout({kNone, kNone, kNone, kNone}), layout({kNone})},
-        {layout({{"data"}, kNone, kNone, kNone}), layout({kNone, kNone, kNone, {"model"}}), layout({{"model"}})},
-        {layout({{"data"}, {"model"}, kNone, kNone}), layout({kNone, kNone, {"model"}, kNone}), layout({{"data"}})},
+        {layout({kNone, kNone, kNone, kNone}), layout({kNone, kNone, kNone, kNone}),
+         layout({kNone})},
+        {layout({{"data"}, kNone, kNone, kNone}), layout({kNone, kNone, kNone, kNone}),
+         layout({kNone})},
+        {layout({{"data"}, kNone, kNone, kNone}), layout({kNone, kNone, kNone, {"model"}}),
+         layout({{"model"}})},
+        {layout({{"data"}, {"model"}, kNone, kNone}), layout({kNone, kNone, {"model"}, kNone}),
+         layout({{"data"}})},
         {layout({{"data"}, kNone, kNone, kNone}), layout({kNone, kNone, kNone, {"data", "model"}}),
          layout({{"model"}})},
-        {layout({{"model"}, kNone, kNone, {"data"}}), layout({{"data"}, kNone, kNone, {"model"}}), layout({kNone})},
+        {layout({{"model"}, kNone, kNone, {"data"}}), layout({{"data"}, kNone, kNone, {"model"}}),
+         layout({kNone})},
     };
   }
 
@@ -92,11 +99,16 @@ class Conv2DBackwardTest : public NnTest {
     std::optional<FloatxScope> floatx;
     floatx.emplace(dtype);
     auto conv = std::make_shared<Conv2D>(
-        kFilters, Conv2DOptions{.kernel_size = c.kernel, .strides = c.strides, .padding = c.padding,
-                                .activation = c.activation, .use_bias = c.use_bias,
-                                .kernel_initializer = Initializer::random_normal({.stddev = 0.3, .seed = 5}),
-                                .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 6}),
-                                .kernel_layout = l.kernel, .bias_layout = l.bias});
+        kFilters,
+        Conv2DOptions{.kernel_size = c.kernel,
+                      .strides = c.strides,
+                      .padding = c.padding,
+                      .activation = c.activation,
+                      .use_bias = c.use_bias,
+                      .kernel_initializer = Initializer::random_normal({.stddev = 0.3, .seed = 5}),
+                      .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 6}),
+                      .kernel_layout = l.kernel,
+                      .bias_layout = l.bias});
     floatx.reset();
     conv->maybe_build(kInput);
     ASSERT_EQ(conv->kernel()->dtype(), dtype);
@@ -114,8 +126,8 @@ class Conv2DBackwardTest : public NnTest {
     const Array dx = conv->backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
     EXPECT_EQ(dx.dtype(), dtype);
-    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64), "dx",
-                 f64 ? 1e-10 : 1e-4);
+    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64),
+                 "dx", f64 ? 1e-10 : 1e-4);
     std::vector<std::pair<VariablePtr, std::string>> weights{{conv->kernel(), "kernel"}};
     if (c.use_bias) weights.emplace_back(conv->bias(), "bias");
     EXPECT_EQ(grads.size(), weights.size());
@@ -124,40 +136,59 @@ class Conv2DBackwardTest : public NnTest {
 
   void check_all(const Config& c, DType dtype = DType::kF32) {
     for (const Layouts& l : cases()) {
-      SCOPED_TRACE("x " + l.x.to_string() + " kernel " + l.kernel.to_string() + " bias " + l.bias.to_string());
+      SCOPED_TRACE("x " + l.x.to_string() + " kernel " + l.kernel.to_string() + " bias " +
+                   l.bias.to_string());
       check(c, l, dtype);
     }
   }
 };
 
 TEST_F(Conv2DBackwardTest, ValidStride1) {
-  check_all({.kernel = {3, 3}, .strides = {1, 1}, .padding = "valid", .activation = Activation::kLinear,
+  check_all({.kernel = {3, 3},
+             .strides = {1, 1},
+             .padding = "valid",
+             .activation = Activation::kLinear,
              .use_bias = true});
 }
 
 TEST_F(Conv2DBackwardTest, ValidStride2LeavesUnreadRows) {
-  check_all({.kernel = {3, 2}, .strides = {2, 2}, .padding = "valid", .activation = Activation::kLinear,
+  check_all({.kernel = {3, 2},
+             .strides = {2, 2},
+             .padding = "valid",
+             .activation = Activation::kLinear,
              .use_bias = true});
 }
 
 TEST_F(Conv2DBackwardTest, SameStride1Tanh) {
-  check_all({.kernel = {3, 3}, .strides = {1, 1}, .padding = "same", .activation = Activation::kTanh,
+  check_all({.kernel = {3, 3},
+             .strides = {1, 1},
+             .padding = "same",
+             .activation = Activation::kTanh,
              .use_bias = true});
 }
 
 TEST_F(Conv2DBackwardTest, SameEvenKernelStride2x1NoBias) {
-  check_all({.kernel = {2, 4}, .strides = {2, 1}, .padding = "same", .activation = Activation::kLinear,
+  check_all({.kernel = {2, 4},
+             .strides = {2, 1},
+             .padding = "same",
+             .activation = Activation::kLinear,
              .use_bias = false});
 }
 
 TEST_F(Conv2DBackwardTest, Float64SameStride1Tanh) {
-  check_all({.kernel = {3, 3}, .strides = {1, 1}, .padding = "same", .activation = Activation::kTanh,
+  check_all({.kernel = {3, 3},
+             .strides = {1, 1},
+             .padding = "same",
+             .activation = Activation::kTanh,
              .use_bias = true},
             DType::kF64);
 }
 
 TEST_F(Conv2DBackwardTest, Float64ValidStride2NoBias) {
-  const Config c{.kernel = {3, 2}, .strides = {2, 2}, .padding = "valid", .activation = Activation::kLinear,
+  const Config c{.kernel = {3, 2},
+                 .strides = {2, 2},
+                 .padding = "valid",
+                 .activation = Activation::kLinear,
                  .use_bias = false};
   check(c, cases()[2], DType::kF64);
   check(c, cases()[5], DType::kF64);
@@ -168,8 +199,9 @@ TEST_F(Conv2DBackwardTest, Float64RefusesF32) {
   std::shared_ptr<Conv2D> conv;
   {
     FloatxScope f64(DType::kF64);
-    conv = std::make_shared<Conv2D>(kFilters, Conv2DOptions{.kernel_layout = layout({kNone, kNone, kNone, kNone}),
-                                                            .bias_layout = layout({kNone})});
+    conv = std::make_shared<Conv2D>(
+        kFilters, Conv2DOptions{.kernel_layout = layout({kNone, kNone, kNone, kNone}),
+                                .bias_layout = layout({kNone})});
   }
   conv->maybe_build(kInput);
   const std::vector<double> v = testing::random_values(kInput, 1);
@@ -180,34 +212,43 @@ TEST_F(Conv2DBackwardTest, Float64RefusesF32) {
   const std::vector<double> w = testing::random_values(out, 2);
   const Array dy64 = distribute_tensor(testing::to_dtype(out, w, DType::kF64), replicated);
   const Array dy32 = distribute_tensor(testing::to_dtype(out, w, DType::kF32), replicated);
-  const std::string want = "Conv2D layer 'conv2d' computes in F64 (its weights' dtype), got an F32 input; layers "
-                           "do not cast: convert the input first";
+  const std::string want =
+      "Conv2D layer 'conv2d' computes in F64 (its weights' dtype), got an F32 input; layers "
+      "do not cast: convert the input first";
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)conv->call_on(x32); }), want);
   Gradients grads;
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)conv->backward(x32, dy64, grads); }), want);
-  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)conv->backward(x64, dy32, grads); }),
-            "backward of layer 'conv2d': dy must be F64 of the call's output shape (4, 4, 3, 8), got F32 "
-            "(4, 4, 3, 8)");
+  EXPECT_EQ(
+      testing::ValueErrorMessage([&] { (void)conv->backward(x64, dy32, grads); }),
+      "backward of layer 'conv2d': dy must be F64 of the call's output shape (4, 4, 3, 8), got F32 "
+      "(4, 4, 3, 8)");
   EXPECT_EQ(grads.size(), 0u);
 }
 
 TEST_F(Conv2DBackwardTest, MaxRelativeError) {
-  check({.kernel = {3, 3}, .strides = {2, 2}, .padding = "same", .activation = Activation::kTanh, .use_bias = true},
+  check({.kernel = {3, 3},
+         .strides = {2, 2},
+         .padding = "same",
+         .activation = Activation::kTanh,
+         .use_bias = true},
         cases()[2]);
   std::printf("max relative error seen: %.3g\n", testing::max_relative_error_seen());
 }
 
 TEST_F(Conv2DBackwardTest, RefusesBadDyAndUnbuiltLayer) {
   Gradients grads;
-  const Array x = distribute_tensor(HostTensor::random(DType::kF32, kInput, 1), layout({kNone, kNone, kNone, kNone}));
+  const Array x = distribute_tensor(HostTensor::random(DType::kF32, kInput, 1),
+                                    layout({kNone, kNone, kNone, kNone}));
   auto unbuilt = std::make_shared<Conv2D>(kFilters);
   EXPECT_THROW((void)unbuilt->backward(x, x, grads), FailedPreconditionError);
-  auto conv = std::make_shared<Conv2D>(kFilters, Conv2DOptions{.kernel_layout = layout({kNone, kNone, kNone, kNone}),
-                                                               .bias_layout = layout({kNone})});
+  auto conv = std::make_shared<Conv2D>(
+      kFilters, Conv2DOptions{.kernel_layout = layout({kNone, kNone, kNone, kNone}),
+                              .bias_layout = layout({kNone})});
   conv->maybe_build(kInput);
   EXPECT_THROW((void)conv->backward(x, x, grads), ValueError);  // dy of x's shape, not y's
   const Shape out = conv->compute_output_shape(kInput);
-  const Array dy64 = distribute_tensor(HostTensor::random(DType::kF64, out, 1), layout({kNone, kNone, kNone, kNone}));
+  const Array dy64 = distribute_tensor(HostTensor::random(DType::kF64, out, 1),
+                                       layout({kNone, kNone, kNone, kNone}));
   EXPECT_THROW((void)conv->backward(x, dy64, grads), ValueError);
   EXPECT_EQ(grads.size(), 0u);
 }

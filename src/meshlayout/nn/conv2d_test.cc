@@ -72,10 +72,25 @@ TEST_F(Conv2DTest, MatchesAFloat64ReferenceOnEveryLayout) {
     const char* padding;
   };
   const std::vector<Case> cases{
-      {"mesh[data=2,model=4]", {None, None, None, "model"}, {"data", None, None, None}, 8, 1, "same"},
-      {"mesh[data=2,model=4]", {None, None, None, "model"}, {"data", None, None, None}, 6, 2, "same"},
+      {"mesh[data=2,model=4]",
+       {None, None, None, "model"},
+       {"data", None, None, None},
+       8,
+       1,
+       "same"},
+      {"mesh[data=2,model=4]",
+       {None, None, None, "model"},
+       {"data", None, None, None},
+       6,
+       2,
+       "same"},
       {"mesh[data=2,model=4]", {None, None, None, None}, {None, None, None, None}, 5, 1, "valid"},
-      {"mesh[data=2,model=4]", {None, None, "data", "model"}, {None, "model", None, None}, 7, 2, "valid"},
+      {"mesh[data=2,model=4]",
+       {None, None, "data", "model"},
+       {None, "model", None, None},
+       7,
+       2,
+       "valid"},
       {"mesh[x=8]", {None, None, None, "x"}, {None, None, None, None}, 6, 1, "same"},
       {"mesh[x=8]", {None, None, None, None}, {"x", None, None, None}, 3, 2, "same"},
   };
@@ -89,7 +104,8 @@ TEST_F(Conv2DTest, MatchesAFloat64ReferenceOnEveryLayout) {
     {
       LayoutMapScope scope = rules.scope();
       m = std::make_shared<ConvModel>(
-          c.filters, Conv2DOptions{.kernel_size = {3, 2}, .strides = {c.stride, c.stride},
+          c.filters, Conv2DOptions{.kernel_size = {3, 2},
+                                   .strides = {c.stride, c.stride},
                                    .padding = c.padding,
                                    .bias_initializer = Initializer::random_normal()});
     }
@@ -97,9 +113,9 @@ TEST_F(Conv2DTest, MatchesAFloat64ReferenceOnEveryLayout) {
     HostTensor y = (*m)(distribute_tensor(x, TensorLayout(c.input, mesh))).value().gather();
     EXPECT_EQ(m->conv->kernel()->layout(), TensorLayout(c.kernel, mesh));
     Shape want_shape;
-    std::vector<double> want = reference(x, m->conv->kernel()->value().gather(),
-                                         m->conv->bias()->value().gather(), c.stride, c.stride,
-                                         std::string(c.padding) == "same", &want_shape);
+    std::vector<double> want =
+        reference(x, m->conv->kernel()->value().gather(), m->conv->bias()->value().gather(),
+                  c.stride, c.stride, std::string(c.padding) == "same", &want_shape);
     ASSERT_EQ(y.shape(), want_shape);
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_NEAR(y.data_as<float>()[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i]))) << i;
@@ -134,23 +150,31 @@ std::string error_of(F&& f) {
 
 TEST_F(Conv2DTest, BadInputsGetClearErrors) {
   EXPECT_EQ(error_of([] { Conv2D(0); }), "Conv2D filters must be at least 1, got 0");
-  EXPECT_EQ(error_of([] { Conv2D(2, {.kernel_size = {0, 3}}); }),
+  EXPECT_EQ(error_of([] {
+              Conv2D(2, {.kernel_size = {0, 3}});
+            }),
             "Conv2D kernel_size and strides must be at least 1, got kernel_size=(0, 3), "
             "strides=(1, 1)");
   EXPECT_EQ(error_of([] { Conv2D(2, {.padding = "full"}); }),
             "Conv2D padding must be 'valid' or 'same', got 'full'");
   auto conv = std::make_shared<Conv2D>(2, Conv2DOptions{.name = "c"});
-  EXPECT_EQ(error_of([&] { (*conv)(Tensor::symbolic({2, 5, 5})); }),
+  EXPECT_EQ(error_of([&] {
+              (*conv)(Tensor::symbolic({2, 5, 5}));
+            }),
             "Conv2D layer 'c' takes NHWC inputs of rank 4, got shape (2, 5, 5)");
   (*conv)(Tensor::symbolic({2, 5, 5, 3}));
-  EXPECT_EQ(error_of([&] { (*conv)(Tensor::symbolic({2, 5, 5, 4})); }),
+  EXPECT_EQ(error_of([&] {
+              (*conv)(Tensor::symbolic({2, 5, 5, 4}));
+            }),
             "Conv2D layer 'c' was built for 3 input channels, got an input of shape (2, 5, 5, 4)");
   // Another dtype than the kernel's (F32 here; F64: conv2d_backward_test.cc) names both.
   const DeviceMesh one = DeviceMesh::from_string("mesh[x=1]");
   EXPECT_EQ(error_of([&] {
-              (void)conv->call_on(distribute_tensor(HostTensor(DType::kF64, {2, 5, 5, 3}), TensorLayout::replicated(4, one)));
+              (void)conv->call_on(distribute_tensor(HostTensor(DType::kF64, {2, 5, 5, 3}),
+                                                    TensorLayout::replicated(4, one)));
             }),
-            "Conv2D layer 'c' computes in F32 (its weights' dtype), got an F64 input; layers do not cast: "
+            "Conv2D layer 'c' computes in F32 (its weights' dtype), got an F64 input; layers do "
+            "not cast: "
             "convert the input first");
   // Built under floatx BF16: refused at build rather than reading BF16 weights as floats.
   std::shared_ptr<Conv2D> half;
@@ -158,8 +182,11 @@ TEST_F(Conv2DTest, BadInputsGetClearErrors) {
     FloatxScope bf16(DType::kBF16);
     half = std::make_shared<Conv2D>(2, Conv2DOptions{.name = "h"});
   }
-  EXPECT_EQ(error_of([&] { half->maybe_build({2, 5, 5, 3}); }),
-            "Conv2D layer 'h' has BF16 weights (its dtype); it computes in F32 or F64 only: build it under "
+  EXPECT_EQ(error_of([&] {
+              half->maybe_build({2, 5, 5, 3});
+            }),
+            "Conv2D layer 'h' has BF16 weights (its dtype); it computes in F32 or F64 only: build "
+            "it under "
             "floatx F32 or F64");
 }
 

@@ -22,7 +22,9 @@ constexpr int64_t conv_out_extent(int64_t in, int64_t kernel, int64_t stride, bo
 /// max((out - 1) * stride + kernel - in, 0).
 constexpr int64_t conv_pad_before(int64_t in, int64_t kernel, int64_t stride, bool same) {
   if (!same) return 0;
-  return std::max<int64_t>((conv_out_extent(in, kernel, stride, true) - 1) * stride + kernel - in, 0) / 2;
+  return std::max<int64_t>((conv_out_extent(in, kernel, stride, true) - 1) * stride + kernel - in,
+                           0) /
+         2;
 }
 
 }  // namespace meshlayout

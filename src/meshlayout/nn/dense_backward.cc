@@ -83,15 +83,17 @@ void activation_backward_in_place(Activation activation, const Array& z, Array& 
 Array apply_activation_backward(Activation activation, const Array& z, const Array& dy) {
   if (z.shape() != dy.shape() || (z.dtype() != DType::kF32 && z.dtype() != DType::kF64) ||
       dy.dtype() != z.dtype()) {
-    throw ValueError(fmt::format("apply_activation_backward: z and dy must be of one shape and one "
-                                 "dtype, F32 or F64, got "
-                                 "z {} {} and dy {} {}",
-                                 dtype_name(z.dtype()), shape_to_string(z.shape()),
-                                 dtype_name(dy.dtype()), shape_to_string(dy.shape())));
+    throw ValueError(
+        fmt::format("apply_activation_backward: z and dy must be of one shape and one "
+                    "dtype, F32 or F64, got "
+                    "z {} {} and dy {} {}",
+                    dtype_name(z.dtype()), shape_to_string(z.shape()), dtype_name(dy.dtype()),
+                    shape_to_string(dy.shape())));
   }
   // As the forward: softmax needs whole rows, the others run in z's layout.
   TensorLayout layout = z.layout();
-  if (activation == Activation::kSoftmax && layout.rank() > 0 && layout.axes().back().is_sharded()) {
+  if (activation == Activation::kSoftmax && layout.rank() > 0 &&
+      layout.axes().back().is_sharded()) {
     std::vector<DimSharding> axes = layout.axes();
     axes.back() = DimSharding();
     layout = TensorLayout(axes, z.mesh());
@@ -106,14 +108,16 @@ Array apply_activation_backward(Activation activation, const Array& z, const Arr
 
 Array Dense::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!kernel_) {
-    throw FailedPreconditionError(fmt::format("Dense layer {} is not built: call it before its backward",
-                                              quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("Dense layer {} is not built: call it before its backward", quote(name())));
   }
   const DType dtype = kernel_->dtype();
   if (x.dtype() != dtype || x.shape().empty() || x.shape().back() != kernel_->shape()[0]) {
-    throw ValueError(fmt::format("backward of Dense layer {}: x must be {} (…, {}) (the kernel's dtype), "
-                                 "got {} {}", quote(name()), dtype_name(dtype), kernel_->shape()[0],
-                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
+    throw ValueError(
+        fmt::format("backward of Dense layer {}: x must be {} (…, {}) (the kernel's dtype), "
+                    "got {} {}",
+                    quote(name()), dtype_name(dtype), kernel_->shape()[0], dtype_name(x.dtype()),
+                    shape_to_string(x.shape())));
   }
   check_output_gradient(name(), dy, compute_output_shape(x.shape()), dtype);
   std::optional<Array> effective;
@@ -125,12 +129,13 @@ Array Dense::backward(const Array& x, const Array& dy, Gradients& grads) {
     dz_store.emplace(apply_activation_backward(options_.activation, pre_activation(x, kernel), dy));
   }
   std::optional<Array> dy_on_mesh;
-  const Array& dz = dz_store ? *dz_store
-                             : (dy.mesh() == kernel.mesh()
-                                    ? dy
-                                    : dy_on_mesh.emplace(distribute_tensor(
-                                          dy, TensorLayout::replicated(static_cast<int>(dy.shape().size()),
-                                                                       kernel.mesh()))));
+  const Array& dz = dz_store
+                        ? *dz_store
+                        : (dy.mesh() == kernel.mesh()
+                               ? dy
+                               : dy_on_mesh.emplace(distribute_tensor(
+                                     dy, TensorLayout::replicated(
+                                             static_cast<int>(dy.shape().size()), kernel.mesh()))));
   if (kernel_->trainable() || lora_.enabled()) {
     Array dk = matmul_backward_weight(xk, dz, kernel.layout());
     if (lora_.enabled()) accumulate_lora_gradients(dk, lora_, grads);  // the frozen kernel: nothing

@@ -26,14 +26,17 @@ std::vector<RowRange> process_rows(int64_t num_rows, int64_t global_batch_size,
                                    int64_t num_model_replicas, int64_t num_processes,
                                    int64_t process_id, bool auto_shard) {
   if (global_batch_size < 1 || num_rows < 0) {
-    throw ValueError(fmt::format("a dataset needs a global batch size of at least 1 and a "
-                                 "non-negative row count, got global_batch_size={}, rows={}",
-                                 global_batch_size, num_rows));
+    throw ValueError(
+        fmt::format("a dataset needs a global batch size of at least 1 and a "
+                    "non-negative row count, got global_batch_size={}, rows={}",
+                    global_batch_size, num_rows));
   }
-  if (num_model_replicas < 1 || num_processes < 1 || process_id < 0 || process_id >= num_processes) {
-    throw ValueError(fmt::format("invalid data sharding: num_model_replicas={}, "
-                                 "num_processes={}, process_id={}",
-                                 num_model_replicas, num_processes, process_id));
+  if (num_model_replicas < 1 || num_processes < 1 || process_id < 0 ||
+      process_id >= num_processes) {
+    throw ValueError(
+        fmt::format("invalid data sharding: num_model_replicas={}, "
+                    "num_processes={}, process_id={}",
+                    num_model_replicas, num_processes, process_id));
   }
   int64_t shards = 1;
   int64_t id = 0;
@@ -51,7 +54,8 @@ std::vector<RowRange> process_rows(int64_t num_rows, int64_t global_batch_size,
   std::vector<RowRange> out;
   for (int64_t start = 0; start < num_rows; start += global_batch_size) {
     const int64_t begin = std::min(start + id * per_shard, num_rows);
-    out.push_back({begin, std::min(begin + per_shard, std::min(start + global_batch_size, num_rows))});
+    out.push_back(
+        {begin, std::min(begin + per_shard, std::min(start + global_batch_size, num_rows))});
     if (out.back().end < out.back().begin) out.back().end = out.back().begin;
   }
   return out;
@@ -123,13 +127,14 @@ std::vector<HostTensor> Distribution::distribute_dataset(const Checkpoint& datas
                                                          int64_t global_batch_size) const {
   const auto [file, info] = dataset.find(name);
   if (info == nullptr) {
-    throw NotFoundError(fmt::format("distribute_dataset: {} has no tensor {}",
-                                    quote(dataset.path()), quote(name)));
+    throw NotFoundError(
+        fmt::format("distribute_dataset: {} has no tensor {}", quote(dataset.path()), quote(name)));
   }
   if (info->shape.empty() || !info->dtype) {
-    throw ValueError(fmt::format("distribute_dataset needs a tensor with a batch dimension of a "
-                                 "dtype meshlayout holds, got {} {} {}",
-                                 quote(name), info->dtype_name, shape_to_string(info->shape)));
+    throw ValueError(
+        fmt::format("distribute_dataset needs a tensor with a batch dimension of a "
+                    "dtype meshlayout holds, got {} {} {}",
+                    quote(name), info->dtype_name, shape_to_string(info->shape)));
   }
   const std::vector<RowRange> rows =
       process_rows(info->shape[0], global_batch_size, num_model_replicas(), num_processes(),
@@ -151,8 +156,8 @@ std::vector<HostTensor> Distribution::distribute_dataset(const Checkpoint& datas
 }
 
 RowRange Distribution::process_batch_rows(int64_t global_batch_size) const {
-  return process_rows(global_batch_size, global_batch_size, num_model_replicas(), num_processes(), process_id(),
-                      auto_shard_dataset_)
+  return process_rows(global_batch_size, global_batch_size, num_model_replicas(), num_processes(),
+                      process_id(), auto_shard_dataset_)
       .at(0);
 }
 
@@ -162,33 +167,37 @@ Array Distribution::distribute_process_batch(const HostTensor& local, int64_t gl
     throw ValueError("distribute_process_batch needs rows with a batch dimension, got a scalar");
   }
   if (!runtime) runtime = default_runtime();
-  const RowRange rows = process_rows(global_batch_size, global_batch_size, num_model_replicas(),
-                                     runtime->num_processes(), runtime->process_id(), auto_shard_dataset_)
-                            .at(0);
+  const RowRange rows =
+      process_rows(global_batch_size, global_batch_size, num_model_replicas(),
+                   runtime->num_processes(), runtime->process_id(), auto_shard_dataset_)
+          .at(0);
   if (local.shape()[0] != rows.end - rows.begin) {
-    throw ValueError(fmt::format("distribute_process_batch: process {} feeds rows [{}, {}) of each global batch "
-                                 "of {}, so its part must have {} rows, got {}",
-                                 runtime->process_id(), rows.begin, rows.end, global_batch_size, rows.end - rows.begin,
-                                 local.shape()[0]));
+    throw ValueError(
+        fmt::format("distribute_process_batch: process {} feeds rows [{}, {}) of each global batch "
+                    "of {}, so its part must have {} rows, got {}",
+                    runtime->process_id(), rows.begin, rows.end, global_batch_size,
+                    rows.end - rows.begin, local.shape()[0]));
   }
   Shape shape = local.shape();
   shape[0] = global_batch_size;
   Array out = allocate_agreed(get_data_layout(shape), shape, local.dtype(), runtime);
-  const int64_t row_bytes = local.shape()[0] == 0 ? 0 : static_cast<int64_t>(local.num_bytes()) / local.shape()[0];
+  const int64_t row_bytes =
+      local.shape()[0] == 0 ? 0 : static_cast<int64_t>(local.num_bytes()) / local.shape()[0];
   std::string problem;
   for (const Array::Shard& s : out.local_shards()) {
     const int64_t begin = s.box.offset[0], end = begin + s.box.shape[0];
     if (begin < end && (begin < rows.begin || end > rows.end) && problem.empty()) {
-      problem = fmt::format("device {} of process {} holds rows [{}, {}) of the batch, but the process feeds "
-                            "rows [{}, {}): mesh {} does not split its batch axis {} along the processes "
-                            "for a global batch of {} (give a batch size that is a multiple of the batch axis's "
-                            "size, so that each process's devices hold exactly its rows)",
-                            s.device_id, runtime->process_id(), begin, end, rows.begin, rows.end, mesh_.to_string(),
-                            quote(batch_dim_name_), global_batch_size);
+      problem = fmt::format(
+          "device {} of process {} holds rows [{}, {}) of the batch, but the process feeds "
+          "rows [{}, {}): mesh {} does not split its batch axis {} along the processes "
+          "for a global batch of {} (give a batch size that is a multiple of the batch axis's "
+          "size, so that each process's devices hold exactly its rows)",
+          s.device_id, runtime->process_id(), begin, end, rows.begin, rows.end, mesh_.to_string(),
+          quote(batch_dim_name_), global_batch_size);
     }
   }
-  agree_on_failure(runtime->comm(),
-                   problem.empty() ? std::exception_ptr() : std::make_exception_ptr(ValueError(problem)));
+  agree_on_failure(runtime->comm(), problem.empty() ? std::exception_ptr()
+                                                    : std::make_exception_ptr(ValueError(problem)));
   for (Array::Shard& s : out.local_shards()) {
     if (s.box.shape[0] == 0 || row_bytes == 0) continue;
     std::memcpy(s.buffer.data(), local.data() + (s.box.offset[0] - rows.begin) * row_bytes,
@@ -201,7 +210,8 @@ std::optional<TensorLayout> Distribution::get_tensor_layout(std::string_view) co
   return std::nullopt;
 }
 
-Array Distribution::distribute_input(const HostTensor& batch, std::shared_ptr<Runtime> runtime) const {
+Array Distribution::distribute_input(const HostTensor& batch,
+                                     std::shared_ptr<Runtime> runtime) const {
   return distribute_tensor(batch, get_data_layout(batch.shape()), {.runtime = std::move(runtime)});
 }
 
@@ -238,7 +248,8 @@ DeviceMesh mesh_of(const LayoutMap& map) {
 ModelParallel::ModelParallel(LayoutMap layout_map, std::optional<std::string> batch_dim_name,
                              bool auto_shard_dataset)
     : Distribution(mesh_of(layout_map),
-                   batch_dim_name.value_or(mesh_of(layout_map).axis_names()[0]), auto_shard_dataset),
+                   batch_dim_name.value_or(mesh_of(layout_map).axis_names()[0]),
+                   auto_shard_dataset),
       layout_map_(std::move(layout_map)) {
   const int64_t p = num_processes();
   const int64_t r = num_model_replicas();

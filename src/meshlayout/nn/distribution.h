@@ -86,7 +86,8 @@ class Distribution : public std::enable_shared_from_this<Distribution> {
   /// Keras distribute_dataset for an in-memory array: this process's part of each global batch
   /// of `global_batch_size` rows (process_rows()), copying only those rows. ValueError (Keras'
   /// message) if the batch is not divisible by num_data_shards(), before anything is copied.
-  std::vector<HostTensor> distribute_dataset(const HostTensor& data, int64_t global_batch_size) const;
+  std::vector<HostTensor> distribute_dataset(const HostTensor& data,
+                                             int64_t global_batch_size) const;
   /// The same rows of tensor `name` of a checkpoint (a dataset on disk): this process reads
   /// only its rows of each batch, straight from the file, and nothing else. NotFoundError naming
   /// the tensor if the checkpoint lacks it; ValueError for a scalar or a dtype meshlayout
@@ -134,7 +135,8 @@ class ModelParallel : public Distribution {
   /// The mesh is the map's (ValueError if it has none); batch_dim_name defaults to the mesh's
   /// first axis (ValueError if the mesh has no such axis). Under several processes, more
   /// processes than replicas must be a multiple of them (ValueError in Keras' words).
-  explicit ModelParallel(LayoutMap layout_map, std::optional<std::string> batch_dim_name = std::nullopt,
+  explicit ModelParallel(LayoutMap layout_map,
+                         std::optional<std::string> batch_dim_name = std::nullopt,
                          bool auto_shard_dataset = true);
   const LayoutMap& layout_map() const { return layout_map_; }
   /// The size of the batch axis.

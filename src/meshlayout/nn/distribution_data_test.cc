@@ -6,12 +6,12 @@
 
 #include "meshlayout/array/array_test_util.h"
 #include "meshlayout/core/errors.h"
-#include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/layout/devices.h"
-#include "meshlayout/nn/distribution.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/model.h"
 #include "meshlayout/nn/multi_head_attention.h"
+#include "meshlayout/nn/nn_test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -43,7 +43,8 @@ std::optional<std::vector<int64_t>> keras_rows(int64_t n, int64_t g, int64_t rep
   }
   std::vector<int64_t> out;
   for (size_t k = 0; k < minibatches.size(); ++k) {
-    if (static_cast<int64_t>(k) % shards == index) out.insert(out.end(), minibatches[k].begin(), minibatches[k].end());
+    if (static_cast<int64_t>(k) % shards == index)
+      out.insert(out.end(), minibatches[k].begin(), minibatches[k].end());
   }
   return out;
 }
@@ -65,7 +66,8 @@ TEST(DataShardingTest, PerProcessRowsEqualKerasForEveryProcessAndReplicaCount) {
             for (const RowRange& range : process_rows(n, g, r, p, pid)) {
               for (int64_t i = range.begin; i < range.end; ++i) got.push_back(i);
             }
-            EXPECT_EQ(got, *want) << "P=" << p << " R=" << r << " n=" << n << " g=" << g << " pid=" << pid;
+            EXPECT_EQ(got, *want) << "P=" << p << " R=" << r << " n=" << n << " g=" << g
+                                  << " pid=" << pid;
             ++checked;
           }
         }
@@ -93,8 +95,9 @@ TEST(DataShardingTest, IndivisibleBatchIsRefusedInKerasWords) {
     process_rows(64, 6, 4, 4, 0);
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Global batch size must be divisible by the number of shards. "
-                           "`global_batch_size`=6 and `num_shards`=4");
+    EXPECT_STREQ(e.what(),
+                 "Global batch size must be divisible by the number of shards. "
+                 "`global_batch_size`=6 and `num_shards`=4");
   }
   EXPECT_THROW(process_rows(64, 0, 1, 1, 0), ValueError);
   EXPECT_THROW(process_rows(64, 4, 1, 2, 2), ValueError);
@@ -136,7 +139,8 @@ TEST_F(DistributionApiTest, ExplicitLayoutComesFirstThenTheMapThenReplicated) {
   ModelParallel mp(map);
   Variable ruled(VariableSpec{.name = "w", .shape = {8, 4}});
   EXPECT_EQ(mp.get_variable_layout(ruled), TensorLayout({"model", None}, mesh_));
-  Variable explicit_one(VariableSpec{.name = "w", .shape = {8, 4}, .layout = TensorLayout({None, "model"})});
+  Variable explicit_one(
+      VariableSpec{.name = "w", .shape = {8, 4}, .layout = TensorLayout({None, "model"})});
   EXPECT_EQ(mp.get_variable_layout(explicit_one), TensorLayout({None, "model"}, mesh_));
   Variable other(VariableSpec{.name = "v", .shape = {8, 4}});
   EXPECT_EQ(mp.get_variable_layout(other), TensorLayout({None, None}, mesh_));
@@ -160,7 +164,8 @@ TEST_F(DistributionApiTest, StandaloneLayerBuiltInADistributionScopeTakesItsLayo
 
 // Keras 3 creates a variable with the distribution's layout when the layer builds it, whatever
 // builds it: a symbolic call, an explicit build, or call_on, under a scope or set_distribution.
-TEST_F(DistributionApiTest, StandaloneLayerBuiltSymbolicallyOrExplicitlyTakesTheDistributionsLayouts) {
+TEST_F(DistributionApiTest,
+       StandaloneLayerBuiltSymbolicallyOrExplicitlyTakesTheDistributionsLayouts) {
   LayoutMap map(mesh_, MatchMode::kFullmatch);
   map["dense.*/kernel"] = {None, "model"};
   map["multi_head_attention/query/kernel"] = {None, "model", None};
@@ -193,12 +198,14 @@ TEST_F(DistributionApiTest, StandaloneLayerBuiltSymbolicallyOrExplicitlyTakesThe
   EXPECT_EQ(built->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
 
   auto via_call_on = std::make_shared<Dense>(8);  // dense_2
-  const Array y = via_call_on->call_on(mp->distribute_input(HostTensor::random(DType::kF32, {4, 3}, 3)));
+  const Array y =
+      via_call_on->call_on(mp->distribute_input(HostTensor::random(DType::kF32, {4, 3}, 3)));
   EXPECT_EQ(via_call_on->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
   EXPECT_EQ(y.shape(), (Shape{4, 8}));
 
   // A composite layer: its sub-layers' weights keyed by their paths, its object paths kept.
-  auto mha = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 4, .key_dim = 2});
+  auto mha =
+      std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 4, .key_dim = 2});
   (*mha)(Input({5, 8}, 2));
   EXPECT_EQ(mha->query()->kernel()->path(), "multi_head_attention/query/kernel");
   EXPECT_EQ(mha->query()->kernel()->object_path(), "multi_head_attention._query_dense.kernel");
@@ -244,14 +251,17 @@ TEST_F(DistributionApiTest, ProcessLocalRowsMakeTheGlobalBatch) {
     ModelParallel mp{LayoutMap(mesh)};
     const int p = rt->process_id();
     HostTensor local(DType::kI32, {B / 2, T});
-    for (int64_t i = 0; i < local.num_elements(); ++i) local.data_as<int32_t>()[i] = static_cast<int32_t>(p * 100 + i);
+    for (int64_t i = 0; i < local.num_elements(); ++i)
+      local.data_as<int32_t>()[i] = static_cast<int32_t>(p * 100 + i);
     const Array batch = mp.distribute_process_batch(local, B, rt);
-    if (batch.shape() != Shape{B, T} || !(batch.layout() == mp.get_data_layout({B, T}))) throw ValueError("layout");
+    if (batch.shape() != Shape{B, T} || !(batch.layout() == mp.get_data_layout({B, T})))
+      throw ValueError("layout");
     for (const Array::Shard& s : batch.local_shards()) {
       const int32_t* v = reinterpret_cast<const int32_t*>(s.buffer.data());
       for (int64_t i = 0; i < s.box.num_elements(); ++i) {
         const int64_t row = s.box.offset[0] + i / T;
-        if (v[i] != static_cast<int32_t>(p * 100 + (row - p * B / 2) * T + i % T)) throw ValueError("wrong value");
+        if (v[i] != static_cast<int32_t>(p * 100 + (row - p * B / 2) * T + i % T))
+          throw ValueError("wrong value");
       }
     }
     HostTensor wrong(DType::kI32, {B, T});
@@ -268,7 +278,9 @@ TEST_F(DistributionApiTest, ProcessLocalRowsMakeTheGlobalBatch) {
       mp2.distribute_process_batch(local, B, rt);
       throw InternalError("accepted a crossed mesh");
     } catch (const ValueError& e) {
-      if (std::string(e.what()).find("does not split its batch axis 'batch' along the processes") == std::string::npos) throw;
+      if (std::string(e.what()).find("does not split its batch axis 'batch' along the processes") ==
+          std::string::npos)
+        throw;
     }
   });
 }

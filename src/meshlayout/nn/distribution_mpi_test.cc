@@ -26,10 +26,12 @@ void expect_rows(const std::vector<HostTensor>& batches, int64_t rows, int64_t g
   ASSERT_EQ(static_cast<int64_t>(batches.size()), (rows + g - 1) / g);
   for (size_t k = 0; k < batches.size(); ++k) {
     const int64_t begin = std::min(static_cast<int64_t>(k) * g + shard * (g / shards), rows);
-    const int64_t end = std::min(begin + g / shards, std::min(static_cast<int64_t>(k + 1) * g, rows));
+    const int64_t end =
+        std::min(begin + g / shards, std::min(static_cast<int64_t>(k + 1) * g, rows));
     ASSERT_EQ(batches[k].shape(), (Shape{end - begin, 3})) << k;
     for (int64_t r = 0; r < end - begin; ++r) {
-      for (int64_t c = 0; c < 3; ++c) EXPECT_EQ(batches[k].data_as<int64_t>()[r * 3 + c], begin + r);
+      for (int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(batches[k].data_as<int64_t>()[r * 3 + c], begin + r);
     }
   }
 }
@@ -80,8 +82,8 @@ TEST(DistributionMpiTest, MoreProcessesThanReplicasMustBeAMultiple) {
     } catch (const ValueError& e) {
       EXPECT_EQ(std::string(e.what()),
                 "If `num_processes` is greater than `num_model_replicas`, `num_processes` must be "
-                "divisible by `num_model_replicas`. Got num_processes=" + std::to_string(p) +
-                    ", num_model_replicas=3.");
+                "divisible by `num_model_replicas`. Got num_processes=" +
+                    std::to_string(p) + ", num_model_replicas=3.");
     }
   } else {
     ModelParallel mp{LayoutMap(three)};  // fewer processes than replicas: every process a shard

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/core/errors.h"
-#include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/nn/nn_test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -82,14 +82,16 @@ TEST_F(DistributionTest, BadArgumentsAreRefused) {
     ModelParallel mp{LayoutMap()};
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "ModelParallel needs a LayoutMap with a device mesh: LayoutMap(device_mesh)");
+    EXPECT_STREQ(e.what(),
+                 "ModelParallel needs a LayoutMap with a device mesh: LayoutMap(device_mesh)");
   }
   try {
     ModelParallel mp(LayoutMap(mesh_), "batch");
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "batch_dim_name 'batch' is not an axis of mesh[data=2,model=4]; its axes "
-                           "are ['data', 'model']");
+    EXPECT_STREQ(e.what(),
+                 "batch_dim_name 'batch' is not an axis of mesh[data=2,model=4]; its axes "
+                 "are ['data', 'model']");
   }
 }
 

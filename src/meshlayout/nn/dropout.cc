@@ -56,9 +56,10 @@ Array SeedGenerator::call(const Array&) {
 Dropout::Dropout(double rate, DropoutOptions options)
     : Layer("dropout", options.name), rate_(rate), options_(std::move(options)) {
   if (!(rate >= 0 && rate < 1)) {
-    throw ValueError(fmt::format("Invalid value received for argument `rate` of Dropout: expected "
-                                 "a float in [0, 1), received rate={}",
-                                 rate));
+    throw ValueError(
+        fmt::format("Invalid value received for argument `rate` of Dropout: expected "
+                    "a float in [0, 1), received rate={}",
+                    rate));
   }
   if (rate_ > 0) {
     const uint64_t seed = options_.seed ? *options_.seed : global_seed();
@@ -103,11 +104,14 @@ void Dropout::apply_mask(Array& y, int64_t seed, int64_t step) const {
     std::vector<uint32_t> w[4];
     for (int64_t r = 0; r < rows; ++r) {
       int64_t g0 = 0;
-      for (int d = 0; d < rank; ++d) g0 = g0 * shape[static_cast<size_t>(d)] + coords[static_cast<size_t>(d)];
+      for (int d = 0; d < rank; ++d)
+        g0 = g0 * shape[static_cast<size_t>(d)] + coords[static_cast<size_t>(d)];
       const uint64_t first = static_cast<uint64_t>(g0) / 4;
-      const size_t blocks = static_cast<size_t>((static_cast<uint64_t>(g0 + row - 1) / 4) - first + 1);
+      const size_t blocks =
+          static_cast<size_t>((static_cast<uint64_t>(g0 + row - 1) / 4) - first + 1);
       for (auto& words : w) words.resize(blocks);
-      philox4x32_10_blocks(key, first, high, blocks, {w[0].data(), w[1].data(), w[2].data(), w[3].data()});
+      philox4x32_10_blocks(key, first, high, blocks,
+                           {w[0].data(), w[1].data(), w[2].data(), w[3].data()});
       E* v = p + r * row;
       for (int64_t k = 0; k < row; ++k) {
         const uint64_t g = static_cast<uint64_t>(g0 + k);
@@ -141,8 +145,10 @@ Array Dropout::backward(const Array& x, const Array& dy, Gradients&) {
   Array dx = distribute_tensor(dy, x.layout());
   if (!training_ || !seed_generator_) return dx;
   if (!last_draw_) {
-    throw FailedPreconditionError(fmt::format("backward of Dropout layer {} in training mode before any "
-                                              "training call: there is no mask to reuse", quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("backward of Dropout layer {} in training mode before any "
+                    "training call: there is no mask to reuse",
+                    quote(name())));
   }
   apply_mask(dx, last_draw_->first, last_draw_->second);
   return dx;

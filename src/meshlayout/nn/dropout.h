@@ -64,7 +64,7 @@ class SeedGenerator : public Layer {
 };
 
 struct DropoutOptions {
-  std::string name;             // automatic ("dropout", "dropout_1", …) when empty
+  std::string name;              // automatic ("dropout", "dropout_1", …) when empty
   std::optional<uint64_t> seed;  // absent: the global seed (set_global_seed()), as initializers
 };
 

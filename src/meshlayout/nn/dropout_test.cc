@@ -82,7 +82,8 @@ TEST_F(DropoutTest, TrainingMatchesTheReferenceMaskOnShardedLayouts) {
     model->drop->set_training(true);
     const HostTensor x = HostTensor::random(DType::kF32, c.shape, static_cast<uint64_t>(n));
     for (uint64_t step = 0; step < 2; ++step) {
-      HostTensor got = (*model)(distribute_tensor(x, c.layout.with_device_mesh(mesh))).value().gather();
+      HostTensor got =
+          (*model)(distribute_tensor(x, c.layout.with_device_mesh(mesh))).value().gather();
       const std::vector<double> want = reference(x, 0.3, 1234 + static_cast<uint64_t>(n), step);
       ASSERT_EQ(got.shape(), c.shape);
       for (size_t i = 0; i < want.size(); ++i) {
@@ -90,7 +91,8 @@ TEST_F(DropoutTest, TrainingMatchesTheReferenceMaskOnShardedLayouts) {
             << "step " << step << " element " << i;
         ASSERT_EQ(got.data_as<float>()[i] == 0.0f, want[i] == 0.0) << i;
       }
-      EXPECT_EQ(state_of(*model->drop), (std::vector<int64_t>{1234 + n, static_cast<int64_t>(step) + 1}));
+      EXPECT_EQ(state_of(*model->drop),
+                (std::vector<int64_t>{1234 + n, static_cast<int64_t>(step) + 1}));
     }
     ++n;
   }
@@ -121,7 +123,8 @@ TEST_F(DropoutTest, Float64TrainingAndBackwardOnShardedLayouts) {
   const std::vector<double> kept = reference(HostTensor::random(DType::kF32, shape, 0), 0.3, 77, 0);
   const auto forward = [&](const testing::Params& q) {
     std::vector<double> out(q.at("x").size());
-    for (size_t i = 0; i < out.size(); ++i) out[i] = kept[i] != 0.0 ? q.at("x")[i] / (1.0 - 0.3) : 0.0;
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = kept[i] != 0.0 ? q.at("x")[i] / (1.0 - 0.3) : 0.0;
     return out;
   };
   const testing::Params p{{"x", xv}};
@@ -140,25 +143,30 @@ TEST_F(DropoutTest, Float64TrainingAndBackwardOnShardedLayouts) {
   const Array dx = drop->backward(x, dy, grads);
   ASSERT_EQ(dx.dtype(), DType::kF64);
   EXPECT_EQ(dx.layout(), layout);
-  testing::expect_close(testing::gathered_f64(dx), testing::numeric_gradient(forward, p, "x", w, 1e-3, true),
-                        "dx", 1e-10);
+  testing::expect_close(testing::gathered_f64(dx),
+                        testing::numeric_gradient(forward, p, "x", w, 1e-3, true), "dx", 1e-10);
   testing::expect_close(testing::gathered_f64(drop->recompute(x)), want, "recompute", 1e-15);
   const Array x32 = distribute_tensor(testing::to_dtype(shape, xv, DType::kF32), layout);
   const std::string refused =
-      "Dropout layer 'dropout' computes in F64 (floatx when the layer was made), got an F32 input; layers do not cast: "
+      "Dropout layer 'dropout' computes in F64 (floatx when the layer was made), got an F32 input; "
+      "layers do not cast: "
       "convert the input first";
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->call_on(x32); }), refused);
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->recompute(x32); }), refused);
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->backward(x32, dy, grads); }), refused);
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)drop->backward(x, x32, grads); }),
-            "backward of layer 'dropout': dy must be F64 of the call's output shape (5, 7), got F32 (5, 7)");
+            "backward of layer 'dropout': dy must be F64 of the call's output shape (5, 7), got "
+            "F32 (5, 7)");
   std::shared_ptr<Dropout> half;
   {
     FloatxScope bf16(DType::kBF16);
     half = std::make_shared<Dropout>(0.5);
   }
-  EXPECT_EQ(testing::ValueErrorMessage([&] { half->maybe_build({2, 3}); }),
-            "Dropout layer 'dropout_1' has BF16 weights (its dtype); it computes in F32 or F64 only: build it "
+  EXPECT_EQ(testing::ValueErrorMessage([&] {
+              half->maybe_build({2, 3});
+            }),
+            "Dropout layer 'dropout_1' has BF16 weights (its dtype); it computes in F32 or F64 "
+            "only: build it "
             "under floatx F32 or F64");
 }
 
@@ -199,8 +207,10 @@ TEST_F(DropoutTest, InferenceIsTheIdentityAndLeavesTheStateAlone) {
   EXPECT_EQ(y.value().layout(), TensorLayout({"data", "model"}, mesh));
   EXPECT_EQ(state_of(*drop), (std::vector<int64_t>{5, 0}));  // materialised at once: [seed, 0]
   drop->set_training(true);
-  HostTensor a = (*drop)(distribute_tensor(x, TensorLayout({"data", "model"}, mesh))).value().gather();
-  HostTensor b = (*drop)(distribute_tensor(x, TensorLayout({"data", "model"}, mesh))).value().gather();
+  HostTensor a =
+      (*drop)(distribute_tensor(x, TensorLayout({"data", "model"}, mesh))).value().gather();
+  HostTensor b =
+      (*drop)(distribute_tensor(x, TensorLayout({"data", "model"}, mesh))).value().gather();
   EXPECT_NE(a, x);
   EXPECT_NE(a, b);  // the counter moved on
   EXPECT_EQ(state_of(*drop), (std::vector<int64_t>{5, 2}));
@@ -229,7 +239,8 @@ TEST_F(DropoutTest, StateVariableIsLaidOutAndNamedLikeAnyVariable) {
   EXPECT_EQ(model->drop->name(), "dropout");
   EXPECT_EQ(model->drop->seed_generator()->name(), "seed_generator");
   model->drop->set_training(true);
-  (*model)(distribute_tensor(HostTensor::random(DType::kF32, {4, 4}, 2), TensorLayout({"data", None}, mesh)));
+  (*model)(distribute_tensor(HostTensor::random(DType::kF32, {4, 4}, 2),
+                             TensorLayout({"data", None}, mesh)));
   const VariablePtr& state = model->drop->seed_generator()->state();
   EXPECT_EQ(state->name(), "seed_generator_state");
   EXPECT_EQ(state->object_path(), "drop.seed_generator.seed_generator_state");
@@ -257,16 +268,18 @@ TEST_F(DropoutTest, BadRateAndDtypeAreRefused) {
       Dropout d(rate);
       FAIL() << rate;
     } catch (const ValueError& e) {
-      EXPECT_THAT(e.what(), ::testing::StartsWith("Invalid value received for argument `rate` of "
-                                                  "Dropout: expected a float in [0, 1), received rate="));
+      EXPECT_THAT(e.what(),
+                  ::testing::StartsWith("Invalid value received for argument `rate` of "
+                                        "Dropout: expected a float in [0, 1), received rate="));
     }
   }
   try {
     Dropout d(1.0);
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Invalid value received for argument `rate` of Dropout: expected a float "
-                           "in [0, 1), received rate=1");
+    EXPECT_STREQ(e.what(),
+                 "Invalid value received for argument `rate` of Dropout: expected a float "
+                 "in [0, 1), received rate=1");
   }
   clear_session();  // the refused layers took automatic names, as in Keras
   const DeviceMesh mesh = DeviceMesh::from_string("mesh[x=8]");
@@ -275,8 +288,10 @@ TEST_F(DropoutTest, BadRateAndDtypeAreRefused) {
     (*drop)(distribute_tensor(HostTensor(DType::kI32, {8}), TensorLayout({"x"}, mesh)));
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Dropout layer 'dropout' computes in F32 (floatx when the layer was made), got an I32 input; "
-                           "layers do not cast: convert the input first");
+    EXPECT_STREQ(e.what(),
+                 "Dropout layer 'dropout' computes in F32 (floatx when the layer was made), got an "
+                 "I32 input; "
+                 "layers do not cast: convert the input first");
   }
 }
 

@@ -16,13 +16,15 @@
 
 namespace meshlayout {
 
-Array contract_trailing(const Array& x, const Array& kernel, int contracted, const Array* residual) {
+Array contract_trailing(const Array& x, const Array& kernel, int contracted,
+                        const Array* residual) {
   const int xr = static_cast<int>(x.shape().size()), wr = static_cast<int>(kernel.shape().size());
   if (contracted < 1 || contracted >= wr || contracted > xr ||
       !std::equal(x.shape().end() - contracted, x.shape().end(), kernel.shape().begin())) {
-    throw ValueError(fmt::format("cannot contract the last {} dimensions of {} with the first of a "
-                                 "kernel {}", contracted, shape_to_string(x.shape()),
-                                 shape_to_string(kernel.shape())));
+    throw ValueError(
+        fmt::format("cannot contract the last {} dimensions of {} with the first of a "
+                    "kernel {}",
+                    contracted, shape_to_string(x.shape()), shape_to_string(kernel.shape())));
   }
   const Shape lead(x.shape().begin(), x.shape().end() - contracted);
   const Shape outer(kernel.shape().begin() + contracted, kernel.shape().end());
@@ -54,13 +56,16 @@ Array contract_trailing(const Array& x, const Array& kernel, int contracted, con
 }
 
 EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOptions options)
-    : Layer("einsum_dense", options.name), equation_(std::move(equation)),
-      output_shape_(std::move(output_shape)), options_(std::move(options)) {
+    : Layer("einsum_dense", options.name),
+      equation_(std::move(equation)),
+      output_shape_(std::move(output_shape)),
+      options_(std::move(options)) {
   const auto unsupported = [&](std::string_view why) {
-    return ValueError(fmt::format("EinsumDense equation {} is not supported: {} (the kernel must "
-                                  "contract the input's trailing dimensions, as in "
-                                  "'btd,dnh->btnh' or 'btnh,nhd->btd')",
-                                  quote(equation_), why));
+    return ValueError(
+        fmt::format("EinsumDense equation {} is not supported: {} (the kernel must "
+                    "contract the input's trailing dimensions, as in "
+                    "'btd,dnh->btnh' or 'btnh,nhd->btd')",
+                    quote(equation_), why));
   };
   const size_t arrow = equation_.find("->"), comma = equation_.find(',');
   if (arrow == std::string::npos || comma == std::string::npos || comma > arrow) {
@@ -75,16 +80,19 @@ EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOp
     output_spec_ = output_spec_.substr(3);
   }
   for (const std::string* s : {&input_spec_, &kernel_spec_, &output_spec_}) {
-    if (s->empty() || !std::all_of(s->begin(), s->end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
+    if (s->empty() ||
+        !std::all_of(s->begin(), s->end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
       throw unsupported("each spec must be lowercase letters");
     }
   }
-  while (contracted_ < static_cast<int>(std::min(input_spec_.size(), kernel_spec_.size())) &&
-         kernel_spec_.find(input_spec_[input_spec_.size() - 1 - static_cast<size_t>(contracted_)]) !=
-             std::string::npos) {
+  while (
+      contracted_ < static_cast<int>(std::min(input_spec_.size(), kernel_spec_.size())) &&
+      kernel_spec_.find(input_spec_[input_spec_.size() - 1 - static_cast<size_t>(contracted_)]) !=
+          std::string::npos) {
     ++contracted_;
   }
-  const std::string prefix = input_spec_.substr(0, input_spec_.size() - static_cast<size_t>(contracted_));
+  const std::string prefix =
+      input_spec_.substr(0, input_spec_.size() - static_cast<size_t>(contracted_));
   const std::string contracted = input_spec_.substr(prefix.size());
   if (contracted_ == 0 || !kernel_spec_.starts_with(contracted)) {
     throw unsupported("the input's trailing letters are not the kernel's leading ones");
@@ -95,22 +103,26 @@ EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOp
   }
   const size_t expected = ellipsis ? output_spec_.size() : output_spec_.size() - 1;
   if (output_shape_.size() != expected) {
-    throw ValueError(fmt::format("EinsumDense {}: output_shape {} must have {} entries (the output "
-                                 "{} without its {})", quote(equation_), shape_to_string(output_shape_),
-                                 expected, quote(output_spec_), ellipsis ? "ellipsis" : "batch dimension"));
+    throw ValueError(
+        fmt::format("EinsumDense {}: output_shape {} must have {} entries (the output "
+                    "{} without its {})",
+                    quote(equation_), shape_to_string(output_shape_), expected, quote(output_spec_),
+                    ellipsis ? "ellipsis" : "batch dimension"));
   }
   for (size_t i = output_shape_.size() - free.size(); i < output_shape_.size(); ++i) {
     if (output_shape_[i] < 1) {
-      throw ValueError(fmt::format("EinsumDense {}: output_shape {} must give the kernel's output "
-                                   "sizes ({}) as positive numbers", quote(equation_),
-                                   shape_to_string(output_shape_), quote(free)));
+      throw ValueError(
+          fmt::format("EinsumDense {}: output_shape {} must give the kernel's output "
+                      "sizes ({}) as positive numbers",
+                      quote(equation_), shape_to_string(output_shape_), quote(free)));
     }
   }
   if (!options_.bias_axes.empty() &&
       (!output_spec_.ends_with(options_.bias_axes) || options_.bias_axes.size() > free.size())) {
-    throw ValueError(fmt::format("EinsumDense {}: bias_axes {} must be trailing letters of the "
-                                 "kernel's output {}", quote(equation_), quote(options_.bias_axes),
-                                 quote(free)));
+    throw ValueError(
+        fmt::format("EinsumDense {}: bias_axes {} must be trailing letters of the "
+                    "kernel's output {}",
+                    quote(equation_), quote(options_.bias_axes), quote(free)));
   }
 }
 
@@ -132,18 +144,23 @@ void EinsumDense::build(const Shape& input_shape) {
   Shape kernel_shape(input_shape.end() - contracted_, input_shape.end());
   const size_t free = kernel_spec_.size() - static_cast<size_t>(contracted_);
   kernel_shape.insert(kernel_shape.end(), out.end() - static_cast<int64_t>(free), out.end());
-  kernel_ = add_weight({.name = "kernel", .shape = kernel_shape, .initializer = options_.kernel_initializer,
+  kernel_ = add_weight({.name = "kernel",
+                        .shape = kernel_shape,
+                        .initializer = options_.kernel_initializer,
                         .layout = options_.kernel_layout});
   if (!options_.bias_axes.empty()) {
     const Shape bias_shape(out.end() - static_cast<int64_t>(options_.bias_axes.size()), out.end());
-    bias_ = add_weight({.name = "bias", .shape = bias_shape, .initializer = options_.bias_initializer,
+    bias_ = add_weight({.name = "bias",
+                        .shape = bias_shape,
+                        .initializer = options_.bias_initializer,
                         .layout = options_.bias_layout});
   }
 }
 
-void EinsumDense::enable_lora(int64_t rank, std::optional<double> lora_alpha, Initializer a_initializer,
-                              Initializer b_initializer) {
-  lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer, std::nullopt);
+void EinsumDense::enable_lora(int64_t rank, std::optional<double> lora_alpha,
+                              Initializer a_initializer, Initializer b_initializer) {
+  lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer,
+                           std::nullopt);
 }
 
 const Array& EinsumDense::effective_kernel(std::optional<Array>& storage) const {
@@ -164,12 +181,15 @@ Array EinsumDense::call_plus(const Array& x, const Array& residual) {
   maybe_build(x.shape());
   std::optional<Array> effective;
   if (options_.activation != Activation::kLinear) {
-    return add(apply_activation(options_.activation, pre_activation(x, effective_kernel(effective))), residual);
+    return add(
+        apply_activation(options_.activation, pre_activation(x, effective_kernel(effective))),
+        residual);
   }
   return pre_activation(x, effective_kernel(effective), &residual);
 }
 
-Array EinsumDense::pre_activation(const Array& x, const Array& kernel, const Array* residual) const {
+Array EinsumDense::pre_activation(const Array& x, const Array& kernel,
+                                  const Array* residual) const {
   check_input_dtype("EinsumDense", name(), x.dtype(), kernel.dtype());
   Array y = contract_trailing(x, kernel, contracted_, residual);
   if (bias_) {
@@ -180,7 +200,8 @@ Array EinsumDense::pre_activation(const Array& x, const Array& kernel, const Arr
     y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
       Array::Shard& s = y.local_shards()[i];
       const Array::Shard* bs = b.shard_at(s.position);
-      const int64_t inner = num_elements(Shape(s.box.shape.begin() + (rank - nb), s.box.shape.end()));
+      const int64_t inner =
+          num_elements(Shape(s.box.shape.begin() + (rank - nb), s.box.shape.end()));
       if (inner == 0) return;
       const auto add_bias = [&]<typename E>(E* p) {
         const E* bias = reinterpret_cast<const E*>(bs->buffer.data());
@@ -200,19 +221,22 @@ Array EinsumDense::pre_activation(const Array& x, const Array& kernel, const Arr
 
 Array EinsumDense::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!kernel_) {
-    throw FailedPreconditionError(fmt::format("EinsumDense layer {} is not built: call it before its "
-                                              "backward", quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("EinsumDense layer {} is not built: call it before its "
+                    "backward",
+                    quote(name())));
   }
   const Shape& ks = kernel_->shape();
   const int xr = static_cast<int>(x.shape().size());
   const DType dtype = kernel_->dtype();
   if (x.dtype() != dtype || xr < contracted_ ||
       !std::equal(x.shape().end() - contracted_, x.shape().end(), ks.begin())) {
-    throw ValueError(fmt::format("backward of EinsumDense layer {} ({}): x must be {} (the kernel's "
-                                 "dtype) ending in the kernel's contracted sizes {}, got {} {}",
-                                 quote(name()), quote(equation_), dtype_name(dtype),
-                                 shape_to_string(Shape(ks.begin(), ks.begin() + contracted_)),
-                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
+    throw ValueError(
+        fmt::format("backward of EinsumDense layer {} ({}): x must be {} (the kernel's "
+                    "dtype) ending in the kernel's contracted sizes {}, got {} {}",
+                    quote(name()), quote(equation_), dtype_name(dtype),
+                    shape_to_string(Shape(ks.begin(), ks.begin() + contracted_)),
+                    dtype_name(x.dtype()), shape_to_string(x.shape())));
   }
   check_output_gradient(name(), dy, compute_output_shape(x.shape()), dtype);
   std::optional<Array> effective;
@@ -220,15 +244,17 @@ Array EinsumDense::backward(const Array& x, const Array& dy, Gradients& grads) {
   const DeviceMesh& mesh = kernel.mesh();
   // x and dy on the kernel's mesh, as the call runs.
   std::optional<Array> x_on, dy_on, dz_store;
-  const Array& xk = x.mesh() == mesh ? x : x_on.emplace(distribute_tensor(x, TensorLayout::replicated(xr, mesh)));
+  const Array& xk =
+      x.mesh() == mesh ? x : x_on.emplace(distribute_tensor(x, TensorLayout::replicated(xr, mesh)));
   if (options_.activation != Activation::kLinear) {
     dz_store.emplace(apply_activation_backward(options_.activation, pre_activation(x, kernel), dy));
   }
-  const Array& dz = dz_store ? *dz_store
-                    : dy.mesh() == mesh
-                        ? dy
-                        : dy_on.emplace(distribute_tensor(
-                              dy, TensorLayout::replicated(static_cast<int>(dy.shape().size()), mesh)));
+  const Array& dz =
+      dz_store ? *dz_store
+      : dy.mesh() == mesh
+          ? dy
+          : dy_on.emplace(distribute_tensor(
+                dy, TensorLayout::replicated(static_cast<int>(dy.shape().size()), mesh)));
   // The product as (P…, K) · (K, N) → (P…, N), as contract_trailing runs it.
   Shape x2(x.shape().begin(), x.shape().end() - contracted_), dz2 = x2;
   const int64_t k = num_elements(Shape(ks.begin(), ks.begin() + contracted_));

@@ -96,6 +96,7 @@ class EinsumDense : public Layer {
 /// With `residual` (the output's shape), returns the product + residual, the residual fused
 /// into the product (MatmulOptions::add_to_output) when the kernel has one output dimension,
 /// else added after. Collective.
-Array contract_trailing(const Array& x, const Array& kernel, int contracted, const Array* residual = nullptr);
+Array contract_trailing(const Array& x, const Array& kernel, int contracted,
+                        const Array* residual = nullptr);
 
 }  // namespace meshlayout

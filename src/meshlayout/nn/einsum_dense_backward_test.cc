@@ -34,16 +34,17 @@ struct EinsumCase {
 class EinsumDenseBackwardTest : public NnTest {
  protected:
   void check(const EinsumCase& c) {
-    SCOPED_TRACE(c.equation + " x " + c.x_layout.to_string() + " kernel " + c.kernel_layout.to_string() +
-                 (c.lora ? " lora" : ""));
+    SCOPED_TRACE(c.equation + " x " + c.x_layout.to_string() + " kernel " +
+                 c.kernel_layout.to_string() + (c.lora ? " lora" : ""));
     auto layer = std::make_shared<EinsumDense>(
         c.equation, c.output_shape,
-        EinsumDenseOptions{.bias_axes = c.bias_axes,
-                           .activation = c.activation,
-                           .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
-                           .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 4}),
-                           .kernel_layout = c.kernel_layout,
-                           .bias_layout = c.bias_layout});
+        EinsumDenseOptions{
+            .bias_axes = c.bias_axes,
+            .activation = c.activation,
+            .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
+            .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 4}),
+            .kernel_layout = c.kernel_layout,
+            .bias_layout = c.bias_layout});
     const std::vector<double> xv = testing::random_values(c.x_shape, 11);
     const Array x = distribute_tensor(testing::to_f32(c.x_shape, xv), c.x_layout);
     (void)(*layer)(Tensor(distribute_tensor(x, x.layout())));  // builds
@@ -75,7 +76,8 @@ class EinsumDenseBackwardTest : public NnTest {
         const std::vector<double>& b = q.at("b");
         for (int64_t i = 0; i < kernel_size / n_last; ++i) {
           for (int64_t j = 0; j < n_last; ++j) {
-            for (int64_t r = 0; r < 2; ++r) kernel[i * n_last + j] += lora_scale * a[i * 2 + r] * b[r * n_last + j];
+            for (int64_t r = 0; r < 2; ++r)
+              kernel[i * n_last + j] += lora_scale * a[i * 2 + r] * b[r * n_last + j];
           }
         }
       }
@@ -111,7 +113,8 @@ class EinsumDenseBackwardTest : public NnTest {
   // The product of the kernel's leading dims that the input contracts (its trailing ones).
   static int64_t contracted_size(const EinsumCase& c, const Shape& ks) {
     const size_t comma = c.equation.find(','), arrow = c.equation.find("->");
-    std::string in = c.equation.substr(0, comma), kernel = c.equation.substr(comma + 1, arrow - comma - 1);
+    std::string in = c.equation.substr(0, comma),
+                kernel = c.equation.substr(comma + 1, arrow - comma - 1);
     int64_t k = 1;
     for (size_t i = 0; i < kernel.size(); ++i) {
       if (in.find(kernel[i]) != std::string::npos) k *= ks[i];
@@ -119,16 +122,22 @@ class EinsumDenseBackwardTest : public NnTest {
     return k;
   }
 
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
 };
 
 const DimSharding kNone;
 
 TEST_F(EinsumDenseBackwardTest, QueryProjectionUnderEveryLayout) {
   // btd,dnh->btnh: x (2, 3, 8), kernel (8, 4, 2), bias (4, 2).
-  const EinsumCase base{.equation = "btd,dnh->btnh", .output_shape = {-1, 4, 2}, .bias_axes = "nh",
-                        .x_shape = {2, 3, 8}, .x_layout = layout({kNone, kNone, kNone}),
-                        .kernel_layout = layout({kNone, kNone, kNone}), .bias_layout = layout({kNone, kNone})};
+  const EinsumCase base{.equation = "btd,dnh->btnh",
+                        .output_shape = {-1, 4, 2},
+                        .bias_axes = "nh",
+                        .x_shape = {2, 3, 8},
+                        .x_layout = layout({kNone, kNone, kNone}),
+                        .kernel_layout = layout({kNone, kNone, kNone}),
+                        .bias_layout = layout({kNone, kNone})};
   check(base);  // replicated
   EinsumCase batch = base;
   batch.x_layout = layout({{"data"}, kNone, kNone});
@@ -146,9 +155,13 @@ TEST_F(EinsumDenseBackwardTest, QueryProjectionUnderEveryLayout) {
 
 TEST_F(EinsumDenseBackwardTest, OutputProjectionRowParallel) {
   // btnh,nhd->btd: x (2, 3, 4, 2), kernel (4, 2, 8) split on heads: row-parallel.
-  const EinsumCase c{.equation = "btnh,nhd->btd", .output_shape = {-1, 8}, .bias_axes = "d",
-                     .x_shape = {2, 3, 4, 2}, .x_layout = layout({{"data"}, kNone, {"model"}, kNone}),
-                     .kernel_layout = layout({{"model"}, kNone, kNone}), .bias_layout = layout({{"model"}})};
+  const EinsumCase c{.equation = "btnh,nhd->btd",
+                     .output_shape = {-1, 8},
+                     .bias_axes = "d",
+                     .x_shape = {2, 3, 4, 2},
+                     .x_layout = layout({{"data"}, kNone, {"model"}, kNone}),
+                     .kernel_layout = layout({{"model"}, kNone, kNone}),
+                     .bias_layout = layout({{"model"}})};
   check(c);
   EinsumCase replicated_x = c;
   replicated_x.x_layout = layout({kNone, kNone, kNone, kNone});
@@ -157,31 +170,51 @@ TEST_F(EinsumDenseBackwardTest, OutputProjectionRowParallel) {
 }
 
 TEST_F(EinsumDenseBackwardTest, MatrixAndEllipsisEquations) {
-  check({.equation = "ab,bc->ac", .output_shape = {6}, .bias_axes = "c", .x_shape = {4, 5},
-         .x_layout = layout({{"data"}, {"model"}}), .kernel_layout = layout({{"model"}, kNone}),
+  check({.equation = "ab,bc->ac",
+         .output_shape = {6},
+         .bias_axes = "c",
+         .x_shape = {4, 5},
+         .x_layout = layout({{"data"}, {"model"}}),
+         .kernel_layout = layout({{"model"}, kNone}),
          .bias_layout = layout({kNone})});
-  check({.equation = "...b,bc->...c", .output_shape = {6}, .bias_axes = "", .x_shape = {2, 3, 5},
-         .x_layout = layout({{"data"}, kNone, kNone}), .kernel_layout = layout({kNone, {"model"}}),
-         .bias_layout = layout({kNone}), .activation = Activation::kGelu});
+  check({.equation = "...b,bc->...c",
+         .output_shape = {6},
+         .bias_axes = "",
+         .x_shape = {2, 3, 5},
+         .x_layout = layout({{"data"}, kNone, kNone}),
+         .kernel_layout = layout({kNone, {"model"}}),
+         .bias_layout = layout({kNone}),
+         .activation = Activation::kGelu});
 }
 
 TEST_F(EinsumDenseBackwardTest, LoraTrainsAAndBAndFreezesTheKernel) {
-  const EinsumCase c{.equation = "btd,dnh->btnh", .output_shape = {-1, 4, 2}, .bias_axes = "nh",
-                     .x_shape = {2, 3, 8}, .x_layout = layout({{"data"}, kNone, kNone}),
-                     .kernel_layout = layout({kNone, {"model"}, kNone}), .bias_layout = layout({{"model"}, kNone}),
+  const EinsumCase c{.equation = "btd,dnh->btnh",
+                     .output_shape = {-1, 4, 2},
+                     .bias_axes = "nh",
+                     .x_shape = {2, 3, 8},
+                     .x_layout = layout({{"data"}, kNone, kNone}),
+                     .kernel_layout = layout({kNone, {"model"}, kNone}),
+                     .bias_layout = layout({{"model"}, kNone}),
                      .lora = true};
   check(c);
-  EinsumCase row = {.equation = "btnh,nhd->btd", .output_shape = {-1, 8}, .bias_axes = "",
-                    .x_shape = {2, 3, 4, 2}, .x_layout = layout({{"data"}, kNone, {"model"}, kNone}),
-                    .kernel_layout = layout({{"model"}, kNone, kNone}), .bias_layout = layout({kNone}),
-                    .activation = Activation::kGelu, .lora = true};
+  EinsumCase row = {.equation = "btnh,nhd->btd",
+                    .output_shape = {-1, 8},
+                    .bias_axes = "",
+                    .x_shape = {2, 3, 4, 2},
+                    .x_layout = layout({{"data"}, kNone, {"model"}, kNone}),
+                    .kernel_layout = layout({{"model"}, kNone, kNone}),
+                    .bias_layout = layout({kNone}),
+                    .activation = Activation::kGelu,
+                    .lora = true};
   check(row);
 }
 
 TEST_F(EinsumDenseBackwardTest, RefusesDyOfAnotherShapeOrDtype) {
-  auto layer = std::make_shared<EinsumDense>("btd,dnh->btnh", Shape{-1, 4, 2},
-                                             EinsumDenseOptions{.kernel_layout = layout({kNone, kNone, kNone})});
-  const Array x = distribute_tensor(HostTensor::random(DType::kF32, {2, 3, 8}, 1), layout({kNone, kNone, kNone}));
+  auto layer = std::make_shared<EinsumDense>(
+      "btd,dnh->btnh", Shape{-1, 4, 2},
+      EinsumDenseOptions{.kernel_layout = layout({kNone, kNone, kNone})});
+  const Array x = distribute_tensor(HostTensor::random(DType::kF32, {2, 3, 8}, 1),
+                                    layout({kNone, kNone, kNone}));
   (void)(*layer)(Tensor(distribute_tensor(x, x.layout())));
   Gradients grads;
   const Array bad = distribute_tensor(HostTensor::random(DType::kF32, {2, 3, 4, 3}, 2),

@@ -33,7 +33,8 @@ int64_t global_index(const Box& box, const Shape& shape, int64_t k) {
     if (box.shape[i] != 0) k /= box.shape[i];
   }
   int64_t g = 0;
-  for (int d = 0; d < rank; ++d) g = g * shape[static_cast<size_t>(d)] + coords[static_cast<size_t>(d)];
+  for (int d = 0; d < rank; ++d)
+    g = g * shape[static_cast<size_t>(d)] + coords[static_cast<size_t>(d)];
   return g;
 }
 
@@ -96,7 +97,8 @@ struct Lookup {
   std::vector<std::byte*> replicas;
 };
 
-void run_lookups(ThreadPool& pool, DType id_dtype, size_t element_size, const std::vector<Lookup>& lookups) {
+void run_lookups(ThreadPool& pool, DType id_dtype, size_t element_size,
+                 const std::vector<Lookup>& lookups) {
   pool.parallel_for(lookups.size(), [&](size_t i) {
     const Lookup& l = lookups[i];
     const int64_t r0 = l.table->box.offset[0], r1 = r0 + l.table->box.shape[0];
@@ -131,11 +133,13 @@ std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
 TensorLayout token_layout_for(const Array& x, const Array& table) {
   const DeviceMesh& mesh = table.mesh();
   std::set<std::string> table_axes;
-  for (const DimSharding& d : table.layout().axes()) table_axes.insert(d.axes().begin(), d.axes().end());
+  for (const DimSharding& d : table.layout().axes())
+    table_axes.insert(d.axes().begin(), d.axes().end());
   std::vector<DimSharding> token_axes =
       x.mesh() == mesh ? x.layout().axes() : std::vector<DimSharding>(x.shape().size());
   for (DimSharding& d : token_axes) {
-    if (std::any_of(d.axes().begin(), d.axes().end(), [&](const std::string& a) { return table_axes.count(a) > 0; })) {
+    if (std::any_of(d.axes().begin(), d.axes().end(),
+                    [&](const std::string& a) { return table_axes.count(a) > 0; })) {
       d = DimSharding();
     }
   }
@@ -146,8 +150,8 @@ TensorLayout token_layout_for(const Array& x, const Array& table) {
 /// in the table shard's rows, added into `out` (the table shard's box, zeroed first). E: float
 /// (F32) or double (F64), the table's element type.
 template <typename E>
-void scatter_add(DType id_dtype, const Array::Shard& tokens, const Array::Shard& dy, const Box& table_box,
-                 E* out) {
+void scatter_add(DType id_dtype, const Array::Shard& tokens, const Array::Shard& dy,
+                 const Box& table_box, E* out) {
   const int64_t r0 = table_box.offset[0], r1 = r0 + table_box.shape[0], cols = table_box.shape[1];
   std::fill(out, out + table_box.num_elements(), E(0));
   const E* g = reinterpret_cast<const E*>(dy.buffer.data());
@@ -169,9 +173,10 @@ Embedding::Embedding(int64_t input_dim, int64_t output_dim, EmbeddingOptions opt
       output_dim_(output_dim),
       options_(std::move(options)) {
   if (input_dim < 1 || output_dim < 1) {
-    throw ValueError(fmt::format("Embedding input_dim and output_dim must be at least 1, got "
-                                 "input_dim={} and output_dim={}",
-                                 input_dim, output_dim));
+    throw ValueError(
+        fmt::format("Embedding input_dim and output_dim must be at least 1, got "
+                    "input_dim={} and output_dim={}",
+                    input_dim, output_dim));
   }
 }
 
@@ -200,7 +205,8 @@ Array Embedding::call(const Array& x) {
   const DeviceMesh& mesh = table.mesh();
   const TensorLayout token_layout = token_layout_for(x, table);
   std::optional<Array> moved;
-  if (!(x.mesh() == mesh) || !(x.layout() == token_layout)) moved.emplace(distribute_tensor(x, token_layout));
+  if (!(x.mesh() == mesh) || !(x.layout() == token_layout))
+    moved.emplace(distribute_tensor(x, token_layout));
   const Array& tokens = moved ? *moved : x;
 
   std::vector<DimSharding> out_axes = token_layout.axes();
@@ -219,7 +225,8 @@ Array Embedding::call(const Array& x) {
     for (Array::Shard& s : out.local_shards()) {
       auto [it, added] = first.emplace(block_of(out.geometry(), s.position), lookups.size());
       if (added) {
-        lookups.push_back(Lookup{tokens.shard_at(s.position), table.shard_at(s.position), s.buffer.data(), {}});
+        lookups.push_back(
+            Lookup{tokens.shard_at(s.position), table.shard_at(s.position), s.buffer.data(), {}});
       } else {
         lookups[it->second].replicas.push_back(s.buffer.data());
       }
@@ -232,11 +239,11 @@ Array Embedding::call(const Array& x) {
   std::vector<int> k_axes;
   for (const std::string& a : vocab.axes()) k_axes.push_back(*mesh.axis_index(a));
   internal_ops::PartialLayout layout{ShardGeometry(product_layout, out_shape), k_axes, input_dim_};
-  internal_ops::LocalPartials partials =
-      internal_ops::allocate_local_partials(layout, table, elem);
+  internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, table, elem);
   std::vector<Lookup> lookups;
   for (internal_ops::LocalPartial& p : partials) {
-    lookups.push_back(Lookup{tokens.shard_at(p.position), table.shard_at(p.position), p.buffer.data(), {}});
+    lookups.push_back(
+        Lookup{tokens.shard_at(p.position), table.shard_at(p.position), p.buffer.data(), {}});
   }
   run_lookups(rt.pool(), tokens.dtype(), elem, lookups);
   Array out = allocate_agreed(product_layout, out_shape, dtype, table.runtime_ptr());
@@ -248,8 +255,10 @@ Array Embedding::call(const Array& x) {
 
 Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!embeddings_) {
-    throw FailedPreconditionError(fmt::format("Embedding layer {} is not built: call it before its "
-                                              "backward", quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("Embedding layer {} is not built: call it before its "
+                    "backward",
+                    quote(name())));
   }
   if (x.dtype() != DType::kI32 && x.dtype() != DType::kI64) {
     throw ValueError(fmt::format("Embedding layer {} takes integer token ids (I32 or I64), got {}",
@@ -269,7 +278,8 @@ Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
   const TensorLayout token_layout = token_layout_for(x, table);
   std::optional<Array> moved_tokens, moved_dy;
   const Array& tokens = x.mesh() == mesh && x.layout() == token_layout
-                            ? x : moved_tokens.emplace(distribute_tensor(x, token_layout));
+                            ? x
+                            : moved_tokens.emplace(distribute_tensor(x, token_layout));
   std::vector<DimSharding> dy_axes = token_layout.axes();
   dy_axes.push_back(table.layout().axes()[1]);
   const Array& g = in_layout(dy, TensorLayout(dy_axes, mesh), moved_dy);
@@ -281,7 +291,8 @@ Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
   }
   internal_ops::PartialLayout layout{table.geometry(), k_axes, 0};
   layout.k_extent = layout.k_blocks();  // one K block per token block, none empty
-  internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, tokens, elem);
+  internal_ops::LocalPartials partials =
+      internal_ops::allocate_local_partials(layout, tokens, elem);
   table.runtime().pool().parallel_for(partials.size(), [&](size_t i) {
     internal_ops::LocalPartial& p = partials[i];
     if (dtype == DType::kF32) {
@@ -293,8 +304,8 @@ Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
     }
   });
   Array d_table = allocate_agreed(table.layout(), table.shape(), dtype, rt);
-  const internal_ops::ReductionPlan plan =
-      internal_ops::plan_reduction(layout, d_table.geometry(), elem, table.runtime().local_device_count());
+  const internal_ops::ReductionPlan plan = internal_ops::plan_reduction(
+      layout, d_table.geometry(), elem, table.runtime().local_device_count());
   internal_ops::reduce_partials(partials, plan, d_table);
   grads.accumulate(*embeddings_, std::move(d_table));
   return allocate_agreed(none_layout, {0}, DType::kF32, rt);

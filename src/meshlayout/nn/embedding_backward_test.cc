@@ -23,9 +23,12 @@ const DimSharding kNone;
 
 class EmbeddingBackwardTest : public NnTest {
  protected:
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
 
-  void check(const TensorLayout& table_layout, const TensorLayout& token_layout, DType dtype = DType::kF32) {
+  void check(const TensorLayout& table_layout, const TensorLayout& token_layout,
+             DType dtype = DType::kF32) {
     SCOPED_TRACE("table " + table_layout.to_string() + " tokens " + token_layout.to_string() + " " +
                  std::string(dtype_name(dtype)));
     const int64_t vocab = 11, dim = 6;
@@ -33,10 +36,12 @@ class EmbeddingBackwardTest : public NnTest {
     std::shared_ptr<Embedding> emb;
     {
       FloatxScope floatx(dtype);
-      emb = std::make_shared<Embedding>(vocab, dim, EmbeddingOptions{.embeddings_layout = table_layout});
+      emb = std::make_shared<Embedding>(vocab, dim,
+                                        EmbeddingOptions{.embeddings_layout = table_layout});
     }
     HostTensor ids(DType::kI32, {4, 5});
-    for (int64_t i = 0; i < ids.num_elements(); ++i) ids.data_as<int32_t>()[i] = static_cast<int32_t>((i * 7 + 3) % 9);
+    for (int64_t i = 0; i < ids.num_elements(); ++i)
+      ids.data_as<int32_t>()[i] = static_cast<int32_t>((i * 7 + 3) % 9);
     const Array tokens = distribute_tensor(ids, token_layout);
     const Tensor y = (*emb)(Tensor(distribute_tensor(tokens, tokens.layout())));
     const std::vector<double> w = testing::random_values(y.shape(), 51);
@@ -47,7 +52,8 @@ class EmbeddingBackwardTest : public NnTest {
       std::vector<double> out;
       for (int64_t t = 0; t < ids.num_elements(); ++t) {
         const int64_t id = ids.data_as<int32_t>()[t];
-        for (int64_t c = 0; c < dim; ++c) out.push_back(q.at("table")[static_cast<size_t>(id * dim + c)]);
+        for (int64_t c = 0; c < dim; ++c)
+          out.push_back(q.at("table")[static_cast<size_t>(id * dim + c)]);
       }
       return out;
     };
@@ -64,7 +70,8 @@ class EmbeddingBackwardTest : public NnTest {
     const std::vector<double> got = gathered_f64(*g);
     expect_close(got, want, "d embeddings", f64 ? 1e-14 : 1e-4);
     // Ids 9 and 10 never occur: their rows are exactly zero.
-    for (int64_t k = 9 * dim; k < vocab * dim; ++k) EXPECT_EQ(got[static_cast<size_t>(k)], 0.0) << k;
+    for (int64_t k = 9 * dim; k < vocab * dim; ++k)
+      EXPECT_EQ(got[static_cast<size_t>(k)], 0.0) << k;
   }
 };
 
@@ -90,17 +97,20 @@ TEST_F(EmbeddingBackwardTest, EveryTableLayoutInFloat64) {
 }
 
 TEST_F(EmbeddingBackwardTest, RefusesBadDyAndBadIds) {
-  auto emb = std::make_shared<Embedding>(5, 3, EmbeddingOptions{.embeddings_layout = layout({kNone, kNone})});
+  auto emb = std::make_shared<Embedding>(
+      5, 3, EmbeddingOptions{.embeddings_layout = layout({kNone, kNone})});
   HostTensor ids(DType::kI32, {2, 2});
   for (int i = 0; i < 4; ++i) ids.data_as<int32_t>()[i] = i;
   const Array tokens = distribute_tensor(ids, layout({kNone, kNone}));
   (void)(*emb)(Tensor(distribute_tensor(tokens, tokens.layout())));
   Gradients grads;
-  const Array bad = distribute_tensor(HostTensor::random(DType::kF32, {2, 2, 4}, 1), layout({kNone, kNone, kNone}));
+  const Array bad = distribute_tensor(HostTensor::random(DType::kF32, {2, 2, 4}, 1),
+                                      layout({kNone, kNone, kNone}));
   EXPECT_THROW((void)emb->backward(tokens, bad, grads), ValueError);
   ids.data_as<int32_t>()[3] = 7;
   const Array out_of_range = distribute_tensor(ids, layout({kNone, kNone}));
-  const Array dy = distribute_tensor(HostTensor::random(DType::kF32, {2, 2, 3}, 1), layout({kNone, kNone, kNone}));
+  const Array dy = distribute_tensor(HostTensor::random(DType::kF32, {2, 2, 3}, 1),
+                                     layout({kNone, kNone, kNone}));
   EXPECT_THROW((void)emb->backward(out_of_range, dy, grads), ValueError);
   EXPECT_EQ(grads.size(), 0u);
 }

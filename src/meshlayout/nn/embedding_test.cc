@@ -64,20 +64,44 @@ TEST_F(EmbeddingTest, ShardedLookupsMatchAFloat64Reference) {
   const int64_t vocab = 13, dim = 10;  // uneven over 4 and 8 devices
   const std::vector<Case> cases = {
       // column-parallel: no communication, output split like the columns
-      {"mesh[data=2,model=4]", {None, "model"}, {"data", None}, {4, 6}, DType::kI32,
+      {"mesh[data=2,model=4]",
+       {None, "model"},
+       {"data", None},
+       {4, 6},
+       DType::kI32,
        {"data", None, "model"}},
       // vocab-parallel: partial sums all-reduced over 'model'
-      {"mesh[data=2,model=4]", {"model", None}, {"data", None}, {4, 6}, DType::kI64,
+      {"mesh[data=2,model=4]",
+       {"model", None},
+       {"data", None},
+       {4, 6},
+       DType::kI64,
        {"data", None, None}},
       // both dims of the table split; tokens split on an axis the table uses are gathered
-      {"mesh[data=2,model=4]", {"model", "data"}, {"data", None}, {5, 3}, DType::kI32,
+      {"mesh[data=2,model=4]",
+       {"model", "data"},
+       {"data", None},
+       {5, 3},
+       DType::kI32,
        {None, None, "data"}},
-      {"mesh[data=2,model=4]", {None, None}, {None, "model"}, {2, 7}, DType::kI32,
+      {"mesh[data=2,model=4]",
+       {None, None},
+       {None, "model"},
+       {2, 7},
+       DType::kI32,
        {None, "model", None}},
-      {"mesh[data=2,model=4]", {"model", None}, {"model", None}, {4, 6}, DType::kI32,
+      {"mesh[data=2,model=4]",
+       {"model", None},
+       {"model", None},
+       {4, 6},
+       DType::kI32,
        {None, None, None}},
-      {"mesh[data=2,model=4]", {{"data", "model"}, None}, {None, None, None}, {2, 3, 4},
-       DType::kI64, {None, None, None, None}},
+      {"mesh[data=2,model=4]",
+       {{"data", "model"}, None},
+       {None, None, None},
+       {2, 3, 4},
+       DType::kI64,
+       {None, None, None, None}},
       // 13 rows over 8 devices: blocks of 2, the last one empty
       {"mesh[x=8]", {"x", None}, {None, None}, {3, 5}, DType::kI32, {None, None, None}},
       {"mesh[x=8]", {None, "x"}, {None, None}, {3, 5}, DType::kI64, {None, None, "x"}},
@@ -124,8 +148,9 @@ TEST_F(EmbeddingTest, TableValuesAreTheSameOnEveryLayoutAndFollowTheKerasDefault
     const DeviceMesh mesh = DeviceMesh::from_string("mesh[data=2,model=4]");
     LayoutMap rules(mesh);
     rules["emb.embeddings"] = std::string(spec) == "(None, None)" ? TensorLayout({None, None})
-                              : std::string(spec) == "(model, None)" ? TensorLayout({"model", None})
-                                                                     : TensorLayout({None, "model"});
+                              : std::string(spec) == "(model, None)"
+                                  ? TensorLayout({"model", None})
+                                  : TensorLayout({None, "model"});
     std::shared_ptr<EmbModel> model;
     {
       LayoutMapScope scope = rules.scope();
@@ -210,7 +235,8 @@ TEST_F(EmbeddingTest, WrongDtypeAndBadDimensionsAreRefused) {
     (*emb)(distribute_tensor(HostTensor(DType::kF32, {2, 3}), TensorLayout({None, None}, one)));
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Embedding layer 'embedding' takes integer token ids (I32 or I64), got F32");
+    EXPECT_STREQ(e.what(),
+                 "Embedding layer 'embedding' takes integer token ids (I32 or I64), got F32");
   }
   try {
     Embedding bad(0, 4);

@@ -22,9 +22,10 @@ namespace meshlayout::internal_nn {
 /// "<kind> layer '<name>' has BF16 weights; it computes in F32 or F64 only …".
 inline void check_compute_dtype(std::string_view kind, const std::string& layer, DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kF64) {
-    throw ValueError(fmt::format("{} layer {} has {} weights (its dtype); it computes in F32 or F64 "
-                                 "only: build it under floatx F32 or F64",
-                                 kind, quote(layer), dtype_name(dtype)));
+    throw ValueError(
+        fmt::format("{} layer {} has {} weights (its dtype); it computes in F32 or F64 "
+                    "only: build it under floatx F32 or F64",
+                    kind, quote(layer), dtype_name(dtype)));
   }
 }
 

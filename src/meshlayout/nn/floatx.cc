@@ -15,7 +15,8 @@ std::atomic<DType> g_floatx{DType::kF32};
 thread_local std::optional<DType> t_floatx;
 
 void check_floatx(DType dtype) {
-  if (dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kF32 && dtype != DType::kF64) {
+  if (dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kF32 &&
+      dtype != DType::kF64) {
     throw ValueError(fmt::format("Unknown `floatx` value: {}. Expected one of F16, BF16, F32, F64",
                                  dtype_name(dtype)));
   }
@@ -30,7 +31,8 @@ void set_floatx(DType dtype) {
   g_floatx.store(dtype);
 }
 
-FloatxScope::FloatxScope(DType dtype) : had_previous_(t_floatx.has_value()), previous_(t_floatx.value_or(DType::kF32)) {
+FloatxScope::FloatxScope(DType dtype)
+    : had_previous_(t_floatx.has_value()), previous_(t_floatx.value_or(DType::kF32)) {
   check_floatx(dtype);
   t_floatx = dtype;
 }

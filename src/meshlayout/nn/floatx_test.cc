@@ -51,8 +51,9 @@ TEST_F(FloatxTest, ProcessDefaultAndThreadScope) {
 }
 
 TEST_F(FloatxTest, NonFloatTypesAreRefusedByName) {
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([] { set_floatx(DType::kI32); }),
-                                 "Unknown `floatx` value: I32. Expected one of F16, BF16, F32, F64"));
+  EXPECT_TRUE(
+      testing::HasSubstr(testing::ValueErrorMessage([] { set_floatx(DType::kI32); }),
+                         "Unknown `floatx` value: I32. Expected one of F16, BF16, F32, F64"));
   EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([] { FloatxScope s(DType::kBool); }),
                                  "Unknown `floatx` value: BOOL"));
   EXPECT_EQ(floatx(), DType::kF32);
@@ -65,7 +66,8 @@ TEST_F(FloatxTest, LayersTakeFloatxAtConstructionAndVariablesWithoutADtype) {
     FloatxScope f64(DType::kF64);
     inside = std::make_shared<Dense>(3);
     EXPECT_EQ(Variable(VariableSpec{.name = "v", .shape = {2}}).dtype(), DType::kF64);
-    EXPECT_EQ(Variable(VariableSpec{.name = "n", .shape = {2}, .dtype = DType::kI32}).dtype(), DType::kI32);
+    EXPECT_EQ(Variable(VariableSpec{.name = "n", .shape = {2}, .dtype = DType::kI32}).dtype(),
+              DType::kI32);
     (void)(*before)(Input({4}, 2));  // built under the scope, constructed before it: F32
   }
   (void)(*inside)(Input({4}, 2));  // built after the scope, constructed inside: F64
@@ -85,12 +87,14 @@ TEST_F(FloatxTest, DenseRunsInFloat64AndRefusesAnotherDtype) {
   std::shared_ptr<Dense> d;
   {
     FloatxScope f64(DType::kF64);
-    d = std::make_shared<Dense>(N, DenseOptions{.activation = Activation::kSilu,
-                                                .bias_initializer = Initializer::random_normal(),
-                                                .kernel_layout = TensorLayout({None, "model"}, mesh),
-                                                .bias_layout = TensorLayout({"model"}, mesh)});
+    d = std::make_shared<Dense>(N,
+                                DenseOptions{.activation = Activation::kSilu,
+                                             .bias_initializer = Initializer::random_normal(),
+                                             .kernel_layout = TensorLayout({None, "model"}, mesh),
+                                             .bias_layout = TensorLayout({"model"}, mesh)});
   }
-  const std::vector<double> x = testing::random_values({B, K}, 3), dyv = testing::random_values({B, N}, 4);
+  const std::vector<double> x = testing::random_values({B, K}, 3),
+                            dyv = testing::random_values({B, N}, 4);
   HostTensor xh(DType::kF64, {B, K}), dyh(DType::kF64, {B, N});
   std::copy(x.begin(), x.end(), xh.data_as<double>());
   std::copy(dyv.begin(), dyv.end(), dyh.data_as<double>());
@@ -106,13 +110,14 @@ TEST_F(FloatxTest, DenseRunsInFloat64AndRefusesAnotherDtype) {
   const std::vector<double> got_y = testing::gathered_f64(y), got_dx = testing::gathered_f64(dx);
   const std::vector<double> got_dw = testing::gathered_f64(*grads.find(*d->kernel()));
   const std::vector<double> got_db = testing::gathered_f64(*grads.find(*d->bias()));
-  std::vector<double> want_dx(static_cast<size_t>(B * K), 0.0), want_dw(static_cast<size_t>(K * N), 0.0),
-      want_db(static_cast<size_t>(N), 0.0);
+  std::vector<double> want_dx(static_cast<size_t>(B * K), 0.0),
+      want_dw(static_cast<size_t>(K * N), 0.0), want_db(static_cast<size_t>(N), 0.0);
   double worst = 0;
   for (int64_t i = 0; i < B; ++i) {
     for (int64_t j = 0; j < N; ++j) {
       double z = b[static_cast<size_t>(j)];
-      for (int64_t k = 0; k < K; ++k) z += x[static_cast<size_t>(i * K + k)] * w[static_cast<size_t>(k * N + j)];
+      for (int64_t k = 0; k < K; ++k)
+        z += x[static_cast<size_t>(i * K + k)] * w[static_cast<size_t>(k * N + j)];
       const double s = 1.0 / (1.0 + std::exp(-z));
       worst = std::max(worst, std::abs(got_y[static_cast<size_t>(i * N + j)] - z * s));
       const double dz = dyv[static_cast<size_t>(i * N + j)] * s * (1.0 + z * (1.0 - s));
@@ -123,17 +128,23 @@ TEST_F(FloatxTest, DenseRunsInFloat64AndRefusesAnotherDtype) {
       }
     }
   }
-  for (size_t i = 0; i < want_dx.size(); ++i) worst = std::max(worst, std::abs(got_dx[i] - want_dx[i]));
-  for (size_t i = 0; i < want_dw.size(); ++i) worst = std::max(worst, std::abs(got_dw[i] - want_dw[i]));
-  for (size_t i = 0; i < want_db.size(); ++i) worst = std::max(worst, std::abs(got_db[i] - want_db[i]));
+  for (size_t i = 0; i < want_dx.size(); ++i)
+    worst = std::max(worst, std::abs(got_dx[i] - want_dx[i]));
+  for (size_t i = 0; i < want_dw.size(); ++i)
+    worst = std::max(worst, std::abs(got_dw[i] - want_dw[i]));
+  for (size_t i = 0; i < want_db.size(); ++i)
+    worst = std::max(worst, std::abs(got_db[i] - want_db[i]));
   EXPECT_LT(worst, 1e-13);
 
-  const Array x32 = distribute_tensor(HostTensor::random(DType::kF32, {B, K}, 1), TensorLayout({"data", None}, mesh));
+  const Array x32 = distribute_tensor(HostTensor::random(DType::kF32, {B, K}, 1),
+                                      TensorLayout({"data", None}, mesh));
   EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { (void)d->call_on(x32); }),
                                  "computes in F64 (its weights' dtype), got an F32 input"));
-  const Array dy32 = distribute_tensor(HostTensor::random(DType::kF32, {B, N}, 2), TensorLayout({"data", "model"}, mesh));
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { (void)d->backward(xa, dy32, grads); }),
-                                 "dy must be F64 of the call's output shape (4, 8), got F32 (4, 8)"));
+  const Array dy32 = distribute_tensor(HostTensor::random(DType::kF32, {B, N}, 2),
+                                       TensorLayout({"data", "model"}, mesh));
+  EXPECT_TRUE(
+      testing::HasSubstr(testing::ValueErrorMessage([&] { (void)d->backward(xa, dy32, grads); }),
+                         "dy must be F64 of the call's output shape (4, 8), got F32 (4, 8)"));
 }
 
 }  // namespace

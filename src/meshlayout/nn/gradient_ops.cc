@@ -40,7 +40,8 @@ Array filled(const TensorLayout& layout, const Shape& shape, float value,
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& s = out.local_shards()[i];
     if (dtype == DType::kF64) {
-      std::fill_n(reinterpret_cast<double*>(s.buffer.data()), s.box.num_elements(), static_cast<double>(value));
+      std::fill_n(reinterpret_cast<double*>(s.buffer.data()), s.box.num_elements(),
+                  static_cast<double>(value));
     } else {
       std::fill_n(reinterpret_cast<float*>(s.buffer.data()), s.box.num_elements(), value);
     }
@@ -51,9 +52,10 @@ Array filled(const TensorLayout& layout, const Shape& shape, float value,
 Array sum_over_leading(const Array& a, int trailing, const TensorLayout& layout) {
   const int rank = static_cast<int>(a.shape().size());
   if (trailing < 1 || trailing > rank || (a.dtype() != DType::kF32 && a.dtype() != DType::kF64)) {
-    throw ValueError(fmt::format("sum_over_leading: cannot keep the last {} dimensions of a {} {} "
-                                 "array (expected F32 or F64 and 1 <= trailing <= rank)",
-                                 trailing, dtype_name(a.dtype()), shape_to_string(a.shape())));
+    throw ValueError(
+        fmt::format("sum_over_leading: cannot keep the last {} dimensions of a {} {} "
+                    "array (expected F32 or F64 and 1 <= trailing <= rank)",
+                    trailing, dtype_name(a.dtype()), shape_to_string(a.shape())));
   }
   const Shape tail(a.shape().end() - trailing, a.shape().end());
   const Shape lead(a.shape().begin(), a.shape().end() - trailing);
@@ -62,32 +64,36 @@ Array sum_over_leading(const Array& a, int trailing, const TensorLayout& layout)
   const Array a2 = reshaped_view(a, {m, t}, store);  // (M, T)
   const DeviceMesh& mesh = a.mesh();
   // onesᵀ · a2: the contraction over M is matmul's partial sum over a's row axes.
-  const Array ones = filled(TensorLayout({a2.layout().axes()[0], DimSharding()}, mesh), {m, 1}, 1.0f,
-                            a.runtime_ptr(), a.dtype());
+  const Array ones = filled(TensorLayout({a2.layout().axes()[0], DimSharding()}, mesh), {m, 1},
+                            1.0f, a.runtime_ptr(), a.dtype());
   DimSharding columns = a2.layout().axes()[1];
   if (layout.device_mesh() && *layout.device_mesh() == mesh) {  // land in the target's split
     if (const auto flat = local_reshape_layout(layout, tail, {t})) columns = flat->axes()[0];
   }
-  Array sum = reshaped(matmul_backward_weight(ones, a2, TensorLayout({DimSharding(), columns}, mesh)), tail);
+  Array sum = reshaped(
+      matmul_backward_weight(ones, a2, TensorLayout({DimSharding(), columns}, mesh)), tail);
   if (sum.layout() == layout) return sum;
   return distribute_tensor(sum, layout);
 }
 
-void check_output_gradient(const std::string& layer, const Array& dy, const Shape& expected, DType dtype) {
+void check_output_gradient(const std::string& layer, const Array& dy, const Shape& expected,
+                           DType dtype) {
   if (dy.dtype() != dtype || dy.shape() != expected) {
-    throw ValueError(fmt::format("backward of layer {}: dy must be {} of the call's output shape {}, "
-                                 "got {} {}",
-                                 quote(layer), dtype_name(dtype), shape_to_string(expected),
-                                 dtype_name(dy.dtype()), shape_to_string(dy.shape())));
+    throw ValueError(
+        fmt::format("backward of layer {}: dy must be {} of the call's output shape {}, "
+                    "got {} {}",
+                    quote(layer), dtype_name(dtype), shape_to_string(expected),
+                    dtype_name(dy.dtype()), shape_to_string(dy.shape())));
   }
 }
 
 void check_input_dtype(std::string_view kind, const std::string& layer, DType input, DType compute,
                        std::string_view why) {
   if (input != compute) {
-    throw ValueError(fmt::format("{} layer {} computes in {} ({}), got an {} input; "
-                                 "layers do not cast: convert the input first",
-                                 kind, quote(layer), dtype_name(compute), why, dtype_name(input)));
+    throw ValueError(
+        fmt::format("{} layer {} computes in {} ({}), got an {} input; "
+                    "layers do not cast: convert the input first",
+                    kind, quote(layer), dtype_name(compute), why, dtype_name(input)));
   }
 }
 

@@ -10,9 +10,11 @@ namespace meshlayout {
 void Gradients::accumulate(const Variable& variable, Array g) {
   const Array& value = variable.value();
   if (g.shape() != value.shape() || g.dtype() != value.dtype()) {
-    throw ValueError(fmt::format("gradient of {} has shape {} and dtype {}, but the variable has shape {} "
-                                 "and dtype {}", variable.describe(), shape_to_string(g.shape()),
-                                 dtype_name(g.dtype()), shape_to_string(value.shape()), dtype_name(value.dtype())));
+    throw ValueError(
+        fmt::format("gradient of {} has shape {} and dtype {}, but the variable has shape {} "
+                    "and dtype {}",
+                    variable.describe(), shape_to_string(g.shape()), dtype_name(g.dtype()),
+                    shape_to_string(value.shape()), dtype_name(value.dtype())));
   }
   if (!(g.layout() == value.layout())) g = distribute_tensor(g, value.layout());
   auto it = grads_.find(&variable);

@@ -26,7 +26,8 @@ class GradientsTest : public ::testing::Test {
   }
   static HostTensor filled(const Shape& shape, float start) {
     HostTensor t(DType::kF32, shape);
-    for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<float>()[i] = start + static_cast<float>(i);
+    for (int64_t i = 0; i < t.num_elements(); ++i)
+      t.data_as<float>()[i] = start + static_cast<float>(i);
     return t;
   }
 };
@@ -36,14 +37,17 @@ TEST_F(GradientsTest, SumsRepeatedContributionsInTheVariablesLayout) {
   VariablePtr v = variable({6, 8}, kernel_layout);
   Gradients grads;
   EXPECT_EQ(grads.find(*v), nullptr);
-  // The first contribution arrives row-split, the second replicated: both end in the kernel's layout.
-  grads.accumulate(*v, distribute_tensor(filled({6, 8}, 1), TensorLayout({DimSharding("data"), None}, mesh_)));
+  // The first contribution arrives row-split, the second replicated: both end in the kernel's
+  // layout.
+  grads.accumulate(
+      *v, distribute_tensor(filled({6, 8}, 1), TensorLayout({DimSharding("data"), None}, mesh_)));
   grads.accumulate(*v, distribute_tensor(filled({6, 8}, 100), TensorLayout::replicated(2, mesh_)));
   const Array* g = grads.find(*v);
   ASSERT_NE(g, nullptr);
   EXPECT_EQ(g->layout(), kernel_layout);
   const HostTensor sum = g->gather();
-  for (int64_t i = 0; i < 48; ++i) EXPECT_EQ(sum.data_as<float>()[i], 101.0f + 2.0f * static_cast<float>(i)) << i;
+  for (int64_t i = 0; i < 48; ++i)
+    EXPECT_EQ(sum.data_as<float>()[i], 101.0f + 2.0f * static_cast<float>(i)) << i;
   EXPECT_EQ(grads.size(), 1u);
 
   VariablePtr other = variable({6, 8}, kernel_layout);
@@ -66,7 +70,8 @@ TEST_F(GradientsTest, RefusesAGradientOfAnotherShapeOrDtypeNamingTheVariable) {
     EXPECT_THAT(e.what(), HasSubstr("shape (6, 8)"));
   }
   HostTensor f64(DType::kF64, {6, 8});
-  EXPECT_THROW(grads.accumulate(*v, distribute_tensor(f64, TensorLayout::replicated(2, mesh_))), ValueError);
+  EXPECT_THROW(grads.accumulate(*v, distribute_tensor(f64, TensorLayout::replicated(2, mesh_))),
+               ValueError);
   EXPECT_EQ(grads.find(*v), nullptr);  // nothing was kept
 }
 

@@ -46,9 +46,9 @@ Tensor Tensor::symbolic(Shape shape, std::shared_ptr<Layer> layer,
 
 const Array& Tensor::value() const {
   if (!value_) {
-    throw FailedPreconditionError(fmt::format(
-        "a symbolic tensor of shape {} has no value; call the model on an Array",
-        shape_to_string(shape_)));
+    throw FailedPreconditionError(
+        fmt::format("a symbolic tensor of shape {} has no value; call the model on an Array",
+                    shape_to_string(shape_)));
   }
   return *value_;
 }
@@ -80,7 +80,8 @@ std::string unqualified_class_name(const std::type_info& type) {
   std::string full = status == 0 && demangled ? demangled : type.name();
   std::free(demangled);  // NOLINT: allocated by __cxa_demangle with malloc
   if (const size_t lt = full.find('<'); lt != std::string::npos) full.resize(lt);
-  if (const size_t colon = full.rfind("::"); colon != std::string::npos) full = full.substr(colon + 2);
+  if (const size_t colon = full.rfind("::"); colon != std::string::npos)
+    full = full.substr(colon + 2);
   return full;
 }
 
@@ -117,7 +118,8 @@ void clear_session() {
   g_name_counts.clear();
 }
 
-Layer::Layer(std::string_view class_name, std::string name) : name_(std::move(name)), dtype_(floatx()) {
+Layer::Layer(std::string_view class_name, std::string name)
+    : name_(std::move(name)), dtype_(floatx()) {
   if (!name_.empty()) {
     check_path_component(name_);
   } else if (!class_name.empty()) {
@@ -212,17 +214,18 @@ void Layer::set_training(bool training) {
 }
 
 Array Layer::backward(const Array&, const Array&, Gradients&) {
-  throw FailedPreconditionError(fmt::format("layer {} ({}) has no backward pass: it cannot be trained yet",
-                                            quote(name()), unqualified_class_name(typeid(*this))));
+  throw FailedPreconditionError(
+      fmt::format("layer {} ({}) has no backward pass: it cannot be trained yet", quote(name()),
+                  unqualified_class_name(typeid(*this))));
 }
 
 std::vector<Array> Layer::backward_inputs(std::span<const Array* const> inputs, const Array& dy,
                                           Gradients& grads) {
   if (inputs.size() != 1) {
-    throw FailedPreconditionError(fmt::format("layer {} ({}) takes one input: it has no backward for "
-                                              "a call on {} inputs",
-                                              quote(name()), unqualified_class_name(typeid(*this)),
-                                              inputs.size()));
+    throw FailedPreconditionError(
+        fmt::format("layer {} ({}) takes one input: it has no backward for "
+                    "a call on {} inputs",
+                    quote(name()), unqualified_class_name(typeid(*this)), inputs.size()));
   }
   std::vector<Array> out;
   out.push_back(backward(*inputs[0], dy, grads));
@@ -232,8 +235,8 @@ std::vector<Array> Layer::backward_inputs(std::span<const Array* const> inputs, 
 Array Layer::recompute(const Array& x) {
   NameScope scope = open_name_scope();
   if (!built_) {
-    throw FailedPreconditionError(fmt::format("layer {} is not built: call it before its backward",
-                                              quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("layer {} is not built: call it before its backward", quote(name())));
   }
   Array y = call(x);
   if (auto d = distribution()) {
@@ -246,16 +249,17 @@ Array Layer::recompute(const Array& x) {
 
 Array Layer::recompute_inputs(std::span<const Array* const> inputs) {
   if (inputs.size() != 1) {
-    throw FailedPreconditionError(fmt::format("layer {} ({}) takes one input, got {}", quote(name()),
-                                              unqualified_class_name(typeid(*this)), inputs.size()));
+    throw FailedPreconditionError(fmt::format("layer {} ({}) takes one input, got {}",
+                                              quote(name()), unqualified_class_name(typeid(*this)),
+                                              inputs.size()));
   }
   return recompute(*inputs[0]);
 }
 
 Tensor Layer::apply(const std::vector<Tensor>& inputs) {
   if (inputs.size() != 1) {
-    throw ValueError(fmt::format("layer {} takes one input, got a list of {}", quote(name()),
-                                 inputs.size()));
+    throw ValueError(
+        fmt::format("layer {} takes one input, got a list of {}", quote(name()), inputs.size()));
   }
   return (*this)(inputs[0]);
 }
@@ -324,9 +328,10 @@ Activation parse_activation(std::string_view name) {
   if (name == "tanh") return Activation::kTanh;
   if (name == "softmax") return Activation::kSoftmax;
   if (name == "silu" || name == "swish") return Activation::kSilu;
-  throw ValueError(fmt::format("unknown activation {}; expected one of 'linear', 'relu', "
-                               "'gelu', 'tanh', 'softmax', 'silu'",
-                               quote(name)));
+  throw ValueError(
+      fmt::format("unknown activation {}; expected one of 'linear', 'relu', "
+                  "'gelu', 'tanh', 'softmax', 'silu'",
+                  quote(name)));
 }
 
 namespace {
@@ -382,14 +387,16 @@ void activate_in_place(Activation activation, Array& y) {
 
 void check_activation_dtype(Activation activation, const Array& x) {
   if (activation != Activation::kLinear && x.dtype() != DType::kF32 && x.dtype() != DType::kF64) {
-    throw ValueError(fmt::format("activations run on F32 or F64 tensors, got {}", dtype_name(x.dtype())));
+    throw ValueError(
+        fmt::format("activations run on F32 or F64 tensors, got {}", dtype_name(x.dtype())));
   }
 }
 
 // Softmax needs whole rows: the layout with the last dimension gathered if it is split.
 TensorLayout activation_layout(Activation activation, const Array& x) {
   TensorLayout layout = x.layout();
-  if (activation == Activation::kSoftmax && layout.rank() > 0 && layout.axes().back().is_sharded()) {
+  if (activation == Activation::kSoftmax && layout.rank() > 0 &&
+      layout.axes().back().is_sharded()) {
     std::vector<DimSharding> axes = layout.axes();
     axes.back() = DimSharding();
     layout = TensorLayout(axes, x.mesh());
@@ -449,11 +456,12 @@ const Array& Dense::on_kernel_mesh(const Array& x, std::optional<Array>& storage
   const DeviceMesh& mesh = kernel_->value().mesh();
   if (x.mesh() == mesh) return x;
   // An input on another mesh of the same devices follows the kernel's mesh.
-  return storage.emplace(distribute_tensor(x, TensorLayout::replicated(static_cast<int>(x.shape().size()), mesh)));
+  return storage.emplace(
+      distribute_tensor(x, TensorLayout::replicated(static_cast<int>(x.shape().size()), mesh)));
 }
 
-void Dense::enable_lora(int64_t rank, std::optional<double> lora_alpha, const Initializer& a_initializer,
-                        const Initializer& b_initializer) {
+void Dense::enable_lora(int64_t rank, std::optional<double> lora_alpha,
+                        const Initializer& a_initializer, const Initializer& b_initializer) {
   lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer,
                            options_.kernel_regularizer);
 }

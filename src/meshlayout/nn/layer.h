@@ -145,7 +145,9 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Collective under several processes.
   std::vector<double> losses() const;
   /// Sub-layers under their attribute paths ("d1", "blocks.0"): the tracked ones by default.
-  virtual std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const { return tracked_; }
+  virtual std::vector<std::pair<std::string, std::shared_ptr<Layer>>> sublayers() const {
+    return tracked_;
+  }
 
   virtual Shape compute_output_shape(const Shape& input_shape) const = 0;
 
@@ -187,7 +189,7 @@ class Layer : public std::enable_shared_from_this<Layer> {
   /// Registers a list of sub-layers: their object paths are attr.0, attr.1, …
   template <typename L>
   std::vector<std::shared_ptr<L>> track_list(const std::string& attr,
-                                            std::vector<std::shared_ptr<L>> layers) {
+                                             std::vector<std::shared_ptr<L>> layers) {
     for (size_t i = 0; i < layers.size(); ++i) track(attr + "." + std::to_string(i), layers[i]);
     return layers;
   }

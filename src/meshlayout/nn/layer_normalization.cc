@@ -22,16 +22,21 @@ LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
 
 void LayerNormalization::build(const Shape& input_shape) {
   if (input_shape.empty()) {
-    throw ValueError(fmt::format("LayerNormalization layer {} needs inputs of rank >= 1, got shape {}",
-                                 quote(name()), shape_to_string(input_shape)));
+    throw ValueError(
+        fmt::format("LayerNormalization layer {} needs inputs of rank >= 1, got shape {}",
+                    quote(name()), shape_to_string(input_shape)));
   }
   features_ = input_shape.back();
   if (options_.scale) {
-    gamma_ = add_weight({.name = "gamma", .shape = {features_}, .initializer = options_.gamma_initializer,
+    gamma_ = add_weight({.name = "gamma",
+                         .shape = {features_},
+                         .initializer = options_.gamma_initializer,
                          .layout = options_.gamma_layout});
   }
   if (options_.center) {
-    beta_ = add_weight({.name = "beta", .shape = {features_}, .initializer = options_.beta_initializer,
+    beta_ = add_weight({.name = "beta",
+                        .shape = {features_},
+                        .initializer = options_.beta_initializer,
                         .layout = options_.beta_layout});
   }
   internal_nn::check_compute_dtype("LayerNormalization", name(), compute_dtype());
@@ -46,9 +51,10 @@ DType LayerNormalization::compute_dtype() const {
 void LayerNormalization::check_input(const Array& x) const {
   check_input_dtype("LayerNormalization", name(), x.dtype(), compute_dtype());
   if (x.shape().empty() || x.shape().back() != features_) {
-    throw ValueError(fmt::format("LayerNormalization layer {} was built for {} features (the last "
-                                 "dimension), got an input of shape {}",
-                                 quote(name()), features_, shape_to_string(x.shape())));
+    throw ValueError(
+        fmt::format("LayerNormalization layer {} was built for {} features (the last "
+                    "dimension), got an input of shape {}",
+                    quote(name()), features_, shape_to_string(x.shape())));
   }
 }
 
@@ -75,8 +81,10 @@ Array LayerNormalization::call(const Array& x) {
     Array::Shard& s = y.local_shards()[i];
     if (row == 0 || s.box.num_elements() == 0) return;
     E* p = reinterpret_cast<E*>(s.buffer.data());
-    const E* g = gamma ? reinterpret_cast<const E*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
-    const E* b = beta ? reinterpret_cast<const E*>(beta->shard_at(s.position)->buffer.data()) : nullptr;
+    const E* g =
+        gamma ? reinterpret_cast<const E*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
+    const E* b =
+        beta ? reinterpret_cast<const E*>(beta->shard_at(s.position)->buffer.data()) : nullptr;
     const int64_t rows = s.box.num_elements() / row;
     for (int64_t r = 0; r < rows; ++r) {
       E* v = p + r * row;
@@ -103,8 +111,10 @@ Array LayerNormalization::call(const Array& x) {
 
 Array LayerNormalization::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!built()) {
-    throw FailedPreconditionError(fmt::format("LayerNormalization layer {} is not built: call it "
-                                              "before its backward", quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("LayerNormalization layer {} is not built: call it "
+                    "before its backward",
+                    quote(name())));
   }
   check_input(x);
   check_output_gradient(name(), dy, x.shape(), x.dtype());
@@ -119,7 +129,8 @@ Array LayerNormalization::backward(const Array& x, const Array& dy, Gradients& g
   const Array& src = in_layout(x, target, x_moved);
   const Array& d_in = in_layout(dy, target, dy_moved);
   Array dx = allocate_agreed(target, x.shape(), x.dtype(), src.runtime_ptr());
-  if (gamma_) gamma.emplace(distribute_tensor(gamma_->value(), TensorLayout({DimSharding()}, mesh)));
+  if (gamma_)
+    gamma.emplace(distribute_tensor(gamma_->value(), TensorLayout({DimSharding()}, mesh)));
   if (gamma_ && gamma_->trainable()) {
     xhat_dy.emplace(allocate_agreed(target, x.shape(), x.dtype(), src.runtime_ptr()));
   }
@@ -133,7 +144,8 @@ Array LayerNormalization::backward(const Array& x, const Array& dy, Gradients& g
     E* c = xhat_dy ? reinterpret_cast<E*>(xhat_dy->shard_at(s.position)->buffer.data()) : nullptr;
     const E* v = reinterpret_cast<const E*>(src.shard_at(s.position)->buffer.data());
     const E* d = reinterpret_cast<const E*>(d_in.shard_at(s.position)->buffer.data());
-    const E* g = gamma ? reinterpret_cast<const E*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
+    const E* g =
+        gamma ? reinterpret_cast<const E*>(gamma->shard_at(s.position)->buffer.data()) : nullptr;
     for (int64_t r = 0; r < s.box.num_elements() / row; ++r) {
       const int64_t o = r * row;
       double mean = 0;
@@ -163,7 +175,8 @@ Array LayerNormalization::backward(const Array& x, const Array& dy, Gradients& g
     internal_nn::dispatch_float(dx.dtype(), [&](auto* tag) { backward_rows(i, tag); });
   });
   if (xhat_dy) grads.accumulate(*gamma_, sum_over_leading(*xhat_dy, 1, gamma_->value().layout()));
-  if (beta_ && beta_->trainable()) grads.accumulate(*beta_, sum_over_leading(d_in, 1, beta_->value().layout()));
+  if (beta_ && beta_->trainable())
+    grads.accumulate(*beta_, sum_over_leading(d_in, 1, beta_->value().layout()));
   if (dx.layout() == x.layout()) return dx;
   return distribute_tensor(dx, x.layout());
 }

@@ -58,7 +58,8 @@ std::vector<double> reference(const HostTensor& x, const HostTensor* gamma, cons
 
 HostTensor scaled_input(const Shape& shape, uint64_t seed) {
   HostTensor x = HostTensor::random(DType::kF32, shape, seed);
-  for (int64_t i = 0; i < x.num_elements(); ++i) x.data_as<float>()[i] = x.data_as<float>()[i] * 3.0f + 1.0f;
+  for (int64_t i = 0; i < x.num_elements(); ++i)
+    x.data_as<float>()[i] = x.data_as<float>()[i] * 3.0f + 1.0f;
   return x;
 }
 
@@ -75,7 +76,10 @@ TEST_F(LayerNormalizationTest, ShardedInputsMatchAFloat64Reference) {
       {"mesh[data=2,model=4]", {8, 12}, {"data", None}, {"model"}, {"data", None}},
       // last dimension split: gathered first, the output keeps that layout
       {"mesh[data=2,model=4]", {8, 10}, {"data", "model"}, {"model"}, {"data", None}},
-      {"mesh[data=2,model=4]", {3, 5, 10}, {"data", "model", None}, TensorLayout::replicated(0),
+      {"mesh[data=2,model=4]",
+       {3, 5, 10},
+       {"data", "model", None},
+       TensorLayout::replicated(0),
        {"data", "model", None}},
       {"mesh[data=2,model=4]", {6, 10}, {None, {"data", "model"}}, {"data"}, {None, None}},
       {"mesh[x=8]", {3, 5, 10}, {None, "x", None}, {"x"}, {None, "x", None}},
@@ -139,9 +143,11 @@ TEST_F(LayerNormalizationTest, Float64ShardedInputsMatchAFloat64Reference) {
           .beta_initializer = Initializer::random_uniform({.minval = -1, .maxval = 1}),
           .gamma_initializer = Initializer::random_normal({.mean = 1, .stddev = 0.5})});
     }
-    std::vector<double> xv = testing::to_f64(HostTensor::random(DType::kF64, c.shape, static_cast<uint64_t>(n)));
+    std::vector<double> xv =
+        testing::to_f64(HostTensor::random(DType::kF64, c.shape, static_cast<uint64_t>(n)));
     for (double& v : xv) v = v * 3.0 + 1.0 + 1e-9;
-    Tensor y = (*model)(distribute_tensor(testing::to_dtype(c.shape, xv, DType::kF64), c.input.with_device_mesh(mesh)));
+    Tensor y = (*model)(distribute_tensor(testing::to_dtype(c.shape, xv, DType::kF64),
+                                          c.input.with_device_mesh(mesh)));
     ASSERT_EQ(model->ln->gamma()->dtype(), DType::kF64);
     ASSERT_EQ(model->ln->beta()->dtype(), DType::kF64);
     ASSERT_EQ(y.value().dtype(), DType::kF64);
@@ -155,7 +161,8 @@ TEST_F(LayerNormalizationTest, Float64ShardedInputsMatchAFloat64Reference) {
       const double* v = xv.data() + r * static_cast<size_t>(row);
       double mean = 0, var = 0;
       for (int64_t k = 0; k < row; ++k) mean += v[k] / static_cast<double>(row);
-      for (int64_t k = 0; k < row; ++k) var += (v[k] - mean) * (v[k] - mean) / static_cast<double>(row);
+      for (int64_t k = 0; k < row; ++k)
+        var += (v[k] - mean) * (v[k] - mean) / static_cast<double>(row);
       for (int64_t k = 0; k < row; ++k) {
         const double want = (v[k] - mean) / std::sqrt(var + 1e-3) * gamma[static_cast<size_t>(k)] +
                             beta[static_cast<size_t>(k)];
@@ -164,9 +171,11 @@ TEST_F(LayerNormalizationTest, Float64ShardedInputsMatchAFloat64Reference) {
             << r << ", " << k;
       }
     }
-    const Array x32 = distribute_tensor(testing::to_dtype(c.shape, xv, DType::kF32), c.input.with_device_mesh(mesh));
+    const Array x32 = distribute_tensor(testing::to_dtype(c.shape, xv, DType::kF32),
+                                        c.input.with_device_mesh(mesh));
     EXPECT_EQ(testing::ValueErrorMessage([&] { (void)model->ln->call_on(x32); }),
-              "LayerNormalization layer 'layer_normalization' computes in F64 (its weights' dtype), got an "
+              "LayerNormalization layer 'layer_normalization' computes in F64 (its weights' "
+              "dtype), got an "
               "F32 input; layers do not cast: convert the input first");
   }
   std::shared_ptr<LayerNormalization> half;
@@ -174,8 +183,11 @@ TEST_F(LayerNormalizationTest, Float64ShardedInputsMatchAFloat64Reference) {
     FloatxScope bf16(DType::kBF16);
     half = std::make_shared<LayerNormalization>();
   }
-  EXPECT_EQ(testing::ValueErrorMessage([&] { half->maybe_build({2, 4}); }),
-            "LayerNormalization layer 'layer_normalization_1' has BF16 weights (its dtype); it computes in "
+  EXPECT_EQ(testing::ValueErrorMessage([&] {
+              half->maybe_build({2, 4});
+            }),
+            "LayerNormalization layer 'layer_normalization_1' has BF16 weights (its dtype); it "
+            "computes in "
             "F32 or F64 only: build it under floatx F32 or F64");
 }
 
@@ -189,7 +201,8 @@ TEST_F(LayerNormalizationTest, DefaultsAndOptionsFollowKeras) {
     model = std::make_shared<LnModel>();
   }
   const HostTensor x = scaled_input({4, 8}, 7);
-  HostTensor got = (*model)(distribute_tensor(x, TensorLayout({"data", "model"}, mesh))).value().gather();
+  HostTensor got =
+      (*model)(distribute_tensor(x, TensorLayout({"data", "model"}, mesh))).value().gather();
   EXPECT_EQ(model->ln->name(), "layer_normalization");
   EXPECT_EQ(model->ln->options().epsilon, 1e-3);
   EXPECT_EQ(model->ln->gamma()->object_path(), "ln.gamma");
@@ -206,7 +219,8 @@ TEST_F(LayerNormalizationTest, DefaultsAndOptionsFollowKeras) {
   auto plain = std::make_shared<LayerNormalization>(
       LayerNormalizationOptions{.epsilon = 0.5, .center = false, .scale = false});
   EXPECT_EQ(plain->name(), "layer_normalization_1");
-  HostTensor y = (*plain)(distribute_tensor(x, TensorLayout({None, "model"}, mesh))).value().gather();
+  HostTensor y =
+      (*plain)(distribute_tensor(x, TensorLayout({None, "model"}, mesh))).value().gather();
   EXPECT_EQ(plain->gamma(), nullptr);
   EXPECT_EQ(plain->beta(), nullptr);
   EXPECT_TRUE(plain->own_weights().empty());
@@ -224,8 +238,9 @@ TEST_F(LayerNormalizationTest, BadInputsAreRefused) {
     (*ln)(distribute_tensor(HostTensor(DType::kF64, {2, 3}), TensorLayout({None, None}, one)));
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "LayerNormalization layer 'layer_normalization' computes in F32 (its weights' "
-                           "dtype), got an F64 input; layers do not cast: convert the input first");
+    EXPECT_STREQ(e.what(),
+                 "LayerNormalization layer 'layer_normalization' computes in F32 (its weights' "
+                 "dtype), got an F64 input; layers do not cast: convert the input first");
   }
   try {
     (*ln)(distribute_tensor(HostTensor(DType::kF32, {2, 4}), TensorLayout({None, None}, one)));

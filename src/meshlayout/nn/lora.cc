@@ -48,19 +48,24 @@ void accumulate_lora_gradients(const Array& dk, const LoraWeights& lora, Gradien
   }
 }
 
-LoraWeights Layer::add_lora_weights(const VariablePtr& kernel, const LoraWeights& current, int64_t rank,
-                                    std::optional<double> lora_alpha, const Initializer& a_initializer,
+LoraWeights Layer::add_lora_weights(const VariablePtr& kernel, const LoraWeights& current,
+                                    int64_t rank, std::optional<double> lora_alpha,
+                                    const Initializer& a_initializer,
                                     const Initializer& b_initializer,
                                     const std::optional<Regularizer>& regularizer) {
   if (!kernel) {
-    throw ValueError(fmt::format("enable_lora on layer {}: the layer must be built first (Keras: "
-                                 "\"Cannot enable lora on a layer that isn't yet built\")", quote(name())));
+    throw ValueError(
+        fmt::format("enable_lora on layer {}: the layer must be built first (Keras: "
+                    "\"Cannot enable lora on a layer that isn't yet built\")",
+                    quote(name())));
   }
   if (current.enabled()) {
-    throw ValueError(fmt::format("enable_lora on layer {}: LoRA is already enabled", quote(name())));
+    throw ValueError(
+        fmt::format("enable_lora on layer {}: LoRA is already enabled", quote(name())));
   }
   if (rank < 1) {
-    throw ValueError(fmt::format("enable_lora on layer {}: rank must be >= 1, got {}", quote(name()), rank));
+    throw ValueError(
+        fmt::format("enable_lora on layer {}: rank must be >= 1, got {}", quote(name()), rank));
   }
   NameScope scope = open_name_scope();
   Shape a_shape(kernel->shape().begin(), kernel->shape().end() - 1);
@@ -70,11 +75,16 @@ LoraWeights Layer::add_lora_weights(const VariablePtr& kernel, const LoraWeights
   out.rank = rank;
   out.alpha = lora_alpha.value_or(static_cast<double>(rank));
   if (kernel->is_lazy()) {  // materialised with the model's rules, as the kernel will be
-    out.a = add_weight({.name = "lora_kernel_a", .shape = a_shape, .initializer = a_initializer,
+    out.a = add_weight({.name = "lora_kernel_a",
+                        .shape = a_shape,
+                        .initializer = a_initializer,
                         .regularizer = regularizer});
-    out.b = add_weight({.name = "lora_kernel_b", .shape = b_shape, .initializer = b_initializer,
+    out.b = add_weight({.name = "lora_kernel_b",
+                        .shape = b_shape,
+                        .initializer = b_initializer,
                         .regularizer = regularizer});
-  } else {  // after the model: laid out now, by the current rules or replicated on the kernel's mesh
+  } else {  // after the model: laid out now, by the current rules or replicated on the kernel's
+            // mesh
     const std::string& kernel_path = kernel->path();
     const std::string prefix = kernel_path.substr(0, kernel_path.size() - kernel->name().size());
     const DeviceMesh mesh = kernel->value().mesh();
@@ -93,7 +103,10 @@ LoraWeights Layer::add_lora_weights(const VariablePtr& kernel, const LoraWeights
          {std::tuple{&out.a, "lora_kernel_a", a_shape, &a_initializer},
           std::tuple{&out.b, "lora_kernel_b", b_shape, &b_initializer}}) {
       const TensorLayout layout = layout_of(prefix + name, shape);
-      *var = add_weight({.name = name, .shape = shape, .initializer = *init, .regularizer = regularizer,
+      *var = add_weight({.name = name,
+                         .shape = shape,
+                         .initializer = *init,
+                         .regularizer = regularizer,
                          .layout = layout});
       if ((*var)->is_lazy()) (*var)->materialize(layout);
     }

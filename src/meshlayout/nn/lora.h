@@ -14,8 +14,8 @@
 // B's (s = alpha / rank); the frozen K gets nothing.
 //
 // Example:
-//   dense->enable_lora(4);                 // dense/lora_kernel_a (in, 4), dense/lora_kernel_b (4, units)
-//   Array k = lora_effective_kernel(dense->kernel()->value(), dense->lora());
+//   dense->enable_lora(4);                 // dense/lora_kernel_a (in, 4), dense/lora_kernel_b (4,
+//   units) Array k = lora_effective_kernel(dense->kernel()->value(), dense->lora());
 #pragma once
 
 #include "meshlayout/array/array.h"

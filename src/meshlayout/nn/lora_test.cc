@@ -70,7 +70,8 @@ std::vector<double> conv_reference(const Params& q) {
             for (int64_t j = 0; j < 3; ++j) {
               const int64_t ih = oh + i - 1, iw = ow + j - 1;
               if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-              for (int64_t c = 0; c < C; ++c) s += x[((n * H + ih) * W + iw) * C + c] * k[((i * 3 + j) * C + c) * F + f];
+              for (int64_t c = 0; c < C; ++c)
+                s += x[((n * H + ih) * W + iw) * C + c] * k[((i * 3 + j) * C + c) * F + f];
             }
           y.push_back(s);
         }
@@ -79,7 +80,9 @@ std::vector<double> conv_reference(const Params& q) {
 
 class LoraTest : public NnTest {
  protected:
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
 
   // Runs `layer` (built, LoRA enabled) on x, checks y against `reference` and every gradient
   // against central differences: dx, d lora_kernel_a, d lora_kernel_b, d bias; none for the
@@ -102,16 +105,18 @@ class LoraTest : public NnTest {
     Gradients grads;
     const Array dx = layer.backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
-    expect_close(gathered_f64(dx), numeric_gradient(reference, p, "x", w, f64 ? 1e-3 : 1e-5, f64), "dx",
-                 f64 ? 1e-10 : 1e-4);
+    expect_close(gathered_f64(dx), numeric_gradient(reference, p, "x", w, f64 ? 1e-3 : 1e-5, f64),
+                 "dx", f64 ? 1e-10 : 1e-4);
     EXPECT_EQ(grads.find(*layer.kernel()), nullptr) << "the frozen kernel got a gradient";
     EXPECT_EQ(grads.size(), 3u);
     testing::expect_weight_gradients(
-        grads, {{layer.lora_kernel_a(), "a"}, {layer.lora_kernel_b(), "b"}, {layer.bias(), "bias"}}, reference, p,
-        w, f64);
+        grads, {{layer.lora_kernel_a(), "a"}, {layer.lora_kernel_b(), "b"}, {layer.bias(), "bias"}},
+        reference, p, w, f64);
   }
 
-  static Initializer normal(uint64_t seed) { return Initializer::random_normal({.stddev = 0.5, .seed = seed}); }
+  static Initializer normal(uint64_t seed) {
+    return Initializer::random_normal({.stddev = 0.5, .seed = seed});
+  }
 };
 
 TEST_F(LoraTest, DenseWeightsAreKeras) {
@@ -151,7 +156,8 @@ TEST_F(LoraTest, DenseWeightsAreKeras) {
     dense->enable_lora(2);
     FAIL() << "no error";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("'dense': LoRA is already enabled"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'dense': LoRA is already enabled"), std::string::npos)
+        << e.what();
   }
   auto other = std::make_shared<Dense>(6);
   other->build_standalone({3, 5});
@@ -159,7 +165,8 @@ TEST_F(LoraTest, DenseWeightsAreKeras) {
     other->enable_lora(0);
     FAIL() << "no error";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("'dense_1': rank must be >= 1, got 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'dense_1': rank must be >= 1, got 0"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -169,23 +176,26 @@ TEST_F(LoraTest, DenseForwardAndGradientsUnderShardedLayouts) {
   };
   const std::vector<Case> cases = {
       {layout({kNone, kNone}), layout({kNone, kNone})},
-      {layout({{"data"}, kNone}), layout({kNone, {"model"}})},        // column-parallel
-      {layout({{"data"}, {"model"}}), layout({{"model"}, kNone})},    // row-parallel
+      {layout({{"data"}, kNone}), layout({kNone, {"model"}})},      // column-parallel
+      {layout({{"data"}, {"model"}}), layout({{"model"}, kNone})},  // row-parallel
   };
   for (const DType dtype : {DType::kF32, DType::kF64}) {
     for (const Case& c : cases) {
-      SCOPED_TRACE(fmt::format("{} x {} kernel {}", dtype_name(dtype), c.x.to_string(), c.kernel.to_string()));
+      SCOPED_TRACE(fmt::format("{} x {} kernel {}", dtype_name(dtype), c.x.to_string(),
+                               c.kernel.to_string()));
       clear_session();
       std::optional<FloatxScope> floatx(dtype);
-      auto dense = std::make_shared<Dense>(
-          6, DenseOptions{.activation = Activation::kTanh, .kernel_initializer = normal(3),
-                          .bias_initializer = normal(4), .kernel_layout = c.kernel,
-                          .bias_layout = layout({kNone})});
+      auto dense = std::make_shared<Dense>(6, DenseOptions{.activation = Activation::kTanh,
+                                                           .kernel_initializer = normal(3),
+                                                           .bias_initializer = normal(4),
+                                                           .kernel_layout = c.kernel,
+                                                           .bias_layout = layout({kNone})});
       floatx.reset();
       dense->build_standalone({4, 8});
       dense->enable_lora(kRank, kAlpha, normal(5), normal(6));
       EXPECT_EQ(dense->lora_kernel_a()->dtype(), dtype);
-      check_layer(*dense, {4, 8}, c.x, dtype, [](const Params& q) { return dense_reference(q, 4, 8, 6); });
+      check_layer(*dense, {4, 8}, c.x, dtype,
+                  [](const Params& q) { return dense_reference(q, 4, 8, 6); });
     }
   }
 }
@@ -197,7 +207,7 @@ TEST_F(LoraTest, Conv2DWeightsAreKeras) {
   conv->enable_lora(3, 6.0);
   EXPECT_EQ(conv->lora_kernel_a()->path(), "conv2d/lora_kernel_a");
   EXPECT_EQ(conv->lora_kernel_b()->path(), "conv2d/lora_kernel_b");
-  EXPECT_EQ(conv->lora_kernel_a()->shape(), (Shape{3, 3, 3, 3}));  // kernel.shape[:-1] + (rank,)
+  EXPECT_EQ(conv->lora_kernel_a()->shape(), (Shape{3, 3, 3, 3}));   // kernel.shape[:-1] + (rank,)
   EXPECT_EQ(conv->lora_kernel_b()->shape(), (Shape{3, kFilters}));  // (rank, filters)
   EXPECT_EQ(conv->lora().scale(), 2.0);
   EXPECT_FALSE(conv->kernel()->trainable());
@@ -216,12 +226,15 @@ TEST_F(LoraTest, Conv2DForwardAndGradientsUnderShardedLayouts) {
   };
   for (const DType dtype : {DType::kF32, DType::kF64}) {
     for (const Case& c : cases) {
-      SCOPED_TRACE(fmt::format("{} x {} kernel {}", dtype_name(dtype), c.x.to_string(), c.kernel.to_string()));
+      SCOPED_TRACE(fmt::format("{} x {} kernel {}", dtype_name(dtype), c.x.to_string(),
+                               c.kernel.to_string()));
       clear_session();
       std::optional<FloatxScope> floatx(dtype);
-      auto conv = std::make_shared<Conv2D>(
-          kFilters, Conv2DOptions{.padding = "same", .kernel_initializer = normal(3), .bias_initializer = normal(4),
-                                  .kernel_layout = c.kernel, .bias_layout = layout({kNone})});
+      auto conv = std::make_shared<Conv2D>(kFilters, Conv2DOptions{.padding = "same",
+                                                                   .kernel_initializer = normal(3),
+                                                                   .bias_initializer = normal(4),
+                                                                   .kernel_layout = c.kernel,
+                                                                   .bias_layout = layout({kNone})});
       floatx.reset();
       conv->build_standalone(kImages);
       conv->enable_lora(kRank, kAlpha, normal(5), normal(6));
@@ -241,7 +254,8 @@ TEST_F(LoraTest, ModelParallelLaysOutTheLoraWeightsByTheirPaths) {
   auto mp = std::make_shared<ModelParallel>(map);
   DistributionScope scope = mp->scope();
   auto dense = std::make_shared<Dense>(8, DenseOptions{.activation = Activation::kTanh,
-                                                       .kernel_initializer = normal(3), .bias_initializer = normal(4)});
+                                                       .kernel_initializer = normal(3),
+                                                       .bias_initializer = normal(4)});
   dense->build_standalone({4, 8});
   dense->enable_lora(kRank, kAlpha, normal(5), normal(6));
   EXPECT_EQ(dense->kernel()->layout(), layout({kNone, {"model"}}));
@@ -250,11 +264,13 @@ TEST_F(LoraTest, ModelParallelLaysOutTheLoraWeightsByTheirPaths) {
   check_layer(*dense, {4, 8}, layout({{"data"}, kNone}), DType::kF32,
               [](const Params& q) { return dense_reference(q, 4, 8, 8); });
 
-  auto conv = std::make_shared<Conv2D>(
-      kFilters, Conv2DOptions{.padding = "same", .kernel_initializer = normal(3), .bias_initializer = normal(4)});
+  auto conv = std::make_shared<Conv2D>(kFilters, Conv2DOptions{.padding = "same",
+                                                               .kernel_initializer = normal(3),
+                                                               .bias_initializer = normal(4)});
   conv->build_standalone(kImages);
   conv->enable_lora(kRank, kAlpha, normal(5), normal(6));
-  EXPECT_EQ(conv->lora_kernel_a()->layout(), layout({kNone, kNone, kNone, kNone}));  // no rule: replicated
+  EXPECT_EQ(conv->lora_kernel_a()->layout(),
+            layout({kNone, kNone, kNone, kNone}));  // no rule: replicated
   EXPECT_EQ(conv->lora_kernel_b()->layout(), layout({kNone, {"model"}}));
   check_layer(*conv, kImages, layout({{"data"}, kNone, kNone, kNone}), DType::kF32, conv_reference);
 }

@@ -44,7 +44,8 @@ void run_rows(const T* x, int64_t rows, int64_t steps, int64_t features, const T
         h[static_cast<size_t>(r * u + j)] = o * std::tanh(cell);
       }
       if (sequences) {
-        std::memcpy(out + (r * steps + t) * u, &h[static_cast<size_t>(r * u)], sizeof(T) * static_cast<size_t>(u));
+        std::memcpy(out + (r * steps + t) * u, &h[static_cast<size_t>(r * u)],
+                    sizeof(T) * static_cast<size_t>(u));
       }
     }
   }
@@ -80,16 +81,17 @@ void LSTMCell::build(const Shape& input_shape) {
 }
 
 Array LSTMCell::call(const Array&) {
-  throw ValueError(fmt::format("LSTMCell {} runs inside an LSTM layer; call the LSTM",
-                               quote(name())));
+  throw ValueError(
+      fmt::format("LSTMCell {} runs inside an LSTM layer; call the LSTM", quote(name())));
 }
 
 LSTM::LSTM(int64_t units, LSTMOptions options)
     : Layer("lstm", options.name), options_(std::move(options)) {
   if (units <= 0) {
-    throw ValueError(fmt::format("Received an invalid value for argument `units`, expected a "
-                                 "positive integer, got {}.",
-                                 units));
+    throw ValueError(
+        fmt::format("Received an invalid value for argument `units`, expected a "
+                    "positive integer, got {}.",
+                    units));
   }
   cell_ = track("cell", std::make_shared<LSTMCell>(units, options_));
 }
@@ -101,9 +103,10 @@ Shape LSTM::compute_output_shape(const Shape& input_shape) const {
 
 void LSTM::build(const Shape& input_shape) {
   if (input_shape.size() != 3) {
-    throw ValueError(fmt::format("Input 0 of layer {} is incompatible with the layer: expected "
-                                 "ndim=3, found ndim={}. Full shape received: {}",
-                                 quote(name()), input_shape.size(), shape_to_string(input_shape)));
+    throw ValueError(
+        fmt::format("Input 0 of layer {} is incompatible with the layer: expected "
+                    "ndim=3, found ndim={}. Full shape received: {}",
+                    quote(name()), input_shape.size(), shape_to_string(input_shape)));
   }
   cell_->maybe_build({input_shape[0], input_shape[2]});
 }
@@ -121,9 +124,11 @@ Array LSTM::call(const Array& x) {
   if (x.mesh() == mesh) data_axes[0] = x.layout().axes()[0];
   const Array xs = distribute_tensor(x, TensorLayout(data_axes, mesh));
   const Array k = distribute_tensor(kernel, TensorLayout::replicated(2, mesh));
-  const Array r = distribute_tensor(cell_->recurrent_kernel()->value(), TensorLayout::replicated(2, mesh));
+  const Array r =
+      distribute_tensor(cell_->recurrent_kernel()->value(), TensorLayout::replicated(2, mesh));
   std::optional<Array> b;
-  if (cell_->bias()) b.emplace(distribute_tensor(cell_->bias()->value(), TensorLayout::replicated(1, mesh)));
+  if (cell_->bias())
+    b.emplace(distribute_tensor(cell_->bias()->value(), TensorLayout::replicated(1, mesh)));
   const bool seq = options_.return_sequences;
   const int64_t steps = x.shape()[1], features = x.shape()[2], u = cell_->units();
   std::vector<DimSharding> out_axes(seq ? 3 : 2);
@@ -148,12 +153,14 @@ Array LSTM::call(const Array& x) {
     const auto ptr = [&](const Array& a) { return a.shard_at(o.position)->buffer.data(); };
     if (x.dtype() == DType::kF32) {
       run_rows<float>(reinterpret_cast<const float*>(ptr(xs)), rows, steps, features,
-                      reinterpret_cast<const float*>(ptr(k)), reinterpret_cast<const float*>(ptr(r)),
+                      reinterpret_cast<const float*>(ptr(k)),
+                      reinterpret_cast<const float*>(ptr(r)),
                       b ? reinterpret_cast<const float*>(ptr(*b)) : nullptr, u, seq,
                       reinterpret_cast<float*>(o.buffer.data()));
     } else {
       run_rows<double>(reinterpret_cast<const double*>(ptr(xs)), rows, steps, features,
-                       reinterpret_cast<const double*>(ptr(k)), reinterpret_cast<const double*>(ptr(r)),
+                       reinterpret_cast<const double*>(ptr(k)),
+                       reinterpret_cast<const double*>(ptr(r)),
                        b ? reinterpret_cast<const double*>(ptr(*b)) : nullptr, u, seq,
                        reinterpret_cast<double*>(o.buffer.data()));
     }

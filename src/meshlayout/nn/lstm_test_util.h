@@ -27,8 +27,10 @@ inline std::vector<double> lstm_reference(const HostTensor& x, const HostTensor&
       std::vector<double> z(static_cast<size_t>(g), 0.0);
       for (int64_t k = 0; k < g; ++k) {
         double s = bias ? as_double(*bias, k) : 0.0;
-        for (int64_t f = 0; f < features; ++f) s += as_double(x, (b * steps + t) * features + f) * as_double(kernel, f * g + k);
-        for (int64_t j = 0; j < u; ++j) s += h[static_cast<size_t>(j)] * as_double(recurrent, j * g + k);
+        for (int64_t f = 0; f < features; ++f)
+          s += as_double(x, (b * steps + t) * features + f) * as_double(kernel, f * g + k);
+        for (int64_t j = 0; j < u; ++j)
+          s += h[static_cast<size_t>(j)] * as_double(recurrent, j * g + k);
         z[static_cast<size_t>(k)] = s;
       }
       auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };

@@ -18,7 +18,8 @@ std::string join(const std::string& prefix, const std::string& attr) {
 void collect(const Layer& layer, const std::string& prefix, bool key_by_layer_name,
              std::vector<KeyedVariable>& out) {
   for (const auto& [attr, v] : layer.own_weights()) {
-    if (std::none_of(out.begin(), out.end(), [&](const KeyedVariable& k) { return k.variable == v; })) {
+    if (std::none_of(out.begin(), out.end(),
+                     [&](const KeyedVariable& k) { return k.variable == v; })) {
       out.push_back({join(prefix, attr), v});
     }
   }
@@ -42,9 +43,10 @@ TensorLayout decide(const KeyedVariable& k, const std::optional<LayoutMap>& layo
       } else if (distribution) {
         layout.set_device_mesh(distribution->device_mesh());
       } else {
-        throw ValueError(fmt::format("{} has the explicit layout {} without a mesh, and the "
-                                     "model has no LayoutMap mesh or distribution to give it one",
-                                     what, layout.to_string()));
+        throw ValueError(
+            fmt::format("{} has the explicit layout {} without a mesh, and the "
+                        "model has no LayoutMap mesh or distribution to give it one",
+                        what, layout.to_string()));
       }
     }
     ShardGeometry check(layout, v.shape(), {}, what);
@@ -56,7 +58,8 @@ TensorLayout decide(const KeyedVariable& k, const std::optional<LayoutMap>& layo
     try {
       layout = distribution->get_variable_layout(v);
     } catch (const ValueError& e) {
-      throw ValueError(fmt::format("{} with shape {}: {}", what3, shape_to_string(v.shape()), e.what()));
+      throw ValueError(
+          fmt::format("{} with shape {}: {}", what3, shape_to_string(v.shape()), e.what()));
     }
     ShardGeometry check(layout, v.shape(), {}, what3);
     return layout;
@@ -80,10 +83,12 @@ TensorLayout decide(const KeyedVariable& k, const std::optional<LayoutMap>& layo
       rule_text = fmt::format("rule {} ({})", *rule, quote(layout_map->rule(*rule).pattern));
     }
   } catch (const ValueError& e) {
-    throw ValueError(fmt::format("{} with shape {}: {}", what, shape_to_string(v.shape()), e.what()));
+    throw ValueError(
+        fmt::format("{} with shape {}: {}", what, shape_to_string(v.shape()), e.what()));
   }
   if (!layout) {
-    layout = TensorLayout::replicated(static_cast<int>(v.shape().size()), *layout_map->device_mesh());
+    layout =
+        TensorLayout::replicated(static_cast<int>(v.shape().size()), *layout_map->device_mesh());
   } else if (!layout->device_mesh()) {
     layout->set_device_mesh(*layout_map->device_mesh());
   }

@@ -23,23 +23,26 @@ std::string shapes_text(const std::vector<Shape>& shapes) {
 }  // namespace
 
 Tensor MergeLayer::operator()(const Tensor& x) {
-  throw ValueError(fmt::format("A merge layer should be called on a list of inputs. Received: "
-                               "inputs of shape {} (not a list); layer {}",
-                               shape_to_string(x.shape()), quote(name())));
+  throw ValueError(
+      fmt::format("A merge layer should be called on a list of inputs. Received: "
+                  "inputs of shape {} (not a list); layer {}",
+                  shape_to_string(x.shape()), quote(name())));
 }
 
 Array MergeLayer::call(const Array& x) {
-  throw ValueError(fmt::format("A merge layer should be called on a list of inputs. Received: "
-                               "inputs of shape {} (not a list); layer {}",
-                               shape_to_string(x.shape()), quote(name())));
+  throw ValueError(
+      fmt::format("A merge layer should be called on a list of inputs. Received: "
+                  "inputs of shape {} (not a list); layer {}",
+                  shape_to_string(x.shape()), quote(name())));
 }
 
 Shape MergeLayer::merged_shape(const std::vector<Shape>& shapes) const {
   for (const Shape& s : shapes) {
     if (s != shapes[0]) {
-      throw ValueError(fmt::format("Inputs have incompatible shapes. Received shapes {} (layer "
-                                   "{} needs one shape)",
-                                   shapes_text(shapes), quote(name())));
+      throw ValueError(
+          fmt::format("Inputs have incompatible shapes. Received shapes {} (layer "
+                      "{} needs one shape)",
+                      shapes_text(shapes), quote(name())));
     }
   }
   return shapes[0];
@@ -47,9 +50,10 @@ Shape MergeLayer::merged_shape(const std::vector<Shape>& shapes) const {
 
 Tensor MergeLayer::apply(const std::vector<Tensor>& inputs) {
   if (inputs.empty()) {
-    throw ValueError(fmt::format("A merge layer should be called on a list of at least 1 input. "
-                                 "Got 0 inputs (layer {})",
-                                 quote(name())));
+    throw ValueError(
+        fmt::format("A merge layer should be called on a list of at least 1 input. "
+                    "Got 0 inputs (layer {})",
+                    quote(name())));
   }
   std::vector<Shape> shapes;
   for (const Tensor& t : inputs) shapes.push_back(t.shape());
@@ -64,9 +68,10 @@ Tensor MergeLayer::apply(const std::vector<Tensor>& inputs) {
     return Tensor::symbolic(out_shape, shared_from_this(), std::move(ins));
   }
   if (symbolic != 0) {
-    throw ValueError(fmt::format("layer {} got {} symbolic and {} concrete inputs; call it on "
-                                 "symbolic tensors to build a model, or on arrays to run it",
-                                 quote(name()), symbolic, inputs.size() - symbolic));
+    throw ValueError(
+        fmt::format("layer {} got {} symbolic and {} concrete inputs; call it on "
+                    "symbolic tensors to build a model, or on arrays to run it",
+                    quote(name()), symbolic, inputs.size() - symbolic));
   }
   std::vector<const Array*> arrays;
   for (const Tensor& t : inputs) arrays.push_back(&t.value());
@@ -101,10 +106,11 @@ Shape Concatenate::merged_shape(const std::vector<Shape>& shapes) const {
     }
   }
   if (!fits) {
-    throw ValueError(fmt::format("A `Concatenate` layer requires inputs with matching shapes "
-                                 "except for the concatenation axis. Received: input_shape={}, "
-                                 "axis={} (layer {})",
-                                 shapes_text(shapes), axis_, quote(name())));
+    throw ValueError(
+        fmt::format("A `Concatenate` layer requires inputs with matching shapes "
+                    "except for the concatenation axis. Received: input_shape={}, "
+                    "axis={} (layer {})",
+                    shapes_text(shapes), axis_, quote(name())));
   }
   return out;
 }
@@ -113,8 +119,8 @@ Array Concatenate::merge(const std::vector<const Array*>& inputs) const {
   return concatenate(inputs, axis_);
 }
 
-std::vector<Array> MergeLayer::backward_inputs(std::span<const Array* const> inputs, const Array& dy,
-                                               Gradients&) {
+std::vector<Array> MergeLayer::backward_inputs(std::span<const Array* const> inputs,
+                                               const Array& dy, Gradients&) {
   if (inputs.empty()) {
     throw ValueError(fmt::format("backward of merge layer {}: no inputs", quote(name())));
   }
@@ -133,13 +139,15 @@ Array MergeLayer::backward(const Array& x, const Array& dy, Gradients& grads) {
   return std::move(backward_inputs(inputs, dy, grads)[0]);
 }
 
-std::vector<Array> Add::input_gradients(std::span<const Array* const> inputs, const Array& dy) const {
+std::vector<Array> Add::input_gradients(std::span<const Array* const> inputs,
+                                        const Array& dy) const {
   std::vector<Array> out;
   for (const Array* a : inputs) out.push_back(distribute_tensor(dy, a->layout()));
   return out;
 }
 
-std::vector<Array> Multiply::input_gradients(std::span<const Array* const> inputs, const Array& dy) const {
+std::vector<Array> Multiply::input_gradients(std::span<const Array* const> inputs,
+                                             const Array& dy) const {
   std::vector<Array> out;
   for (size_t i = 0; i < inputs.size(); ++i) {
     Array g = distribute_tensor(dy, inputs[i]->layout());
@@ -151,7 +159,8 @@ std::vector<Array> Multiply::input_gradients(std::span<const Array* const> input
   return out;
 }
 
-std::vector<Array> Concatenate::input_gradients(std::span<const Array* const> inputs, const Array& dy) const {
+std::vector<Array> Concatenate::input_gradients(std::span<const Array* const> inputs,
+                                                const Array& dy) const {
   const int64_t rank = static_cast<int64_t>(dy.shape().size());
   const size_t axis = static_cast<size_t>(axis_ < 0 ? axis_ + rank : axis_);
   // dy with the joined axis whole; each input's slice is cut from it by every device, in the
@@ -171,10 +180,12 @@ std::vector<Array> Concatenate::input_gradients(std::span<const Array* const> in
       const Array::Shard& from = *g.shard_at(s.position);
       Box in_dy = s.box;  // the slice's box in dy's coordinates
       in_dy.offset[axis] += offset;
-      if (s.box.num_elements() > 0) copy_box(from.buffer.data(), from.box, s.buffer.data(), in_dy, in_dy, elem);
+      if (s.box.num_elements() > 0)
+        copy_box(from.buffer.data(), from.box, s.buffer.data(), in_dy, in_dy, elem);
     });
     offset += a->shape()[axis];
-    out.push_back(slice.layout() == a->layout() ? std::move(slice) : distribute_tensor(slice, a->layout()));
+    out.push_back(slice.layout() == a->layout() ? std::move(slice)
+                                                : distribute_tensor(slice, a->layout()));
   }
   return out;
 }

@@ -48,7 +48,8 @@ class MergeLayer : public Layer {
   Array call(const Array& x) override;
   virtual Array merge(const std::vector<const Array*>& inputs) const = 0;
   /// backward_inputs once the shapes are checked.
-  virtual std::vector<Array> input_gradients(std::span<const Array* const> inputs, const Array& dy) const = 0;
+  virtual std::vector<Array> input_gradients(std::span<const Array* const> inputs,
+                                             const Array& dy) const = 0;
 };
 
 /// keras.layers.Add: the element-wise sum of inputs of one shape.
@@ -58,7 +59,8 @@ class Add : public MergeLayer {
 
  protected:
   Array merge(const std::vector<const Array*>& inputs) const override;
-  std::vector<Array> input_gradients(std::span<const Array* const> inputs, const Array& dy) const override;
+  std::vector<Array> input_gradients(std::span<const Array* const> inputs,
+                                     const Array& dy) const override;
 };
 
 /// keras.layers.Multiply: the element-wise product of inputs of one shape.
@@ -68,7 +70,8 @@ class Multiply : public MergeLayer {
 
  protected:
   Array merge(const std::vector<const Array*>& inputs) const override;
-  std::vector<Array> input_gradients(std::span<const Array* const> inputs, const Array& dy) const override;
+  std::vector<Array> input_gradients(std::span<const Array* const> inputs,
+                                     const Array& dy) const override;
 };
 
 /// keras.layers.Concatenate(axis=-1): inputs joined along `axis`, equal elsewhere.
@@ -81,7 +84,8 @@ class Concatenate : public MergeLayer {
 
  protected:
   Array merge(const std::vector<const Array*>& inputs) const override;
-  std::vector<Array> input_gradients(std::span<const Array* const> inputs, const Array& dy) const override;
+  std::vector<Array> input_gradients(std::span<const Array* const> inputs,
+                                     const Array& dy) const override;
 
  private:
   int64_t axis_;

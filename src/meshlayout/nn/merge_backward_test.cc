@@ -26,7 +26,9 @@ const DimSharding kNone;
 
 class MergeBackwardTest : public NnTest {
  protected:
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
 
   // Runs layer->backward_inputs on three inputs (4, 6), (4, 6 or 3), (4, 6) in three layouts.
   void check(MergeLayer& layer, const std::vector<Shape>& shapes, const Forward& forward) {
@@ -54,7 +56,8 @@ class MergeBackwardTest : public NnTest {
     ASSERT_EQ(dx.size(), xs.size());
     for (size_t i = 0; i < xs.size(); ++i) {
       EXPECT_EQ(dx[i].layout(), xs[i].layout()) << i;
-      expect_close(gathered_f64(dx[i]), numeric_gradient(forward, p, "x" + std::to_string(i), w), "dx" + std::to_string(i));
+      expect_close(gathered_f64(dx[i]), numeric_gradient(forward, p, "x" + std::to_string(i), w),
+                   "dx" + std::to_string(i));
     }
     EXPECT_EQ(grads.size(), 0u);
   }
@@ -77,8 +80,10 @@ TEST_F(MergeBackwardTest, AddMultiplyConcatenate) {
   check(cat, {{4, 6}, {4, 3}, {4, 6}}, [](const Params& q) {
     std::vector<double> y;
     for (int64_t r = 0; r < 4; ++r) {
-      for (const auto& [name, cols] : {std::pair{"x0", 6}, std::pair{"x1", 3}, std::pair{"x2", 6}}) {
-        for (int64_t c = 0; c < cols; ++c) y.push_back(q.at(name)[static_cast<size_t>(r * cols + c)]);
+      for (const auto& [name, cols] :
+           {std::pair{"x0", 6}, std::pair{"x1", 3}, std::pair{"x2", 6}}) {
+        for (int64_t c = 0; c < cols; ++c)
+          y.push_back(q.at(name)[static_cast<size_t>(r * cols + c)]);
       }
     }
     return y;
@@ -94,17 +99,21 @@ TEST_F(MergeBackwardTest, AddMultiplyConcatenate) {
 
 TEST_F(MergeBackwardTest, MergeRefusesDyOfAnotherShape) {
   Add add;
-  const Array a = distribute_tensor(HostTensor::random(DType::kF32, {4, 6}, 1), layout({kNone, kNone}));
-  const Array bad = distribute_tensor(HostTensor::random(DType::kF32, {4, 5}, 1), layout({kNone, kNone}));
+  const Array a =
+      distribute_tensor(HostTensor::random(DType::kF32, {4, 6}, 1), layout({kNone, kNone}));
+  const Array bad =
+      distribute_tensor(HostTensor::random(DType::kF32, {4, 5}, 1), layout({kNone, kNone}));
   const Array* ins[] = {&a, &a};
   Gradients grads;
   EXPECT_THROW((void)add.backward_inputs(ins, bad, grads), ValueError);
 }
 
 TEST_F(MergeBackwardTest, LayersOfOneInputRefuseSeveral) {
-  auto dense = std::make_shared<Dense>(3, DenseOptions{.name = "lone", .kernel_layout = layout({kNone, kNone}),
+  auto dense = std::make_shared<Dense>(3, DenseOptions{.name = "lone",
+                                                       .kernel_layout = layout({kNone, kNone}),
                                                        .bias_layout = layout({kNone})});
-  const Array a = distribute_tensor(HostTensor::random(DType::kF32, {4, 6}, 1), layout({kNone, kNone}));
+  const Array a =
+      distribute_tensor(HostTensor::random(DType::kF32, {4, 6}, 1), layout({kNone, kNone}));
   const Array* ins[] = {&a, &a};
   Gradients grads;
   try {
@@ -128,7 +137,8 @@ TEST_F(MergeBackwardTest, DropoutReusesTheForwardMask) {
   drop->set_training(true);
   EXPECT_THROW((void)drop->backward(x, dy, grads), FailedPreconditionError);  // no mask yet
   for (int step = 0; step < 2; ++step) {  // each backward follows its own call's mask
-    const std::vector<double> y = gathered_f64((*drop)(Tensor(distribute_tensor(x, x.layout()))).value());
+    const std::vector<double> y =
+        gathered_f64((*drop)(Tensor(distribute_tensor(x, x.layout()))).value());
     // y = x·m/(1-rate): dL/dx = w·m/(1-rate) = w·y/x.
     std::vector<double> want(y.size());
     int dropped = 0;
@@ -148,11 +158,12 @@ TEST_F(MergeBackwardTest, DropoutReusesTheForwardMask) {
 TEST_F(MergeBackwardTest, ReshapeAndFlatten) {
   const Shape shape{4, 2, 6};
   const std::vector<double> xv = testing::random_values(shape, 91);
-  const Array x = distribute_tensor(testing::to_f32(shape, xv), layout({{"data"}, kNone, {"model"}}));
+  const Array x =
+      distribute_tensor(testing::to_f32(shape, xv), layout({{"data"}, kNone, {"model"}}));
   const std::vector<double> w = testing::random_values({4, 12}, 92);
   auto identity = [](const Params& q) { return q.at("x"); };
-  for (std::shared_ptr<Layer> layer : std::vector<std::shared_ptr<Layer>>{std::make_shared<Flatten>(),
-                                                                          std::make_shared<Reshape>(Shape{3, 4})}) {
+  for (std::shared_ptr<Layer> layer : std::vector<std::shared_ptr<Layer>>{
+           std::make_shared<Flatten>(), std::make_shared<Reshape>(Shape{3, 4})}) {
     const Tensor y = (*layer)(Tensor(distribute_tensor(x, x.layout())));
     const Array dy = distribute_tensor(testing::to_f32(y.shape(), w), y.value().layout());
     Gradients grads;
@@ -173,12 +184,17 @@ TEST_F(MergeBackwardTest, FunctionalResidualModel) {
   {
     LayoutMapScope scope = rules.scope();
     Tensor in = Input({6}, 4);
-    d1 = std::make_shared<Dense>(6, DenseOptions{.name = "d1", .activation = Activation::kTanh,
-                                                 .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
-                                                 .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 2})});
-    d2 = std::make_shared<Dense>(3, DenseOptions{.name = "d2",
-                                                 .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
-                                                 .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 4})});
+    d1 = std::make_shared<Dense>(
+        6,
+        DenseOptions{.name = "d1",
+                     .activation = Activation::kTanh,
+                     .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
+                     .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 2})});
+    d2 = std::make_shared<Dense>(
+        3,
+        DenseOptions{.name = "d2",
+                     .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
+                     .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 4})});
     Tensor h = (*d1)(in);
     Tensor r = std::make_shared<Add>()->apply({in, h});
     model = Model::functional(in, (*d2)(r));
@@ -188,8 +204,11 @@ TEST_F(MergeBackwardTest, FunctionalResidualModel) {
   const Tensor y = (*model)(Tensor(distribute_tensor(x, x.layout())));
   const std::vector<double> w = testing::random_values(y.shape(), 96);
   const Array dy = distribute_tensor(testing::to_f32(y.shape(), w), y.value().layout());
-  Params p{{"x", xv}, {"k1", gathered_f64(d1->kernel()->value())}, {"b1", gathered_f64(d1->bias()->value())},
-           {"k2", gathered_f64(d2->kernel()->value())}, {"b2", gathered_f64(d2->bias()->value())}};
+  Params p{{"x", xv},
+           {"k1", gathered_f64(d1->kernel()->value())},
+           {"b1", gathered_f64(d1->bias()->value())},
+           {"k2", gathered_f64(d2->kernel()->value())},
+           {"b2", gathered_f64(d2->bias()->value())}};
   auto forward = [](const Params& q) {
     std::vector<double> r(24), y(12);
     for (int64_t b = 0; b < 4; ++b) {

@@ -15,8 +15,8 @@ using testing::ValueErrorMessage;
 class MergeTest : public NnTest {};
 
 TEST_F(MergeTest, ResidualAndTwoInputGraphsMatchTheFloat64ReferenceOnEveryInputLayout) {
-  for (const std::string layout : {"None,None", "data,None", "(data,model),None", "data,model",
-                                   "None,model"}) {
+  for (const std::string layout :
+       {"None,None", "data,None", "(data,model),None", "data,model", "None,model"}) {
     EXPECT_NO_THROW(testing::run_merge_cases(default_runtime(), mesh_, layout, 41));
   }
 }
@@ -33,7 +33,8 @@ TEST_F(MergeTest, GraphOrderAndPathsAreKeras) {
   auto model = Model::functional({a, b}, out);
   std::vector<std::string> names;
   for (const auto& l : model->layers()) names.push_back(l->name());
-  EXPECT_EQ(names, (std::vector<std::string>{"input_layer", "input_layer_1", "concatenate", "d1", "add"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"input_layer", "input_layer_1", "concatenate", "d1", "add"}));
   EXPECT_EQ(add->path(), "add");
   ASSERT_EQ(model->variables().size(), 2u);
   EXPECT_EQ(model->variables()[0]->path(), "d1/kernel");
@@ -45,7 +46,8 @@ TEST_F(MergeTest, GraphOrderAndPathsAreKeras) {
   auto l1 = std::make_shared<Dense>(4, DenseOptions{.name = "l1"});
   auto l2 = std::make_shared<Dense>(4, DenseOptions{.name = "l2"});
   auto l3 = std::make_shared<Dense>(4, DenseOptions{.name = "l3"});
-  auto deep = Model::functional(x, std::make_shared<Add>("sum")->apply({(*l3)(x), (*l2)((*l1)(x))}));
+  auto deep =
+      Model::functional(x, std::make_shared<Add>("sum")->apply({(*l3)(x), (*l2)((*l1)(x))}));
   names.clear();
   for (const auto& l : deep->layers()) names.push_back(l->name());
   EXPECT_EQ(names, (std::vector<std::string>{"input_layer_2", "l1", "l3", "l2", "sum"}));
@@ -76,29 +78,42 @@ TEST_F(MergeTest, BadCallsAreRefusedWithKerasMessages) {
   EXPECT_EQ(ValueErrorMessage([&] { (void)add->apply({}); }),
             "A merge layer should be called on a list of at least 1 input. Got 0 inputs (layer "
             "'add_x')");
-  EXPECT_EQ(ValueErrorMessage([&] { (void)add->apply({a, b}); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              (void)add->apply({a, b});
+            }),
             "Inputs have incompatible shapes. Received shapes [(4, 6), (4, 2)] (layer 'add_x' "
             "needs one shape)");
   auto cat = std::make_shared<Concatenate>(1, "cat");
-  EXPECT_EQ(ValueErrorMessage([&] { (void)cat->apply({a, c}); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              (void)cat->apply({a, c});
+            }),
             "A `Concatenate` layer requires inputs with matching shapes except for the "
             "concatenation axis. Received: input_shape=[(4, 6), (4, 3, 2)], axis=1 (layer 'cat')");
-  EXPECT_EQ(ValueErrorMessage([&] { (void)std::make_shared<Concatenate>(2)->apply({a, b}); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              (void)std::make_shared<Concatenate>(2)->apply({a, b});
+            }),
             "A `Concatenate` layer requires inputs with matching shapes except for the "
             "concatenation axis. Received: input_shape=[(4, 6), (4, 2)], axis=2 (layer "
             "'concatenate')");
   HostTensor h = HostTensor::random(DType::kF32, {4, 6}, 1);
   Tensor concrete = distribute_tensor(h, TensorLayout({None, None}, mesh_));
-  EXPECT_EQ(ValueErrorMessage([&] { (void)add->apply({a, concrete}); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              (void)add->apply({a, concrete});
+            }),
             "layer 'add_x' got 1 symbolic and 1 concrete inputs; call it on symbolic tensors to "
             "build a model, or on arrays to run it");
   auto d = std::make_shared<Dense>(2);
-  EXPECT_EQ(ValueErrorMessage([&] { (void)d->apply({a, a}); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              (void)d->apply({a, a});
+            }),
             "layer 'dense' takes one input, got a list of 2");
   auto model = Model::functional({a, b}, std::make_shared<Concatenate>()->apply({a, b}), "two");
-  EXPECT_EQ(ValueErrorMessage([&] { (void)(*model)(concrete); }), "model 'two' takes 2 inputs, got 1");
+  EXPECT_EQ(ValueErrorMessage([&] { (void)(*model)(concrete); }),
+            "model 'two' takes 2 inputs, got 1");
   Tensor other = Input({6}, 4);
-  EXPECT_EQ(ValueErrorMessage([&] { (void)Model::functional(a, std::make_shared<Add>()->apply({a, other})); }),
+  EXPECT_EQ(ValueErrorMessage([&] {
+              (void)Model::functional(a, std::make_shared<Add>()->apply({a, other}));
+            }),
             "the outputs are not computed from the inputs of shape (4, 6): they depend on another "
             "input, of shape (4, 6)");
 }

@@ -49,13 +49,13 @@ inline HostMatrix dense_ref(const HostMatrix& x, const Dense& d) {
 inline void expect_close(const HostTensor& got, const HostMatrix& want, const std::string& where) {
   const HostMatrix g = to_matrix(got);
   if (g.rows != want.rows || g.cols != want.cols) {
-    throw InternalError(fmt::format("{}: shape ({}, {}) != ({}, {})", where, g.rows, g.cols,
-                                    want.rows, want.cols));
+    throw InternalError(
+        fmt::format("{}: shape ({}, {}) != ({}, {})", where, g.rows, g.cols, want.rows, want.cols));
   }
   for (size_t i = 0; i < want.v.size(); ++i) {
     if (std::fabs(g.v[i] - want.v[i]) > 1e-5 * (1 + std::fabs(want.v[i]))) {
-      throw InternalError(fmt::format("{}: element {} is {} but should be {}", where, i, g.v[i],
-                                      want.v[i]));
+      throw InternalError(
+          fmt::format("{}: element {} is {} but should be {}", where, i, g.v[i], want.v[i]));
     }
   }
 }
@@ -82,7 +82,8 @@ inline void run_merge_cases(const std::shared_ptr<Runtime>& rt, const DeviceMesh
     e = std::make_shared<Dense>(8, DenseOptions{.name = "e"});
     d = std::make_shared<Dense>(3, DenseOptions{.name = "d"});
     Tensor joined = std::make_shared<Concatenate>()->apply({a, b});
-    two_inputs = Model::functional({a, b}, (*d)(std::make_shared<Multiply>()->apply({joined, (*e)(a)})));
+    two_inputs =
+        Model::functional({a, b}, (*d)(std::make_shared<Multiply>()->apply({joined, (*e)(a)})));
   }
   const TensorLayout layout = TensorLayout::from_string(input_layout).with_device_mesh(mesh);
   const HostTensor hx = HostTensor::random(DType::kF32, {8, 16}, seed);
@@ -98,7 +99,8 @@ inline void run_merge_cases(const std::shared_ptr<Runtime>& rt, const DeviceMesh
   const HostMatrix ma = to_matrix(ha), mb = to_matrix(hb), ea = dense_ref(ma, *e);
   HostMatrix m{8, 8, {}};
   for (int64_t r = 0; r < 8; ++r) {
-    for (int64_t c = 0; c < 8; ++c) m.v.push_back((c < 6 ? ma.at(r, c) : mb.at(r, c - 6)) * ea.at(r, c));
+    for (int64_t c = 0; c < 8; ++c)
+      m.v.push_back((c < 6 ? ma.at(r, c) : mb.at(r, c - 6)) * ea.at(r, c));
   }
   expect_close(z.value().gather(), dense_ref(m, *d), "two inputs, layout " + input_layout);
 }

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <deque>
 #include <map>
-#include <span>
 #include <optional>
+#include <span>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
@@ -31,8 +31,7 @@ class InputLayer : public Layer {
 
 }  // namespace
 
-Model::Model(std::string name, std::string_view class_name)
-    : Layer(class_name, std::move(name)) {
+Model::Model(std::string name, std::string_view class_name) : Layer(class_name, std::move(name)) {
   if (const LayoutMap* map = current_layout_map()) {
     layout_map_ = *map;
   } else {
@@ -57,7 +56,8 @@ Shape Model::compute_output_shape(const Shape& input_shape) const {
 }
 
 void Model::materialize_variables() {
-  materialize_lazy(keyed_variables(*this, "", kind_ != Kind::kSubclassed), layout_map_, distribution_);
+  materialize_lazy(keyed_variables(*this, "", kind_ != Kind::kSubclassed), layout_map_,
+                   distribution_);
 }
 
 void Model::build_and_materialize(const Shape& input_shape) {
@@ -132,14 +132,15 @@ Array Model::recompute(const Array& x) {
 Array Model::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (kind_ != Kind::kSequential) return Layer::backward(x, dy, grads);
   if (!built()) {
-    throw FailedPreconditionError(fmt::format("model {} is not built: call it before its backward",
-                                              quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("model {} is not built: call it before its backward", quote(name())));
   }
   if (layers_.empty()) return distribute_tensor(dy, x.layout());
   NameScope scope = open_name_scope();
   // inputs[k]: the input of layer k + 1 (layer 0 reads x).
   std::deque<Array> inputs;
-  for (size_t k = 0; k + 1 < layers_.size(); ++k) inputs.push_back(layers_[k]->recompute(k == 0 ? x : inputs.back()));
+  for (size_t k = 0; k + 1 < layers_.size(); ++k)
+    inputs.push_back(layers_[k]->recompute(k == 0 ? x : inputs.back()));
   std::optional<Array> g;
   for (size_t k = layers_.size(); k-- > 0;) {
     const Array& in = k == 0 ? x : inputs[k - 1];
@@ -160,9 +161,10 @@ class FunctionalModel : public Model {
     std::map<const void*, size_t> index;
     for (const Tensor& in : inputs) {
       if (!in.is_symbolic()) {
-        throw ValueError("the inputs of a functional model must be symbolic tensors (Input(…) or "
-                         "a layer's output on one), got a concrete tensor of shape " +
-                         shape_to_string(in.shape()));
+        throw ValueError(
+            "the inputs of a functional model must be symbolic tensors (Input(…) or "
+            "a layer's output on one), got a concrete tensor of shape " +
+            shape_to_string(in.shape()));
       }
       index.emplace(in.node(), nodes_.size());
       input_nodes_.push_back(nodes_.size());
@@ -234,7 +236,8 @@ class FunctionalModel : public Model {
     std::vector<Array> out;
     for (size_t i = 0; i < xs.size(); ++i) {
       std::optional<Array>& di = d[input_nodes_[i]];
-      out.push_back(di ? std::move(*di) : filled(xs[i]->layout(), xs[i]->shape(), 0.0f, xs[i]->runtime_ptr()));
+      out.push_back(di ? std::move(*di)
+                       : filled(xs[i]->layout(), xs[i]->shape(), 0.0f, xs[i]->runtime_ptr()));
     }
     return out;
   }
@@ -261,8 +264,8 @@ class FunctionalModel : public Model {
 
   struct Walk {  // the walk from the output (keras.src.ops.function._build_map)
     std::vector<bool> reached;
-    std::vector<size_t> post_order;                  // nodes, each after its inputs
-    std::map<const Layer*, size_t> first_reached;    // layers in the order first met
+    std::vector<size_t> post_order;                // nodes, each after its inputs
+    std::map<const Layer*, size_t> first_reached;  // layers in the order first met
   };
 
   void reach(size_t node, Walk& walk) {
@@ -274,8 +277,10 @@ class FunctionalModel : public Model {
   size_t visit(const Tensor& t, std::map<const void*, size_t>& index,
                const std::vector<Tensor>& inputs, Walk& walk) {
     if (!t.is_symbolic()) {
-      throw ValueError("the outputs of a functional model must be computed from its symbolic "
-                       "inputs, got a concrete tensor of shape " + shape_to_string(t.shape()));
+      throw ValueError(
+          "the outputs of a functional model must be computed from its symbolic "
+          "inputs, got a concrete tensor of shape " +
+          shape_to_string(t.shape()));
     }
     if (auto it = index.find(t.node()); it != index.end()) {
       if (!walk.reached[it->second]) reach(it->second, walk);  // a model input
@@ -283,10 +288,12 @@ class FunctionalModel : public Model {
     }
     if (!t.producer()) {
       std::string shapes;
-      for (const Tensor& in : inputs) shapes += (shapes.empty() ? "" : ", ") + shape_to_string(in.shape());
-      throw ValueError(fmt::format("the outputs are not computed from the inputs of shape {}: "
-                                   "they depend on another input, of shape {}",
-                                   shapes, shape_to_string(t.shape())));
+      for (const Tensor& in : inputs)
+        shapes += (shapes.empty() ? "" : ", ") + shape_to_string(in.shape());
+      throw ValueError(
+          fmt::format("the outputs are not computed from the inputs of shape {}: "
+                      "they depend on another input, of shape {}",
+                      shapes, shape_to_string(t.shape())));
     }
     walk.first_reached.emplace(t.producer().get(), walk.first_reached.size());
     Node node{t.producer(), {}, false};
@@ -309,7 +316,8 @@ class FunctionalModel : public Model {
       const size_t depth = std::max(node_depth[*it], known);
       known = depth;
       node_depth[*it] = depth;
-      for (size_t parent : node.inputs) node_depth[parent] = std::max(node_depth[parent], depth + 1);
+      for (size_t parent : node.inputs)
+        node_depth[parent] = std::max(node_depth[parent], depth + 1);
     }
     std::vector<std::shared_ptr<Layer>> layers;
     for (size_t k : walk.post_order) {

@@ -50,8 +50,8 @@ class Model : public Layer {
   /// Add or Concatenate); call it with model->apply({x, y}). layers() starts with one input
   /// layer per input, then every layer once, each after the layers its inputs come from.
   /// ValueError if the outputs depend on a tensor that is not one of `inputs`.
-  static std::shared_ptr<Model> functional(const std::vector<Tensor>& inputs,
-                                           const Tensor& outputs, std::string name = "");
+  static std::shared_ptr<Model> functional(const std::vector<Tensor>& inputs, const Tensor& outputs,
+                                           std::string name = "");
 
   /// Functional/sequential: the layers in order; subclassed: the tracked layers.
   const std::vector<std::shared_ptr<Layer>>& layers() const { return layers_; }
@@ -108,7 +108,7 @@ class Model : public Layer {
 };
 
 struct SequentialOptions {
-  std::string name;                 // "sequential", "sequential_1", … when empty
+  std::string name;                  // "sequential", "sequential_1", … when empty
   std::optional<Shape> input_shape;  // without the batch dimension; builds at construction
 };
 

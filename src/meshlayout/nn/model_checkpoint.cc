@@ -31,7 +31,8 @@ std::string quoted_list(const std::vector<std::string>& names, size_t show = 10)
 }  // namespace
 
 std::vector<std::pair<VariablePtr, std::string>> checkpoint_names(
-    const Model& model, VariablePathStyle style, const std::map<std::string, std::string>& name_map) {
+    const Model& model, VariablePathStyle style,
+    const std::map<std::string, std::string>& name_map) {
   std::vector<std::pair<VariablePtr, std::string>> out;
   std::set<const Variable*> seen;  // a shared layer's variables appear once
   for (const VariablePtr& v : model.variables()) {
@@ -48,22 +49,26 @@ std::vector<std::pair<VariablePtr, std::string>> checkpoint_names(
   return out;
 }
 
-SaveReport save_model(const Model& model, const std::string& path, const ModelSaveOptions& options) {
+SaveReport save_model(const Model& model, const std::string& path,
+                      const ModelSaveOptions& options) {
   auto names = checkpoint_names(model, options.path_style, options.name_map);
   std::unordered_map<std::string, const Variable*> taken;
   std::vector<NamedArray> arrays;
   for (const auto& [v, name] : names) {
     auto [it, fresh] = taken.emplace(name, v.get());
     if (!fresh) {
-      throw ValueError(fmt::format("{} and {} would both be saved as '{}'; give one another "
-                                   "name in name_map", it->second->describe(), v->describe(), name));
+      throw ValueError(
+          fmt::format("{} and {} would both be saved as '{}'; give one another "
+                      "name in name_map",
+                      it->second->describe(), v->describe(), name));
     }
     arrays.push_back(NamedArray{name, &v->value()});
   }
   return save_arrays(path, arrays, {.metadata = options.metadata, .progress = options.progress});
 }
 
-ModelLoadReport load_model(Model& model, const Checkpoint& checkpoint, const ModelLoadOptions& options) {
+ModelLoadReport load_model(Model& model, const Checkpoint& checkpoint,
+                           const ModelLoadOptions& options) {
   auto names = checkpoint_names(model, options.path_style, options.name_map);
   ModelLoadReport report;
   std::vector<LoadTarget> targets;
@@ -99,9 +104,9 @@ ModelLoadReport load_model(Model& model, const Checkpoint& checkpoint, const Mod
         "allow_missing to keep their current values)",
         checkpoint.path(), report.missing.size(), names.size(), style_name(options.path_style),
         quoted_list(report.missing),
-        report.unexpected.empty() ? ""
-                                  : fmt::format("; tensors no variable takes: {}",
-                                                quoted_list(report.unexpected)),
+        report.unexpected.empty()
+            ? ""
+            : fmt::format("; tensors no variable takes: {}", quoted_list(report.unexpected)),
         hint));
   }
   if (!report.unexpected.empty() && !options.allow_unexpected) {
@@ -112,8 +117,9 @@ ModelLoadReport load_model(Model& model, const Checkpoint& checkpoint, const Mod
         quoted_list(report.unexpected)));
   }
   try {
-    report.io = load_arrays(checkpoint, targets,
-                            {.convert_dtypes = options.convert_dtypes, .progress = options.progress});
+    report.io =
+        load_arrays(checkpoint, targets,
+                    {.convert_dtypes = options.convert_dtypes, .progress = options.progress});
   } catch (const ValueError& e) {
     throw ValueError(fmt::format("loading model '{}': {}", model.name(), e.what()));
   }

@@ -4,9 +4,9 @@
 // it depends only on the model's structure, so a second instance of the model finds its
 // tensors) or the Keras 3 scope path ("my_model/d1/kernel", which holds the session's unique
 // layer names: "my_model_1/dense_3/kernel" in another instance), optionally renamed by a name
-// map (variable path → tensor name, e.g. to read a checkpoint written by another framework). The file is a
-// standard safetensors file whatever the layouts; a checkpoint saved under any layout loads into
-// any layout, each process reading only the bytes of its devices' boxes (array_io.h).
+// map (variable path → tensor name, e.g. to read a checkpoint written by another framework). The
+// file is a standard safetensors file whatever the layouts; a checkpoint saved under any layout
+// loads into any layout, each process reading only the bytes of its devices' boxes (array_io.h).
 //
 // load_model checks, before reading any data, that the checkpoint holds a tensor for every
 // variable (NotFoundError listing the missing ones, unless allow_missing) and that every tensor

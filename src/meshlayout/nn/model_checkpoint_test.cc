@@ -54,7 +54,8 @@ class ModelCheckpointTest : public ::testing::Test {
     } else {
       model = std::make_shared<Mlp>();
     }
-    (*model)(distribute_tensor(HostTensor(DType::kF32, {4, 16}), TensorLayout({None, None}, mesh_)));
+    (*model)(
+        distribute_tensor(HostTensor(DType::kF32, {4, 16}), TensorLayout({None, None}, mesh_)));
     for (const VariablePtr& v : model->variables()) {
       v->assign(HostTensor::random(v->dtype(), v->shape(), seed++));
     }
@@ -108,8 +109,10 @@ TEST_F(ModelCheckpointTest, SavedUnderOneLayoutLoadsIntoAnother) {
 
   // Same forward pass.
   HostTensor x = HostTensor::random(DType::kF32, {4, 16}, 9);
-  HostTensor ya = (*saved)(distribute_tensor(x, TensorLayout({"data", None}, mesh_))).value().gather();
-  HostTensor yb = (*loaded)(distribute_tensor(x, TensorLayout({None, None}, mesh_))).value().gather();
+  HostTensor ya =
+      (*saved)(distribute_tensor(x, TensorLayout({"data", None}, mesh_))).value().gather();
+  HostTensor yb =
+      (*loaded)(distribute_tensor(x, TensorLayout({None, None}, mesh_))).value().gather();
   for (int64_t i = 0; i < ya.num_elements(); ++i) {
     EXPECT_NEAR(ya.data_as<float>()[i], yb.data_as<float>()[i], 1e-5) << i;
   }
@@ -142,9 +145,10 @@ TEST_F(ModelCheckpointTest, ScopePathsAndTheHintForTheOtherStyle) {
 
 TEST_F(ModelCheckpointTest, NameMapRenamesBothWays) {
   auto saved = build(megatron_rules(mesh_), 1);
-  const std::map<std::string, std::string> hf_names{
-      {"up.kernel", "mlp.up_proj.weight"}, {"up.bias", "mlp.up_proj.bias"},
-      {"down.kernel", "mlp.down_proj.weight"}, {"down.bias", "mlp.down_proj.bias"}};
+  const std::map<std::string, std::string> hf_names{{"up.kernel", "mlp.up_proj.weight"},
+                                                    {"up.bias", "mlp.up_proj.bias"},
+                                                    {"down.kernel", "mlp.down_proj.weight"},
+                                                    {"down.bias", "mlp.down_proj.bias"}};
   save_model(*saved, path("hf.safetensors"), {.name_map = hf_names});
   Checkpoint ckpt = Checkpoint::open(path("hf.safetensors"));
   EXPECT_NE(ckpt.find("mlp.down_proj.weight").second, nullptr);
@@ -155,7 +159,8 @@ TEST_F(ModelCheckpointTest, NameMapRenamesBothWays) {
 
   // Two variables mapped to one name cannot be saved.
   try {
-    save_model(*saved, path("dup.safetensors"), {.name_map = {{"up.bias", "b"}, {"down.bias", "b"}}});
+    save_model(*saved, path("dup.safetensors"),
+               {.name_map = {{"up.bias", "b"}, {"down.bias", "b"}}});
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("'b'"));
@@ -210,7 +215,8 @@ TEST_F(ModelCheckpointTest, HalfPrecisionCheckpointsLoadWithConvertDtypes) {
   std::vector<NamedArray> arrays;
   for (const VariablePtr& v : model->variables()) {
     HostTensor h = HostTensor::random(DType::kBF16, v->shape(), 3);
-    halves.push_back(distribute_tensor(h, TensorLayout(std::vector<DimSharding>(v->shape().size()), mesh_)));
+    halves.push_back(
+        distribute_tensor(h, TensorLayout(std::vector<DimSharding>(v->shape().size()), mesh_)));
   }
   auto vars = model->variables();
   for (size_t i = 0; i < vars.size(); ++i) arrays.push_back({vars[i]->object_path(), &halves[i]});

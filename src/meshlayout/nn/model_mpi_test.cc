@@ -38,7 +38,8 @@ TEST(ModelMpiTest, MegatronBlockMatchesTheOneDeviceResult) {
     block = std::make_shared<MlpBlock>();
   }
   HostTensor x = HostTensor::random(DType::kF32, {6, 16}, 5);
-  HostTensor y = (*block)(distribute_tensor(x, TensorLayout({"data", None}, mesh))).value().gather();
+  HostTensor y =
+      (*block)(distribute_tensor(x, TensorLayout({"data", None}, mesh))).value().gather();
   for (const VariablePtr& v : block->variables()) {
     for (const Array::Shard& s : v->value().local_shards()) EXPECT_TRUE(rt->is_local(s.device_id));
   }
@@ -51,7 +52,8 @@ TEST(ModelMpiTest, MegatronBlockMatchesTheOneDeviceResult) {
     LayoutMapScope scope = one.scope();
     reference = std::make_shared<MlpBlock>();
   }
-  HostTensor want = (*reference)(distribute_tensor(x, TensorLayout({None, None}, mesh))).value().gather();
+  HostTensor want =
+      (*reference)(distribute_tensor(x, TensorLayout({None, None}, mesh))).value().gather();
   ASSERT_EQ(y.shape(), want.shape());
   for (int64_t i = 0; i < y.num_elements(); ++i) {
     EXPECT_NEAR(y.data_as<float>()[i], want.data_as<float>()[i],
@@ -76,7 +78,8 @@ TEST(ModelMpiTest, VocabParallelEmbeddingLayerNormDenseMatchOneDevice) {
   auto rt = default_runtime();
   DeviceMesh mesh({2, rt->global_device_count() / 2}, {"data", "model"});
   HostTensor ids(DType::kI32, {4, 6});
-  for (int64_t i = 0; i < ids.num_elements(); ++i) ids.data_as<int32_t>()[i] = static_cast<int32_t>((i * 7) % 37);
+  for (int64_t i = 0; i < ids.num_elements(); ++i)
+    ids.data_as<int32_t>()[i] = static_cast<int32_t>((i * 7) % 37);
   auto run = [&](const LayoutMap& rules) {
     clear_session();
     std::shared_ptr<TokenModel> m;
@@ -114,8 +117,10 @@ TEST(ModelMpiTest, FlattenBatchNormalizationReshapeMatchReplicated) {
   auto rt = default_runtime();
   DeviceMesh mesh({2, rt->global_device_count() / 2}, {"data", "model"});
   HostTensor x = HostTensor::random(DType::kF32, {8, 3, 4}, 11);
-  HostTensor g = HostTensor::random(DType::kF32, {12}, 12), b = HostTensor::random(DType::kF32, {12}, 13);
-  HostTensor m = HostTensor::random(DType::kF32, {12}, 14), v = HostTensor::random(DType::kF32, {12}, 15);
+  HostTensor g = HostTensor::random(DType::kF32, {12}, 12),
+             b = HostTensor::random(DType::kF32, {12}, 13);
+  HostTensor m = HostTensor::random(DType::kF32, {12}, 14),
+             v = HostTensor::random(DType::kF32, {12}, 15);
   for (int64_t i = 0; i < 12; ++i) v.data_as<float>()[i] = std::abs(v.data_as<float>()[i]) + 0.5f;
   auto run = [&](const LayoutMap& rules, const TensorLayout& input_layout) {
     clear_session();
@@ -137,9 +142,9 @@ TEST(ModelMpiTest, FlattenBatchNormalizationReshapeMatchReplicated) {
   LayoutMap sharded(mesh), replicated(mesh);
   sharded["batch_normalization.*"] = {"model"};
   const HostTensor want = run(replicated, TensorLayout({None, None, None}, mesh));
-  for (const TensorLayout& layout : {TensorLayout({"data", None, None}, mesh),
-                                     TensorLayout({"data", "model", None}, mesh),
-                                     TensorLayout({None, None, "model"}, mesh)}) {
+  for (const TensorLayout& layout :
+       {TensorLayout({"data", None, None}, mesh), TensorLayout({"data", "model", None}, mesh),
+        TensorLayout({None, None, "model"}, mesh)}) {
     const HostTensor got = run(sharded, layout);
     ASSERT_EQ(got.shape(), (Shape{8, 2, 6}));
     for (int64_t i = 0; i < got.num_elements(); ++i) {
@@ -168,11 +173,12 @@ TEST(ModelMpiTest, LstmMatchesTheFloat64Reference) {
     model = Model::functional(in, (*lstm)(in));
   }
   const HostTensor x = HostTensor::random(DType::kF32, {6, 4, 3}, 31);
-  const HostTensor got = (*model)(distribute_tensor(x, TensorLayout({"data", None, None}, mesh))).value().gather();
+  const HostTensor got =
+      (*model)(distribute_tensor(x, TensorLayout({"data", None, None}, mesh))).value().gather();
   const HostTensor bias = lstm->cell()->bias()->value().gather();
-  const std::vector<double> want = testing::lstm_reference(
-      x, lstm->cell()->kernel()->value().gather(), lstm->cell()->recurrent_kernel()->value().gather(),
-      &bias, true);
+  const std::vector<double> want =
+      testing::lstm_reference(x, lstm->cell()->kernel()->value().gather(),
+                              lstm->cell()->recurrent_kernel()->value().gather(), &bias, true);
   ASSERT_EQ(static_cast<size_t>(got.num_elements()), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got.data_as<float>()[i], want[i], 1e-5) << i;
 }

@@ -7,8 +7,8 @@
 #include <set>
 
 #include "meshlayout/core/strings.h"
-#include "meshlayout/layout/shard_geometry.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/layout/shard_geometry.h"
 #include "meshlayout/nn/model.h"
 
 namespace meshlayout {
@@ -73,11 +73,13 @@ std::string Model::summary() const {
       trainable += n;
       trainable_bytes += bytes;
     }
-    Row row{v->path(), shape_to_string(v->shape()), std::string(dtype_name(v->dtype())), "(lazy)", "-"};
+    Row row{v->path(), shape_to_string(v->shape()), std::string(dtype_name(v->dtype())), "(lazy)",
+            "-"};
     if (std::optional<TensorLayout> layout = v->layout()) {
       ShardGeometry geometry(*layout, v->shape());
       row.layout = layout->to_string();
-      row.per_device = with_commas(geometry.max_box_elements() * static_cast<int64_t>(dtype_size(v->dtype())));
+      row.per_device =
+          with_commas(geometry.max_box_elements() * static_cast<int64_t>(dtype_size(v->dtype())));
       std::set<std::string> spec;
       for (const DimSharding& d : layout->axes()) spec.insert(d.axes().begin(), d.axes().end());
       int64_t factor = 1;
@@ -89,13 +91,15 @@ std::string Model::summary() const {
       }
       for (int64_t p = 0; p < geometry.mesh().size(); ++p) {
         device_bytes[geometry.mesh().device_ids()[static_cast<size_t>(p)]] +=
-            static_cast<double>(geometry.box(p).num_elements()) * static_cast<double>(dtype_size(v->dtype()));
+            static_cast<double>(geometry.box(p).num_elements()) *
+            static_cast<double>(dtype_size(v->dtype()));
       }
     }
     rows.push_back(std::move(row));
   }
   Row head{"Variable path", "Shape", "DType", "Layout", "Bytes/device"};
-  size_t w[5] = {head.path.size(), head.shape.size(), head.dtype.size(), head.layout.size(), head.per_device.size()};
+  size_t w[5] = {head.path.size(), head.shape.size(), head.dtype.size(), head.layout.size(),
+                 head.per_device.size()};
   for (const Row& r : rows) {
     w[0] = std::max(w[0], r.path.size());
     w[1] = std::max(w[1], r.shape.size());
@@ -105,14 +109,16 @@ std::string Model::summary() const {
   }
   std::string out = fmt::format("Model: \"{}\"\n", name());
   auto line = [&](const Row& r) {
-    out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>{}}\n", r.path, w[0], r.shape, w[1], r.dtype,
-                       w[2], r.layout, w[3], r.per_device, w[4]);
+    out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {:>{}}\n", r.path, w[0], r.shape, w[1],
+                       r.dtype, w[2], r.layout, w[3], r.per_device, w[4]);
   };
   line(head);
   out += std::string(w[0] + w[1] + w[2] + w[3] + w[4] + 8, '-') + "\n";
   for (const Row& r : rows) line(r);
-  out += fmt::format("Total params: {} ({})\n", with_commas(total), readable_memory_size(total_bytes));
-  out += fmt::format("Trainable params: {} ({})\n", with_commas(trainable), readable_memory_size(trainable_bytes));
+  out +=
+      fmt::format("Total params: {} ({})\n", with_commas(total), readable_memory_size(total_bytes));
+  out += fmt::format("Trainable params: {} ({})\n", with_commas(trainable),
+                     readable_memory_size(trainable_bytes));
   out += fmt::format("Non-trainable params: {} ({})\n", with_commas(total - trainable),
                      readable_memory_size(total_bytes - trainable_bytes));
   if (rng_count > 0) {
@@ -125,16 +131,19 @@ std::string Model::summary() const {
     const auto& [count, bytes] = counts;
     if (count == 0) continue;
     if (spec.empty()) {
-      out += fmt::format("{} / {} params ({}) are fully replicated\n", count, total, readable_memory_size(bytes));
+      out += fmt::format("{} / {} params ({}) are fully replicated\n", count, total,
+                         readable_memory_size(bytes));
       per_device += bytes;
     } else {
-      out += fmt::format("{} / {} params ({}) are sharded based on spec '{}' and across {} devices.\n",
-                         count, total, readable_memory_size(bytes), tuple_repr(spec), spec_factor[spec]);
+      out += fmt::format(
+          "{} / {} params ({}) are sharded based on spec '{}' and across {} devices.\n", count,
+          total, readable_memory_size(bytes), tuple_repr(spec), spec_factor[spec]);
       per_device += bytes / static_cast<double>(spec_factor[spec]);
     }
   }
   out += fmt::format("Overall per device memory usage: {}\n", readable_memory_size(per_device));
-  out += fmt::format("Overall sharding factor: {:.2f}\n", per_device > 0 ? total_bytes / per_device : 1.0);
+  out += fmt::format("Overall sharding factor: {:.2f}\n",
+                     per_device > 0 ? total_bytes / per_device : 1.0);
   out += "Memory per device (exact):";
   for (const auto& [id, bytes] : device_bytes) {
     out += fmt::format(" {} {}", device_name(id), readable_memory_size(bytes));

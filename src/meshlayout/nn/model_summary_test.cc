@@ -46,23 +46,24 @@ TEST(ModelSummaryTest, PathsShapesLayoutsBytesPerDeviceTotalsAndDeviceMemory) {
   EXPECT_THAT(m->summary(), HasSubstr("Total params: 0 (0.00 B)\n"));  // not built yet
   (*m)(Input({4}, 2));
   const std::string s = m->summary();
-  EXPECT_EQ(s,
-            "Model: \"sum_model\"\n"
-            "Variable path        Shape   DType  Layout                                   Bytes/device\n"
-            "-----------------------------------------------------------------------------------------\n"
-            "sum_model/d1/kernel  (4, 8)  F32    layout[None,model]@mesh[data=2,model=4]            32\n"
-            "sum_model/d1/bias    (8,)    F32    layout[None]@mesh[data=2,model=4]                  32\n"
-            "sum_model/d2/kernel  (8, 2)  F32    layout[None,None]@mesh[data=2,model=4]             64\n"
-            "sum_model/d2/bias    (2,)    F32    layout[None]@mesh[data=2,model=4]                   8\n"
-            "Total params: 58 (232.00 B)\n"
-            "Trainable params: 58 (232.00 B)\n"
-            "Non-trainable params: 0 (0.00 B)\n"
-            "26 / 58 params (104.00 B) are fully replicated\n"
-            "32 / 58 params (128.00 B) are sharded based on spec '('model',)' and across 4 devices.\n"
-            "Overall per device memory usage: 136.00 B\n"
-            "Overall sharding factor: 1.71\n"
-            "Memory per device (exact): cpu:0 136.00 B, cpu:1 136.00 B, cpu:2 136.00 B, cpu:3 136.00 B, "
-            "cpu:4 136.00 B, cpu:5 136.00 B, cpu:6 136.00 B, cpu:7 136.00 B\n");
+  EXPECT_EQ(
+      s,
+      "Model: \"sum_model\"\n"
+      "Variable path        Shape   DType  Layout                                   Bytes/device\n"
+      "-----------------------------------------------------------------------------------------\n"
+      "sum_model/d1/kernel  (4, 8)  F32    layout[None,model]@mesh[data=2,model=4]            32\n"
+      "sum_model/d1/bias    (8,)    F32    layout[None]@mesh[data=2,model=4]                  32\n"
+      "sum_model/d2/kernel  (8, 2)  F32    layout[None,None]@mesh[data=2,model=4]             64\n"
+      "sum_model/d2/bias    (2,)    F32    layout[None]@mesh[data=2,model=4]                   8\n"
+      "Total params: 58 (232.00 B)\n"
+      "Trainable params: 58 (232.00 B)\n"
+      "Non-trainable params: 0 (0.00 B)\n"
+      "26 / 58 params (104.00 B) are fully replicated\n"
+      "32 / 58 params (128.00 B) are sharded based on spec '('model',)' and across 4 devices.\n"
+      "Overall per device memory usage: 136.00 B\n"
+      "Overall sharding factor: 1.71\n"
+      "Memory per device (exact): cpu:0 136.00 B, cpu:1 136.00 B, cpu:2 136.00 B, cpu:3 136.00 B, "
+      "cpu:4 136.00 B, cpu:5 136.00 B, cpu:6 136.00 B, cpu:7 136.00 B\n");
   reset_device_count();
 }
 
@@ -80,9 +81,12 @@ TEST(ModelSummaryTest, UnevenSplitsAreCountedBoxByBox) {
   (*m)(Input({3}, 2));
   const std::string s = m->summary();
   // d1/kernel (3, 6): 24 B on model positions 0-2, none on 3; the rest replicated: 24 + 48 + 8.
-  EXPECT_THAT(s, HasSubstr("sum_model/d1/kernel  (3, 6)  F32    layout[None,model]@mesh[data=2,model=4]            24\n"));
-  EXPECT_THAT(s, HasSubstr("Memory per device (exact): cpu:0 104.00 B, cpu:1 104.00 B, cpu:2 104.00 B, "
-                           "cpu:3 80.00 B, cpu:4 104.00 B, cpu:5 104.00 B, cpu:6 104.00 B, cpu:7 80.00 B\n"));
+  EXPECT_THAT(s, HasSubstr("sum_model/d1/kernel  (3, 6)  F32    "
+                           "layout[None,model]@mesh[data=2,model=4]            24\n"));
+  EXPECT_THAT(
+      s,
+      HasSubstr("Memory per device (exact): cpu:0 104.00 B, cpu:1 104.00 B, cpu:2 104.00 B, "
+                "cpu:3 80.00 B, cpu:4 104.00 B, cpu:5 104.00 B, cpu:6 104.00 B, cpu:7 80.00 B\n"));
   reset_device_count();
 }
 
@@ -97,7 +101,8 @@ TEST(ModelSummaryTest, DropoutRngStateIsNoParameterAsKeras) {
   {
     DistributionScope scope = dp->scope();
     m = std::make_shared<Sequential>(
-        std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(20), std::make_shared<Dropout>(0.5),
+        std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(20),
+                                            std::make_shared<Dropout>(0.5),
                                             std::make_shared<Dense>(5)},
         SequentialOptions{.input_shape = Shape{10}});
   }

@@ -42,7 +42,8 @@ std::vector<double> dense_reference(const std::vector<double>& x, int64_t rows, 
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < n; ++c) {
       double s = b.data_as<float>()[c];
-      for (int64_t i = 0; i < k; ++i) s += x[static_cast<size_t>(r * k + i)] * w.data_as<float>()[i * n + c];
+      for (int64_t i = 0; i < k; ++i)
+        s += x[static_cast<size_t>(r * k + i)] * w.data_as<float>()[i * n + c];
       y[static_cast<size_t>(r * n + c)] = gelu ? 0.5 * s * (1 + std::erf(s / std::sqrt(2.0))) : s;
     }
   }
@@ -51,7 +52,7 @@ std::vector<double> dense_reference(const std::vector<double>& x, int64_t rows, 
 
 TEST_F(ModelTest, MegatronMlpRunsShardedAndMatchesAFloat64Reference) {
   LayoutMap rules(mesh_);
-  rules["up.kernel"] = {None, "model"};   // column-parallel
+  rules["up.kernel"] = {None, "model"};  // column-parallel
   rules["up.bias"] = {"model"};
   rules["down.kernel"] = {"model", None};  // row-parallel: partial sums, all-reduced
   std::shared_ptr<MlpBlock> block;
@@ -92,7 +93,8 @@ TEST_F(ModelTest, AmbiguousRuleIsRefusedBeforeAnyMemoryIsAllocated) {
   for (VirtualDevice* d : rt->local_devices()) before.push_back(d->memory().stats().allocations);
   HostTensor x(DType::kF32, {8, 16});
   Array input = distribute_tensor(x, TensorLayout({None, None}, mesh_));
-  for (size_t i = 0; i < before.size(); ++i) before[i] = rt->local_devices()[i]->memory().stats().allocations;
+  for (size_t i = 0; i < before.size(); ++i)
+    before[i] = rt->local_devices()[i]->memory().stats().allocations;
   try {
     (*block)(std::move(input));
     FAIL();
@@ -117,7 +119,8 @@ TEST_F(ModelTest, LayoutOfTheWrongRankNamesVariableShapeRuleAndLayout) {
     block = std::make_shared<MlpBlock>();
   }
   try {
-    (*block)(distribute_tensor(HostTensor(DType::kF32, {8, 16}), TensorLayout({None, None}, mesh_)));
+    (*block)(
+        distribute_tensor(HostTensor(DType::kF32, {8, 16}), TensorLayout({None, None}, mesh_)));
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_STREQ(e.what(),

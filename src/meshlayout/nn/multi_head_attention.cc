@@ -22,12 +22,12 @@ void write_rows(const Array& rows, Array& cache, int64_t start) {
   cache.runtime().pool().parallel_for(cache.local_shards().size(), [&](size_t i) {
     Array::Shard& c = cache.local_shards()[i];
     const Array::Shard& r = *in.shard_at(c.position);
-    const int64_t row_bytes =
-        num_elements({c.box.shape[2], c.box.shape[3]}) * static_cast<int64_t>(dtype_size(cache.dtype()));
+    const int64_t row_bytes = num_elements({c.box.shape[2], c.box.shape[3]}) *
+                              static_cast<int64_t>(dtype_size(cache.dtype()));
     for (int64_t b = 0; b < c.box.shape[0]; ++b) {
       if (row_bytes == 0) continue;
-      std::memcpy(c.buffer.data() + (b * max + start) * row_bytes, r.buffer.data() + b * t * row_bytes,
-                  static_cast<size_t>(t * row_bytes));
+      std::memcpy(c.buffer.data() + (b * max + start) * row_bytes,
+                  r.buffer.data() + b * t * row_bytes, static_cast<size_t>(t * row_bytes));
     }
   });
 }
@@ -39,20 +39,23 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
   if (options_.num_key_value_heads == 0) options_.num_key_value_heads = options_.num_heads;
   if (options_.num_heads < 1 || options_.key_dim < 1 || options_.num_key_value_heads < 1 ||
       options_.num_heads % options_.num_key_value_heads != 0) {
-    throw ValueError(fmt::format("MultiHeadAttention needs num_heads >= 1, key_dim >= 1 and num_heads "
-                                 "a multiple of num_key_value_heads, got num_heads={}, key_dim={}, "
-                                 "num_key_value_heads={}",
-                                 options_.num_heads, options_.key_dim, options_.num_key_value_heads));
+    throw ValueError(
+        fmt::format("MultiHeadAttention needs num_heads >= 1, key_dim >= 1 and num_heads "
+                    "a multiple of num_key_value_heads, got num_heads={}, key_dim={}, "
+                    "num_key_value_heads={}",
+                    options_.num_heads, options_.key_dim, options_.num_key_value_heads));
   }
   if (options_.rope_theta != 0.0 && (!(options_.rope_theta > 0) || options_.key_dim % 2 != 0)) {
-    throw ValueError(fmt::format("MultiHeadAttention rotary embedding needs rope_theta > 0 and an "
-                                 "even key_dim, got rope_theta={}, key_dim={}",
-                                 options_.rope_theta, options_.key_dim));
+    throw ValueError(
+        fmt::format("MultiHeadAttention rotary embedding needs rope_theta > 0 and an "
+                    "even key_dim, got rope_theta={}, key_dim={}",
+                    options_.rope_theta, options_.key_dim));
   }
   const auto projection = [&](const char* name, int64_t heads) {
     return std::make_shared<EinsumDense>(
         "btd,dnh->btnh", Shape{-1, heads, options_.key_dim},
-        EinsumDenseOptions{.name = name, .bias_axes = options_.use_bias ? "nh" : "",
+        EinsumDenseOptions{.name = name,
+                           .bias_axes = options_.use_bias ? "nh" : "",
                            .kernel_initializer = options_.kernel_initializer});
   };
   query_ = track("_query_dense", projection("query", options_.num_heads));
@@ -62,13 +65,16 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
 
 void MultiHeadAttention::build(const Shape& input_shape) {
   if (input_shape.size() != 3) {
-    throw ValueError(fmt::format("MultiHeadAttention layer {} needs inputs (batch, seq, features), "
-                                 "got shape {}", quote(name()), shape_to_string(input_shape)));
+    throw ValueError(
+        fmt::format("MultiHeadAttention layer {} needs inputs (batch, seq, features), "
+                    "got shape {}",
+                    quote(name()), shape_to_string(input_shape)));
   }
   output_ = track("_output_dense",
                   std::make_shared<EinsumDense>(
                       "btnh,nhd->btd", Shape{-1, input_shape[2]},
-                      EinsumDenseOptions{.name = "attention_output", .bias_axes = options_.use_bias ? "d" : "",
+                      EinsumDenseOptions{.name = "attention_output",
+                                         .bias_axes = options_.use_bias ? "d" : "",
                                          .kernel_initializer = options_.kernel_initializer}));
   query_->maybe_build(input_shape);
   key_->maybe_build(input_shape);
@@ -78,22 +84,23 @@ void MultiHeadAttention::build(const Shape& input_shape) {
 
 Array MultiHeadAttention::call(const Array& x) { return attend(x, nullptr, 0, 0); }
 
-Array MultiHeadAttention::call_cached(const Array& x, KVCache& cache, int64_t start, int64_t max_length) {
+Array MultiHeadAttention::call_cached(const Array& x, KVCache& cache, int64_t start,
+                                      int64_t max_length) {
   if (x.shape().size() != 3 || start != cache.length || start < 0 || max_length < 1 ||
       start + x.shape()[1] > max_length) {
-    throw ValueError(fmt::format("MultiHeadAttention layer {}: cannot attend {} at positions {}..{} with "
-                                 "a cache of {} filled positions and max_length {}",
-                                 quote(name()), shape_to_string(x.shape()), start,
-                                 start + (x.shape().size() == 3 ? x.shape()[1] : 0), cache.length,
-                                 max_length));
+    throw ValueError(
+        fmt::format("MultiHeadAttention layer {}: cannot attend {} at positions {}..{} with "
+                    "a cache of {} filled positions and max_length {}",
+                    quote(name()), shape_to_string(x.shape()), start,
+                    start + (x.shape().size() == 3 ? x.shape()[1] : 0), cache.length, max_length));
   }
   NameScope scope = open_name_scope();
   maybe_build(x.shape());
   return attend(x, &cache, start, max_length);
 }
 
-Array MultiHeadAttention::call_plus(const Array& x, const Array& residual, KVCache* cache, int64_t start,
-                                    int64_t max_length) {
+Array MultiHeadAttention::call_plus(const Array& x, const Array& residual, KVCache* cache,
+                                    int64_t start, int64_t max_length) {
   if (cache != nullptr) {
     if (x.shape().size() != 3 || start != cache->length || start < 0 || max_length < 1 ||
         start + x.shape()[1] > max_length) {
@@ -120,13 +127,14 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
     const TensorLayout q_layout({q.layout().axes()[0], None, q.layout().axes()[2], None}, q.mesh());
     const TensorLayout kv_layout =
         attention_kv_layout(q_layout, options_.num_heads, options_.num_key_value_heads);
-    if (!cache->key || !(cache->key->layout() == kv_layout) || cache->key->shape()[1] != max_length ||
-        cache->key->dtype() != k.dtype()) {
+    if (!cache->key || !(cache->key->layout() == kv_layout) ||
+        cache->key->shape()[1] != max_length || cache->key->dtype() != k.dtype()) {
       if (start != 0) {
-        throw ValueError(fmt::format("MultiHeadAttention layer {}: the cache was laid out as {} but "
-                                     "this step needs {}", quote(name()),
-                                     cache->key ? cache->key->layout().to_string() : "nothing",
-                                     kv_layout.to_string()));
+        throw ValueError(
+            fmt::format("MultiHeadAttention layer {}: the cache was laid out as {} but "
+                        "this step needs {}",
+                        quote(name()), cache->key ? cache->key->layout().to_string() : "nothing",
+                        kv_layout.to_string()));
       }
       const Shape shape{x.shape()[0], max_length, options_.num_key_value_heads, options_.key_dim};
       // The cache holds k and v in the compute dtype (the layer's: F32 or F64).
@@ -144,21 +152,26 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
 
 Array MultiHeadAttention::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!output_ || !built()) {
-    throw FailedPreconditionError(fmt::format("MultiHeadAttention layer {} is not built: call it before "
-                                              "its backward", quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("MultiHeadAttention layer {} is not built: call it before "
+                    "its backward",
+                    quote(name())));
   }
   const int64_t features = query_->kernel()->shape()[0];
   const DType dtype = query_->kernel()->dtype();
   if (x.shape().size() != 3 || x.dtype() != dtype || x.shape()[2] != features) {
-    throw ValueError(fmt::format("backward of MultiHeadAttention layer {}: x must be {} (batch, seq, {}), "
-                                 "got {} {}", quote(name()), dtype_name(dtype), features,
-                                 dtype_name(x.dtype()), shape_to_string(x.shape())));
+    throw ValueError(
+        fmt::format("backward of MultiHeadAttention layer {}: x must be {} (batch, seq, {}), "
+                    "got {} {}",
+                    quote(name()), dtype_name(dtype), features, dtype_name(x.dtype()),
+                    shape_to_string(x.shape())));
   }
   if (dy.shape() != x.shape() || dy.dtype() != dtype) {
-    throw ValueError(fmt::format("backward of MultiHeadAttention layer {}: dy must be {} of the output's "
-                                 "shape {}, got {} {}", quote(name()), dtype_name(dtype),
-                                 shape_to_string(x.shape()), dtype_name(dy.dtype()),
-                                 shape_to_string(dy.shape())));
+    throw ValueError(
+        fmt::format("backward of MultiHeadAttention layer {}: dy must be {} of the output's "
+                    "shape {}, got {} {}",
+                    quote(name()), dtype_name(dtype), shape_to_string(x.shape()),
+                    dtype_name(dy.dtype()), shape_to_string(dy.shape())));
   }
   NameScope scope = open_name_scope();
   // The forward again (attend without a cache), keeping what the backward needs.

@@ -23,7 +23,8 @@
 //   Array y0 = attn->call_cached(prompt, cache, 0, /*max_length=*/64);
 //   Array y1 = attn->call_cached(next_token, cache, prompt_len, 64);
 //   Gradients grads;                                         // training (uncached):
-//   Array dx = attn->backward(x, dy, grads);                 // grads.find(*attn->query()->kernel())
+//   Array dx = attn->backward(x, dy, grads);                 //
+//   grads.find(*attn->query()->kernel())
 #pragma once
 
 #include <optional>
@@ -38,9 +39,9 @@ struct MultiHeadAttentionOptions {
   int64_t key_dim = 0;              // head_dim
   int64_t num_key_value_heads = 0;  // 0: num_heads (plain MHA); fewer: grouped-query attention
   bool use_bias = true;
-  bool causal = true;               // use_causal_mask
-  double rope_theta = 0.0;          // > 0: rotary embedding of q and k (rotate-half)
-  std::string name;                 // automatic ("multi_head_attention", …) when empty
+  bool causal = true;       // use_causal_mask
+  double rope_theta = 0.0;  // > 0: rotary embedding of q and k (rotate-half)
+  std::string name;         // automatic ("multi_head_attention", …) when empty
   Initializer kernel_initializer = Initializer::glorot_uniform();
 };
 
@@ -69,8 +70,8 @@ class MultiHeadAttention : public Layer {
   /// attention(x) + residual (a pre-norm block's h = x + attn(norm(x))), the residual fused into
   /// the output projection (EinsumDense::call_plus); with a cache as call_cached, without as
   /// a call. Collective. Errors as those and for a residual not of x's shape.
-  Array call_plus(const Array& x, const Array& residual, KVCache* cache = nullptr, int64_t start = 0,
-                  int64_t max_length = 0);
+  Array call_plus(const Array& x, const Array& residual, KVCache* cache = nullptr,
+                  int64_t start = 0, int64_t max_length = 0);
 
   /// The backward of an uncached self-attention call (Layer::backward): recomputes the q, k, v
   /// projections (and RoPE) and the attention from x, then backpropagates through the output

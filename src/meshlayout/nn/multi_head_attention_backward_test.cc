@@ -55,13 +55,16 @@ Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Dims& z, bool 
         double mx = -INFINITY, sum = 0;
         for (int64_t s = 0; s < keys; ++s) {
           double dot = 0;
-          for (int64_t e = 0; e < z.D; ++e) dot += q[at(b, t, z.H, h) + static_cast<size_t>(e)] * k[at(b, s, z.Hkv, j) + static_cast<size_t>(e)];
+          for (int64_t e = 0; e < z.D; ++e)
+            dot += q[at(b, t, z.H, h) + static_cast<size_t>(e)] *
+                   k[at(b, s, z.Hkv, j) + static_cast<size_t>(e)];
           mx = std::max(mx, w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(z.D)));
         }
         for (double& e : w) sum += (e = std::exp(e - mx));
         for (int64_t s = 0; s < keys; ++s) {
           for (int64_t e = 0; e < z.D; ++e) {
-            o[at(b, t, z.H, h) + static_cast<size_t>(e)] += w[static_cast<size_t>(s)] / sum * v[at(b, s, z.Hkv, j) + static_cast<size_t>(e)];
+            o[at(b, t, z.H, h) + static_cast<size_t>(e)] +=
+                w[static_cast<size_t>(s)] / sum * v[at(b, s, z.Hkv, j) + static_cast<size_t>(e)];
           }
         }
       }
@@ -104,8 +107,9 @@ class MultiHeadAttentionBackwardTest : public NnTest {
     const Dims& z = c.z;
     const bool f64 = dtype == DType::kF64;
     const double tolerance = f64 ? 1e-10 : 1e-4;
-    SCOPED_TRACE(fmt::format("{}: B{} T{} d{} H{} Hkv{} D{} bias {} causal {} theta {} {}", c.what, z.B, z.T, z.d,
-                             z.H, z.Hkv, z.D, c.bias, c.causal, c.theta, dtype_name(dtype)));
+    SCOPED_TRACE(fmt::format("{}: B{} T{} d{} H{} Hkv{} D{} bias {} causal {} theta {} {}", c.what,
+                             z.B, z.T, z.d, z.H, z.Hkv, z.D, c.bias, c.causal, c.theta,
+                             dtype_name(dtype)));
     clear_session();
     LayoutMap rules(mesh_);
     for (const auto& [pattern, layout] : c.rules) rules[pattern] = layout;
@@ -114,14 +118,21 @@ class MultiHeadAttentionBackwardTest : public NnTest {
       LayoutMapScope scope = rules.scope();
       FloatxScope floatx(dtype);
       Tensor in = Input({z.T, z.d}, z.B);
-      attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
-          .num_heads = z.H, .key_dim = z.D, .num_key_value_heads = z.Hkv, .use_bias = c.bias,
-          .causal = c.causal, .rope_theta = c.theta});
+      attn = std::make_shared<MultiHeadAttention>(
+          MultiHeadAttentionOptions{.num_heads = z.H,
+                                    .key_dim = z.D,
+                                    .num_key_value_heads = z.Hkv,
+                                    .use_bias = c.bias,
+                                    .causal = c.causal,
+                                    .rope_theta = c.theta});
       (void)Model::functional(in, (*attn)(in));
     }
     // Every weight (biases too) random, so no gradient term is hidden by a zero.
     const std::pair<std::string, std::shared_ptr<EinsumDense>> dense[] = {
-        {"q", attn->query()}, {"k", attn->key()}, {"v", attn->value()}, {"o", attn->attention_output()}};
+        {"q", attn->query()},
+        {"k", attn->key()},
+        {"v", attn->value()},
+        {"o", attn->attention_output()}};
     Params p;
     const Shape x_shape{z.B, z.T, z.d};
     p["x"] = testing::random_values(x_shape, seed);
@@ -140,9 +151,12 @@ class MultiHeadAttentionBackwardTest : public NnTest {
     const Array dy = distribute_tensor(testing::to_dtype(x_shape, w, dtype), x_layout);
     // F32: central differences; F64: a five-point stencil (~1e-12).
     const auto numeric = [&](const auto& fwd, const Params& params, const std::string& name) {
-      return f64 ? numeric_gradient(fwd, params, name, w, 1e-3, true) : numeric_gradient(fwd, params, name, w);
+      return f64 ? numeric_gradient(fwd, params, name, w, 1e-3, true)
+                 : numeric_gradient(fwd, params, name, w);
     };
-    const auto forward = [&](const Params& q) { return ref_forward(q, z, c.bias, c.theta, c.causal); };
+    const auto forward = [&](const Params& q) {
+      return ref_forward(q, z, c.bias, c.theta, c.causal);
+    };
     // The forward itself first: the reference must describe the layer.
     const Array y = attn->call_on(x);
     EXPECT_EQ(y.dtype(), dtype);
@@ -155,7 +169,8 @@ class MultiHeadAttentionBackwardTest : public NnTest {
     expect_close(gathered_f64(dx), numeric(forward, p, "x"), "dx", tolerance);
     EXPECT_EQ(grads.size(), c.bias ? 8u : 4u);
     for (const auto& [n, layer] : dense) {
-      for (const auto& [key, var] : {std::pair{"w" + n, layer->kernel()}, std::pair{"b" + n, layer->bias()}}) {
+      for (const auto& [key, var] :
+           {std::pair{"w" + n, layer->kernel()}, std::pair{"b" + n, layer->bias()}}) {
         if (!var) continue;
         const Array* g = grads.find(*var);
         ASSERT_NE(g, nullptr) << var->path();
@@ -176,23 +191,34 @@ class MultiHeadAttentionBackwardTest : public NnTest {
   }
 };
 
-const TensorLayout kHeads({None, "model", None}), kOutHeads({"model", None, None}), kBiasHeads({"model", None});
+const TensorLayout kHeads({None, "model", None}), kOutHeads({"model", None, None}),
+    kBiasHeads({"model", None});
 
 std::vector<std::pair<std::string, TensorLayout>> megatron() {
-  return {{"query.kernel|key.kernel|value.kernel", kHeads}, {"attention_output.kernel", kOutHeads},
+  return {{"query.kernel|key.kernel|value.kernel", kHeads},
+          {"attention_output.kernel", kOutHeads},
           {"query.bias|key.bias|value.bias", kBiasHeads}};
 }
 
 TEST_F(MultiHeadAttentionBackwardTest, GradientsMatchFiniteDifferencesOnEveryLayout) {
   const MhaCase cases[] = {
       {{2, 5, 8, 4, 4, 4}, true, true, 0.0, {}, "replicated MHA"},
-      {{2, 5, 8, 4, 2, 4}, false, true, 100.0, megatron(), "Megatron, 2 KV heads on 4 (replicated)"},
+      {{2, 5, 8, 4, 2, 4},
+       false,
+       true,
+       100.0,
+       megatron(),
+       "Megatron, 2 KV heads on 4 (replicated)"},
       {{2, 5, 8, 4, 2, 4}, true, true, 100.0, megatron(), "Megatron, 2 KV heads on 4, biases"},
       {{2, 5, 8, 8, 4, 4}, true, false, 100.0, megatron(), "Megatron GQA aligned, not causal"},
       {{2, 5, 8, 4, 1, 4}, true, true, 0.0, megatron(), "Megatron, one KV head"},
-      {{2, 5, 8, 4, 2, 4}, true, true, 100.0,
+      {{2, 5, 8, 4, 2, 4},
+       true,
+       true,
+       100.0,
        {{"query.kernel|key.kernel|value.kernel", TensorLayout({"model", "data", None})},
-        {"attention_output.kernel", TensorLayout({"data", None, "model"})}}, "keras-hub 2-D kernels"},
+        {"attention_output.kernel", TensorLayout({"data", None, "model"})}},
+       "keras-hub 2-D kernels"},
   };
   uint64_t seed = 100;
   for (const MhaCase& c : cases) check(c, seed += 50);
@@ -204,9 +230,13 @@ TEST_F(MultiHeadAttentionBackwardTest, GradientsInFloat64MatchAFivePointStencil)
   const MhaCase cases[] = {
       {{2, 5, 8, 4, 2, 4}, true, true, 100.0, megatron(), "Megatron, 2 KV heads on 4, biases"},
       {{2, 5, 8, 8, 4, 4}, true, false, 100.0, megatron(), "Megatron GQA aligned, not causal"},
-      {{2, 5, 8, 4, 2, 4}, true, true, 100.0,
+      {{2, 5, 8, 4, 2, 4},
+       true,
+       true,
+       100.0,
        {{"query.kernel|key.kernel|value.kernel", TensorLayout({"model", "data", None})},
-        {"attention_output.kernel", TensorLayout({"data", None, "model"})}}, "keras-hub 2-D kernels"},
+        {"attention_output.kernel", TensorLayout({"data", None, "model"})}},
+       "keras-hub 2-D kernels"},
   };
   uint64_t seed = 700;
   for (const MhaCase& c : cases) check(c, seed += 50, DType::kF64);
@@ -216,21 +246,25 @@ TEST_F(MultiHeadAttentionBackwardTest, ErrorsNameTheLayerAndShapes) {
   const TensorLayout l3({None, None, None}, mesh_);
   const Array x = distribute_tensor(HostTensor::random(DType::kF32, {2, 3, 8}, 1), l3);
   Gradients grads;
-  auto unbuilt = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 4});
+  auto unbuilt =
+      std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 4});
   EXPECT_THROW(unbuilt->backward(x, x, grads), FailedPreconditionError);
   LayoutMap rules(mesh_);
   std::shared_ptr<MultiHeadAttention> attn;
   {
     LayoutMapScope scope = rules.scope();
     Tensor in = Input({3, 8}, 2);
-    attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 4});
+    attn = std::make_shared<MultiHeadAttention>(
+        MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 4});
     (void)Model::functional(in, (*attn)(in));
   }
   const Array bad = distribute_tensor(HostTensor::random(DType::kF32, {2, 3, 6}, 1), l3);
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { attn->backward(x, bad, grads); }),
-                                 "dy must be F32 of the output's shape (2, 3, 8), got F32 (2, 3, 6)"));
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { attn->backward(bad, bad, grads); }),
-                                 "x must be F32 (batch, seq, 8), got F32 (2, 3, 6)"));
+  EXPECT_TRUE(
+      testing::HasSubstr(testing::ValueErrorMessage([&] { attn->backward(x, bad, grads); }),
+                         "dy must be F32 of the output's shape (2, 3, 8), got F32 (2, 3, 6)"));
+  EXPECT_TRUE(
+      testing::HasSubstr(testing::ValueErrorMessage([&] { attn->backward(bad, bad, grads); }),
+                         "x must be F32 (batch, seq, 8), got F32 (2, 3, 6)"));
   EXPECT_EQ(grads.size(), 0u);
 }
 

@@ -35,7 +35,8 @@ std::vector<double> rms_reference(const Params& q, double epsilon) {
     double ms = 0;
     for (int64_t k = 0; k < kFeatures; ++k) ms += x[r * kFeatures + k] * x[r * kFeatures + k];
     const double inv = 1.0 / std::sqrt(ms / kFeatures + epsilon);
-    for (int64_t k = 0; k < kFeatures; ++k) y[r * kFeatures + k] = x[r * kFeatures + k] * inv * g[k];
+    for (int64_t k = 0; k < kFeatures; ++k)
+      y[r * kFeatures + k] = x[r * kFeatures + k] * inv * g[k];
   }
   return y;
 }
@@ -49,7 +50,8 @@ std::vector<double> layer_norm_reference(const Params& q, double epsilon) {
     for (int64_t k = 0; k < kFeatures; ++k) mean += v[k] / kFeatures;
     for (int64_t k = 0; k < kFeatures; ++k) var += (v[k] - mean) * (v[k] - mean) / kFeatures;
     for (int64_t k = 0; k < kFeatures; ++k) {
-      y[r * kFeatures + k] = (v[k] - mean) / std::sqrt(var + epsilon) * q.at("gamma")[k] + q.at("beta")[k];
+      y[r * kFeatures + k] =
+          (v[k] - mean) / std::sqrt(var + epsilon) * q.at("gamma")[k] + q.at("beta")[k];
     }
   }
   return y;
@@ -57,7 +59,9 @@ std::vector<double> layer_norm_reference(const Params& q, double epsilon) {
 
 class NormalizationBackwardTest : public NnTest {
  protected:
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
 
   std::vector<std::pair<TensorLayout, TensorLayout>> cases() const {  // (x, weights)
     return {{layout({kNone, kNone, kNone}), layout({kNone})},
@@ -69,8 +73,10 @@ class NormalizationBackwardTest : public NnTest {
 
   // Checks dx and each weight's gradient; x (2, 3, 8) with an offset so the mean matters.
   // In F64 (the layer built in F64): y to 1e-13, gradients to 1e-10 of a five-point stencil.
-  void check(Layer& layer, const TensorLayout& x_layout, const std::vector<std::pair<VariablePtr, std::string>>& weights,
-             const std::function<std::vector<double>(const Params&)>& forward, DType dtype = DType::kF32) {
+  void check(Layer& layer, const TensorLayout& x_layout,
+             const std::vector<std::pair<VariablePtr, std::string>>& weights,
+             const std::function<std::vector<double>(const Params&)>& forward,
+             DType dtype = DType::kF32) {
     const bool f64 = dtype == DType::kF64;
     const Shape shape{2, 3, kFeatures};
     std::vector<double> xv = testing::random_values(shape, 61);
@@ -87,8 +93,8 @@ class NormalizationBackwardTest : public NnTest {
     const Array dx = layer.backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
     EXPECT_EQ(dx.dtype(), dtype);
-    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64), "dx",
-                 f64 ? 1e-10 : 1e-4);
+    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64),
+                 "dx", f64 ? 1e-10 : 1e-4);
     testing::expect_weight_gradients(grads, weights, forward, p, w, f64);
   }
 };
@@ -97,10 +103,12 @@ TEST_F(NormalizationBackwardTest, RmsNormalization) {
   for (const auto& [x_layout, w_layout] : cases()) {
     SCOPED_TRACE("x " + x_layout.to_string() + " scale " + w_layout.to_string());
     auto norm = std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-        .epsilon = 1e-5, .scale_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 9}),
+        .epsilon = 1e-5,
+        .scale_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 9}),
         .scale_layout = w_layout});
     norm->maybe_build({2, 3, kFeatures});
-    check(*norm, x_layout, {{norm->scale(), "scale"}}, [](const Params& q) { return rms_reference(q, 1e-5); });
+    check(*norm, x_layout, {{norm->scale(), "scale"}},
+          [](const Params& q) { return rms_reference(q, 1e-5); });
   }
 }
 
@@ -111,13 +119,15 @@ TEST_F(NormalizationBackwardTest, RmsNormalizationInFloat64) {
     {
       FloatxScope f64(DType::kF64);
       norm = std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-          .epsilon = 1e-5, .scale_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 9}),
+          .epsilon = 1e-5,
+          .scale_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 9}),
           .scale_layout = w_layout});
     }
     norm->maybe_build({2, 3, kFeatures});
     ASSERT_EQ(norm->scale()->dtype(), DType::kF64);
-    check(*norm, x_layout, {{norm->scale(), "scale"}}, [](const Params& q) { return rms_reference(q, 1e-5); },
-          DType::kF64);
+    check(
+        *norm, x_layout, {{norm->scale(), "scale"}},
+        [](const Params& q) { return rms_reference(q, 1e-5); }, DType::kF64);
   }
 }
 
@@ -128,7 +138,8 @@ TEST_F(NormalizationBackwardTest, LayerNormalization) {
         .epsilon = 1e-3,
         .beta_initializer = Initializer::random_normal({.stddev = 0.3, .seed = 10}),
         .gamma_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 11}),
-        .beta_layout = w_layout, .gamma_layout = w_layout});
+        .beta_layout = w_layout,
+        .gamma_layout = w_layout});
     norm->maybe_build({2, 3, kFeatures});
     check(*norm, x_layout, {{norm->gamma(), "gamma"}, {norm->beta(), "beta"}},
           [](const Params& q) { return layer_norm_reference(q, 1e-3); });
@@ -145,13 +156,15 @@ TEST_F(NormalizationBackwardTest, LayerNormalizationInFloat64) {
           .epsilon = 1e-3,
           .beta_initializer = Initializer::random_normal({.stddev = 0.3, .seed = 10}),
           .gamma_initializer = Initializer::random_normal({.mean = 1.0, .stddev = 0.3, .seed = 11}),
-          .beta_layout = w_layout, .gamma_layout = w_layout});
+          .beta_layout = w_layout,
+          .gamma_layout = w_layout});
     }
     norm->maybe_build({2, 3, kFeatures});
     ASSERT_EQ(norm->gamma()->dtype(), DType::kF64);
     ASSERT_EQ(norm->beta()->dtype(), DType::kF64);
-    check(*norm, x_layout, {{norm->gamma(), "gamma"}, {norm->beta(), "beta"}},
-          [](const Params& q) { return layer_norm_reference(q, 1e-3); }, DType::kF64);
+    check(
+        *norm, x_layout, {{norm->gamma(), "gamma"}, {norm->beta(), "beta"}},
+        [](const Params& q) { return layer_norm_reference(q, 1e-3); }, DType::kF64);
   }
 }
 
@@ -160,32 +173,39 @@ TEST_F(NormalizationBackwardTest, LayerNormalizationInFloat64RefusesF32) {
   std::shared_ptr<LayerNormalization> norm;
   {
     FloatxScope f64(DType::kF64);
-    norm = std::make_shared<LayerNormalization>(LayerNormalizationOptions{.beta_layout = layout({kNone}),
-                                                                          .gamma_layout = layout({kNone})});
+    norm = std::make_shared<LayerNormalization>(
+        LayerNormalizationOptions{.beta_layout = layout({kNone}), .gamma_layout = layout({kNone})});
   }
   norm->maybe_build({2, kFeatures});
   const Shape shape{2, kFeatures};
   const std::vector<double> v = testing::random_values(shape, 3);
-  const Array x64 = distribute_tensor(testing::to_dtype(shape, v, DType::kF64), layout({kNone, kNone}));
-  const Array x32 = distribute_tensor(testing::to_dtype(shape, v, DType::kF32), layout({kNone, kNone}));
+  const Array x64 =
+      distribute_tensor(testing::to_dtype(shape, v, DType::kF64), layout({kNone, kNone}));
+  const Array x32 =
+      distribute_tensor(testing::to_dtype(shape, v, DType::kF32), layout({kNone, kNone}));
   Gradients grads;
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)norm->backward(x32, x64, grads); }),
-            "LayerNormalization layer 'layer_normalization' computes in F64 (its weights' dtype), got an F32 "
+            "LayerNormalization layer 'layer_normalization' computes in F64 (its weights' dtype), "
+            "got an F32 "
             "input; layers do not cast: convert the input first");
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)norm->backward(x64, x32, grads); }),
-            "backward of layer 'layer_normalization': dy must be F64 of the call's output shape (2, 8), got "
+            "backward of layer 'layer_normalization': dy must be F64 of the call's output shape "
+            "(2, 8), got "
             "F32 (2, 8)");
 }
 
 TEST_F(NormalizationBackwardTest, RefusesDyOfAnotherShape) {
-  auto norm = std::make_shared<RMSNormalization>(RMSNormalizationOptions{.scale_layout = layout({kNone})});
+  auto norm =
+      std::make_shared<RMSNormalization>(RMSNormalizationOptions{.scale_layout = layout({kNone})});
   norm->maybe_build({2, kFeatures});
-  const Array x = distribute_tensor(HostTensor::random(DType::kF32, {2, kFeatures}, 1), layout({kNone, kNone}));
-  const Array dy = distribute_tensor(HostTensor::random(DType::kF32, {3, kFeatures}, 1), layout({kNone, kNone}));
+  const Array x =
+      distribute_tensor(HostTensor::random(DType::kF32, {2, kFeatures}, 1), layout({kNone, kNone}));
+  const Array dy =
+      distribute_tensor(HostTensor::random(DType::kF32, {3, kFeatures}, 1), layout({kNone, kNone}));
   Gradients grads;
   EXPECT_THROW((void)norm->backward(x, dy, grads), ValueError);
-  auto ln = std::make_shared<LayerNormalization>(LayerNormalizationOptions{.beta_layout = layout({kNone}),
-                                                                            .gamma_layout = layout({kNone})});
+  auto ln = std::make_shared<LayerNormalization>(
+      LayerNormalizationOptions{.beta_layout = layout({kNone}), .gamma_layout = layout({kNone})});
   ln->maybe_build({2, kFeatures});
   EXPECT_THROW((void)ln->backward(x, dy, grads), ValueError);
 }

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/core/errors.h"
-#include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/conv2d.h"
@@ -14,6 +13,7 @@
 #include "meshlayout/nn/layer_normalization.h"
 #include "meshlayout/nn/model.h"
 #include "meshlayout/nn/name_scope.h"
+#include "meshlayout/nn/nn_test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -38,7 +38,12 @@ std::shared_ptr<Dense> dense(int64_t units, std::string name = "") {
   return std::make_shared<Dense>(units, DenseOptions{.name = std::move(name)});
 }
 
-Tensor ones(const Shape& shape) { return Tensor(distribute_tensor(HostTensor(DType::kF32, shape), TensorLayout::replicated(static_cast<int>(shape.size()), DeviceMesh({1}, {"x"}, std::vector<std::string>{"cpu:0"})))); }
+Tensor ones(const Shape& shape) {
+  return Tensor(distribute_tensor(
+      HostTensor(DType::kF32, shape),
+      TensorLayout::replicated(static_cast<int>(shape.size()),
+                               DeviceMesh({1}, {"x"}, std::vector<std::string>{"cpu:0"}))));
+}
 
 // ---- name_scope and standalone variables ----
 
@@ -62,8 +67,9 @@ TEST_F(PathsTest, ANameWithASlashIsRefusedInKerasWords) {
     NameScope bad("a/b");
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Argument `name` must be a string and cannot contain character `/`. "
-                           "Received: name=a/b");
+    EXPECT_STREQ(e.what(),
+                 "Argument `name` must be a string and cannot contain character `/`. "
+                 "Received: name=a/b");
   }
   EXPECT_EQ(current_path(), "");
   EXPECT_THROW(Variable(VariableSpec{.name = "k/1"}), ValueError);
@@ -100,8 +106,8 @@ TEST_F(PathsTest, SubclassedModelWithAutomaticName) {
   auto m = std::make_shared<MyModel>(true);
   EXPECT_EQ(m->name(), "my_model");
   (*m)(ones({2, 3}));
-  EXPECT_THAT(paths(m->variables()),
-              ElementsAre("my_model/d1/kernel", "my_model/d1/bias", "my_model/d2/kernel", "my_model/d2/bias"));
+  EXPECT_THAT(paths(m->variables()), ElementsAre("my_model/d1/kernel", "my_model/d1/bias",
+                                                 "my_model/d2/kernel", "my_model/d2/bias"));
   auto unnamed = std::make_shared<MyModel>(false);
   EXPECT_EQ(unnamed->name(), "my_model_1");
   (*unnamed)(Input({3}, 2));
@@ -129,8 +135,8 @@ TEST_F(PathsTest, FunctionalModelUsesLayerNamesOnly) {
 
 std::shared_ptr<Sequential> seq(std::vector<std::shared_ptr<Layer>> layers, std::string name,
                                 std::optional<Shape> input_shape = std::nullopt) {
-  return std::make_shared<Sequential>(std::move(layers),
-                                      SequentialOptions{.name = std::move(name), .input_shape = input_shape});
+  return std::make_shared<Sequential>(
+      std::move(layers), SequentialOptions{.name = std::move(name), .input_shape = input_shape});
 }
 
 TEST_F(PathsTest, SequentialBuiltWithAnInputOrOnItsFirstCall) {
@@ -196,7 +202,8 @@ TEST_F(PathsTest, UnbuiltSequentialFirstCalledInAFunctionalGraph) {
 TEST_F(PathsTest, SequentialNestedInASequential) {
   auto outer = seq({seq({dense(4, "d1")}, "inner")}, "outer");
   (*outer)(ones({2, 3}));
-  EXPECT_THAT(paths(outer->variables()), ElementsAre("outer/inner/d1/kernel", "outer/inner/d1/bias"));
+  EXPECT_THAT(paths(outer->variables()),
+              ElementsAre("outer/inner/d1/kernel", "outer/inner/d1/bias"));
   clear_session();
   // An inner Sequential built already (with its input shape) keeps its own paths.
   auto outer2 = seq({seq({dense(4, "d1")}, "inner", Shape{3})}, "outer");
@@ -216,7 +223,8 @@ TEST_F(PathsTest, Conv2DEmbeddingLayerNormalization) {
   EXPECT_EQ(emb->embeddings()->shape(), (Shape{10, 4}));
   auto ln = std::make_shared<LayerNormalization>();
   (*ln)(Input({6}, 1));
-  EXPECT_THAT(paths(ln->variables()), ElementsAre("layer_normalization/gamma", "layer_normalization/beta"));
+  EXPECT_THAT(paths(ln->variables()),
+              ElementsAre("layer_normalization/gamma", "layer_normalization/beta"));
 }
 
 class DropModel : public Model {
@@ -235,10 +243,9 @@ TEST_F(PathsTest, DropoutSeedGeneratorIsCreatedInTheConstructorWithoutParent) {
   auto m = std::make_shared<DropModel>();
   (*m)(ones({2, 3}));
   // Keras' Layer.variables order: own, then each tracked layer's, recursively.
-  EXPECT_THAT(paths(m->variables()),
-              ElementsAre("drop_model/d1/kernel", "drop_model/d1/bias",
-                          "seed_generator/seed_generator_state", "drop_model/d2/kernel",
-                          "drop_model/d2/bias"));
+  EXPECT_THAT(paths(m->variables()), ElementsAre("drop_model/d1/kernel", "drop_model/d1/bias",
+                                                 "seed_generator/seed_generator_state",
+                                                 "drop_model/d2/kernel", "drop_model/d2/bias"));
 }
 
 // A plain layer that builds an inner layer in its build(), and adds one in its constructor.
@@ -280,7 +287,8 @@ TEST_F(PathsTest, WeightsBuiltInANestedBuildGetTheParentPrefixConstructorWeights
   (*t)(ones({2, 2}));
   EXPECT_EQ(t->built_in_build->w_->path(), "training_layer/inner_layer/inner");
   EXPECT_EQ(t->built_in_ctor->w_->path(), "ctor_layer/inner");
-  EXPECT_THAT(paths(t->variables()), ElementsAre("training_layer/inner_layer/inner", "ctor_layer/inner"));
+  EXPECT_THAT(paths(t->variables()),
+              ElementsAre("training_layer/inner_layer/inner", "ctor_layer/inner"));
 }
 
 TEST_F(PathsTest, OutputRelayoutKeysAreLayerPathSlashOutput) {
@@ -342,8 +350,10 @@ TEST_F(PathsTest, Keras2FunctionalAndSequentialAreKeyedByLayerName) {
     f = Model::functional(in, (*dense(2, "d2"))((*dense(4, "d1"))(in)));
     s = seq({dense(4, "d1"), dense(2, "d2")}, "", Shape{3});
   }
-  EXPECT_THAT(object_paths(f->variables()), ElementsAre("d1.kernel", "d1.bias", "d2.kernel", "d2.bias"));
-  EXPECT_THAT(object_paths(s->variables()), ElementsAre("d1.kernel", "d1.bias", "d2.kernel", "d2.bias"));
+  EXPECT_THAT(object_paths(f->variables()),
+              ElementsAre("d1.kernel", "d1.bias", "d2.kernel", "d2.bias"));
+  EXPECT_THAT(object_paths(s->variables()),
+              ElementsAre("d1.kernel", "d1.bias", "d2.kernel", "d2.bias"));
   EXPECT_EQ(f->variables()[0]->layout(), TensorLayout({None, "model"}, mesh_));
   EXPECT_EQ(s->variables()[0]->layout(), TensorLayout({None, "model"}, mesh_));
 }
@@ -377,8 +387,8 @@ TEST_F(PathsTest, Keras2NestedAttributesAndLists) {
   }
   (*m)(Input({4}, 2));
   EXPECT_THAT(object_paths(m->variables()),
-              ElementsAre("block.dense.kernel", "block.dense.bias", "blocks.0.kernel", "blocks.0.bias",
-                          "blocks.1.kernel", "blocks.1.bias"));
+              ElementsAre("block.dense.kernel", "block.dense.bias", "blocks.0.kernel",
+                          "blocks.0.bias", "blocks.1.kernel", "blocks.1.bias"));
   EXPECT_EQ(m->block->d->kernel()->layout(), TensorLayout({None, "model"}, mesh_));
   EXPECT_EQ(m->blocks[1]->kernel()->layout(), TensorLayout({"model", None}, mesh_));
 }
@@ -394,7 +404,8 @@ TEST_F(PathsTest, Keras2FunctionalReusedInAnotherModelKeepsInnerKeys) {
     Tensor in2 = Input({3}, 2);
     outer = Model::functional(in2, (*dense(2, "d2"))((*inner)(in2)));
   }
-  EXPECT_THAT(object_paths(outer->variables()), ElementsAre("d1.kernel", "d1.bias", "d2.kernel", "d2.bias"));
+  EXPECT_THAT(object_paths(outer->variables()),
+              ElementsAre("d1.kernel", "d1.bias", "d2.kernel", "d2.bias"));
   EXPECT_EQ(outer->variables()[0]->layout(), TensorLayout({None, "model"}, mesh_));
 }
 

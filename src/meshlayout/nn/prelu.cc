@@ -44,16 +44,18 @@ PReLU::PReLU(PReLUOptions options) : Layer("p_re_lu", options.name), options_(st
 void PReLU::build(const Shape& input_shape) {
   const int64_t rank = static_cast<int64_t>(input_shape.size());
   if (rank < 2) {
-    throw ValueError(fmt::format("PReLU layer {} takes inputs of rank >= 2 (batch, …), got shape {}",
-                                 quote(name()), shape_to_string(input_shape)));
+    throw ValueError(
+        fmt::format("PReLU layer {} takes inputs of rank >= 2 (batch, …), got shape {}",
+                    quote(name()), shape_to_string(input_shape)));
   }
   Shape param(input_shape.begin() + 1, input_shape.end());
   for (int64_t a : options_.shared_axes) {
     if (a < 1 || a >= rank) {
-      throw ValueError(fmt::format("PReLU layer {}: shared_axes [{}] must be input axes in [1, {}] (not the "
-                                   "batch axis 0) for inputs of shape {}; got {}",
-                                   quote(name()), fmt::join(options_.shared_axes, ", "), rank - 1,
-                                   shape_to_string(input_shape), a));
+      throw ValueError(
+          fmt::format("PReLU layer {}: shared_axes [{}] must be input axes in [1, {}] (not the "
+                      "batch axis 0) for inputs of shape {}; got {}",
+                      quote(name()), fmt::join(options_.shared_axes, ", "), rank - 1,
+                      shape_to_string(input_shape), a));
     }
     param[static_cast<size_t>(a - 1)] = 1;
   }
@@ -75,17 +77,19 @@ void PReLU::check_input(const Array& x) const {
     ok = shared || s[d] == built_shape_[d];
   }
   if (!ok) {
-    throw ValueError(fmt::format("PReLU layer {} was built for inputs of shape {} (any batch{}), got {}",
-                                 quote(name()), shape_to_string(built_shape_),
-                                 options_.shared_axes.empty() ? "" : " and any size on the shared axes",
-                                 shape_to_string(s)));
+    throw ValueError(
+        fmt::format("PReLU layer {} was built for inputs of shape {} (any batch{}), got {}",
+                    quote(name()), shape_to_string(built_shape_),
+                    options_.shared_axes.empty() ? "" : " and any size on the shared axes",
+                    shape_to_string(s)));
   }
   check_input_dtype("PReLU", name(), x.dtype(), alpha_->dtype());
 }
 
 Array PReLU::alpha_on(const Array& x) const {
   const Array& a = alpha_->value();
-  return distribute_tensor(a, TensorLayout::replicated(static_cast<int>(a.shape().size()), x.mesh()));
+  return distribute_tensor(a,
+                           TensorLayout::replicated(static_cast<int>(a.shape().size()), x.mesh()));
 }
 
 namespace {
@@ -122,15 +126,15 @@ Array PReLU::call(const Array& x) {
 
 Array PReLU::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!alpha_) {
-    throw FailedPreconditionError(fmt::format("PReLU layer {} is not built: call it before its backward",
-                                              quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("PReLU layer {} is not built: call it before its backward", quote(name())));
   }
   check_input(x);
   check_output_gradient(name(), dy, x.shape(), x.dtype());
   const Array alpha = alpha_on(x);
   const std::vector<int64_t> strides = alpha_strides(x.shape(), alpha_->shape());
-  Array dx = distribute_tensor(dy, x.layout());                     // overwritten with dL/dx
-  std::optional<Array> g;                                           // dy · min(x, 0)
+  Array dx = distribute_tensor(dy, x.layout());  // overwritten with dL/dx
+  std::optional<Array> g;                        // dy · min(x, 0)
   if (alpha_->trainable()) g.emplace(distribute_tensor(dx, x.layout()));
   dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
     Array::Shard& s = dx.local_shards()[i];
@@ -155,7 +159,8 @@ Array PReLU::backward(const Array& x, const Array& dy, Gradients& grads) {
     } else {
       // … then over the shared axes, on each device's whole copy (the same on every device).
       const Shape sample(x.shape().begin() + 1, x.shape().end());
-      const Array summed = sum_over_leading(*g, trailing, TensorLayout::replicated(trailing, x.mesh()));
+      const Array summed =
+          sum_over_leading(*g, trailing, TensorLayout::replicated(trailing, x.mesh()));
       const Array::Shard& whole = summed.local_shards().front();
       std::vector<int64_t> to_alpha = alpha_strides(x.shape(), alpha_->shape());
       to_alpha.erase(to_alpha.begin());

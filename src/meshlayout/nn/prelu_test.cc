@@ -16,9 +16,9 @@
 namespace meshlayout {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_close;
 using testing::gathered_f64;
+using ::testing::HasSubstr;
 using testing::numeric_gradient;
 using testing::Params;
 
@@ -26,7 +26,9 @@ const DimSharding kNone;
 
 class PReLUTest : public NnTest {
  protected:
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
 };
 
 // y[b, i…] = x >= 0 ? x : alpha[i… with shared axes at 0] · x.
@@ -54,7 +56,9 @@ TEST_F(PReLUTest, PathsShapesAndAKerasExample) {
   HostTensor x(DType::kF32, {1, 4});
   const float v[] = {-2, -1, 0, 1};
   std::copy(v, v + 4, x.data_as<float>());
-  const Tensor y = (*p)(distribute_tensor(x, TensorLayout::replicated(2, DeviceMesh({1}, {"replica"}, std::vector<std::string>{"cpu:0"}))));
+  const Tensor y = (*p)(distribute_tensor(
+      x, TensorLayout::replicated(
+             2, DeviceMesh({1}, {"replica"}, std::vector<std::string>{"cpu:0"}))));
   EXPECT_EQ(p->alpha()->path(), "p_re_lu/alpha");
   EXPECT_EQ(p->alpha()->shape(), (Shape{4}));
   EXPECT_EQ(testing::gathered_f64(y.value()), (std::vector<double>{-0.5, -0.25, 0, 1}));
@@ -62,7 +66,8 @@ TEST_F(PReLUTest, PathsShapesAndAKerasExample) {
   (*shared)(Input({5, 6, 3}, 2));
   EXPECT_EQ(shared->alpha()->path(), "p_re_lu_1/alpha");
   EXPECT_EQ(shared->alpha()->shape(), (Shape{1, 1, 3}));
-  for (double a : gathered_f64(shared->alpha()->value())) EXPECT_EQ(a, 0.0);  // Keras' default: zeros
+  for (double a : gathered_f64(shared->alpha()->value()))
+    EXPECT_EQ(a, 0.0);  // Keras' default: zeros
 }
 
 TEST_F(PReLUTest, ForwardAndGradientsUnderShardedLayouts) {
@@ -75,20 +80,27 @@ TEST_F(PReLUTest, ForwardAndGradientsUnderShardedLayouts) {
       {{4, 3, 8}, {}, layout({kNone, kNone, kNone}), layout({kNone, kNone})},
       {{4, 3, 8}, {}, layout({{"data"}, kNone, {"model"}}), layout({kNone, {"model"}})},
       {{4, 3, 8}, {1}, layout({{"data"}, {"model"}, kNone}), layout({kNone, kNone})},
-      {{2, 3, 4, 8}, {1, 2}, layout({{"data"}, kNone, kNone, {"model"}}), layout({kNone, kNone, {"model"}})},
-      {{2, 3, 4, 8}, {2}, layout({kNone, {"data"}, kNone, {"model"}}), layout({kNone, kNone, {"data", "model"}})},
+      {{2, 3, 4, 8},
+       {1, 2},
+       layout({{"data"}, kNone, kNone, {"model"}}),
+       layout({kNone, kNone, {"model"}})},
+      {{2, 3, 4, 8},
+       {2},
+       layout({kNone, {"data"}, kNone, {"model"}}),
+       layout({kNone, kNone, {"data", "model"}})},
   };
   for (const DType dtype : {DType::kF32, DType::kF64}) {
     const bool f64 = dtype == DType::kF64;
     for (const Case& c : cases) {
-      SCOPED_TRACE(fmt::format("{} x {} {} shared [{}]", dtype_name(dtype), shape_to_string(c.x_shape),
-                               c.x.to_string(), fmt::join(c.shared_axes, ", ")));
+      SCOPED_TRACE(fmt::format("{} x {} {} shared [{}]", dtype_name(dtype),
+                               shape_to_string(c.x_shape), c.x.to_string(),
+                               fmt::join(c.shared_axes, ", ")));
       clear_session();
       std::optional<FloatxScope> floatx(dtype);
-      auto prelu = std::make_shared<PReLU>(PReLUOptions{
-          .alpha_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 7}),
-          .shared_axes = c.shared_axes,
-          .alpha_layout = c.alpha});
+      auto prelu = std::make_shared<PReLU>(
+          PReLUOptions{.alpha_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 7}),
+                       .shared_axes = c.shared_axes,
+                       .alpha_layout = c.alpha});
       floatx.reset();
       const std::vector<double> xv = testing::random_values(c.x_shape, 31);
       const Array x = distribute_tensor(testing::to_dtype(c.x_shape, xv, dtype), c.x);
@@ -104,8 +116,8 @@ TEST_F(PReLUTest, ForwardAndGradientsUnderShardedLayouts) {
       Gradients grads;
       const Array dx = prelu->backward(x, dy, grads);
       EXPECT_EQ(dx.layout(), x.layout());
-      expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64), "dx",
-                   f64 ? 1e-10 : 1e-4);
+      expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64),
+                   "dx", f64 ? 1e-10 : 1e-4);
       testing::expect_weight_gradients(grads, {{prelu->alpha(), "alpha"}}, forward, p, w, f64);
     }
   }
@@ -128,7 +140,8 @@ TEST_F(PReLUTest, BadInputsAreRefusedByName) {
     (void)p->call_on(wrong);
     FAIL() << "no error";
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("was built for inputs of shape (2, 4) (any batch), got (2, 5)"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("was built for inputs of shape (2, 4) (any batch), got (2, 5)"));
   }
   Gradients grads;
   const Array x = distribute_tensor(HostTensor(DType::kF32, {2, 4}), layout({kNone, kNone}));

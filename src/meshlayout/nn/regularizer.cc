@@ -53,7 +53,8 @@ void Regularizer::accumulate_gradient(const Array& w, Array& grad) const {
   check_float(w, "the penalty's gradient");
   if (grad.shape() != w.shape() || grad.dtype() != w.dtype() || !(grad.layout() == w.layout())) {
     throw ValueError(fmt::format(
-        "{}: the gradient must have the weight's shape, dtype and layout: weight {} {} {}, gradient {} {} {}",
+        "{}: the gradient must have the weight's shape, dtype and layout: weight {} {} {}, "
+        "gradient {} {} {}",
         to_string(), shape_to_string(w.shape()), dtype_name(w.dtype()), w.layout().to_string(),
         shape_to_string(grad.shape()), dtype_name(grad.dtype()), grad.layout().to_string()));
   }

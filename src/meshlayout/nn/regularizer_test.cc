@@ -63,12 +63,15 @@ TEST_F(RegularizerTest, GradientIsTheFiniteDifferenceOfThePenaltyInTheWeightsLay
   for (const DType dtype : {DType::kF32, DType::kF64}) {
     HostTensor t(dtype, {12, 8});
     for (int64_t i = 0; i < t.num_elements(); ++i) {
-      set_element(t, i, std::sin(1.7 * static_cast<double>(i) + 0.3) * (1.0 + 0.01 * static_cast<double>(i)));
+      set_element(
+          t, i,
+          std::sin(1.7 * static_cast<double>(i) + 0.3) * (1.0 + 0.01 * static_cast<double>(i)));
     }
     set_element(t, 5, 0.0);
     const double h = dtype == DType::kF32 ? 1e-2 : 1e-5;
     const double tol = dtype == DType::kF32 ? 2e-4 : 1e-7;
-    for (const Regularizer& r : {Regularizer::L1(0.3), Regularizer::L2(0.7), Regularizer::L1L2(0.2, 0.45)}) {
+    for (const Regularizer& r :
+         {Regularizer::L1(0.3), Regularizer::L2(0.7), Regularizer::L1L2(0.2, 0.45)}) {
       for (const TensorLayout& layout :
            {TensorLayout({None, None}, mesh_), TensorLayout({"data", "model"}, mesh_),
             TensorLayout({"model", None}, mesh_), TensorLayout({None, {"data", "model"}}, mesh_)}) {
@@ -87,8 +90,10 @@ TEST_F(RegularizerTest, GradientIsTheFiniteDifferenceOfThePenaltyInTheWeightsLay
           set_element(plus, k, v + h);
           set_element(minus, k, v - h);
           const double step = element(plus, k) - element(minus, k);  // as rounded to the dtype
-          const double fd = (r(distribute_tensor(plus, layout)) - r(distribute_tensor(minus, layout))) / step;
-          EXPECT_NEAR(element(got, k), fd, tol * (1.0 + std::abs(fd))) << "element " << k << " = " << v;
+          const double fd =
+              (r(distribute_tensor(plus, layout)) - r(distribute_tensor(minus, layout))) / step;
+          EXPECT_NEAR(element(got, k), fd, tol * (1.0 + std::abs(fd)))
+              << "element " << k << " = " << v;
         }
         EXPECT_EQ(element(got, 5), 0.0);  // sign(0) = 0, and 2 * l2 * 0
         // accumulate_gradient adds to what is there: twice the gradient after two calls.
@@ -96,29 +101,33 @@ TEST_F(RegularizerTest, GradientIsTheFiniteDifferenceOfThePenaltyInTheWeightsLay
         r.accumulate_gradient(w, acc);
         const HostTensor twice = acc.gather();
         for (int64_t i = 0; i < t.num_elements(); ++i) {
-          EXPECT_NEAR(element(twice, i), 2.0 * element(got, i), 1e-12 + 1e-6 * std::abs(element(got, i)));
+          EXPECT_NEAR(element(twice, i), 2.0 * element(got, i),
+                      1e-12 + 1e-6 * std::abs(element(got, i)));
         }
       }
     }
   }
   const Regularizer r = Regularizer::L2(0.1);
-  const Array w = distribute_tensor(HostTensor::random(DType::kF32, {8, 4}, 1), TensorLayout({"data", None}, mesh_));
-  Array other_layout = distribute_tensor(HostTensor(DType::kF32, {8, 4}), TensorLayout({None, None}, mesh_));
+  const Array w = distribute_tensor(HostTensor::random(DType::kF32, {8, 4}, 1),
+                                    TensorLayout({"data", None}, mesh_));
+  Array other_layout =
+      distribute_tensor(HostTensor(DType::kF32, {8, 4}), TensorLayout({None, None}, mesh_));
   try {
     r.accumulate_gradient(w, other_layout);
     ADD_FAILURE() << "no error";
   } catch (const ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("layout"), std::string::npos) << e.what();
   }
-  EXPECT_THROW((void)r.gradient(distribute_tensor(HostTensor(DType::kI32, {4}), TensorLayout({None}, mesh_))),
+  EXPECT_THROW((void)r.gradient(
+                   distribute_tensor(HostTensor(DType::kI32, {4}), TensorLayout({None}, mesh_))),
                ValueError);
 }
 
 class Block : public Model {
  public:
   Block() : Model("block") {
-    d = track("d", std::make_shared<Dense>(
-                       8, DenseOptions{.kernel_regularizer = Regularizer::L2(0.01)}));
+    d = track(
+        "d", std::make_shared<Dense>(8, DenseOptions{.kernel_regularizer = Regularizer::L2(0.01)}));
   }
   Tensor call(const Tensor& x) override { return (*d)(x); }
   std::shared_ptr<Dense> d;
@@ -135,7 +144,8 @@ TEST_F(RegularizerTest, AttachesAfterMaterialisationAndMatchesTheGatheredKernel)
   (*block)(distribute_tensor(HostTensor(DType::kF32, {2, 4}), TensorLayout({None, None}, mesh_)));
   HostTensor k = block->d->kernel()->value().gather();
   double want = 0;
-  for (int64_t i = 0; i < k.num_elements(); ++i) want += 0.01 * k.data_as<float>()[i] * k.data_as<float>()[i];
+  for (int64_t i = 0; i < k.num_elements(); ++i)
+    want += 0.01 * k.data_as<float>()[i] * k.data_as<float>()[i];
   const std::vector<double> losses = block->losses();
   ASSERT_EQ(losses.size(), 1u);
   EXPECT_NEAR(losses[0], want, 1e-9);
@@ -147,9 +157,9 @@ TEST_F(RegularizerTest, LossesCountTrainableWeightsOnceEach) {
   class Twice : public Model {
    public:
     Twice() : Model("twice") {
-      d = track("d", std::make_shared<Dense>(
-                         4, DenseOptions{.kernel_regularizer = Regularizer::L2(0.01),
-                                         .bias_regularizer = Regularizer::L1(0.5)}));
+      d = track("d",
+                std::make_shared<Dense>(4, DenseOptions{.kernel_regularizer = Regularizer::L2(0.01),
+                                                        .bias_regularizer = Regularizer::L1(0.5)}));
       again = track("again", d);
     }
     Tensor call(const Tensor& x) override { return (*again)((*d)(x)); }
@@ -162,10 +172,12 @@ TEST_F(RegularizerTest, LossesCountTrainableWeightsOnceEach) {
     LayoutMapScope scope = rules.scope();
     m = std::make_shared<Twice>();
   }
-  (*m)(distribute_tensor(HostTensor::random(DType::kF32, {2, 4}, 3), TensorLayout({None, None}, mesh_)));
+  (*m)(distribute_tensor(HostTensor::random(DType::kF32, {2, 4}, 3),
+                         TensorLayout({None, None}, mesh_)));
   HostTensor k = m->d->kernel()->value().gather();
   double kernel_loss = 0;
-  for (int64_t i = 0; i < k.num_elements(); ++i) kernel_loss += 0.01 * k.data_as<float>()[i] * k.data_as<float>()[i];
+  for (int64_t i = 0; i < k.num_elements(); ++i)
+    kernel_loss += 0.01 * k.data_as<float>()[i] * k.data_as<float>()[i];
   ASSERT_EQ(m->losses().size(), 2u);  // kernel and bias, once each
   m->d->kernel()->set_trainable(false);
   const std::vector<double> frozen = m->losses();

@@ -5,9 +5,9 @@
 #include <cstring>
 
 #include "meshlayout/core/errors.h"
-#include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/nn/nn_test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -44,8 +44,9 @@ TEST_F(ReshapeTest, BadShapesAreRefusedWithTheValues) {
     (void)r.compute_output_shape({2, 3, 2});
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "Reshape layer 'r': the total size of the new array must be unchanged, "
-                           "input_shape = (2, 3, 2), target_shape = (7,)");
+    EXPECT_STREQ(e.what(),
+                 "Reshape layer 'r': the total size of the new array must be unchanged, "
+                 "input_shape = (2, 3, 2), target_shape = (7,)");
   }
 }
 

@@ -7,8 +7,8 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/model.h"
 #include "meshlayout/nn/einsum_dense.h"
+#include "meshlayout/nn/model.h"
 #include "meshlayout/nn/multi_head_attention.h"
 #include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/ops/elementwise.h"
@@ -39,8 +39,12 @@ TEST_F(ResidualFusionTest, CallPlusEqualsCallThenAdd) {
     {
       LayoutMapScope scope = rules.scope();
       Tensor in = Input({5, 16}, 2);
-      attention = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
-          .num_heads = 8, .key_dim = 4, .num_key_value_heads = 2, .use_bias = true, .rope_theta = 100.0});
+      attention =
+          std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 8,
+                                                                         .key_dim = 4,
+                                                                         .num_key_value_heads = 2,
+                                                                         .use_bias = true,
+                                                                         .rope_theta = 100.0});
       (void)Model::functional(in, (*attention)(in));
     }
     const TensorLayout layout({"data", None, None}, mesh_);

@@ -14,28 +14,32 @@ namespace meshlayout {
 RMSNormalization::RMSNormalization(RMSNormalizationOptions options)
     : Layer("rms_normalization", options.name), options_(std::move(options)) {
   if (!std::isfinite(options_.epsilon) || options_.epsilon < 0) {
-    throw ValueError(fmt::format("RMSNormalization epsilon must be finite and >= 0, got {}",
-                                 options_.epsilon));
+    throw ValueError(
+        fmt::format("RMSNormalization epsilon must be finite and >= 0, got {}", options_.epsilon));
   }
 }
 
 void RMSNormalization::build(const Shape& input_shape) {
   if (input_shape.empty()) {
-    throw ValueError(fmt::format("RMSNormalization layer {} needs inputs of rank >= 1, got shape {}",
-                                 quote(name()), shape_to_string(input_shape)));
+    throw ValueError(
+        fmt::format("RMSNormalization layer {} needs inputs of rank >= 1, got shape {}",
+                    quote(name()), shape_to_string(input_shape)));
   }
   features_ = input_shape.back();
-  scale_ = add_weight({.name = "scale", .shape = {features_}, .initializer = options_.scale_initializer,
+  scale_ = add_weight({.name = "scale",
+                       .shape = {features_},
+                       .initializer = options_.scale_initializer,
                        .layout = options_.scale_layout});
 }
 
 void RMSNormalization::check_input(const Array& x) const {
   const DType dtype = scale_->dtype();
   if (x.dtype() != dtype || x.shape().empty() || x.shape().back() != features_) {
-    throw ValueError(fmt::format("RMSNormalization layer {} was built for {} inputs (its scale's dtype; "
-                                 "no cast) of {} features (the last dimension), got {} {}",
-                                 quote(name()), dtype_name(dtype), features_, dtype_name(x.dtype()),
-                                 shape_to_string(x.shape())));
+    throw ValueError(
+        fmt::format("RMSNormalization layer {} was built for {} inputs (its scale's dtype; "
+                    "no cast) of {} features (the last dimension), got {} {}",
+                    quote(name()), dtype_name(dtype), features_, dtype_name(x.dtype()),
+                    shape_to_string(x.shape())));
   }
 }
 
@@ -89,8 +93,10 @@ Array RMSNormalization::call(const Array& x) {
 
 Array RMSNormalization::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!scale_) {
-    throw FailedPreconditionError(fmt::format("RMSNormalization layer {} is not built: call it before "
-                                              "its backward", quote(name())));
+    throw FailedPreconditionError(
+        fmt::format("RMSNormalization layer {} is not built: call it before "
+                    "its backward",
+                    quote(name())));
   }
   check_input(x);
   check_output_gradient(name(), dy, x.shape(), x.dtype());

@@ -1,7 +1,7 @@
 // rms_normalization.h — keras.layers.RMSNormalization (and keras-hub's LlamaLayerNorm) over the
 // last axis, on distributed arrays: y = x · rsqrt(mean(x²) + epsilon) · scale, per row; the
-// squares summed in eight float32 lanes added in float64, the product in float32. Weight `scale` (ones), shape
-// (features,), created in build: path "rms_normalization/scale".
+// squares summed in eight float32 lanes added in float64, the product in float32. Weight `scale`
+// (ones), shape (features,), created in build: path "rms_normalization/scale".
 //
 // Layout: as LayerNormalization — rows must be whole, so a split last dimension is gathered
 // first; the output keeps the input's other splits; `scale` is brought to the layout of the

@@ -44,43 +44,51 @@ void for_each_tap(const Geometry& g, F&& f) {
 SeparableConv2D::SeparableConv2D(int64_t filters, SeparableConv2DOptions options)
     : Layer("separable_conv2d", options.name), filters_(filters), options_(std::move(options)) {
   if (options_.depth_multiplier < 1) {
-    throw ValueError(fmt::format("Invalid value for argument `depth_multiplier`. Expected a strictly positive "
-                                 "value. Received depth_multiplier={}.", options_.depth_multiplier));
+    throw ValueError(
+        fmt::format("Invalid value for argument `depth_multiplier`. Expected a strictly positive "
+                    "value. Received depth_multiplier={}.",
+                    options_.depth_multiplier));
   }
   if (filters < 1) {
-    throw ValueError(fmt::format("Invalid value for argument `filters`. Expected a strictly positive value. "
-                                 "Received filters={}.", filters));
+    throw ValueError(
+        fmt::format("Invalid value for argument `filters`. Expected a strictly positive value. "
+                    "Received filters={}.",
+                    filters));
   }
   if (options_.kernel_size[0] < 1 || options_.kernel_size[1] < 1 || options_.strides[0] < 1 ||
       options_.strides[1] < 1) {
-    throw ValueError(fmt::format("SeparableConv2D kernel_size and strides must be at least 1, got "
-                                 "kernel_size=({}, {}), strides=({}, {})",
-                                 options_.kernel_size[0], options_.kernel_size[1], options_.strides[0],
-                                 options_.strides[1]));
+    throw ValueError(
+        fmt::format("SeparableConv2D kernel_size and strides must be at least 1, got "
+                    "kernel_size=({}, {}), strides=({}, {})",
+                    options_.kernel_size[0], options_.kernel_size[1], options_.strides[0],
+                    options_.strides[1]));
   }
   if (options_.padding != "valid" && options_.padding != "same") {
-    throw ValueError(fmt::format("SeparableConv2D padding must be 'valid' or 'same', got {}", quote(options_.padding)));
+    throw ValueError(fmt::format("SeparableConv2D padding must be 'valid' or 'same', got {}",
+                                 quote(options_.padding)));
   }
 }
 
 int64_t SeparableConv2D::out_extent(int64_t in, int d) const {
-  return conv_out_extent(in, options_.kernel_size[static_cast<size_t>(d)], options_.strides[static_cast<size_t>(d)],
-                         options_.padding == "same");
+  return conv_out_extent(in, options_.kernel_size[static_cast<size_t>(d)],
+                         options_.strides[static_cast<size_t>(d)], options_.padding == "same");
 }
 
 int64_t SeparableConv2D::pad_before(int64_t in, int d) const {
-  return conv_pad_before(in, options_.kernel_size[static_cast<size_t>(d)], options_.strides[static_cast<size_t>(d)],
-                         options_.padding == "same");
+  return conv_pad_before(in, options_.kernel_size[static_cast<size_t>(d)],
+                         options_.strides[static_cast<size_t>(d)], options_.padding == "same");
 }
 
 void SeparableConv2D::check_input(const Shape& input_shape) const {
   if (input_shape.size() != 4) {
-    throw ValueError(fmt::format("SeparableConv2D layer {} takes NHWC inputs of rank 4, got shape {}",
-                                 quote(name()), shape_to_string(input_shape)));
+    throw ValueError(
+        fmt::format("SeparableConv2D layer {} takes NHWC inputs of rank 4, got shape {}",
+                    quote(name()), shape_to_string(input_shape)));
   }
   if (depthwise_ && input_shape[3] != depthwise_->shape()[2]) {
-    throw ValueError(fmt::format("SeparableConv2D layer {} was built for {} input channels, got an input of shape {}",
-                                 quote(name()), depthwise_->shape()[2], shape_to_string(input_shape)));
+    throw ValueError(fmt::format(
+        "SeparableConv2D layer {} was built for {} input channels, got an input of shape {}",
+        quote(name()), depthwise_->shape()[2], shape_to_string(input_shape)));
   }
 }
 
@@ -120,13 +128,21 @@ Array SeparableConv2D::depthwise_input(const Array& x) const {
 
 Array SeparableConv2D::depthwise(const Array& in) const {
   const Shape& xs = in.shape();
-  const Geometry g{.H = xs[1], .W = xs[2], .C = xs[3], .M = options_.depth_multiplier,
-                   .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
-                   .sh = options_.strides[0], .sw = options_.strides[1],
-                   .OH = out_extent(xs[1], 0), .OW = out_extent(xs[2], 1),
-                   .top = pad_before(xs[1], 0), .left = pad_before(xs[2], 1)};
+  const Geometry g{.H = xs[1],
+                   .W = xs[2],
+                   .C = xs[3],
+                   .M = options_.depth_multiplier,
+                   .kh = options_.kernel_size[0],
+                   .kw = options_.kernel_size[1],
+                   .sh = options_.strides[0],
+                   .sw = options_.strides[1],
+                   .OH = out_extent(xs[1], 0),
+                   .OW = out_extent(xs[2], 1),
+                   .top = pad_before(xs[1], 0),
+                   .left = pad_before(xs[2], 1)};
   const Array dk = distribute_tensor(depthwise_->value(), TensorLayout::replicated(4, in.mesh()));
-  Array d = allocate_agreed(in.layout(), {xs[0], g.OH, g.OW, g.C * g.M}, in.dtype(), in.runtime_ptr());
+  Array d =
+      allocate_agreed(in.layout(), {xs[0], g.OH, g.OW, g.C * g.M}, in.dtype(), in.runtime_ptr());
   d.runtime().pool().parallel_for(d.local_shards().size(), [&](size_t s) {
     Array::Shard& out = d.local_shards()[s];
     internal_nn::dispatch_float(in.dtype(), [&]<typename E>(E* /*tag*/) {
@@ -143,7 +159,8 @@ Array SeparableConv2D::depthwise(const Array& in) const {
           const E* px = image + (ih * g.W + iw) * g.C;
           const E* pk = k + (i * g.kw + j) * cm;  // depthwise[i, j, c, m] at c·M + m
           for (int64_t c = 0; c < g.C; ++c) {
-            for (int64_t m = 0; m < g.M; ++m) a[c * g.M + m] += static_cast<double>(px[c]) * pk[c * g.M + m];
+            for (int64_t m = 0; m < g.M; ++m)
+              a[c * g.M + m] += static_cast<double>(px[c]) * pk[c * g.M + m];
           }
         });
         E* dst = o + b * g.OH * g.OW * cm;
@@ -163,7 +180,8 @@ Array SeparableConv2D::pointwise_plus_bias(const Array& d, const Array& pw) cons
   Array y = matmul(d, pw);
   if (bias_) {
     // Bias laid out like y's last dimension, so each device holds the filters it adds to.
-    const Array b = distribute_tensor(bias_->value(), TensorLayout({y.layout().axes().back()}, y.mesh()));
+    const Array b =
+        distribute_tensor(bias_->value(), TensorLayout({y.layout().axes().back()}, y.mesh()));
     y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
       Array::Shard& s = y.local_shards()[i];
       const int64_t nf = s.box.shape.back();
@@ -191,8 +209,8 @@ Array SeparableConv2D::call(const Array& x) {
 
 Array SeparableConv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (!depthwise_) {
-    throw FailedPreconditionError(fmt::format("SeparableConv2D layer {} is not built: call it before its backward",
-                                              quote(name())));
+    throw FailedPreconditionError(fmt::format(
+        "SeparableConv2D layer {} is not built: call it before its backward", quote(name())));
   }
   check_input(x.shape());
   check_input_dtype("SeparableConv2D", name(), x.dtype(), depthwise_->dtype());
@@ -206,30 +224,41 @@ Array SeparableConv2D::backward(const Array& x, const Array& dy, Gradients& grad
   // dz = dy through the activation (z recomputed), on the layer's mesh.
   std::optional<Array> dz_store;
   if (options_.activation != Activation::kLinear) {
-    dz_store.emplace(apply_activation_backward(options_.activation, pointwise_plus_bias(d, pw), dy));
+    dz_store.emplace(
+        apply_activation_backward(options_.activation, pointwise_plus_bias(d, pw), dy));
   } else if (dy.mesh() != mesh) {
     dz_store.emplace(distribute_tensor(dy, TensorLayout::replicated(4, mesh)));
   }
   const Array& dz = dz_store ? *dz_store : dy;
-  if (bias_ && bias_->trainable()) grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
+  if (bias_ && bias_->trainable())
+    grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
   if (pointwise_->trainable()) {
-    grads.accumulate(*pointwise_, reshaped(matmul_backward_weight(d, dz, pw.layout()), pointwise_->shape()));
+    grads.accumulate(*pointwise_,
+                     reshaped(matmul_backward_weight(d, dz, pw.layout()), pointwise_->shape()));
   }
   const Array dd = matmul_backward_input(dz, pw, d.layout());  // (B, OH, OW, C·M) in d's layout
   // The depthwise step's backward, per device for its images.
   const Shape& xs = x.shape();
-  const Geometry g{.H = xs[1], .W = xs[2], .C = xs[3], .M = options_.depth_multiplier,
-                   .kh = options_.kernel_size[0], .kw = options_.kernel_size[1],
-                   .sh = options_.strides[0], .sw = options_.strides[1],
-                   .OH = out_extent(xs[1], 0), .OW = out_extent(xs[2], 1),
-                   .top = pad_before(xs[1], 0), .left = pad_before(xs[2], 1)};
+  const Geometry g{.H = xs[1],
+                   .W = xs[2],
+                   .C = xs[3],
+                   .M = options_.depth_multiplier,
+                   .kh = options_.kernel_size[0],
+                   .kw = options_.kernel_size[1],
+                   .sh = options_.strides[0],
+                   .sw = options_.strides[1],
+                   .OH = out_extent(xs[1], 0),
+                   .OW = out_extent(xs[2], 1),
+                   .top = pad_before(xs[1], 0),
+                   .left = pad_before(xs[2], 1)};
   const int64_t cm = g.C * g.M;
   const Array dk = distribute_tensor(depthwise_->value(), TensorLayout::replicated(4, mesh));
   const bool train_depthwise = depthwise_->trainable();
   const TensorLayout batch_layout5({in.layout().axes()[0], None, None, None, None}, mesh);
   std::optional<Array> partials;  // (B, kh, kw, C, M): each image's share of d depthwise
   if (train_depthwise) {
-    partials.emplace(allocate_agreed(batch_layout5, {xs[0], g.kh, g.kw, g.C, g.M}, dtype, in.runtime_ptr()));
+    partials.emplace(
+        allocate_agreed(batch_layout5, {xs[0], g.kh, g.kw, g.C, g.M}, dtype, in.runtime_ptr()));
   }
   Array dx = allocate_agreed(in.layout(), xs, dtype, in.runtime_ptr());
   dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t s) {
@@ -239,8 +268,10 @@ Array SeparableConv2D::backward(const Array& x, const Array& dy, Gradients& grad
       const E* xi = reinterpret_cast<const E*>(in.shard_at(out.position)->buffer.data());
       const E* gd = reinterpret_cast<const E*>(dd.shard_at(out.position)->buffer.data());
       const E* k = reinterpret_cast<const E*>(dk.shard_at(out.position)->buffer.data());
-      E* part = partials ? reinterpret_cast<E*>(partials->shard_at(out.position)->buffer.data()) : nullptr;
-      std::vector<double> acc_x(static_cast<size_t>(g.H * g.W * g.C)), acc_k(static_cast<size_t>(g.kh * g.kw * cm));
+      E* part = partials ? reinterpret_cast<E*>(partials->shard_at(out.position)->buffer.data())
+                         : nullptr;
+      std::vector<double> acc_x(static_cast<size_t>(g.H * g.W * g.C)),
+          acc_k(static_cast<size_t>(g.kh * g.kw * cm));
       for (int64_t b = 0; b < out.box.shape[0]; ++b) {
         std::fill(acc_x.begin(), acc_x.end(), 0.0);
         std::fill(acc_k.begin(), acc_k.end(), 0.0);
@@ -275,8 +306,10 @@ Array SeparableConv2D::backward(const Array& x, const Array& dy, Gradients& grad
     if (dk_value.mesh() == mesh) {
       grads.accumulate(*depthwise_, sum_over_leading(*partials, 4, dk_value.layout()));
     } else {
-      grads.accumulate(*depthwise_, distribute_tensor(sum_over_leading(*partials, 4, TensorLayout::replicated(4, mesh)),
-                                                      dk_value.layout()));
+      grads.accumulate(
+          *depthwise_,
+          distribute_tensor(sum_over_leading(*partials, 4, TensorLayout::replicated(4, mesh)),
+                            dk_value.layout()));
     }
   }
   if (dx.layout() == x.layout()) return dx;

@@ -19,9 +19,9 @@
 namespace meshlayout {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::expect_close;
 using testing::gathered_f64;
+using ::testing::HasSubstr;
 using testing::numeric_gradient;
 using testing::Params;
 
@@ -36,7 +36,8 @@ struct Config {
 };
 
 std::vector<double> reference(const Params& q, const Config& c) {
-  const int64_t B = kInput[0], H = kInput[1], W = kInput[2], C = kInput[3], M = kMultiplier, F = kFilters;
+  const int64_t B = kInput[0], H = kInput[1], W = kInput[2], C = kInput[3], M = kMultiplier,
+                F = kFilters;
   const int64_t kh = 3, kw = 3, sh = c.strides[0], sw = c.strides[1];
   const bool same = c.padding == "same";
   const int64_t OH = same ? (H + sh - 1) / sh : (H - kh) / sh + 1;
@@ -57,7 +58,8 @@ std::vector<double> reference(const Params& q, const Config& c) {
             if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
             for (int64_t ch = 0; ch < C; ++ch)
               for (int64_t m = 0; m < M; ++m) {
-                d[ch * M + m] += x[((n * H + ih) * W + iw) * C + ch] * dk[((i * kw + j) * C + ch) * M + m];
+                d[ch * M + m] +=
+                    x[((n * H + ih) * W + iw) * C + ch] * dk[((i * kw + j) * C + ch) * M + m];
               }
           }
         for (int64_t f = 0; f < F; ++f) {
@@ -71,8 +73,12 @@ std::vector<double> reference(const Params& q, const Config& c) {
 
 class SeparableConv2DTest : public NnTest {
  protected:
-  TensorLayout layout(std::vector<DimSharding> axes) const { return TensorLayout(std::move(axes), mesh_); }
-  static Initializer normal(uint64_t seed) { return Initializer::random_normal({.stddev = 0.4, .seed = seed}); }
+  TensorLayout layout(std::vector<DimSharding> axes) const {
+    return TensorLayout(std::move(axes), mesh_);
+  }
+  static Initializer normal(uint64_t seed) {
+    return Initializer::random_normal({.stddev = 0.4, .seed = seed});
+  }
 
   struct Layouts {
     TensorLayout x, depthwise, pointwise, bias;
@@ -83,11 +89,16 @@ class SeparableConv2DTest : public NnTest {
     clear_session();
     std::optional<FloatxScope> floatx(dtype);
     auto sep = std::make_shared<SeparableConv2D>(
-        kFilters, SeparableConv2DOptions{.strides = c.strides, .padding = c.padding,
-                                         .depth_multiplier = kMultiplier, .activation = c.activation,
-                                         .depthwise_initializer = normal(3), .pointwise_initializer = normal(4),
-                                         .bias_initializer = normal(5), .depthwise_kernel_layout = l.depthwise,
-                                         .pointwise_kernel_layout = l.pointwise, .bias_layout = l.bias});
+        kFilters, SeparableConv2DOptions{.strides = c.strides,
+                                         .padding = c.padding,
+                                         .depth_multiplier = kMultiplier,
+                                         .activation = c.activation,
+                                         .depthwise_initializer = normal(3),
+                                         .pointwise_initializer = normal(4),
+                                         .bias_initializer = normal(5),
+                                         .depthwise_kernel_layout = l.depthwise,
+                                         .pointwise_kernel_layout = l.pointwise,
+                                         .bias_layout = l.bias});
     floatx.reset();
     const std::vector<double> xv = testing::random_values(kInput, 41);
     const Array x = distribute_tensor(testing::to_dtype(kInput, xv, dtype), l.x);
@@ -105,8 +116,8 @@ class SeparableConv2DTest : public NnTest {
     Gradients grads;
     const Array dx = sep->backward(x, dy, grads);
     EXPECT_EQ(dx.layout(), x.layout());
-    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64), "dx",
-                 f64 ? 1e-10 : 1e-4);
+    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w, f64 ? 1e-3 : 1e-5, f64),
+                 "dx", f64 ? 1e-10 : 1e-4);
     EXPECT_EQ(grads.size(), 3u);
     testing::expect_weight_gradients(grads,
                                      {{sep->depthwise_kernel(), "depthwise"},
@@ -148,30 +159,34 @@ TEST_F(SeparableConv2DTest, PathsShapesAndArgumentChecksAreKeras) {
   auto flat = std::make_shared<SeparableConv2D>(4);
   EXPECT_THROW(flat->build_standalone({2, 8, 5}), ValueError);
   try {
-    (void)sep->call_on(distribute_tensor(HostTensor(DType::kF32, {2, 8, 9, 4}),
-                                         TensorLayout::replicated(4, sep->depthwise_kernel()->value().mesh())));
+    (void)sep->call_on(
+        distribute_tensor(HostTensor(DType::kF32, {2, 8, 9, 4}),
+                          TensorLayout::replicated(4, sep->depthwise_kernel()->value().mesh())));
     FAIL() << "no error";
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("was built for 5 input channels, got an input of shape (2, 8, 9, 4)"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("was built for 5 input channels, got an input of shape (2, 8, 9, 4)"));
   }
 }
 
 TEST_F(SeparableConv2DTest, ForwardAndGradientsUnderShardedLayouts) {
   const std::vector<Layouts> layouts = {
-      {layout({kNone, kNone, kNone, kNone}), layout({kNone, kNone, kNone, kNone}), layout({kNone, kNone, kNone, kNone}),
-       layout({kNone})},
+      {layout({kNone, kNone, kNone, kNone}), layout({kNone, kNone, kNone, kNone}),
+       layout({kNone, kNone, kNone, kNone}), layout({kNone})},
       {layout({{"data"}, kNone, kNone, kNone}), layout({kNone, kNone, kNone, kNone}),
        layout({kNone, kNone, kNone, {"model"}}), layout({{"model"}})},  // column-parallel pointwise
       {layout({{"data"}, {"model"}, kNone, kNone}), layout({kNone, kNone, {"model"}, kNone}),
        layout({kNone, kNone, {"model"}, kNone}), layout({kNone})},  // row-parallel pointwise
   };
-  const std::vector<Config> configs = {{{1, 1}, "valid", Activation::kLinear}, {{2, 2}, "same", Activation::kTanh},
+  const std::vector<Config> configs = {{{1, 1}, "valid", Activation::kLinear},
+                                       {{2, 2}, "same", Activation::kTanh},
                                        {{1, 2}, "same", Activation::kLinear}};
   for (const DType dtype : {DType::kF32, DType::kF64}) {
     for (const Config& c : configs) {
       for (const Layouts& l : layouts) {
-        SCOPED_TRACE(fmt::format("{} strides ({}, {}) {} x {} depthwise {} pointwise {}", dtype_name(dtype),
-                                 c.strides[0], c.strides[1], c.padding, l.x.to_string(), l.depthwise.to_string(),
+        SCOPED_TRACE(fmt::format("{} strides ({}, {}) {} x {} depthwise {} pointwise {}",
+                                 dtype_name(dtype), c.strides[0], c.strides[1], c.padding,
+                                 l.x.to_string(), l.depthwise.to_string(),
                                  l.pointwise.to_string()));
         check(c, l, dtype);
       }
@@ -185,8 +200,8 @@ TEST_F(SeparableConv2DTest, ModelParallelLaysOutTheKernelsByTheirPaths) {
   map["separable_conv2d/bias"] = {"model"};
   auto mp = std::make_shared<ModelParallel>(map);
   DistributionScope scope = mp->scope();
-  auto sep = std::make_shared<SeparableConv2D>(kFilters, SeparableConv2DOptions{.padding = "same",
-                                                                                .depth_multiplier = kMultiplier});
+  auto sep = std::make_shared<SeparableConv2D>(
+      kFilters, SeparableConv2DOptions{.padding = "same", .depth_multiplier = kMultiplier});
   const Tensor y = (*sep)(mp->distribute_input(HostTensor::random(DType::kF32, kInput, 43)));
   EXPECT_EQ(sep->pointwise_kernel()->layout(), layout({kNone, kNone, kNone, {"model"}}));
   EXPECT_EQ(sep->bias()->layout(), layout({{"model"}}));

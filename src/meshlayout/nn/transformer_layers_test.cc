@@ -20,10 +20,10 @@
 namespace meshlayout {
 namespace {
 
-using testing::ValueErrorMessage;
 using testing::ref_causal_attention;
 using testing::ref_matmul;
 using testing::ref_rope;
+using testing::ValueErrorMessage;
 using testing::Vec;
 
 class TransformerLayersTest : public NnTest {};
@@ -68,14 +68,26 @@ TEST_F(TransformerLayersTest, GroupedQueryAttentionMatchesFloat64OnEveryLayout) 
   const int64_t B = 2, T = 5, d = 16, D = 4;
   const AttentionCase cases[] = {
       {8, 8, {}, "replicated MHA"},
-      {8, 2, {{"query.kernel|key.kernel|value.kernel", TensorLayout({None, "model", None})},
-              {"attention_output.kernel", TensorLayout({"model", None, None})}}, "Megatron, 2 KV heads on 4"},
-      {8, 4, {{"query.kernel|key.kernel|value.kernel", TensorLayout({None, "model", None})},
-              {"attention_output.kernel", TensorLayout({"model", None, None})}}, "Megatron GQA"},
-      {8, 4, {{"query.kernel|key.kernel|value.kernel", TensorLayout({"model", "data", None})},
-              {"attention_output.kernel", TensorLayout({"model", None, "data"})}}, "keras-hub 2-D"},
-      {6, 3, {{"query.kernel|key.kernel|value.kernel", TensorLayout({None, "model", None})},
-              {"attention_output.kernel", TensorLayout({"model", None, None})}}, "uneven heads (6, 3 on 4)"},
+      {8,
+       2,
+       {{"query.kernel|key.kernel|value.kernel", TensorLayout({None, "model", None})},
+        {"attention_output.kernel", TensorLayout({"model", None, None})}},
+       "Megatron, 2 KV heads on 4"},
+      {8,
+       4,
+       {{"query.kernel|key.kernel|value.kernel", TensorLayout({None, "model", None})},
+        {"attention_output.kernel", TensorLayout({"model", None, None})}},
+       "Megatron GQA"},
+      {8,
+       4,
+       {{"query.kernel|key.kernel|value.kernel", TensorLayout({"model", "data", None})},
+        {"attention_output.kernel", TensorLayout({"model", None, "data"})}},
+       "keras-hub 2-D"},
+      {6,
+       3,
+       {{"query.kernel|key.kernel|value.kernel", TensorLayout({None, "model", None})},
+        {"attention_output.kernel", TensorLayout({"model", None, None})}},
+       "uneven heads (6, 3 on 4)"},
   };
   const HostTensor xh = HostTensor::random(DType::kF32, {B, T, d}, 3);
   for (const AttentionCase& c : cases) {
@@ -88,13 +100,17 @@ TEST_F(TransformerLayersTest, GroupedQueryAttentionMatchesFloat64OnEveryLayout) 
       {
         LayoutMapScope scope = rules.scope();
         Tensor in = Input({T, d}, B);
-        attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
-            .num_heads = c.heads, .key_dim = D, .num_key_value_heads = c.kv_heads, .use_bias = false,
-            .rope_theta = theta});
+        attn = std::make_shared<MultiHeadAttention>(
+            MultiHeadAttentionOptions{.num_heads = c.heads,
+                                      .key_dim = D,
+                                      .num_key_value_heads = c.kv_heads,
+                                      .use_bias = false,
+                                      .rope_theta = theta});
         model = Model::functional(in, (*attn)(in));
       }
       const Tensor y = (*model)(distribute_tensor(xh, TensorLayout({"data", None, None}, mesh_)));
-      expect_close(y.value().gather(), reference_attention(doubles(xh), *attn, B, T, d, c.heads, c.kv_heads, D, theta),
+      expect_close(y.value().gather(),
+                   reference_attention(doubles(xh), *attn, B, T, d, c.heads, c.kv_heads, D, theta),
                    1e-5, fmt::format("{} theta {}", c.what, theta));
     }
   }
@@ -109,8 +125,11 @@ TEST_F(TransformerLayersTest, CachedStepsGiveTheFullCausalResult) {
   {
     LayoutMapScope scope = rules.scope();
     Tensor in = Input({T, d}, B);
-    attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
-        .num_heads = 4, .key_dim = 4, .num_key_value_heads = 2, .use_bias = true, .rope_theta = 500.0});
+    attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 4,
+                                                                          .key_dim = 4,
+                                                                          .num_key_value_heads = 2,
+                                                                          .use_bias = true,
+                                                                          .rope_theta = 500.0});
     (void)Model::functional(in, (*attn)(in));
   }
   const HostTensor xh = HostTensor::random(DType::kF32, {B, T, d}, 8);
@@ -130,18 +149,22 @@ TEST_F(TransformerLayersTest, CachedStepsGiveTheFullCausalResult) {
   Vec stepped(full.size());
   int64_t at = 0;
   for (const int64_t n : {4, 1, 1}) {
-    const Vec y = doubles(attn->call_cached(distribute_tensor(rows(at, at + n), layout), cache, at, T).gather());
+    const Vec y = doubles(
+        attn->call_cached(distribute_tensor(rows(at, at + n), layout), cache, at, T).gather());
     for (int64_t b = 0; b < B; ++b) {
-      std::copy(y.begin() + b * n * d, y.begin() + (b + 1) * n * d, stepped.begin() + (b * T + at) * d);
+      std::copy(y.begin() + b * n * d, y.begin() + (b + 1) * n * d,
+                stepped.begin() + (b * T + at) * d);
     }
     at += n;
   }
   EXPECT_EQ(cache.length, T);
-  EXPECT_EQ(cache.key->layout(), TensorLayout({"data", None, None, None}, mesh_));  // 2 KV heads on 4: whole
+  EXPECT_EQ(cache.key->layout(),
+            TensorLayout({"data", None, None, None}, mesh_));  // 2 KV heads on 4: whole
   HostTensor got(DType::kF32, {B, T, d});
   std::copy(stepped.begin(), stepped.end(), got.data_as<float>());
   expect_close(got, full, 1e-5, "cached");
-  EXPECT_THROW((void)attn->call_cached(distribute_tensor(rows(0, 1), layout), cache, T, T), ValueError);
+  EXPECT_THROW((void)attn->call_cached(distribute_tensor(rows(0, 1), layout), cache, T, T),
+               ValueError);
 }
 
 TEST_F(TransformerLayersTest, KerasPathsAndShapes) {
@@ -150,7 +173,8 @@ TEST_F(TransformerLayersTest, KerasPathsAndShapes) {
   {
     LayoutMapScope scope = rules.scope();
     Tensor in = Input({3, 10}, 2);
-    auto attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 4});
+    auto attn = std::make_shared<MultiHeadAttention>(
+        MultiHeadAttentionOptions{.num_heads = 2, .key_dim = 4});
     auto norm = std::make_shared<RMSNormalization>();
     model = Model::functional(in, (*norm)((*attn)(in)));
   }
@@ -169,8 +193,10 @@ TEST_F(TransformerLayersTest, KerasPathsAndShapes) {
                        "multi_head_attention/attention_output/bias", "rms_normalization/scale"}));
   EXPECT_EQ(keys[0], "multi_head_attention._query_dense.kernel");
   EXPECT_EQ(keys[6], "multi_head_attention._output_dense.kernel");
-  EXPECT_EQ(shapes, (std::vector<Shape>{{10, 2, 4}, {2, 4}, {10, 2, 4}, {2, 4}, {10, 2, 4}, {2, 4},
-                                        {2, 4, 10}, {10}, {10}}));
+  EXPECT_EQ(
+      shapes,
+      (std::vector<Shape>{
+          {10, 2, 4}, {2, 4}, {10, 2, 4}, {2, 4}, {10, 2, 4}, {2, 4}, {2, 4, 10}, {10}, {10}}));
 }
 
 TEST_F(TransformerLayersTest, EinsumDenseAndLoraMatchFloat64) {
@@ -201,7 +227,7 @@ TEST_F(TransformerLayersTest, EinsumDenseAndLoraMatchFloat64) {
     EXPECT_EQ(dense->lora_kernel_b()->shape(), (Shape{2, 2}));
     EXPECT_FALSE(dense->kernel()->trainable());
     const Vec ab = ref_matmul(doubles(dense->lora_kernel_a()->value().gather()),
-                          doubles(dense->lora_kernel_b()->value().gather()), 24, 2, 2);
+                              doubles(dense->lora_kernel_b()->value().gather()), 24, 2, 2);
     Vec w = doubles(dense->kernel()->value().gather());
     for (size_t i = 0; i < w.size(); ++i) w[i] += 2.0 * ab[i];  // alpha / rank = 4 / 2
     want = ref_matmul(doubles(xh), w, 12, 8, 6);
@@ -209,15 +235,19 @@ TEST_F(TransformerLayersTest, EinsumDenseAndLoraMatchFloat64) {
     EXPECT_THROW(dense->enable_lora(2), ValueError);
   }
   EXPECT_THROW(EinsumDense("ab,cd->ad", {4}), ValueError);
-  EXPECT_NE(ValueErrorMessage([] { EinsumDense("btd,dnh->bnth", {-1, 2, 2}); }).find("'btd,dnh->bnth'"),
+  EXPECT_NE(ValueErrorMessage([] {
+              EinsumDense("btd,dnh->bnth", {-1, 2, 2});
+            }).find("'btd,dnh->bnth'"),
             std::string::npos);
   auto unbuilt = std::make_shared<EinsumDense>("ab,bc->ac", Shape{4});
-  EXPECT_NE(ValueErrorMessage([&] { unbuilt->enable_lora(2); }).find("built first"), std::string::npos);
+  EXPECT_NE(ValueErrorMessage([&] { unbuilt->enable_lora(2); }).find("built first"),
+            std::string::npos);
 }
 
 TEST_F(TransformerLayersTest, RmsNormalizationMatchesFloat64) {
   const HostTensor xh = HostTensor::random(DType::kF32, {4, 6}, 2);
-  for (const TensorLayout& l : {TensorLayout({"data", "model"}, mesh_), TensorLayout({None, None}, mesh_)}) {
+  for (const TensorLayout& l :
+       {TensorLayout({"data", "model"}, mesh_), TensorLayout({None, None}, mesh_)}) {
     clear_session();
     auto norm = std::make_shared<RMSNormalization>(RMSNormalizationOptions{
         .epsilon = 1e-5, .scale_initializer = Initializer::random_normal()});
@@ -232,9 +262,11 @@ TEST_F(TransformerLayersTest, RmsNormalizationMatchesFloat64) {
     Vec want(x.size());
     for (int r = 0; r < 4; ++r) {
       double ss = 0;
-      for (int c = 0; c < 6; ++c) ss += x[static_cast<size_t>(r * 6 + c)] * x[static_cast<size_t>(r * 6 + c)];
+      for (int c = 0; c < 6; ++c)
+        ss += x[static_cast<size_t>(r * 6 + c)] * x[static_cast<size_t>(r * 6 + c)];
       for (int c = 0; c < 6; ++c) {
-        want[static_cast<size_t>(r * 6 + c)] = x[static_cast<size_t>(r * 6 + c)] / std::sqrt(ss / 6 + 1e-5) * g[static_cast<size_t>(c)];
+        want[static_cast<size_t>(r * 6 + c)] = x[static_cast<size_t>(r * 6 + c)] /
+                                               std::sqrt(ss / 6 + 1e-5) * g[static_cast<size_t>(c)];
       }
     }
     expect_close(y.gather(), want, 1e-6, l.to_string());

@@ -33,7 +33,8 @@ inline Vec ref_matmul(const Vec& a, const Vec& b, int64_t rows, int64_t k, int64
 }
 
 /// x (B, T, H, D) rotated in place at positions start + t (HF rotate_half).
-inline void ref_rope(Vec& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t start, double theta) {
+inline void ref_rope(Vec& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t start,
+                     double theta) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t h = 0; h < H; ++h) {
@@ -66,13 +67,15 @@ inline Vec ref_causal_attention(const Vec& q, const Vec& k, const Vec& v, int64_
         double mx = -INFINITY, sum = 0;
         for (int64_t s = 0; s <= t; ++s) {
           double dot = 0;
-          for (int64_t e = 0; e < D; ++e) dot += q[at(b, t, H, h, T, D) + e] * k[at(b, s, Hkv, j, T, D) + e];
+          for (int64_t e = 0; e < D; ++e)
+            dot += q[at(b, t, H, h, T, D) + e] * k[at(b, s, Hkv, j, T, D) + e];
           mx = std::max(mx, w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D)));
         }
         for (double& e : w) sum += (e = std::exp(e - mx));
         for (int64_t s = 0; s <= t; ++s) {
           for (int64_t e = 0; e < D; ++e) {
-            o[at(b, t, H, h, T, D) + e] += w[static_cast<size_t>(s)] / sum * v[at(b, s, Hkv, j, T, D) + e];
+            o[at(b, t, H, h, T, D) + e] +=
+                w[static_cast<size_t>(s)] / sum * v[at(b, s, Hkv, j, T, D) + e];
           }
         }
       }
@@ -86,14 +89,16 @@ inline Vec ref_causal_attention(const Vec& q, const Vec& k, const Vec& v, int64_
 inline Vec ref_transpose(const Vec& a, int64_t rows, int64_t cols) {
   Vec out(a.size());
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(c * rows + r)] = a[static_cast<size_t>(r * cols + c)];
+    for (int64_t c = 0; c < cols; ++c)
+      out[static_cast<size_t>(c * rows + r)] = a[static_cast<size_t>(r * cols + c)];
   }
   return out;
 }
 
 /// The backward of ref_rope, in place: dy (B, T, H, D) → dx, each pair rotated by the opposite
 /// angle (the rotation's transpose).
-inline void ref_rope_backward(Vec& dy, int64_t B, int64_t T, int64_t H, int64_t D, int64_t start, double theta) {
+inline void ref_rope_backward(Vec& dy, int64_t B, int64_t T, int64_t H, int64_t D, int64_t start,
+                              double theta) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t h = 0; h < H; ++h) {
@@ -118,8 +123,9 @@ struct AttentionGrads {
 /// probabilities recomputed: with p = softmax(s), dp_s = d_o·v_s, ds = p·(dp − Σ p·dp);
 /// dq_t = Σ_s ds_s k_s / sqrt(D), dk_s += ds_s q_t / sqrt(D), dv_s += p_s d_o_t (summed over the
 /// query heads sharing a key/value head).
-inline AttentionGrads ref_causal_attention_backward(const Vec& q, const Vec& k, const Vec& v, const Vec& d_o,
-                                                    int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+inline AttentionGrads ref_causal_attention_backward(const Vec& q, const Vec& k, const Vec& v,
+                                                    const Vec& d_o, int64_t B, int64_t T, int64_t H,
+                                                    int64_t Hkv, int64_t D) {
   AttentionGrads g{Vec(q.size(), 0.0), Vec(k.size(), 0.0), Vec(v.size(), 0.0)};
   const auto at = [](int64_t b, int64_t t, int64_t heads, int64_t h, int64_t T_, int64_t D_) {
     return static_cast<size_t>(((b * T_ + t) * heads + h) * D_);
@@ -153,7 +159,8 @@ inline AttentionGrads ref_causal_attention_backward(const Vec& q, const Vec& k, 
         }
         for (int64_t s = 0; s <= t; ++s) {
           const size_t ks = at(b, s, Hkv, j, T, D);
-          const double ds = p[static_cast<size_t>(s)] * (dp[static_cast<size_t>(s)] - p_dot_dp) * scale;
+          const double ds =
+              p[static_cast<size_t>(s)] * (dp[static_cast<size_t>(s)] - p_dot_dp) * scale;
           for (int64_t e = 0; e < D; ++e) {
             g.dq[qt + e] += ds * k[ks + e];
             g.dk[ks + e] += ds * q[qt + e];

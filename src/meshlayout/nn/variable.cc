@@ -32,9 +32,10 @@ Variable::Variable(VariableSpec spec) : spec_(std::move(spec)) {
       total += s.length;
     }
     if (negative || spec_.shape.empty() || total != spec_.shape.back()) {
-      throw ValueError(fmt::format("variable {} of shape {}: its initializer segments add up to "
-                                   "{}, not to the last extent",
-                                   quote(spec_.name), shape_to_string(spec_.shape), total));
+      throw ValueError(
+          fmt::format("variable {} of shape {}: its initializer segments add up to "
+                      "{}, not to the last extent",
+                      quote(spec_.name), shape_to_string(spec_.shape), total));
     }
   }
 }
@@ -82,7 +83,9 @@ std::optional<TensorLayout> Variable::layout() const {
 }
 
 std::string Variable::describe() const {
-  const std::string& id = !object_path_.empty() ? object_path_ : !path_.empty() ? path_ : spec_.name;
+  const std::string& id = !object_path_.empty() ? object_path_
+                          : !path_.empty()      ? path_
+                                                : spec_.name;
   return fmt::format("variable {}", quote(id));
 }
 
@@ -107,7 +110,9 @@ void Variable::materialize(const TensorLayout& layout, std::shared_ptr<Runtime> 
   ShardGeometry check(layout, spec_.shape, GeometryOptions{.strict = strict}, describe());
   Array a = Array::allocate(layout, spec_.shape, *spec_.dtype, std::move(runtime),
                             GeometryOptions{.strict = strict});
-  const uint64_t key = variable_key(!path_.empty() ? path_ : object_path_.empty() ? spec_.name : object_path_);
+  const uint64_t key = variable_key(!path_.empty()         ? path_
+                                    : object_path_.empty() ? spec_.name
+                                                           : object_path_);
   // Fill each distinct box once in this process; replicas of it copy the bytes (far cheaper
   // than drawing them again). The values are the same either way: counter-based init.
   std::vector<Array::Shard>& shards = a.local_shards();
@@ -141,7 +146,8 @@ void Variable::assign(const HostTensor& value) {
   if (value.shape() != spec_.shape || value.dtype() != *spec_.dtype) {
     throw ValueError(fmt::format("cannot assign a {} tensor of shape {} to {} ({} {})",
                                  dtype_name(value.dtype()), shape_to_string(value.shape()),
-                                 describe(), dtype_name(*spec_.dtype), shape_to_string(spec_.shape)));
+                                 describe(), dtype_name(*spec_.dtype),
+                                 shape_to_string(spec_.shape)));
   }
   Array next = distribute_tensor(value, current.layout(), {.runtime = current.runtime_ptr()});
   value_.emplace(std::move(next));

@@ -8,8 +8,8 @@
 //
 // Example:
 //   std::shared_ptr<Variable> v;
-//   { NameScope s("d1"); v = std::make_shared<Variable>(VariableSpec{.name = "kernel", .shape = {10, 20}}); }
-//   v->path() == "d1/kernel";  v->set_object_path("d1.kernel");
+//   { NameScope s("d1"); v = std::make_shared<Variable>(VariableSpec{.name = "kernel", .shape =
+//   {10, 20}}); } v->path() == "d1/kernel";  v->set_object_path("d1.kernel");
 //   v->materialize(TensorLayout({None, "model"}, mesh));   // each device fills its box
 //   HostTensor whole = v->value().gather();
 #pragma once

@@ -36,7 +36,8 @@ TEST_F(VariableTest, ValuesAreBitIdenticalOnEveryMeshAndLayout) {
   for (const char* init : {"glorot_uniform", "random_normal", "truncated_normal", "he_uniform",
                            "lecun_normal", "ones"}) {
     SCOPED_TRACE(init);
-    Variable reference({.name = "kernel", .shape = shape, .initializer = Initializer::from_name(init)});
+    Variable reference(
+        {.name = "kernel", .shape = shape, .initializer = Initializer::from_name(init)});
     reference.set_paths("d.kernel", "d/kernel");
     DeviceMesh one({1}, {"x"}, std::vector<std::string>{"cpu:0"});
     reference.materialize(TensorLayout({None, None}, one));
@@ -45,7 +46,7 @@ TEST_F(VariableTest, ValuesAreBitIdenticalOnEveryMeshAndLayout) {
       DeviceMesh mesh = DeviceMesh::from_string(mesh_text);
       for (int l = 0; l < 3; ++l) {
         std::vector<DimSharding> axes =
-            l == 0 ? std::vector<DimSharding>{mesh.axis_names()[0], None}
+            l == 0   ? std::vector<DimSharding>{mesh.axis_names()[0], None}
             : l == 1 ? std::vector<DimSharding>{None, mesh.axis_names().back()}
                      : std::vector<DimSharding>{DimSharding(mesh.axis_names()), None};
         Variable v({.name = "kernel", .shape = shape, .initializer = Initializer::from_name(init)});
@@ -60,7 +61,8 @@ TEST_F(VariableTest, ValuesAreBitIdenticalOnEveryMeshAndLayout) {
 TEST_F(VariableTest, MaterialisingAllocatesOnlyEachDevicesShard) {
   auto rt = Runtime::single_process(8);
   DeviceMesh mesh({2, 4}, {"data", "model"});
-  Variable v({.name = "kernel", .shape = {1024, 512}, .initializer = Initializer::glorot_uniform()});
+  Variable v(
+      {.name = "kernel", .shape = {1024, 512}, .initializer = Initializer::glorot_uniform()});
   v.set_paths("d.kernel", "d/kernel");
   for (VirtualDevice* d : rt->local_devices()) d->memory().reset_peak();
   v.materialize(TensorLayout({"data", "model"}, mesh), rt);

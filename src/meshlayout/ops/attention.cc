@@ -22,9 +22,13 @@ using internal_ops::gemm;
 using internal_ops::gemm_nt;
 
 template <typename T>
-const T* data(const Array::Shard& s) { return reinterpret_cast<const T*>(s.buffer.data()); }
+const T* data(const Array::Shard& s) {
+  return reinterpret_cast<const T*>(s.buffer.data());
+}
 template <typename T>
-T* data(Array::Shard& s) { return reinterpret_cast<T*>(s.buffer.data()); }
+T* data(Array::Shard& s) {
+  return reinterpret_cast<T*>(s.buffer.data());
+}
 
 using internal_ops::in_layout;
 using internal_ops::mask_value;
@@ -43,9 +47,12 @@ const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional
 int64_t mask_value(const Array::Shard& s, DType dtype, int64_t index) {
   const std::byte* p = s.buffer.data();
   switch (dtype) {
-    case DType::kI32: return reinterpret_cast<const int32_t*>(p)[index];
-    case DType::kI64: return reinterpret_cast<const int64_t*>(p)[index];
-    default: return static_cast<int64_t>(reinterpret_cast<const uint8_t*>(p)[index]);
+    case DType::kI32:
+      return reinterpret_cast<const int32_t*>(p)[index];
+    case DType::kI64:
+      return reinterpret_cast<const int64_t*>(p)[index];
+    default:
+      return static_cast<int64_t>(reinterpret_cast<const uint8_t*>(p)[index]);
   }
 }
 
@@ -56,8 +63,10 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
                        shape_to_string(v.shape()));
   };
   if (q.shape().size() != 4 || k.shape().size() != 4 || v.shape() != k.shape()) {
-    throw ValueError(fmt::format("{} needs q (batch, seq, heads, head_dim) and k, v (batch, keys, "
-                                 "kv_heads, head_dim) of equal shapes, got {}", op, shapes()));
+    throw ValueError(
+        fmt::format("{} needs q (batch, seq, heads, head_dim) and k, v (batch, keys, "
+                    "kv_heads, head_dim) of equal shapes, got {}",
+                    op, shapes()));
   }
   if ((q.dtype() != DType::kF32 && q.dtype() != DType::kF64) || k.dtype() != q.dtype() ||
       v.dtype() != q.dtype() || (d_out && d_out->dtype() != q.dtype())) {
@@ -72,8 +81,10 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
         fmt::format("{}: q and k must agree on batch and head_dim, got {}", op, shapes()));
   }
   if (k.shape()[2] == 0 || q.shape()[2] % k.shape()[2] != 0) {
-    throw ValueError(fmt::format("{}: the query heads ({}) must be a multiple of the key/value "
-                                 "heads ({}), got {}", op, q.shape()[2], k.shape()[2], shapes()));
+    throw ValueError(
+        fmt::format("{}: the query heads ({}) must be a multiple of the key/value "
+                    "heads ({}), got {}",
+                    op, q.shape()[2], k.shape()[2], shapes()));
   }
   if (d_out && d_out->shape() != q.shape()) {
     throw ValueError(fmt::format("{}: d_out must have q's shape {}, got d_out {} ({})", op,
@@ -89,9 +100,11 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
   }
   if (d_out) {
     if (!(q.mesh() == k.mesh()) || !(q.mesh() == v.mesh()) || !(q.mesh() == d_out->mesh())) {
-      throw ValueError(fmt::format("{}: q, k, v and d_out must be on one mesh, got {}, {}, {} "
-                                   "and {}", op, q.mesh().to_string(), k.mesh().to_string(),
-                                   v.mesh().to_string(), d_out->mesh().to_string()));
+      throw ValueError(
+          fmt::format("{}: q, k, v and d_out must be on one mesh, got {}, {}, {} "
+                      "and {}",
+                      op, q.mesh().to_string(), k.mesh().to_string(), v.mesh().to_string(),
+                      d_out->mesh().to_string()));
     }
   } else if (!(q.mesh() == k.mesh()) || !(q.mesh() == v.mesh())) {
     throw ValueError(fmt::format("{}: q, k and v must be on one mesh, got {}, {} and {}", op,
@@ -102,10 +115,11 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
     const DType d = m.dtype();
     if (m.shape() != Shape{k.shape()[0], k.shape()[1]} ||
         !(d == DType::kI32 || d == DType::kI64 || d == DType::kU8 || d == DType::kBool)) {
-      throw ValueError(fmt::format("{}: key_mask must be (batch, keys) = {} of I32, I64, U8 or "
-                                   "BOOL, got {} {}", op,
-                                   shape_to_string({k.shape()[0], k.shape()[1]}),
-                                   shape_to_string(m.shape()), dtype_name(d)));
+      throw ValueError(
+          fmt::format("{}: key_mask must be (batch, keys) = {} of I32, I64, U8 or "
+                      "BOOL, got {} {}",
+                      op, shape_to_string({k.shape()[0], k.shape()[1]}), shape_to_string(m.shape()),
+                      dtype_name(d)));
     }
     if (!(m.mesh() == q.mesh())) {
       throw ValueError(fmt::format("{}: key_mask is on {}, q on {}", op, m.mesh().to_string(),
@@ -116,8 +130,8 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
 
 }  // namespace internal_ops
 
-TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_heads, int64_t kv_heads,
-                                 bool* heads_replicated) {
+TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_heads,
+                                 int64_t kv_heads, bool* heads_replicated) {
   const DeviceMesh& mesh = *q_layout.device_mesh();
   const DimSharding& head_axes = q_layout.axes()[2];
   int64_t blocks = 1;
@@ -144,7 +158,8 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
   const int64_t T = q.shape()[1], Hq = q.shape()[2], D = q.shape()[3];
   const int64_t S = k.shape()[1], Hkv = k.shape()[2], r = Hq / Hkv;
   const int64_t L = options.key_length < 0 ? S : options.key_length;
-  const double scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  const double scale =
+      options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
 
   const TensorLayout q_layout({q.layout().axes()[0], None, q.layout().axes()[2], None}, q.mesh());
   const TensorLayout kv_layout = attention_kv_layout(q_layout, Hq, Hkv);
@@ -153,12 +168,16 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
   const Array& kt = in_layout(k, kv_layout, k_store);
   const Array& vt = in_layout(v, kv_layout, v_store);
   const Array* mt = options.key_mask
-                        ? &in_layout(*options.key_mask, TensorLayout({q_layout.axes()[0], None}, q.mesh()), m_store)
+                        ? &in_layout(*options.key_mask,
+                                     TensorLayout({q_layout.axes()[0], None}, q.mesh()), m_store)
                         : nullptr;
   Array out = allocate_agreed(q_layout, q.shape(), q.dtype(), q.runtime_ptr());
 
   // One task per (local shard, batch row, query head) of the output.
-  struct Task { size_t shard; int64_t b, h; };
+  struct Task {
+    size_t shard;
+    int64_t b, h;
+  };
   std::vector<Task> tasks;
   for (size_t i = 0; i < out.local_shards().size(); ++i) {
     const Box& box = out.local_shards()[i].box;
@@ -191,9 +210,11 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
     const E fscale = static_cast<E>(scale);
     for (int64_t t0 = 0; t0 < T; t0 += block) {
       const int64_t rows = std::min(block, T - t0);
-      const int64_t keys = options.causal ? std::max<int64_t>(0, std::min(L, t0 + rows + options.query_offset)) : L;
+      const int64_t keys =
+          options.causal ? std::max<int64_t>(0, std::min(L, t0 + rows + options.query_offset)) : L;
       if (keys == 0) {  // no row of this block sees a key: zeros
-        for (int64_t t = t0; t < t0 + rows; ++t) std::fill(op + t * nh * D, op + t * nh * D + D, E(0));
+        for (int64_t t = t0; t < t0 + rows; ++t)
+          std::fill(op + t * nh * D, op + t * nh * D + D, E(0));
         continue;
       }
       E* p = scores.data();
@@ -202,12 +223,14 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
         const int64_t t = t0 + i;
         E* row = p + i * keys;
         // Keys past `visible` (causal) are masked: only [0, visible) is scaled and exponentiated.
-        const int64_t visible = options.causal ? std::max<int64_t>(0, std::min(L, t + options.query_offset + 1)) : L;
+        const int64_t visible =
+            options.causal ? std::max<int64_t>(0, std::min(L, t + options.query_offset + 1)) : L;
         std::fill(row + visible, row + keys, E(0));
         E m = kMinusInf;
         if (ms) {
           for (int64_t s = 0; s < visible; ++s) {
-            row[s] = mask_value(*ms, mt->dtype(), task.b * S + s) != 0 ? row[s] * fscale : kMinusInf;
+            row[s] =
+                mask_value(*ms, mt->dtype(), task.b * S + s) != 0 ? row[s] * fscale : kMinusInf;
             m = std::max(m, row[s]);
           }
         } else {
@@ -242,9 +265,10 @@ void check_rotary(const Array& x, int64_t start_position, double theta, RotaryDi
   const std::string_view op = backward ? "rotary embedding backward" : "rotary embedding";
   if (x.shape().size() != 4 || (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) ||
       x.shape()[3] % 2 != 0) {
-    throw ValueError(fmt::format("{} needs an F32 or F64 (batch, seq, heads, head_dim) {} with an even "
-                                 "head_dim, got {} {}", op, backward ? "gradient" : "tensor",
-                                 shape_to_string(x.shape()), dtype_name(x.dtype())));
+    throw ValueError(fmt::format(
+        "{} needs an F32 or F64 (batch, seq, heads, head_dim) {} with an even "
+        "head_dim, got {} {}",
+        op, backward ? "gradient" : "tensor", shape_to_string(x.shape()), dtype_name(x.dtype())));
   }
   if (!(theta > 0) || start_position < 0) {
     throw ValueError(fmt::format("{} needs theta > 0 and start_position >= 0, got {} and {}", op,
@@ -269,7 +293,8 @@ void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirec
     last = std::max(last, s.box.offset[1] + s.box.shape[1]);
   }
   const int64_t positions = std::max<int64_t>(0, last - first);
-  std::vector<E> cs(static_cast<size_t>(positions * half)), sn(static_cast<size_t>(positions * half));
+  std::vector<E> cs(static_cast<size_t>(positions * half)),
+      sn(static_cast<size_t>(positions * half));
   for (int64_t i = 0; i < half; ++i) {  // angle in double, rotation in E
     const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
     for (int64_t t = 0; t < positions; ++t) {
@@ -323,8 +348,7 @@ Array rotary_embedding(const Array& x, int64_t start_position, double theta,
   return y;
 }
 
-Array rotary_embedding(Array&& x, int64_t start_position, double theta,
-                       RotaryDirection direction) {
+Array rotary_embedding(Array&& x, int64_t start_position, double theta, RotaryDirection direction) {
   check_rotary(x, start_position, theta, direction);
   if (x.layout().axes()[3].is_sharded()) {
     return rotary_embedding(static_cast<const Array&>(x), start_position, theta, direction);

@@ -46,13 +46,14 @@ struct AttentionOptions {
 /// \error ValueError naming the shapes if ranks, batch, head_dim or S differ, Hq is not a
 ///   multiple of Hkv, key_length is outside [0, S]; naming the dtypes unless q, k and v are all
 ///   F32 or all F64 (no implicit cast).
-Array attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& options = {});
+Array attention(const Array& q, const Array& k, const Array& v,
+                const AttentionOptions& options = {});
 
 /// The layout attention gives k and v for a q laid out as `q_layout` (its batch axes, and its
 /// head axes only when every device's query-head block maps onto exactly one key/value-head
 /// block); `heads_replicated` tells which case it is.
-TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_heads, int64_t kv_heads,
-                                 bool* heads_replicated = nullptr);
+TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_heads,
+                                 int64_t kv_heads, bool* heads_replicated = nullptr);
 
 /// x (B, T, H, D) rotated at positions start_position + t: the first and second halves of D are
 /// (x1·cos − x2·sin, x2·cos + x1·sin) with angle (position) · theta^(−2i/D), i < D/2 (angles

@@ -27,9 +27,13 @@ using internal_ops::rotary_embedding;
 using internal_ops::RotaryDirection;
 
 template <typename E>
-const E* data(const Array::Shard& s) { return reinterpret_cast<const E*>(s.buffer.data()); }
+const E* data(const Array::Shard& s) {
+  return reinterpret_cast<const E*>(s.buffer.data());
+}
 template <typename E>
-E* data(std::byte* p) { return reinterpret_cast<E*>(p); }
+E* data(std::byte* p) {
+  return reinterpret_cast<E*>(p);
+}
 
 std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
   std::vector<int64_t> block(static_cast<size_t>(g.rank()));
@@ -58,8 +62,8 @@ struct Dims {
 // The gradients of key/value head j (global) of batch row b (local) of `u`, and dq of the
 // unit's query heads in j's group. E: float (F32) or double (F64), every operand's element type.
 template <typename E>
-void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Array& qt, const Array& dot,
-                   const Array& kt, const Array& vt, const Array* mt) {
+void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Array& qt,
+                   const Array& dot, const Array& kt, const Array& vt, const Array* mt) {
   const int64_t T = d.T, S = d.S, D = d.D, L = d.L;
   const int64_t nh = u.q_box.shape[2], nkd = u.kv_box.shape[2];
   const int64_t h0 = std::max(u.q_box.offset[2], j * d.r);
@@ -107,7 +111,8 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
       E* row = p.data() + t * L;
       E* drow = dp.data() + t * L;
       const int64_t visible =
-          d.options->causal ? std::max<int64_t>(0, std::min(L, t + d.options->query_offset + 1)) : L;
+          d.options->causal ? std::max<int64_t>(0, std::min(L, t + d.options->query_offset + 1))
+                            : L;
       std::fill(row + visible, row + L, E(0));
       std::fill(drow + visible, drow + L, E(0));
       E m = kMinusInf;
@@ -135,24 +140,26 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
         pt[static_cast<size_t>(s * nT + i * T + t)] = p[static_cast<size_t>(t * L + s)];
         dst[static_cast<size_t>(s * nT + i * T + t)] = dp[static_cast<size_t>(t * L + s)];
       }
-      std::memcpy(doc.data() + (i * T + t) * D, dop + t * nh * D, static_cast<size_t>(D) * sizeof(E));
+      std::memcpy(doc.data() + (i * T + t) * D, dop + t * nh * D,
+                  static_cast<size_t>(D) * sizeof(E));
       std::memcpy(qc.data() + (i * T + t) * D, qp + t * nh * D, static_cast<size_t>(D) * sizeof(E));
     }
   }
   // No query head of the group here (n = 0): the products write zeros.
-  gemm<E>(L, D, nT, pt.data(), nT, doc.data(), D, dvp, nkd * D);   // dv = Σ Pᵀ·d_out
-  gemm<E>(L, D, nT, dst.data(), nT, qc.data(), D, dkp, nkd * D);   // dk = Σ dSᵀ·q
+  gemm<E>(L, D, nT, pt.data(), nT, doc.data(), D, dvp, nkd * D);  // dv = Σ Pᵀ·d_out
+  gemm<E>(L, D, nT, dst.data(), nT, qc.data(), D, dkp, nkd * D);  // dk = Σ dSᵀ·q
 }
 
 }  // namespace
 
-AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v, const Array& d_out,
-                                  const AttentionOptions& options) {
+AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v,
+                                  const Array& d_out, const AttentionOptions& options) {
   internal_ops::check_attention("attention_backward", q, k, v, &d_out, options);
   const int64_t Hq = q.shape()[2], D = q.shape()[3], S = k.shape()[1], Hkv = k.shape()[2];
-  const double scale = options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
-  const Dims dims{q.shape()[1], S, D, options.key_length < 0 ? S : options.key_length, Hq / Hkv,
-                  scale, &options};
+  const double scale =
+      options.scale != 0.0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  const Dims dims{q.shape()[1], S,     D,       options.key_length < 0 ? S : options.key_length,
+                  Hq / Hkv,     scale, &options};
   const DeviceMesh& mesh = q.mesh();
   Runtime& rt = q.runtime();
 
@@ -180,7 +187,8 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
   if (heads_replicated) {
     std::vector<int> head_axes;
     for (const std::string& a : q_layout.axes()[2].axes()) head_axes.push_back(*mesh.axis_index(a));
-    partial_layout.emplace(internal_ops::PartialLayout{ShardGeometry(kv_layout, k.shape()), head_axes, Hq});
+    partial_layout.emplace(
+        internal_ops::PartialLayout{ShardGeometry(kv_layout, k.shape()), head_axes, Hq});
     dk_parts = internal_ops::allocate_local_partials(*partial_layout, qt, elem);
     dv_parts = internal_ops::allocate_local_partials(*partial_layout, qt, elem);
   } else {
@@ -217,13 +225,17 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
     units.push_back(std::move(u));
   }
   // One task per (unit, batch row, key/value head): a head's dk and dv rows have one writer.
-  struct Task { size_t unit; int64_t b, j; };
+  struct Task {
+    size_t unit;
+    int64_t b, j;
+  };
   std::vector<Task> tasks;
   for (size_t i = 0; i < units.size(); ++i) {
     const Unit& u = units[i];
     if (u.dk == nullptr) continue;
     for (int64_t b = 0; b < u.kv_box.shape[0]; ++b) {
-      for (int64_t j = 0; j < u.kv_box.shape[2]; ++j) tasks.push_back({i, b, u.kv_box.offset[2] + j});
+      for (int64_t j = 0; j < u.kv_box.shape[2]; ++j)
+        tasks.push_back({i, b, u.kv_box.offset[2] + j});
     }
   }
   internal_ops::use_single_threaded_blas();
@@ -255,8 +267,8 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
       return distribute_tensor(*full, like.layout());
     }
     Array out = allocate_agreed(like.layout(), like.shape(), dtype, q.runtime_ptr());
-    const internal_ops::ReductionPlan plan =
-        internal_ops::plan_reduction(*partial_layout, out.geometry(), elem, rt.local_device_count());
+    const internal_ops::ReductionPlan plan = internal_ops::plan_reduction(
+        *partial_layout, out.geometry(), elem, rt.local_device_count());
     internal_ops::reduce_partials(parts, plan, out);
     return out;
   };

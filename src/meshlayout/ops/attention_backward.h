@@ -46,8 +46,8 @@ struct AttentionGrads {
 /// and d_out of one dtype, the gradients in it. Collective.
 /// \error ValueError naming the shapes as attention does, and if d_out's shape or dtype is not
 ///   q's or it is on another mesh.
-AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v, const Array& d_out,
-                                  const AttentionOptions& options = {});
+AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v,
+                                  const Array& d_out, const AttentionOptions& options = {});
 
 /// dL/dx of y = apply_rotary_embedding(x, start_position, theta) given dy = dL/dy: dy rotated
 /// by −angle. Keeps dy's layout (D gathered first if split). ValueError as the forward's.

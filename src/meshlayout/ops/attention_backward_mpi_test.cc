@@ -18,7 +18,9 @@ namespace {
 using Vec = std::vector<double>;
 constexpr int64_t B = 2, T = 5, Hq = 4, Hkv = 2, D = 4;
 
-Vec doubles(const HostTensor& t) { return Vec(t.data_as<float>(), t.data_as<float>() + num_elements(t.shape())); }
+Vec doubles(const HostTensor& t) {
+  return Vec(t.data_as<float>(), t.data_as<float>() + num_elements(t.shape()));
+}
 
 // Σ out ⊙ g of causal softmax(q·kᵀ/√D)·v in double, query head h on KV head h / (Hq / Hkv).
 double loss(const Vec& q, const Vec& k, const Vec& v, const Vec& g) {
@@ -31,7 +33,9 @@ double loss(const Vec& q, const Vec& k, const Vec& v, const Vec& g) {
         Vec w(static_cast<size_t>(t + 1));
         for (int64_t s = 0; s <= t; ++s) {
           double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += q[qi + static_cast<size_t>(d)] * k[static_cast<size_t>(((b * T + s) * Hkv + j) * D + d)];
+          for (int64_t d = 0; d < D; ++d)
+            dot += q[qi + static_cast<size_t>(d)] *
+                   k[static_cast<size_t>(((b * T + s) * Hkv + j) * D + d)];
           w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D));
         }
         const double m = *std::max_element(w.begin(), w.end());
@@ -39,7 +43,8 @@ double loss(const Vec& q, const Vec& k, const Vec& v, const Vec& g) {
         for (double& x : w) sum += (x = std::exp(x - m));
         for (int64_t s = 0; s <= t; ++s) {
           for (int64_t d = 0; d < D; ++d) {
-            l += w[static_cast<size_t>(s)] / sum * v[static_cast<size_t>(((b * T + s) * Hkv + j) * D + d)] *
+            l += w[static_cast<size_t>(s)] / sum *
+                 v[static_cast<size_t>(((b * T + s) * Hkv + j) * D + d)] *
                  g[qi + static_cast<size_t>(d)];
           }
         }
@@ -49,7 +54,8 @@ double loss(const Vec& q, const Vec& k, const Vec& v, const Vec& g) {
   return l;
 }
 
-void expect_matches_differences(const HostTensor& got, Vec& x, const std::function<double()>& f, const char* what) {
+void expect_matches_differences(const HostTensor& got, Vec& x, const std::function<double()>& f,
+                                const char* what) {
   const Vec g = doubles(got);
   ASSERT_EQ(g.size(), x.size()) << what;
   Vec want(x.size());
@@ -64,7 +70,8 @@ void expect_matches_differences(const HostTensor& got, Vec& x, const std::functi
     want[i] = (up - down) / 2e-6;
     scale = std::max(scale, std::abs(want[i]));
   }
-  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(g[i], want[i], 1e-4 * scale) << what << " element " << i;
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(g[i], want[i], 1e-4 * scale) << what << " element " << i;
 }
 
 TEST(AttentionBackwardMpiTest, ReplicatedKeyValueHeadsSumTheirPartialsAcrossProcesses) {
@@ -78,8 +85,9 @@ TEST(AttentionBackwardMpiTest, ReplicatedKeyValueHeadsSumTheirPartialsAcrossProc
   const HostTensor g = HostTensor::random(DType::kF32, {B, T, Hq, D}, 44);
   const TensorLayout heads({"data", None, "model", None}, mesh);
   const Array qa = distribute_tensor(q, heads), ga = distribute_tensor(g, heads);
-  const Array ka = distribute_tensor(k, heads);                                           // uneven: 2 on 4
-  const Array va = distribute_tensor(v, TensorLayout({"data", None, None, None}, mesh));  // replicated heads
+  const Array ka = distribute_tensor(k, heads);  // uneven: 2 on 4
+  const Array va =
+      distribute_tensor(v, TensorLayout({"data", None, None, None}, mesh));  // replicated heads
   const AttentionGrads got = attention_backward(qa, ka, va, ga, {.causal = true});
   EXPECT_EQ(got.dq.layout(), heads);
   EXPECT_EQ(got.dk.layout(), heads);

@@ -47,13 +47,17 @@ HostTensor in_dtype(const HostTensor& t, DType dtype) {
 
 // The forward in double, from the formulas: out[b,t,h] = Σ_s softmax_s(scale·q·k_s) v_s over the
 // visible keys of query head h (key/value head h / (Hq / Hkv)); no visible key: zeros.
-Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Sizes& z, const AttentionOptions& o,
-                  const std::vector<int>* mask) {
+Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Sizes& z,
+                  const AttentionOptions& o, const std::vector<int>* mask) {
   const int64_t L = o.key_length < 0 ? z.S : o.key_length, r = z.Hq / z.Hkv;
   const double scale = o.scale != 0 ? o.scale : 1.0 / std::sqrt(static_cast<double>(z.D));
   Vec out(static_cast<size_t>(z.B * z.T * z.Hq * z.D), 0.0);
-  const auto qi = [&](int64_t b, int64_t t, int64_t h) { return static_cast<size_t>(((b * z.T + t) * z.Hq + h) * z.D); };
-  const auto ki = [&](int64_t b, int64_t s, int64_t j) { return static_cast<size_t>(((b * z.S + s) * z.Hkv + j) * z.D); };
+  const auto qi = [&](int64_t b, int64_t t, int64_t h) {
+    return static_cast<size_t>(((b * z.T + t) * z.Hq + h) * z.D);
+  };
+  const auto ki = [&](int64_t b, int64_t s, int64_t j) {
+    return static_cast<size_t>(((b * z.S + s) * z.Hkv + j) * z.D);
+  };
   for (int64_t b = 0; b < z.B; ++b) {
     for (int64_t t = 0; t < z.T; ++t) {
       for (int64_t h = 0; h < z.Hq; ++h) {
@@ -63,7 +67,9 @@ Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Sizes& z, cons
           if (o.causal && s > t + o.query_offset) continue;
           if (mask && (*mask)[static_cast<size_t>(b * z.S + s)] == 0) continue;
           double dot = 0;
-          for (int64_t d = 0; d < z.D; ++d) dot += q[qi(b, t, h) + static_cast<size_t>(d)] * k[ki(b, s, h / r) + static_cast<size_t>(d)];
+          for (int64_t d = 0; d < z.D; ++d)
+            dot += q[qi(b, t, h) + static_cast<size_t>(d)] *
+                   k[ki(b, s, h / r) + static_cast<size_t>(d)];
           w.push_back(dot * scale);
           keys.push_back(s);
         }
@@ -73,7 +79,8 @@ Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Sizes& z, cons
         for (double& x : w) sum += (x = std::exp(x - m));
         for (size_t i = 0; i < keys.size(); ++i) {
           for (int64_t d = 0; d < z.D; ++d) {
-            out[qi(b, t, h) + static_cast<size_t>(d)] += w[i] / sum * v[ki(b, keys[i], h / r) + static_cast<size_t>(d)];
+            out[qi(b, t, h) + static_cast<size_t>(d)] +=
+                w[i] / sum * v[ki(b, keys[i], h / r) + static_cast<size_t>(d)];
           }
         }
       }
@@ -88,8 +95,9 @@ struct RefGrads {
 
 // Central differences of Σ out ⊙ g with respect to every element of q, k and v: two points
 // (h = 1e-6, error ~1e-9 of the gradient), or five (h = 1e-3, error ~1e-12: the F64 checks).
-RefGrads finite_differences(Vec q, Vec k, Vec v, const Vec& g, const Sizes& z, const AttentionOptions& o,
-                            const std::vector<int>* mask, bool five_point = false) {
+RefGrads finite_differences(Vec q, Vec k, Vec v, const Vec& g, const Sizes& z,
+                            const AttentionOptions& o, const std::vector<int>* mask,
+                            bool five_point = false) {
   const double h = five_point ? 1e-3 : 1e-6;
   const auto loss = [&] {
     const Vec out = ref_attention(q, k, v, z, o, mask);
@@ -125,8 +133,9 @@ double expect_close(const HostTensor& got, const Vec& want, double rel, const st
     if (std::abs(g[i] - want[i]) > worst) worst = std::abs(g[i] - want[i]), at = i;
   }
   if (worst > rel * scale) {
-    throw InternalError(fmt::format("{}: element {} is {} against {} (max |error| {} over max |grad| {})",
-                                    what, at, g[at], want[at], worst, scale));
+    throw InternalError(
+        fmt::format("{}: element {} is {} against {} (max |error| {} over max |grad| {})", what, at,
+                    g[at], want[at], worst, scale));
   }
   return worst / scale;
 }
@@ -152,22 +161,28 @@ double check_all(const std::shared_ptr<Runtime>& rt, const std::vector<GradCase>
   double worst = 0;
   for (const GradCase& c : cases) {
     const Sizes& z = c.z;
-    const HostTensor q = in_dtype(HostTensor::random(DType::kF32, {z.B, z.T, z.Hq, z.D}, seed), dtype);
-    const HostTensor k = in_dtype(HostTensor::random(DType::kF32, {z.B, z.S, z.Hkv, z.D}, seed + 1), dtype);
-    const HostTensor v = in_dtype(HostTensor::random(DType::kF32, {z.B, z.S, z.Hkv, z.D}, seed + 2), dtype);
-    const HostTensor g = in_dtype(HostTensor::random(DType::kF32, {z.B, z.T, z.Hq, z.D}, seed + 3), dtype);
+    const HostTensor q =
+        in_dtype(HostTensor::random(DType::kF32, {z.B, z.T, z.Hq, z.D}, seed), dtype);
+    const HostTensor k =
+        in_dtype(HostTensor::random(DType::kF32, {z.B, z.S, z.Hkv, z.D}, seed + 1), dtype);
+    const HostTensor v =
+        in_dtype(HostTensor::random(DType::kF32, {z.B, z.S, z.Hkv, z.D}, seed + 2), dtype);
+    const HostTensor g =
+        in_dtype(HostTensor::random(DType::kF32, {z.B, z.T, z.Hq, z.D}, seed + 3), dtype);
     // Row 0 attends its even keys, row 1 none (zero gradient).
     std::vector<int> mask(static_cast<size_t>(z.B * z.S), 0);
     for (int64_t s = 0; s < z.S; s += 2) mask[static_cast<size_t>(s)] = 1;
     HostTensor mh(DType::kI32, {z.B, z.S});
     std::copy(mask.begin(), mask.end(), mh.data_as<int32_t>());
     const std::vector<int>* m = c.masked ? &mask : nullptr;
-    const RefGrads want = finite_differences(doubles(q), doubles(k), doubles(v), doubles(g), z, c.options, m, f64);
+    const RefGrads want =
+        finite_differences(doubles(q), doubles(k), doubles(v), doubles(g), z, c.options, m, f64);
     for (const LayoutCase& l : layouts) {
-      const std::string what = fmt::format("{} B{} T{} S{} Hq{} Hkv{} D{} causal {} offset {} key_length {} "
-                                           "mask {} scale {}; {}", dtype_name(dtype), z.B, z.T, z.S, z.Hq, z.Hkv, z.D,
-                                           c.options.causal, c.options.query_offset, c.options.key_length,
-                                           c.masked, c.options.scale, l.what);
+      const std::string what = fmt::format(
+          "{} B{} T{} S{} Hq{} Hkv{} D{} causal {} offset {} key_length {} "
+          "mask {} scale {}; {}",
+          dtype_name(dtype), z.B, z.T, z.S, z.Hq, z.Hkv, z.D, c.options.causal,
+          c.options.query_offset, c.options.key_length, c.masked, c.options.scale, l.what);
       const DistributeOptions d{.runtime = rt};
       const Array qa = distribute_tensor(q, TensorLayout(l.q, mesh), d);
       const Array ka = distribute_tensor(k, TensorLayout(l.k, mesh), d);
@@ -178,12 +193,15 @@ double check_all(const std::shared_ptr<Runtime>& rt, const std::vector<GradCase>
       if (c.masked) o.key_mask = &ma;
       const AttentionGrads got = attention_backward(qa, ka, va, ga, o);
       if (got.dq.dtype() != dtype || got.dk.dtype() != dtype || got.dv.dtype() != dtype) {
-        throw InternalError(fmt::format("{}: gradients in {}, {}, {}", what, dtype_name(got.dq.dtype()),
-                                        dtype_name(got.dk.dtype()), dtype_name(got.dv.dtype())));
+        throw InternalError(fmt::format("{}: gradients in {}, {}, {}", what,
+                                        dtype_name(got.dq.dtype()), dtype_name(got.dk.dtype()),
+                                        dtype_name(got.dv.dtype())));
       }
-      if (got.dq.layout() != qa.layout() || got.dk.layout() != ka.layout() || got.dv.layout() != va.layout()) {
-        throw InternalError(fmt::format("{}: gradients laid out as {}, {}, {}", what, got.dq.layout().to_string(),
-                                        got.dk.layout().to_string(), got.dv.layout().to_string()));
+      if (got.dq.layout() != qa.layout() || got.dk.layout() != ka.layout() ||
+          got.dv.layout() != va.layout()) {
+        throw InternalError(fmt::format("{}: gradients laid out as {}, {}, {}", what,
+                                        got.dq.layout().to_string(), got.dk.layout().to_string(),
+                                        got.dv.layout().to_string()));
       }
       worst = std::max(worst, expect_close(got.dq.gather(), want.dq, tolerance, "dq " + what));
       worst = std::max(worst, expect_close(got.dk.gather(), want.dk, tolerance, "dk " + what));
@@ -200,9 +218,18 @@ std::vector<LayoutCase> every_layout() {
       {rep, rep, rep, "replicated"},
       {batch, batch, batch, "batch split"},
       {megatron, megatron, megatron, "Megatron heads on model, batch on data"},
-      {{None, None, DimSharding({"data", "model"}), None}, rep, rep, "query heads over (data, model)"},
-      {{None, "model", None, None}, {None, None, None, "model"}, {"data", "model", None, None}, "split sequence and head_dim"},
-      {megatron, {None, "model", None, None}, {None, None, "model", "data"}, "k and v in other layouts"},
+      {{None, None, DimSharding({"data", "model"}), None},
+       rep,
+       rep,
+       "query heads over (data, model)"},
+      {{None, "model", None, None},
+       {None, None, None, "model"},
+       {"data", "model", None, None},
+       "split sequence and head_dim"},
+      {megatron,
+       {None, "model", None, None},
+       {None, None, "model", "data"},
+       "k and v in other layouts"},
   };
 }
 
@@ -214,19 +241,22 @@ class AttentionBackwardTest : public ::testing::Test {
 
 TEST_F(AttentionBackwardTest, GradientsMatchFiniteDifferencesOnEveryLayout) {
   const std::vector<GradCase> cases = {
-      {{2, 5, 5, 4, 4, 4}, {.causal = true}},                                     // MHA, heads split evenly
-      {{2, 5, 5, 4, 2, 4}, {.causal = true}},                                     // GQA: 2 KV heads on 4, replicated
+      {{2, 5, 5, 4, 4, 4}, {.causal = true}},  // MHA, heads split evenly
+      {{2, 5, 5, 4, 2, 4}, {.causal = true}},  // GQA: 2 KV heads on 4, replicated
       {{2, 5, 5, 4, 2, 4}, {.causal = false}},
-      {{2, 5, 5, 8, 4, 4}, {.causal = false}},                                    // GQA aligned with the split
-      {{2, 5, 5, 4, 1, 4}, {.causal = true}},                                     // one KV head
-      {{3, 4, 4, 6, 3, 2}, {.causal = true}},                                     // uneven batch and heads
-      {{2, 5, 7, 4, 2, 4}, {.causal = false}, /*masked=*/true},                  // padding, a row with no key
+      {{2, 5, 5, 8, 4, 4}, {.causal = false}},                   // GQA aligned with the split
+      {{2, 5, 5, 4, 1, 4}, {.causal = true}},                    // one KV head
+      {{3, 4, 4, 6, 3, 2}, {.causal = true}},                    // uneven batch and heads
+      {{2, 5, 7, 4, 2, 4}, {.causal = false}, /*masked=*/true},  // padding, a row with no key
       {{2, 3, 8, 4, 2, 6}, {.causal = true, .query_offset = 3, .key_length = 6}},  // decode-like
-      {{2, 4, 6, 8, 2, 4}, {.causal = true, .query_offset = 2, .key_length = 5, .scale = 0.3}, true},
+      {{2, 4, 6, 8, 2, 4},
+       {.causal = true, .query_offset = 2, .key_length = 5, .scale = 0.3},
+       true},
   };
   const double worst = check_all(Runtime::single_process(8), cases, every_layout(), 11);
   std::printf("[ info     ] max relative error against central differences: %.3g\n", worst);
-  const double worst64 = check_all(Runtime::single_process(8), cases, every_layout(), 11, DType::kF64);
+  const double worst64 =
+      check_all(Runtime::single_process(8), cases, every_layout(), 11, DType::kF64);
   std::printf("[ info     ] F64: max relative error against a five-point stencil: %.3g\n", worst64);
 }
 
@@ -238,10 +268,13 @@ TEST_F(AttentionBackwardTest, PartialSumsCrossThreadsAsProcesses) {
   };
   for (int procs : {2, 4}) {
     SCOPED_TRACE(fmt::format("{} processes", procs));
-    testing::run_as_processes(procs, 8 / procs, [&](std::shared_ptr<Runtime> rt) {
-      (void)check_all(rt, cases, every_layout(), 21);
-      (void)check_all(rt, cases, every_layout(), 21, DType::kF64);
-    }, /*pool_threads=*/2);
+    testing::run_as_processes(
+        procs, 8 / procs,
+        [&](std::shared_ptr<Runtime> rt) {
+          (void)check_all(rt, cases, every_layout(), 21);
+          (void)check_all(rt, cases, every_layout(), 21, DType::kF64);
+        },
+        /*pool_threads=*/2);
   }
 }
 
@@ -252,9 +285,11 @@ double ref_rope_loss(const Vec& x, const Vec& g, const Shape& s, int64_t start, 
   for (int64_t row = 0; row < s[0] * s[1] * s[2]; ++row) {
     const int64_t t = (row / s[2]) % s[1];
     for (int64_t i = 0; i < half; ++i) {
-      const double a = static_cast<double>(start + t) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const double a = static_cast<double>(start + t) *
+                       std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
       const size_t i1 = static_cast<size_t>(row * D + i), i2 = i1 + static_cast<size_t>(half);
-      l += (x[i1] * std::cos(a) - x[i2] * std::sin(a)) * g[i1] + (x[i2] * std::cos(a) + x[i1] * std::sin(a)) * g[i2];
+      l += (x[i1] * std::cos(a) - x[i2] * std::sin(a)) * g[i1] +
+           (x[i2] * std::cos(a) + x[i1] * std::sin(a)) * g[i2];
     }
   }
   return l;
@@ -281,10 +316,11 @@ TEST_F(AttentionBackwardTest, RotaryBackwardMatchesFiniteDifferences) {
         xv[i] = x0;
         want[i] = (up - down) / (2 * h);
       }
-      for (const TensorLayout& layout :
-           {TensorLayout({None, None, None, None}, mesh), TensorLayout({"data", "model", None, None}, mesh),
-            TensorLayout({None, None, "data", "model"}, mesh)}) {
-        const std::string what = fmt::format("{} start {} {}", dtype_name(dtype), start, layout.to_string());
+      for (const TensorLayout& layout : {TensorLayout({None, None, None, None}, mesh),
+                                         TensorLayout({"data", "model", None, None}, mesh),
+                                         TensorLayout({None, None, "data", "model"}, mesh)}) {
+        const std::string what =
+            fmt::format("{} start {} {}", dtype_name(dtype), start, layout.to_string());
         const Array ga = distribute_tensor(g, layout);
         const HostTensor before = ga.gather();
         const Array dx = apply_rotary_embedding_backward(ga, start, 500.0);
@@ -293,7 +329,8 @@ TEST_F(AttentionBackwardTest, RotaryBackwardMatchesFiniteDifferences) {
         EXPECT_TRUE(ga.gather() == before) << what << ": the copying form changed its input";
         Array moved = distribute_tensor(g, layout);
         const Array in_place = apply_rotary_embedding_backward(std::move(moved), start, 500.0);
-        EXPECT_TRUE(in_place.gather() == dx.gather()) << what << ": in-place and copying forms differ";
+        EXPECT_TRUE(in_place.gather() == dx.gather())
+            << what << ": in-place and copying forms differ";
       }
     }
   }
@@ -301,23 +338,38 @@ TEST_F(AttentionBackwardTest, RotaryBackwardMatchesFiniteDifferences) {
 
 TEST_F(AttentionBackwardTest, BadShapesAreNamed) {
   const DeviceMesh mesh({8}, {"x"});
-  const auto make = [&](Shape s) { return distribute_tensor(HostTensor::random(DType::kF32, s, 1), TensorLayout::replicated(static_cast<int>(s.size()), mesh)); };
+  const auto make = [&](Shape s) {
+    return distribute_tensor(HostTensor::random(DType::kF32, s, 1),
+                             TensorLayout::replicated(static_cast<int>(s.size()), mesh));
+  };
   const Array q = make({1, 2, 4, 4}), k = make({1, 3, 2, 4}), v = make({1, 3, 2, 4});
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { attention_backward(q, k, v, make({1, 2, 4, 2})); }),
+  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] {
+                                   attention_backward(q, k, v, make({1, 2, 4, 2}));
+                                 }),
                                  "d_out must have q's shape (1, 2, 4, 4), got d_out (1, 2, 4, 2)"));
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { attention_backward(q, k, make({1, 3, 3, 4}), q); }),
-                                 "equal shapes, got q (1, 2, 4, 4), k (1, 3, 2, 4), v (1, 3, 3, 4)"));
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { attention_backward(q, make({1, 3, 3, 4}), make({1, 3, 3, 4}), q); }),
+  EXPECT_TRUE(
+      testing::HasSubstr(testing::ValueErrorMessage([&] {
+                           attention_backward(q, k, make({1, 3, 3, 4}), q);
+                         }),
+                         "equal shapes, got q (1, 2, 4, 4), k (1, 3, 2, 4), v (1, 3, 3, 4)"));
+  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] {
+                                   attention_backward(q, make({1, 3, 3, 4}), make({1, 3, 3, 4}), q);
+                                 }),
                                  "query heads (4) must be a multiple of the key/value heads (3)"));
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { attention_backward(q, k, v, q, {.key_length = 4}); }),
-                                 "key_length 4 is outside [0, 3]"));
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { apply_rotary_embedding_backward(make({1, 2, 1, 3}), 0, 1e4); }),
+  EXPECT_TRUE(testing::HasSubstr(
+      testing::ValueErrorMessage([&] { attention_backward(q, k, v, q, {.key_length = 4}); }),
+      "key_length 4 is outside [0, 3]"));
+  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] {
+                                   apply_rotary_embedding_backward(make({1, 2, 1, 3}), 0, 1e4);
+                                 }),
                                  "even head_dim, got (1, 2, 1, 3) F32"));
   // No implicit cast: q, k, v and d_out share one float dtype.
-  const Array q64 = distribute_tensor(in_dtype(HostTensor::random(DType::kF32, {1, 2, 4, 4}, 1), DType::kF64),
-                                      TensorLayout::replicated(4, mesh));
-  EXPECT_TRUE(testing::HasSubstr(testing::ValueErrorMessage([&] { attention_backward(q, k, v, q64); }),
-                                 "one dtype for all, got q F32, k F32, v F32, d_out F64"));
+  const Array q64 =
+      distribute_tensor(in_dtype(HostTensor::random(DType::kF32, {1, 2, 4, 4}, 1), DType::kF64),
+                        TensorLayout::replicated(4, mesh));
+  EXPECT_TRUE(
+      testing::HasSubstr(testing::ValueErrorMessage([&] { attention_backward(q, k, v, q64); }),
+                         "one dtype for all, got q F32, k F32, v F32, d_out F64"));
 }
 
 }  // namespace

@@ -38,8 +38,9 @@ HostTensor widened(const HostTensor& x) {
 }
 
 // softmax(q kᵀ / sqrt(D)) v in double, head h using kv head h / (Hq / Hkv).
-std::vector<double> reference_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                                        const AttentionOptions& o, const std::vector<int>* mask) {
+std::vector<double> reference_attention(const HostTensor& q, const HostTensor& k,
+                                        const HostTensor& v, const AttentionOptions& o,
+                                        const std::vector<int>* mask) {
   const int64_t B = q.shape()[0], T = q.shape()[1], H = q.shape()[2], D = q.shape()[3];
   const int64_t S = k.shape()[1], Hkv = k.shape()[2];
   const int64_t L = o.key_length < 0 ? S : o.key_length;
@@ -53,7 +54,10 @@ std::vector<double> reference_attention(const HostTensor& q, const HostTensor& k
         for (int64_t s = 0; s < L; ++s) {
           const bool keep = (!o.causal || s <= t + o.query_offset) &&
                             (!mask || (*mask)[static_cast<size_t>(b * S + s)] != 0);
-          if (!keep) { w[static_cast<size_t>(s)] = -INFINITY; continue; }
+          if (!keep) {
+            w[static_cast<size_t>(s)] = -INFINITY;
+            continue;
+          }
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += at(q, b, t, h, d) * at(k, b, s, j, d);
           w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D));
@@ -64,7 +68,8 @@ std::vector<double> reference_attention(const HostTensor& q, const HostTensor& k
         for (double& x : w) sum += (x = std::exp(x - m));
         for (int64_t d = 0; d < D; ++d) {
           double acc = 0;
-          for (int64_t s = 0; s < L; ++s) acc += w[static_cast<size_t>(s)] / sum * at(v, b, s, j, d);
+          for (int64_t s = 0; s < L; ++s)
+            acc += w[static_cast<size_t>(s)] / sum * at(v, b, s, j, d);
           out[static_cast<size_t>(((b * T + t) * H + h) * D + d)] = acc;
         }
       }
@@ -104,11 +109,12 @@ std::string attention_error(F&& f) {
 
 TEST(AttentionTest, MatchesFloat64OnEveryLayout) {
   DeviceMesh mesh({2, 4}, {"batch", "model"});
-  const Case cases[] = {{2, 5, 5, 8, 8, 4}, {2, 5, 5, 8, 2, 4}, {4, 3, 7, 4, 4, 6}, {2, 6, 6, 6, 3, 2}};
+  const Case cases[] = {
+      {2, 5, 5, 8, 8, 4}, {2, 5, 5, 8, 2, 4}, {4, 3, 7, 4, 4, 6}, {2, 6, 6, 6, 3, 2}};
   const LayoutCase layouts[] = {
       {{"batch", None, "model", None}, {"batch", None, "model", None}},  // Megatron heads + data
       {{None, None, "model", None}, {None, None, "model", None}},
-      {{None, "model", None, None}, {None, None, None, "model"}},        // sequence split: gathered
+      {{None, "model", None, None}, {None, None, None, "model"}},  // sequence split: gathered
       {{None, None, None, None}, {"batch", "model", None, None}},
       {{"batch", None, None, "model"}, {None, None, "model", None}},
   };
@@ -141,9 +147,11 @@ TEST(AttentionTest, KeyValueHeadsThatDoNotDivideTheAxisAreReplicated) {
   bool replicated = false;
   // 8 query heads, 2 KV heads on a 4-way axis (keras-hub #1613): the KV heads go whole.
   const TensorLayout q({"batch", None, "model", None}, mesh);
-  EXPECT_EQ(attention_kv_layout(q, 8, 2, &replicated), TensorLayout({"batch", None, None, None}, mesh));
+  EXPECT_EQ(attention_kv_layout(q, 8, 2, &replicated),
+            TensorLayout({"batch", None, None, None}, mesh));
   EXPECT_TRUE(replicated);
-  EXPECT_EQ(attention_kv_layout(q, 8, 4, &replicated), TensorLayout({"batch", None, "model", None}, mesh));
+  EXPECT_EQ(attention_kv_layout(q, 8, 4, &replicated),
+            TensorLayout({"batch", None, "model", None}, mesh));
   EXPECT_FALSE(replicated);
 }
 
@@ -156,9 +164,11 @@ TEST(AttentionTest, CacheLengthOffsetAndPaddingMask) {
     HostTensor v = HostTensor::random(DType::kF32, {2, 10, 2, 8}, 6);
     if (dtype == DType::kF64) q = widened(q), k = widened(k), v = widened(v);
     const TensorLayout hl({"batch", None, "model", None}, mesh);
-    const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl), va = distribute_tensor(v, hl);
+    const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl),
+                va = distribute_tensor(v, hl);
     const AttentionOptions step{.causal = true, .query_offset = 6, .key_length = 7};
-    expect_close(attention(qa, ka, va, step).gather(), reference_attention(q, k, v, step, nullptr), "step");
+    expect_close(attention(qa, ka, va, step).gather(), reference_attention(q, k, v, step, nullptr),
+                 "step");
     // Padding: row 0 attends keys 0..3, row 1 none (zeros).
     std::vector<int> mask(20, 0);
     for (int s = 0; s < 4; ++s) mask[static_cast<size_t>(s)] = 1;
@@ -166,7 +176,8 @@ TEST(AttentionTest, CacheLengthOffsetAndPaddingMask) {
     std::copy(mask.begin(), mask.end(), reinterpret_cast<int32_t*>(m.data()));
     const Array ma = distribute_tensor(m, TensorLayout({None, "model"}, mesh));
     const AttentionOptions padded{.causal = false, .key_mask = &ma};
-    expect_close(attention(qa, ka, va, padded).gather(), reference_attention(q, k, v, padded, &mask), "mask");
+    expect_close(attention(qa, ka, va, padded).gather(),
+                 reference_attention(q, k, v, padded, &mask), "mask");
   }
 }
 
@@ -182,7 +193,8 @@ TEST(AttentionTest, CausalQueryBlocksMatchFloat64) {
     HostTensor v = HostTensor::random(DType::kF32, {2, 90, 2, 8}, 13);
     if (dtype == DType::kF64) q = widened(q), k = widened(k), v = widened(v);
     const TensorLayout hl({"batch", None, "model", None}, mesh);
-    const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl), va = distribute_tensor(v, hl);
+    const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl),
+                va = distribute_tensor(v, hl);
     for (const int64_t offset : {0, 9, 15}) {
       const AttentionOptions o{.causal = true, .query_offset = offset, .key_length = 75 + offset};
       expect_close(attention(qa, ka, va, o).gather(), reference_attention(q, k, v, o, nullptr),
@@ -197,7 +209,8 @@ TEST(AttentionTest, CausalQueryBlocksMatchFloat64) {
     std::copy(mask.begin(), mask.end(), reinterpret_cast<int32_t*>(m.data()));
     const Array ma = distribute_tensor(m, TensorLayout({None, "model"}, mesh));
     const AttentionOptions masked{.causal = true, .key_length = 75, .key_mask = &ma};
-    expect_close(attention(qa, ka, va, masked).gather(), reference_attention(q, k, v, masked, &mask), "mask");
+    expect_close(attention(qa, ka, va, masked).gather(),
+                 reference_attention(q, k, v, masked, &mask), "mask");
   }
 }
 
@@ -210,8 +223,10 @@ TEST(AttentionTest, BadShapesAreNamed) {
     (void)attention(q, k, k);
     FAIL() << "3 query heads over 2 kv heads";
   } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("query heads (3) must be a multiple of the key/value heads (2)"),
-              std::string::npos) << e.what();
+    EXPECT_NE(
+        std::string(e.what()).find("query heads (3) must be a multiple of the key/value heads (2)"),
+        std::string::npos)
+        << e.what();
   }
   EXPECT_THROW((void)attention(q, q, q, {.key_length = 3}), ValueError);
 }
@@ -224,7 +239,8 @@ TEST(AttentionTest, MixedOrNonFloatDtypesAreNamed) {
   EXPECT_TRUE(testing_has(attention_error([&] { (void)attention(f64, f32, f64); }),
                           "runs on F32 or F64, one dtype for all, got q F64, k F32, v F64"));
   const Array i32 = distribute_tensor(HostTensor(DType::kI32, {1, 2, 2, 4}), r4);
-  EXPECT_TRUE(testing_has(attention_error([&] { (void)attention(i32, i32, i32); }), "got q I32, k I32, v I32"));
+  EXPECT_TRUE(testing_has(attention_error([&] { (void)attention(i32, i32, i32); }),
+                          "got q I32, k I32, v I32"));
   EXPECT_TRUE(testing_has(attention_error([&] { (void)apply_rotary_embedding(i32, 0, 1e4); }),
                           "needs an F32 or F64 (batch, seq, heads, head_dim) tensor"));
 }
@@ -241,14 +257,16 @@ TEST(RotaryEmbeddingTest, RotateHalfMatchesFloat64) {
       // split in the second, where it falls back to the copy).
       const Array input = distribute_tensor(x, l);
       const Array copied = apply_rotary_embedding(input, /*start_position=*/3, 10000.0);
-      const Array y = apply_rotary_embedding(distribute_tensor(x, l), /*start_position=*/3, 10000.0);
+      const Array y =
+          apply_rotary_embedding(distribute_tensor(x, l), /*start_position=*/3, 10000.0);
       std::vector<double> want(static_cast<size_t>(num_elements(x.shape())));
       for (int64_t b = 0; b < 2; ++b) {
         for (int64_t t = 0; t < 5; ++t) {
           for (int64_t h = 0; h < 4; ++h) {
             for (int64_t i = 0; i < 8; ++i) {
               const int64_t j = i % 4;
-              const double angle = static_cast<double>(3 + t) / std::pow(10000.0, 2.0 * static_cast<double>(j) / 8);
+              const double angle =
+                  static_cast<double>(3 + t) / std::pow(10000.0, 2.0 * static_cast<double>(j) / 8);
               const double rotated = i < 4 ? -at(x, b, t, h, i + 4) : at(x, b, t, h, i - 4);
               want[static_cast<size_t>(((b * 5 + t) * 4 + h) * 8 + i)] =
                   at(x, b, t, h, i) * std::cos(angle) + rotated * std::sin(angle);
@@ -259,7 +277,8 @@ TEST(RotaryEmbeddingTest, RotateHalfMatchesFloat64) {
       expect_close(y.gather(), want, l.to_string());
       expect_close(copied.gather(), want, l.to_string() + " (copy)");
       std::vector<double> unchanged(static_cast<size_t>(x.num_elements()));
-      for (int64_t i = 0; i < x.num_elements(); ++i) unchanged[static_cast<size_t>(i)] = element(x, i);
+      for (int64_t i = 0; i < x.num_elements(); ++i)
+        unchanged[static_cast<size_t>(i)] = element(x, i);
       expect_close(input.gather(), unchanged, l.to_string() + " (input unchanged)");
     }
   }

@@ -23,7 +23,7 @@ namespace meshlayout::testing {
 enum class CceMode { kLogits, kProbabilities, kSparseProbabilities };
 
 inline const char* cce_mode_name(CceMode m) {
-  return m == CceMode::kLogits ? "categorical from logits"
+  return m == CceMode::kLogits          ? "categorical from logits"
          : m == CceMode::kProbabilities ? "categorical from probabilities"
                                         : "sparse from probabilities";
 }
@@ -33,7 +33,8 @@ inline const char* cce_mode_name(CceMode m) {
 /// logits (softmax·Σt − t)/N; from probabilities ((in band ? −t_k/q_k : 0) + Σ_{in band} t)/S/N.
 /// `t` (rows × V, F64) are the targets, already one-hot for the sparse loss; label smoothing is
 /// applied here.
-inline CrossEntropyReference reference_categorical(const HostTensor& pred, const std::vector<double>& t_in,
+inline CrossEntropyReference reference_categorical(const HostTensor& pred,
+                                                   const std::vector<double>& t_in,
                                                    bool from_logits, double smoothing) {
   CrossEntropyReference r;
   const int64_t V = pred.shape().back();
@@ -44,7 +45,8 @@ inline CrossEntropyReference reference_categorical(const HostTensor& pred, const
     std::vector<double> x(static_cast<size_t>(V)), t(static_cast<size_t>(V));
     for (int64_t j = 0; j < V; ++j) {
       x[j] = ce_element(pred, i * V + j);
-      t[j] = t_in[static_cast<size_t>(i * V + j)] * (1 - smoothing) + smoothing / static_cast<double>(V);
+      t[j] = t_in[static_cast<size_t>(i * V + j)] * (1 - smoothing) +
+             smoothing / static_cast<double>(V);
     }
     double loss = 0;
     double* g = r.grad.data() + i * V;
@@ -88,8 +90,10 @@ inline HostTensor cce_probabilities(DType dtype, const Shape& shape, uint64_t se
     double m = -INFINITY, s = 0;
     for (int64_t j = 0; j < V; ++j) m = std::max(m, ce_element(t, i * V + j));
     for (int64_t j = 0; j < V; ++j) s += std::exp(ce_element(t, i * V + j) - m);
-    const double scale = 1.0 + static_cast<double>((i * 37 + static_cast<int64_t>(seed)) % 10) / 10.0;
-    for (int64_t j = 0; j < V; ++j) ce_set(t, i * V + j, scale * std::exp(ce_element(t, i * V + j) - m) / s);
+    const double scale =
+        1.0 + static_cast<double>((i * 37 + static_cast<int64_t>(seed)) % 10) / 10.0;
+    for (int64_t j = 0; j < V; ++j)
+      ce_set(t, i * V + j, scale * std::exp(ce_element(t, i * V + j) - m) / s);
     if (V >= 10 && i == 1) ce_set(t, i * V + 2, 1e-9), ce_set(t, i * V + 7, 1e-9);
     if (V >= 10 && i == 5) ce_set(t, i * V + 9, 1e-9);
     if (V >= 2 && i == 2) {
@@ -110,8 +114,9 @@ inline HostTensor cce_targets(DType dtype, const Shape& shape, uint64_t seed) {
     double s = 0;
     for (int64_t j = 0; j < V; ++j) s += std::fabs(ce_element(soft, i * V + j));
     for (int64_t j = 0; j < V; ++j) {
-      const double v = i % 2 == 0 ? (j == labels.data_as<int32_t>()[i] ? 1.0 : 0.0)
-                                  : std::fabs(ce_element(soft, i * V + j)) / s * (i % 4 == 3 ? 2.0 : 1.0);
+      const double v = i % 2 == 0
+                           ? (j == labels.data_as<int32_t>()[i] ? 1.0 : 0.0)
+                           : std::fabs(ce_element(soft, i * V + j)) / s * (i % 4 == 3 ? 2.0 : 1.0);
       ce_set(t, i * V + j, v);
     }
   }
@@ -122,13 +127,15 @@ inline HostTensor cce_targets(DType dtype, const Shape& shape, uint64_t seed) {
 /// class clipped above (both rows then have a zero gradient: the clip passes none).
 inline HostTensor cce_labels(const Shape& shape, uint64_t seed) {
   HostTensor y = ce_labels(shape, seed);
-  if (shape.back() >= 10 && y.num_elements() > 2) y.data_as<int32_t>()[1] = 2, y.data_as<int32_t>()[2] = 0;
+  if (shape.back() >= 10 && y.num_elements() > 2)
+    y.data_as<int32_t>()[1] = 2, y.data_as<int32_t>()[2] = 0;
   return y;
 }
 
 inline std::vector<double> one_hot(const HostTensor& labels, int64_t V) {
   std::vector<double> t(static_cast<size_t>(labels.num_elements() * V), 0.0);
-  for (int64_t i = 0; i < labels.num_elements(); ++i) t[static_cast<size_t>(i * V + labels.data_as<int32_t>()[i])] = 1;
+  for (int64_t i = 0; i < labels.num_elements(); ++i)
+    t[static_cast<size_t>(i * V + labels.data_as<int32_t>()[i])] = 1;
   return t;
 }
 
@@ -151,7 +158,7 @@ inline std::vector<CceCase> cce_cases() {
       {{4, 3, 10}, "data,None,model", "None,model,None"},        // 2-D
       {{4, 3, 10}, "None,None,(data,model)", "None,None,None"},  // 10 over 8: 3 empty blocks
       {{4, 3, 10}, "model,data,None", "data,None,model"},
-      {{12, 10}, "data,model", "model,None"},                    // 2-D, rank 2
+      {{12, 10}, "data,model", "model,None"},  // 2-D, rank 2
   };
 }
 
@@ -163,18 +170,21 @@ inline std::string sparse_layout(const CceCase& c) {
 
 /// The loss (value, fused, backward) and the gradient (layout, dtype, values) against the
 /// float64 formulas: F32 within 1e-5 relative, F64 within 1e-10.
-inline void check_cce_case(const std::shared_ptr<Runtime>& rt, const CceCase& c, CceMode mode, DType dtype,
-                           DType target_dtype, double smoothing, uint64_t seed) {
+inline void check_cce_case(const std::shared_ptr<Runtime>& rt, const CceCase& c, CceMode mode,
+                           DType dtype, DType target_dtype, double smoothing, uint64_t seed) {
   const DeviceMesh mesh({2, 4}, {"data", "model"});
-  const std::string where = fmt::format("{} {} (targets {}, ls {}) {} pred [{}] targets [{}]", cce_mode_name(mode),
-                                        dtype_name(dtype), dtype_name(target_dtype), smoothing,
-                                        shape_to_string(c.shape), c.pred_layout, c.target_layout);
+  const std::string where =
+      fmt::format("{} {} (targets {}, ls {}) {} pred [{}] targets [{}]", cce_mode_name(mode),
+                  dtype_name(dtype), dtype_name(target_dtype), smoothing, shape_to_string(c.shape),
+                  c.pred_layout, c.target_layout);
   const bool logits = mode == CceMode::kLogits;
-  const HostTensor hx = logits ? ce_logits(dtype, c.shape, seed) : cce_probabilities(dtype, c.shape, seed);
+  const HostTensor hx =
+      logits ? ce_logits(dtype, c.shape, seed) : cce_probabilities(dtype, c.shape, seed);
   const bool sparse = mode == CceMode::kSparseProbabilities;
-  const HostTensor ht = sparse ? cce_labels(c.shape, seed + 5) : cce_targets(target_dtype, c.shape, seed + 5);
-  const CrossEntropyReference ref =
-      reference_categorical(hx, sparse ? one_hot(ht, c.shape.back()) : cce_doubles(ht), logits, smoothing);
+  const HostTensor ht =
+      sparse ? cce_labels(c.shape, seed + 5) : cce_targets(target_dtype, c.shape, seed + 5);
+  const CrossEntropyReference ref = reference_categorical(
+      hx, sparse ? one_hot(ht, c.shape.back()) : cce_doubles(ht), logits, smoothing);
   const Array x = ce_distribute(rt, hx, c.pred_layout, mesh);
   const Array t = ce_distribute(rt, ht, sparse ? sparse_layout(c) : c.target_layout, mesh);
   const CrossEntropyOptions opts{.from_logits = logits, .label_smoothing = smoothing};
@@ -182,10 +192,12 @@ inline void check_cce_case(const std::shared_ptr<Runtime>& rt, const CceCase& c,
     return sparse ? sparse_categorical_crossentropy(x, t, o) : categorical_crossentropy(x, t, o);
   };
   const auto with_grad = [&](const CrossEntropyOptions& o) {
-    return sparse ? sparse_categorical_crossentropy_with_grad(x, t, o) : categorical_crossentropy_with_grad(x, t, o);
+    return sparse ? sparse_categorical_crossentropy_with_grad(x, t, o)
+                  : categorical_crossentropy_with_grad(x, t, o);
   };
   const auto backward = [&](const CrossEntropyOptions& o) {
-    return sparse ? sparse_categorical_crossentropy_backward(x, t, o) : categorical_crossentropy_backward(x, t, o);
+    return sparse ? sparse_categorical_crossentropy_backward(x, t, o)
+                  : categorical_crossentropy_backward(x, t, o);
   };
   const double rel = dtype == DType::kF32 ? 1e-5 : 1e-10;
   const double tol = rel * std::max(1.0, std::fabs(ref.loss));
@@ -198,7 +210,8 @@ inline void check_cce_case(const std::shared_ptr<Runtime>& rt, const CceCase& c,
   for (const Array* grad : {&both.dlogits, &g}) {
     if (grad->layout() != x.layout() || grad->dtype() != dtype) {
       throw InternalError(fmt::format("{}: the gradient is {} {}, not in y_pred's layout {}", where,
-                                      grad->layout().to_string(), dtype_name(grad->dtype()), x.layout().to_string()));
+                                      grad->layout().to_string(), dtype_name(grad->dtype()),
+                                      x.layout().to_string()));
     }
     const HostTensor hg = grad->gather();
     for (int64_t i = 0; i < hg.num_elements(); ++i) {
@@ -224,22 +237,27 @@ inline void check_cce_case(const std::shared_ptr<Runtime>& rt, const CceCase& c,
 /// Central differences of the sharded op's own F64 loss against its F64 gradient, at elements
 /// in every class block, in clipped rows and in normal ones, within 1e-6 relative. h = 1e-6 for
 /// logits; for probabilities 1e-6·p (4e-8 for entries below 1e-6, which stay below the band).
-inline void check_cce_finite_differences(const std::shared_ptr<Runtime>& rt, CceMode mode, const std::string& layout,
-                                         double smoothing, uint64_t seed) {
+inline void check_cce_finite_differences(const std::shared_ptr<Runtime>& rt, CceMode mode,
+                                         const std::string& layout, double smoothing,
+                                         uint64_t seed) {
   const DeviceMesh mesh({2, 4}, {"data", "model"});
   const Shape shape{4, 3, 10};
   const bool logits = mode == CceMode::kLogits, sparse = mode == CceMode::kSparseProbabilities;
-  HostTensor hx = logits ? ce_logits(DType::kF64, shape, seed) : cce_probabilities(DType::kF64, shape, seed);
-  const HostTensor ht = sparse ? cce_labels(shape, seed + 1) : cce_targets(DType::kF64, shape, seed + 1);
+  HostTensor hx =
+      logits ? ce_logits(DType::kF64, shape, seed) : cce_probabilities(DType::kF64, shape, seed);
+  const HostTensor ht =
+      sparse ? cce_labels(shape, seed + 1) : cce_targets(DType::kF64, shape, seed + 1);
   const Array t = ce_distribute(rt, ht, sparse ? "data,None" : "None,None,model", mesh);
   const CrossEntropyOptions opts{.from_logits = logits, .label_smoothing = smoothing};
   const auto loss = [&](const HostTensor& h) {
     const Array x = ce_distribute(rt, h, layout, mesh);
-    return sparse ? sparse_categorical_crossentropy(x, t, opts) : categorical_crossentropy(x, t, opts);
+    return sparse ? sparse_categorical_crossentropy(x, t, opts)
+                  : categorical_crossentropy(x, t, opts);
   };
   const Array x = ce_distribute(rt, hx, layout, mesh);
   const HostTensor g = (sparse ? sparse_categorical_crossentropy_backward(x, t, opts)
-                               : categorical_crossentropy_backward(x, t, opts)).gather();
+                               : categorical_crossentropy_backward(x, t, opts))
+                           .gather();
   // Row 0 (every block), row 1 (the 1e-9 entry 2 and a normal one), row 2 (clipped above), the
   // last row, row 5's 1e-9 entry 9.
   const std::vector<int64_t> elements{0, 3, 6, 9, 12, 15, 20, 21, 25, 59, 110, 119};
@@ -251,9 +269,10 @@ inline void check_cce_finite_differences(const std::shared_ptr<Runtime>& rt, Cce
     ce_set(hx, e, x0 - h);
     const double down = loss(hx);
     ce_set(hx, e, x0);
-    ce_expect_near(ce_element(g, e), (up - down) / (2 * h), 1e-6 * std::max(1.0, std::fabs(ce_element(g, e))),
-                   fmt::format("{} (ls {}) gradient[flat {}] vs central difference, [{}]", cce_mode_name(mode),
-                               smoothing, e, layout));
+    ce_expect_near(ce_element(g, e), (up - down) / (2 * h),
+                   1e-6 * std::max(1.0, std::fabs(ce_element(g, e))),
+                   fmt::format("{} (ls {}) gradient[flat {}] vs central difference, [{}]",
+                               cce_mode_name(mode), smoothing, e, layout));
   }
 }
 
@@ -262,39 +281,55 @@ inline void check_cce_bad_inputs(const std::shared_ptr<Runtime>& rt) {
   const DeviceMesh mesh({2, 4}, {"data", "model"});
   const Shape shape{4, 3, 10};
   const std::string lx = "data,None,model";
-  const HostTensor hx = cce_probabilities(DType::kF32, shape, 3), ht = cce_targets(DType::kF32, shape, 4);
+  const HostTensor hx = cce_probabilities(DType::kF32, shape, 3),
+                   ht = cce_targets(DType::kF32, shape, 4);
   const Array x = ce_distribute(rt, hx, lx, mesh);
   const Array t = ce_distribute(rt, ht, "None,None,None", mesh);
   const CrossEntropyOptions probs{.from_logits = false};
   expect_value_error(
-      [&] { categorical_crossentropy(x, ce_distribute(rt, HostTensor(DType::kF32, {4, 3, 9}), "None,None,None", mesh), probs); },
-      "categorical_crossentropy: targets of shape (4, 3, 9) must have the shape of probabilities (4, 3, 10)");
+      [&] {
+        categorical_crossentropy(
+            x, ce_distribute(rt, HostTensor(DType::kF32, {4, 3, 9}), "None,None,None", mesh),
+            probs);
+      },
+      "categorical_crossentropy: targets of shape (4, 3, 9) must have the shape of probabilities "
+      "(4, 3, 10)");
   expect_value_error(
-      [&] { categorical_crossentropy_with_grad(x, ce_distribute(rt, HostTensor(DType::kI32, shape), "None,None,None", mesh)); },
-      "categorical_crossentropy: targets must be F32 or F64 (one-hot or probability rows), got I32 targets of "
+      [&] {
+        categorical_crossentropy_with_grad(
+            x, ce_distribute(rt, HostTensor(DType::kI32, shape), "None,None,None", mesh));
+      },
+      "categorical_crossentropy: targets must be F32 or F64 (one-hot or probability rows), got I32 "
+      "targets of "
       "shape (4, 3, 10)");
   expect_value_error(
       [&] { categorical_crossentropy(x, t, {.from_logits = false, .label_smoothing = 1.5}); },
       "categorical_crossentropy: label_smoothing must be in [0, 1], got 1.5");
   HostTensor bad = hx;
   ce_set(bad, (3 * 3 + 2) * 10 + 8, NAN);  // the last class block of the last row
-  expect_value_error([&] { categorical_crossentropy_backward(ce_distribute(rt, bad, lx, mesh), t, probs); },
-                     "categorical_crossentropy: probabilities[3, 2, 8] is nan; the probabilities must be finite");
+  expect_value_error(
+      [&] { categorical_crossentropy_backward(ce_distribute(rt, bad, lx, mesh), t, probs); },
+      "categorical_crossentropy: probabilities[3, 2, 8] is nan; the probabilities must be finite");
   // Sparse from probabilities.
   HostTensor hy = cce_labels(shape, 5);
   hy.data_as<int32_t>()[3 * 3 + 1] = 10;
   expect_value_error(
       [&] { sparse_categorical_crossentropy(x, ce_distribute(rt, hy, "data,None", mesh), probs); },
-      "sparse_categorical_crossentropy: label 10 at labels[3, 1] is outside [0, 10): V = 10 is the last dimension "
+      "sparse_categorical_crossentropy: label 10 at labels[3, 1] is outside [0, 10): V = 10 is the "
+      "last dimension "
       "of probabilities (4, 3, 10)");
   const Array y = ce_distribute(rt, cce_labels(shape, 5), "None,None", mesh);
   expect_value_error(
-      [&] { sparse_categorical_crossentropy(x, y, {.from_logits = false, .label_smoothing = 0.1}); },
-      "sparse_categorical_crossentropy: label_smoothing must be 0 (Keras' SparseCategoricalCrossentropy has none), "
+      [&] {
+        sparse_categorical_crossentropy(x, y, {.from_logits = false, .label_smoothing = 0.1});
+      },
+      "sparse_categorical_crossentropy: label_smoothing must be 0 (Keras' "
+      "SparseCategoricalCrossentropy has none), "
       "got 0.1");
   // Still usable after the errors: no process was left waiting.
   ce_expect_near(categorical_crossentropy(x, t, probs),
-                 reference_categorical(hx, cce_doubles(ht), false, 0).loss, 1e-5, "loss after errors");
+                 reference_categorical(hx, cce_doubles(ht), false, 0).loss, 1e-5,
+                 "loss after errors");
 }
 
 /// The per-position losses (Keras reduction="none": sparse_categorical_crossentropy_values and
@@ -302,37 +337,44 @@ inline void check_cce_bad_inputs(const std::shared_ptr<Runtime>& rt) {
 /// within 1e-12, F32 within 1e-5, relative), in y_pred's dtype and laid out as y_pred without the
 /// class dimension; their mean equals the op's reduced loss (F64 within 1e-12 relative, F32 within
 /// 1e-6); reduction and grad_scale do not change them.
-inline void check_cce_values_case(const std::shared_ptr<Runtime>& rt, const CceCase& c, CceMode mode, DType dtype,
-                                  DType target_dtype, double smoothing, uint64_t seed) {
+inline void check_cce_values_case(const std::shared_ptr<Runtime>& rt, const CceCase& c,
+                                  CceMode mode, DType dtype, DType target_dtype, double smoothing,
+                                  uint64_t seed) {
   const DeviceMesh mesh({2, 4}, {"data", "model"});
-  const std::string where = fmt::format("values, {} {} (targets {}, ls {}) {} pred [{}] targets [{}]",
-                                        cce_mode_name(mode), dtype_name(dtype), dtype_name(target_dtype), smoothing,
-                                        shape_to_string(c.shape), c.pred_layout, c.target_layout);
+  const std::string where =
+      fmt::format("values, {} {} (targets {}, ls {}) {} pred [{}] targets [{}]",
+                  cce_mode_name(mode), dtype_name(dtype), dtype_name(target_dtype), smoothing,
+                  shape_to_string(c.shape), c.pred_layout, c.target_layout);
   const bool logits = mode == CceMode::kLogits;
   const bool sparse = mode == CceMode::kSparseProbabilities;
-  const HostTensor hx = logits ? ce_logits(dtype, c.shape, seed) : cce_probabilities(dtype, c.shape, seed);
-  const HostTensor ht = sparse ? cce_labels(c.shape, seed + 5) : cce_targets(target_dtype, c.shape, seed + 5);
-  const CrossEntropyReference ref =
-      reference_categorical(hx, sparse ? one_hot(ht, c.shape.back()) : cce_doubles(ht), logits, smoothing);
+  const HostTensor hx =
+      logits ? ce_logits(dtype, c.shape, seed) : cce_probabilities(dtype, c.shape, seed);
+  const HostTensor ht =
+      sparse ? cce_labels(c.shape, seed + 5) : cce_targets(target_dtype, c.shape, seed + 5);
+  const CrossEntropyReference ref = reference_categorical(
+      hx, sparse ? one_hot(ht, c.shape.back()) : cce_doubles(ht), logits, smoothing);
   const Array x = ce_distribute(rt, hx, c.pred_layout, mesh);
   const Array t = ce_distribute(rt, ht, sparse ? sparse_layout(c) : c.target_layout, mesh);
   const CrossEntropyOptions opts{.from_logits = logits, .label_smoothing = smoothing};
   const auto values = [&](const CrossEntropyOptions& o) {
-    return sparse ? sparse_categorical_crossentropy_values(x, t, o) : categorical_crossentropy_values(x, t, o);
+    return sparse ? sparse_categorical_crossentropy_values(x, t, o)
+                  : categorical_crossentropy_values(x, t, o);
   };
-  const double reduced = sparse ? sparse_categorical_crossentropy(x, t, opts) : categorical_crossentropy(x, t, opts);
+  const double reduced =
+      sparse ? sparse_categorical_crossentropy(x, t, opts) : categorical_crossentropy(x, t, opts);
   const Array v = values(opts);
   const std::vector<DimSharding> lead(x.layout().axes().begin(), x.layout().axes().end() - 1);
   const Shape lead_shape(c.shape.begin(), c.shape.end() - 1);
   if (v.layout() != TensorLayout(lead, mesh) || v.dtype() != dtype || v.shape() != lead_shape) {
-    throw InternalError(fmt::format("{}: the values are {} {} {}, not {} {} {}", where, v.layout().to_string(),
-                                    dtype_name(v.dtype()), shape_to_string(v.shape()),
-                                    TensorLayout(lead, mesh).to_string(), dtype_name(dtype),
-                                    shape_to_string(lead_shape)));
+    throw InternalError(fmt::format(
+        "{}: the values are {} {} {}, not {} {} {}", where, v.layout().to_string(),
+        dtype_name(v.dtype()), shape_to_string(v.shape()), TensorLayout(lead, mesh).to_string(),
+        dtype_name(dtype), shape_to_string(lead_shape)));
   }
   const HostTensor hv = v.gather();
   if (static_cast<size_t>(hv.num_elements()) != ref.values.size()) {
-    throw InternalError(fmt::format("{}: {} values, expected {}", where, hv.num_elements(), ref.values.size()));
+    throw InternalError(
+        fmt::format("{}: {} values, expected {}", where, hv.num_elements(), ref.values.size()));
   }
   const double rel = dtype == DType::kF32 ? 1e-5 : 1e-12;
   double sum = 0;
@@ -343,7 +385,8 @@ inline void check_cce_values_case(const std::shared_ptr<Runtime>& rt, const CceC
     sum += ce_element(hv, i);
   }
   const double mean = hv.num_elements() == 0 ? 0.0 : sum / static_cast<double>(hv.num_elements());
-  ce_expect_near(mean, reduced, (dtype == DType::kF32 ? 1e-6 : 1e-12) * std::max(1.0, std::fabs(reduced)),
+  ce_expect_near(mean, reduced,
+                 (dtype == DType::kF32 ? 1e-6 : 1e-12) * std::max(1.0, std::fabs(reduced)),
                  "mean of the values vs the reduced loss, " + where);
   // Neither reduction nor grad_scale applies (nor is checked: a non-finite scale is ignored).
   CrossEntropyOptions other = opts;
@@ -352,7 +395,8 @@ inline void check_cce_values_case(const std::shared_ptr<Runtime>& rt, const CceC
   const HostTensor hw = values(other).gather();
   for (int64_t i = 0; i < hw.num_elements(); ++i) {
     if (ce_element(hw, i) != ce_element(hv, i)) {
-      throw InternalError(fmt::format("{}: value[flat {}] changes with reduction kSum and grad_scale inf", where, i));
+      throw InternalError(fmt::format(
+          "{}: value[flat {}] changes with reduction kSum and grad_scale inf", where, i));
     }
   }
 }
@@ -367,33 +411,48 @@ inline void check_cce_values_bad_inputs(const std::shared_ptr<Runtime>& rt) {
   const Array y = ce_distribute(rt, cce_labels(shape, 5), "None,None", mesh);
   for (const bool from_logits : {true, false}) {
     expect_value_error(
-        [&] { sparse_categorical_crossentropy_values(x, y, {.from_logits = from_logits, .label_smoothing = 0.1}); },
-        "sparse_categorical_crossentropy: label_smoothing must be 0 (Keras' SparseCategoricalCrossentropy has none), "
+        [&] {
+          sparse_categorical_crossentropy_values(
+              x, y, {.from_logits = from_logits, .label_smoothing = 0.1});
+        },
+        "sparse_categorical_crossentropy: label_smoothing must be 0 (Keras' "
+        "SparseCategoricalCrossentropy has none), "
         "got 0.1");
   }
   expect_value_error(
       [&] {
-        categorical_crossentropy_values(x, ce_distribute(rt, HostTensor(DType::kF32, {4, 3, 9}), "None,None,None", mesh),
-                                        {.from_logits = false});
+        categorical_crossentropy_values(
+            x, ce_distribute(rt, HostTensor(DType::kF32, {4, 3, 9}), "None,None,None", mesh),
+            {.from_logits = false});
       },
-      "categorical_crossentropy: targets of shape (4, 3, 9) must have the shape of probabilities (4, 3, 10)");
+      "categorical_crossentropy: targets of shape (4, 3, 9) must have the shape of probabilities "
+      "(4, 3, 10)");
   const Array t = ce_distribute(rt, cce_targets(DType::kF32, shape, 4), "None,None,None", mesh);
   expect_value_error([&] { categorical_crossentropy_values(x, t, {.label_smoothing = -0.5}); },
                      "categorical_crossentropy: label_smoothing must be in [0, 1], got -0.5");
   HostTensor bad = hx;
   ce_set(bad, (3 * 3 + 2) * 10 + 8, NAN);
   expect_value_error(
-      [&] { categorical_crossentropy_values(ce_distribute(rt, bad, "data,None,model", mesh), t, {.from_logits = false}); },
+      [&] {
+        categorical_crossentropy_values(ce_distribute(rt, bad, "data,None,model", mesh), t,
+                                        {.from_logits = false});
+      },
       "categorical_crossentropy: probabilities[3, 2, 8] is nan; the probabilities must be finite");
   HostTensor hy = cce_labels(shape, 5);
   hy.data_as<int32_t>()[3 * 3 + 1] = 10;
   expect_value_error(
-      [&] { sparse_categorical_crossentropy_values(x, ce_distribute(rt, hy, "data,None", mesh), {.from_logits = false}); },
+      [&] {
+        sparse_categorical_crossentropy_values(x, ce_distribute(rt, hy, "data,None", mesh),
+                                               {.from_logits = false});
+      },
       "sparse_categorical_crossentropy: label 10 at labels[3, 1] is outside [0, 10)");
   // Still usable after the errors: no process was left waiting.
   const HostTensor hv = categorical_crossentropy_values(x, t, {.from_logits = false}).gather();
-  ce_expect_near(ce_element(hv, 0), reference_categorical(hx, cce_doubles(cce_targets(DType::kF32, shape, 4)), false, 0).values[0],
-                 1e-5, "value after errors");
+  ce_expect_near(
+      ce_element(hv, 0),
+      reference_categorical(hx, cce_doubles(cce_targets(DType::kF32, shape, 4)), false, 0)
+          .values[0],
+      1e-5, "value after errors");
 }
 
 /// Every case of cce_cases() in every mode and both dtypes, label smoothing (F32 and F64), the
@@ -401,7 +460,8 @@ inline void check_cce_values_bad_inputs(const std::shared_ptr<Runtime>& rt) {
 inline void run_all_cce_values_cases(const std::shared_ptr<Runtime>& rt, uint64_t seed) {
   uint64_t s = seed;
   for (const CceCase& c : cce_cases()) {
-    for (CceMode mode : {CceMode::kLogits, CceMode::kProbabilities, CceMode::kSparseProbabilities}) {
+    for (CceMode mode :
+         {CceMode::kLogits, CceMode::kProbabilities, CceMode::kSparseProbabilities}) {
       check_cce_values_case(rt, c, mode, DType::kF32, DType::kF32, 0.0, s++);
       check_cce_values_case(rt, c, mode, DType::kF64, DType::kF64, 0.0, s++);
     }
@@ -414,24 +474,28 @@ inline void run_all_cce_values_cases(const std::shared_ptr<Runtime>& rt, uint64_
       const DeviceMesh mesh({2, 4}, {"data", "model"});
       const HostTensor hx = ce_logits(dtype, c.shape, s), hy = ce_labels(c.shape, s + 1);
       ++s;
-      const CrossEntropyReference ref = reference_categorical(hx, one_hot(hy, c.shape.back()), true, 0.0);
+      const CrossEntropyReference ref =
+          reference_categorical(hx, one_hot(hy, c.shape.back()), true, 0.0);
       const Array x = ce_distribute(rt, hx, c.pred_layout, mesh);
       const Array y = ce_distribute(rt, hy, sparse_layout(c), mesh);
       const double reduced = sparse_categorical_crossentropy(x, y);
       const HostTensor a = sparse_categorical_crossentropy_values(x, y).gather();
-      const HostTensor b = sparse_categorical_crossentropy_values(x, y, {.from_logits = true}).gather();
+      const HostTensor b =
+          sparse_categorical_crossentropy_values(x, y, {.from_logits = true}).gather();
       const double rel = dtype == DType::kF32 ? 1e-5 : 1e-12;
       double sum = 0;
       for (int64_t i = 0; i < a.num_elements(); ++i) {
         const double want = ref.values[static_cast<size_t>(i)];
-        const std::string what = fmt::format("sparse logits value[flat {}] {} [{}]", i, dtype_name(dtype), c.pred_layout);
+        const std::string what = fmt::format("sparse logits value[flat {}] {} [{}]", i,
+                                             dtype_name(dtype), c.pred_layout);
         ce_expect_near(ce_element(a, i), want, rel * std::max(1.0, std::fabs(want)), what);
         ce_expect_near(ce_element(b, i), ce_element(a, i), 0.0, what + " (explicit options)");
         sum += ce_element(a, i);
       }
       ce_expect_near(sum / static_cast<double>(a.num_elements()), reduced,
                      (dtype == DType::kF32 ? 1e-6 : 1e-12) * std::max(1.0, std::fabs(reduced)),
-                     fmt::format("sparse logits mean of the values {} [{}]", dtype_name(dtype), c.pred_layout));
+                     fmt::format("sparse logits mean of the values {} [{}]", dtype_name(dtype),
+                                 c.pred_layout));
     }
   }
   check_cce_values_bad_inputs(rt);
@@ -440,15 +504,16 @@ inline void run_all_cce_values_cases(const std::shared_ptr<Runtime>& rt, uint64_
 inline void run_all_cce_cases(const std::shared_ptr<Runtime>& rt, uint64_t seed) {
   uint64_t s = seed;
   for (const CceCase& c : cce_cases()) {
-    for (CceMode mode : {CceMode::kLogits, CceMode::kProbabilities, CceMode::kSparseProbabilities}) {
+    for (CceMode mode :
+         {CceMode::kLogits, CceMode::kProbabilities, CceMode::kSparseProbabilities}) {
       check_cce_case(rt, c, mode, DType::kF32, DType::kF32, 0.0, s++);
       check_cce_case(rt, c, mode, DType::kF64, DType::kF64, 0.0, s++);
     }
     check_cce_case(rt, c, CceMode::kLogits, DType::kF32, DType::kF64, 0.1, s++);
     check_cce_case(rt, c, CceMode::kProbabilities, DType::kF64, DType::kF32, 0.2, s++);
   }
-  for (const char* layout : {"None,None,None", "None,None,model", "data,None,None", "data,None,model",
-                             "None,None,(data,model)"}) {
+  for (const char* layout : {"None,None,None", "None,None,model", "data,None,None",
+                             "data,None,model", "None,None,(data,model)"}) {
     check_cce_finite_differences(rt, CceMode::kLogits, layout, 0.0, s++);
     check_cce_finite_differences(rt, CceMode::kProbabilities, layout, 0.0, s++);
     check_cce_finite_differences(rt, CceMode::kSparseProbabilities, layout, 0.0, s++);

@@ -49,12 +49,14 @@ CrossEntropyOptions values_options(const CrossEntropyOptions& options) {
 Array values_from(const Stats& st, const Array& pred) {
   const std::vector<DimSharding> axes(pred.layout().axes().begin(), pred.layout().axes().end() - 1);
   const Shape shape(pred.shape().begin(), pred.shape().end() - 1);
-  Array out = allocate_agreed(TensorLayout(axes, pred.mesh()), shape, pred.dtype(), pred.runtime_ptr());
+  Array out =
+      allocate_agreed(TensorLayout(axes, pred.mesh()), shape, pred.dtype(), pred.runtime_ptr());
   const int64_t w1 = st.spec.width();
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& o = out.local_shards()[i];
     const double* p = data<double>(*st.rows->shard_at(o.position));
-    const double* p2 = st.spec.two_rounds() ? data<double>(*st.rows2->shard_at(o.position)) : nullptr;
+    const double* p2 =
+        st.spec.two_rounds() ? data<double>(*st.rows2->shard_at(o.position)) : nullptr;
     const int64_t rows = o.box.num_elements();
     for (int64_t r = 0; r < rows; ++r) {
       const double v = row_loss(st, p + r * w1 * st.k, p2 ? p2 + r * 2 * st.k : nullptr);
@@ -77,7 +79,8 @@ Array sparse_categorical_crossentropy_values(const Array& logits, const Array& l
   return values_from(st, logits);
 }
 
-double categorical_crossentropy(const Array& y_pred, const Array& targets, const CrossEntropyOptions& options) {
+double categorical_crossentropy(const Array& y_pred, const Array& targets,
+                                const CrossEntropyOptions& options) {
   const Stats st = compute_stats(spec_of(false, options), y_pred, targets, options);
   return reduce_loss(st, y_pred, options);
 }

@@ -51,8 +51,9 @@
 //   auto [l, dlogits] = sparse_categorical_crossentropy_with_grad(logits, labels);
 //   dlogits.layout() == logits.layout();
 //   Array onehot = …;                                                  // (B,T,V), any layout
-//   auto [c, dprobs] = categorical_crossentropy_with_grad(softmax_out, onehot, {.from_logits = false});
-//   Array per_pos = categorical_crossentropy_values(softmax_out, onehot, {.from_logits = false}); // (B,T)
+//   auto [c, dprobs] = categorical_crossentropy_with_grad(softmax_out, onehot, {.from_logits =
+//   false}); Array per_pos = categorical_crossentropy_values(softmax_out, onehot, {.from_logits =
+//   false}); // (B,T)
 #pragma once
 
 #include "meshlayout/array/array.h"
@@ -94,9 +95,8 @@ struct CrossEntropyResult {
 };
 
 /// Both at the cost of one forward (the statistics are shared). Collective.
-CrossEntropyResult sparse_categorical_crossentropy_with_grad(const Array& logits,
-                                                             const Array& labels,
-                                                             const CrossEntropyOptions& options = {});
+CrossEntropyResult sparse_categorical_crossentropy_with_grad(
+    const Array& logits, const Array& labels, const CrossEntropyOptions& options = {});
 
 /// The per-position losses, keras.losses.SparseCategoricalCrossentropy(reduction="none"): (…) in
 /// y_pred's dtype, laid out as y_pred without the class dimension; their mean is the reduced loss.

@@ -1,5 +1,5 @@
-// sparse and categorical cross-entropy under a real mpirun (np 2 and 4): each process holds only its
-// devices' logits shards, the per-row statistics cross processes, and every check of
+// sparse and categorical cross-entropy under a real mpirun (np 2 and 4): each process holds only
+// its devices' logits shards, the per-row statistics cross processes, and every check of
 // cross_entropy_test_util.h (values, finite differences, memory, errors) runs on every rank.
 // The main() is mpi_gtest_main.cc's.
 #include <fmt/format.h>
@@ -44,7 +44,8 @@ TEST(CrossEntropyMpiTest, ABadLabelOnTheLastProcessIsThrownByAll) {
   const Shape shape{4, 6, 10};
   HostTensor hy = testing::ce_labels(shape, 4);
   hy.data_as<int32_t>()[3 * 6 + 5] = -3;  // data coordinate 1: the last half of the processes
-  const Array x = testing::ce_distribute(rt, testing::ce_logits(DType::kF32, shape, 3), "data,None,model", mesh);
+  const Array x = testing::ce_distribute(rt, testing::ce_logits(DType::kF32, shape, 3),
+                                         "data,None,model", mesh);
   const Array y = testing::ce_distribute(rt, hy, "data,None", mesh);
   const int first = rt->num_processes() / 2;
   try {
@@ -52,7 +53,8 @@ TEST(CrossEntropyMpiTest, ABadLabelOnTheLastProcessIsThrownByAll) {
     FAIL() << "expected a ValueError";
   } catch (const ValueError& e) {
     const std::string want = fmt::format(
-        "rank {}: sparse_categorical_crossentropy: label -3 at labels[3, 5] is outside [0, 10)", first);
+        "rank {}: sparse_categorical_crossentropy: label -3 at labels[3, 5] is outside [0, 10)",
+        first);
     EXPECT_EQ(std::string(e.what()).rfind(want, 0), 0u) << e.what();
   }
 }

@@ -23,7 +23,9 @@ constexpr double kEpsilon = 1e-7;  // keras.config.epsilon()
 
 }  // namespace
 
-Spec spec_of(bool sparse, const CrossEntropyOptions& o) { return {sparse, o.from_logits, o.label_smoothing}; }
+Spec spec_of(bool sparse, const CrossEntropyOptions& o) {
+  return {sparse, o.from_logits, o.label_smoothing};
+}
 
 namespace {
 
@@ -37,44 +39,52 @@ bool is_float(DType d) { return d == DType::kF32 || d == DType::kF64; }
 
 }  // namespace
 
-void check_inputs(const Spec& sp, const Array& pred, const Array& targets, const CrossEntropyOptions& options) {
+void check_inputs(const Spec& sp, const Array& pred, const Array& targets,
+                  const CrossEntropyOptions& options) {
   const std::string_view op = sp.op(), what = sp.pred();
   if (!is_float(pred.dtype())) {
     throw ValueError(fmt::format("{}: {} must be F32 or F64, got {} {} of shape {}", op, what,
                                  dtype_name(pred.dtype()), what, shape_to_string(pred.shape())));
   }
   if (pred.shape().empty()) {
-    throw ValueError(fmt::format("{}: {} need a class dimension (…, classes), got shape ()", op, what));
+    throw ValueError(
+        fmt::format("{}: {} need a class dimension (…, classes), got shape ()", op, what));
   }
   if (sp.sparse) {
     if (targets.dtype() != DType::kI32 && targets.dtype() != DType::kI64) {
-      throw ValueError(fmt::format("{}: labels must be integer class indices (I32 or I64), got {} "
-                                   "labels of shape {}",
-                                   op, dtype_name(targets.dtype()), shape_to_string(targets.shape())));
+      throw ValueError(
+          fmt::format("{}: labels must be integer class indices (I32 or I64), got {} "
+                      "labels of shape {}",
+                      op, dtype_name(targets.dtype()), shape_to_string(targets.shape())));
     }
     if (targets.shape() != lead_shape(pred)) {
-      throw ValueError(fmt::format(
-          "{}: labels of shape {} must have the shape of {} {} without its last (class) dimension, {}",
-          op, shape_to_string(targets.shape()), what, shape_to_string(pred.shape()),
-          shape_to_string(lead_shape(pred))));
+      throw ValueError(
+          fmt::format("{}: labels of shape {} must have the shape of {} {} without its last "
+                      "(class) dimension, {}",
+                      op, shape_to_string(targets.shape()), what, shape_to_string(pred.shape()),
+                      shape_to_string(lead_shape(pred))));
     }
     if (options.label_smoothing != 0.0) {
-      throw ValueError(fmt::format("{}: label_smoothing must be 0 (Keras' SparseCategoricalCrossentropy has "
-                                   "none), got {}",
-                                   op, options.label_smoothing));
+      throw ValueError(
+          fmt::format("{}: label_smoothing must be 0 (Keras' SparseCategoricalCrossentropy has "
+                      "none), got {}",
+                      op, options.label_smoothing));
     }
   } else {
     if (!is_float(targets.dtype())) {
-      throw ValueError(fmt::format("{}: targets must be F32 or F64 (one-hot or probability rows), got {} "
-                                   "targets of shape {}",
-                                   op, dtype_name(targets.dtype()), shape_to_string(targets.shape())));
+      throw ValueError(
+          fmt::format("{}: targets must be F32 or F64 (one-hot or probability rows), got {} "
+                      "targets of shape {}",
+                      op, dtype_name(targets.dtype()), shape_to_string(targets.shape())));
     }
     if (targets.shape() != pred.shape()) {
       throw ValueError(fmt::format("{}: targets of shape {} must have the shape of {} {}", op,
-                                   shape_to_string(targets.shape()), what, shape_to_string(pred.shape())));
+                                   shape_to_string(targets.shape()), what,
+                                   shape_to_string(pred.shape())));
     }
     if (!(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0)) {
-      throw ValueError(fmt::format("{}: label_smoothing must be in [0, 1], got {}", op, options.label_smoothing));
+      throw ValueError(fmt::format("{}: label_smoothing must be in [0, 1], got {}", op,
+                                   options.label_smoothing));
     }
   }
   if (!std::isfinite(options.grad_scale)) {
@@ -129,8 +139,9 @@ void keep_first(std::optional<Failure>& slot, Failure f) {
 double target(const Stats& st, const Array::Shard& ts, int64_t row, int64_t label_or_i, int64_t j) {
   if (st.spec.sparse) return label_at(ts, st.targets.dtype(), row) == j ? 1.0 : 0.0;
   const double t = float_at(ts, st.targets.dtype(), label_or_i);
-  return st.spec.smoothing == 0.0 ? t
-                                  : t * (1.0 - st.spec.smoothing) + st.spec.smoothing / static_cast<double>(st.classes);
+  return st.spec.smoothing == 0.0
+             ? t
+             : t * (1.0 - st.spec.smoothing) + st.spec.smoothing / static_cast<double>(st.classes);
 }
 
 // A row's combined first-round statistics, in block order.
@@ -180,7 +191,8 @@ namespace {
 
 // First round: each device's (…, 1 block, width) statistics of its box.
 template <typename T>
-void local_stats(const Array& pred, Stats& st, Array& out, std::vector<std::optional<Failure>>& failures) {
+void local_stats(const Array& pred, Stats& st, Array& out,
+                 std::vector<std::optional<Failure>>& failures) {
   const Spec& sp = st.spec;
   const int64_t V = pred.shape().back();
   const size_t lead = pred.shape().size() - 1;
@@ -201,11 +213,12 @@ void local_stats(const Array& pred, Stats& st, Array& out, std::vector<std::opti
         label = label_at(ts, st.targets.dtype(), r);
         if (label < 0 || label >= V) {
           const Shape at = row_coords(xs.box, lead, r);
-          keep_first(failures[i], {0, ravel(at, lshape),
-                                   fmt::format("{}: label {} at labels[{}] is outside [0, {}): V = {} "
-                                               "is the last dimension of {} {}",
-                                               sp.op(), label, fmt::join(at, ", "), V, V, sp.pred(),
-                                               shape_to_string(pred.shape()))});
+          keep_first(failures[i],
+                     {0, ravel(at, lshape),
+                      fmt::format("{}: label {} at labels[{}] is outside [0, {}): V = {} "
+                                  "is the last dimension of {} {}",
+                                  sp.op(), label, fmt::join(at, ", "), V, V, sp.pred(),
+                                  shape_to_string(pred.shape()))});
         }
       }
       double m = -kInf;
@@ -216,8 +229,8 @@ void local_stats(const Array& pred, Stats& st, Array& out, std::vector<std::opti
           Shape at = row_coords(xs.box, lead, r);
           at.push_back(v0 + j);
           keep_first(failures[i], {1, ravel(at, pred.shape()),
-                                   fmt::format("{}: {}[{}] is {}; the {} must be finite", sp.op(), sp.pred(),
-                                               fmt::join(at, ", "), v, sp.pred())});
+                                   fmt::format("{}: {}[{}] is {}; the {} must be finite", sp.op(),
+                                               sp.pred(), fmt::join(at, ", "), v, sp.pred())});
           finite = false;
           break;
         }
@@ -304,13 +317,14 @@ Array gather_blocks(Array local, const Array& pred) {
 
 }  // namespace
 
-Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in, const CrossEntropyOptions& options) {
+Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in,
+                    const CrossEntropyOptions& options) {
   check_inputs(sp, pred, targets_in, options);
   const auto rt = pred.runtime_ptr();
   const int vd = pred.geometry().rank() - 1;
   Stats st{.spec = sp,
-           .targets = distribute_tensor(targets_in, sp.sparse ? TensorLayout(lead_axes(pred), pred.mesh())
-                                                              : pred.layout()),
+           .targets = distribute_tensor(
+               targets_in, sp.sparse ? TensorLayout(lead_axes(pred), pred.mesh()) : pred.layout()),
            .rows = std::nullopt,
            .rows2 = std::nullopt,
            .k = pred.geometry().num_blocks(vd),
@@ -360,7 +374,8 @@ double reduce_loss(const Stats& st, const Array& pred, const CrossEntropyOptions
     if (st.rows->geometry().replica_of(s.position) != 0) continue;
     const int64_t rows = s.box.num_elements() / (w1 * st.k);
     const double* p = data<double>(s);
-    const double* p2 = st.spec.two_rounds() ? data<double>(*st.rows2->shard_at(s.position)) : nullptr;
+    const double* p2 =
+        st.spec.two_rounds() ? data<double>(*st.rows2->shard_at(s.position)) : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
       local += row_loss(st, p + r * w1 * st.k, p2 ? p2 + r * 2 * st.k : nullptr);
     }

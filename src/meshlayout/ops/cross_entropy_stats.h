@@ -24,7 +24,9 @@ struct Spec {
   bool sparse;
   bool from_logits;
   double smoothing;  // categorical only
-  std::string_view op() const { return sparse ? "sparse_categorical_crossentropy" : "categorical_crossentropy"; }
+  std::string_view op() const {
+    return sparse ? "sparse_categorical_crossentropy" : "categorical_crossentropy";
+  }
   std::string_view pred() const { return from_logits ? "logits" : "probabilities"; }
   // Statistics per row and class block of the first (and only, but for categorical
   // probabilities) round.
@@ -36,13 +38,18 @@ Spec spec_of(bool sparse, const CrossEntropyOptions& o);
 
 // The checks of the arguments (see cross_entropy.h), ValueError before any communication;
 // compute_stats runs them first.
-void check_inputs(const Spec& sp, const Array& pred, const Array& targets, const CrossEntropyOptions& options);
+void check_inputs(const Spec& sp, const Array& pred, const Array& targets,
+                  const CrossEntropyOptions& options);
 
 // A shard's buffer as T.
 template <typename T>
-const T* data(const Array::Shard& s) { return reinterpret_cast<const T*>(s.buffer.data()); }
+const T* data(const Array::Shard& s) {
+  return reinterpret_cast<const T*>(s.buffer.data());
+}
 template <typename T>
-T* data(Array::Shard& s) { return reinterpret_cast<T*>(s.buffer.data()); }
+T* data(Array::Shard& s) {
+  return reinterpret_cast<T*>(s.buffer.data());
+}
 
 // Everything the loss and the gradient read besides y_pred: the targets in the rows' layout
 // (sparse) or y_pred's (categorical), and the per-row statistics of every class block,
@@ -60,7 +67,8 @@ struct Stats {
 // The statistics of every row: checks the arguments, then the local pass and the small
 // all-gather over the class axes (a second round for categorical probabilities). Collective;
 // a bad label or a non-finite prediction is a ValueError on every process.
-Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in, const CrossEntropyOptions& options);
+Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in,
+                    const CrossEntropyOptions& options);
 
 // The loss of one row from its combined statistics.
 // s1: the row's (k, width) first-round statistics; s2: its (k, 2) second-round ones (categorical

@@ -32,8 +32,8 @@ class CrossEntropyTest : public ::testing::Test {
 
 // Runs `body(runtime of process p)` on `procs` threads, each a process of one in-process group
 // with its own pool of two threads; returns each process's failure ("" for none).
-std::vector<std::string> run_as_processes(int procs,
-                                          const std::function<void(std::shared_ptr<Runtime>)>& body) {
+std::vector<std::string> run_as_processes(
+    int procs, const std::function<void(std::shared_ptr<Runtime>)>& body) {
   return testing::run_processes(procs, 8 / procs, 2, body);
 }
 
@@ -58,8 +58,9 @@ TEST_F(CrossEntropyTest, EveryLayoutMatchesTheFloat64ReferenceInOneProcess) {
 }
 
 TEST_F(CrossEntropyTest, EveryLayoutMatchesTheFloat64ReferenceWithOnePoolThread) {
-  auto rt = std::make_shared<Runtime>(std::shared_ptr<Communicator>(make_single_process_communicator()),
-                                      8, std::make_shared<ThreadPool>(1));
+  auto rt =
+      std::make_shared<Runtime>(std::shared_ptr<Communicator>(make_single_process_communicator()),
+                                8, std::make_shared<ThreadPool>(1));
   EXPECT_NO_THROW(testing::run_all_cross_entropy_cases(rt, testing::test_seed(9302)));
 }
 
@@ -87,9 +88,8 @@ TEST_F(CrossEntropyTest, CategoricalAndProbabilitiesMatchTheFloat64FormulasAsTwo
   const uint64_t seed = testing::test_seed(9312);
   for (int procs : {2, 4}) {
     SCOPED_TRACE(fmt::format("{} processes, MESHLAYOUT_TEST_SEED={}", procs, seed));
-    for (const std::string& f : run_as_processes(procs, [&](std::shared_ptr<Runtime> rt) {
-           testing::run_all_cce_cases(rt, seed);
-         })) {
+    for (const std::string& f : run_as_processes(
+             procs, [&](std::shared_ptr<Runtime> rt) { testing::run_all_cce_cases(rt, seed); })) {
       EXPECT_EQ(f, "");
     }
   }
@@ -141,15 +141,19 @@ TEST_F(CrossEntropyTest, KerasDocumentedExampleValues) {
 TEST_F(CrossEntropyTest, SparseValuesRefuseLabelSmoothing) {
   DeviceMesh mesh({2, 4}, {"data", "model"});
   const Shape shape{4, 6, 10};
-  const Array x = distribute_tensor(testing::ce_logits(DType::kF32, shape, 3), TensorLayout({"data", None, "model"}, mesh));
-  const Array y = distribute_tensor(testing::ce_labels(shape, 4), TensorLayout({"data", None}, mesh));
+  const Array x = distribute_tensor(testing::ce_logits(DType::kF32, shape, 3),
+                                    TensorLayout({"data", None, "model"}, mesh));
+  const Array y =
+      distribute_tensor(testing::ce_labels(shape, 4), TensorLayout({"data", None}, mesh));
   for (const bool from_logits : {true, false}) {
     try {
-      sparse_categorical_crossentropy_values(x, y, {.from_logits = from_logits, .label_smoothing = 0.25});
+      sparse_categorical_crossentropy_values(x, y,
+                                             {.from_logits = from_logits, .label_smoothing = 0.25});
       ADD_FAILURE() << "expected a ValueError";
     } catch (const ValueError& e) {
-      EXPECT_EQ(std::string(e.what()), "sparse_categorical_crossentropy: label_smoothing must be 0 (Keras' "
-                                       "SparseCategoricalCrossentropy has none), got 0.25");
+      EXPECT_EQ(std::string(e.what()),
+                "sparse_categorical_crossentropy: label_smoothing must be 0 (Keras' "
+                "SparseCategoricalCrossentropy has none), got 0.25");
     }
   }
 }
@@ -168,24 +172,29 @@ TEST_F(CrossEntropyTest, KerasDocumentedExampleFromProbabilities) {
   const Array ly = distribute_tensor(y, TensorLayout({None}, mesh));
   // The rows are divided by their sums (of the float values: not exactly 1).
   const auto d = [](float v) { return static_cast<double>(v); };
-  const double want = -(std::log(d(0.95f) / (d(0.05f) + d(0.95f))) + std::log(d(0.1f) / (d(0.1f) + d(0.8f) + d(0.1f)))) / 2;
+  const double want = -(std::log(d(0.95f) / (d(0.05f) + d(0.95f))) +
+                        std::log(d(0.1f) / (d(0.1f) + d(0.8f) + d(0.1f)))) /
+                      2;
   EXPECT_NEAR(want, 1.1769392, 1e-7);
   EXPECT_NEAR(categorical_crossentropy(lp, lt, {.from_logits = false}), want, 1e-12);
   EXPECT_NEAR(sparse_categorical_crossentropy(lp, ly, {.from_logits = false}), want, 1e-12);
   // From logits, the same numbers are logits: −log_softmax.
   const double lse0 = std::log(std::exp(0.05) + std::exp(0.95) + std::exp(0.0));
   const double lse1 = std::log(std::exp(0.1) + std::exp(0.8) + std::exp(0.1));
-  EXPECT_NEAR(categorical_crossentropy(lp, lt, {.from_logits = true}), ((lse0 - 0.95) + (lse1 - 0.1)) / 2, 1e-7);
+  EXPECT_NEAR(categorical_crossentropy(lp, lt, {.from_logits = true}),
+              ((lse0 - 0.95) + (lse1 - 0.1)) / 2, 1e-7);
 }
 
 TEST_F(CrossEntropyTest, ProcessesAndReplicasAgreeBitForBit) {
   const Shape shape{4, 6, 10};
-  const HostTensor hx = testing::ce_logits(DType::kF32, shape, 3), hy = testing::ce_labels(shape, 4);
+  const HostTensor hx = testing::ce_logits(DType::kF32, shape, 3),
+                   hy = testing::ce_labels(shape, 4);
   std::mutex mu;
   std::vector<double> losses;
   const auto failures = run_as_processes(4, [&](std::shared_ptr<Runtime> rt) {
     const DeviceMesh mesh({2, 4}, {"data", "model"});
-    const Array x = testing::ce_distribute(rt, hx, "None,None,model", mesh);  // replicated over data
+    const Array x =
+        testing::ce_distribute(rt, hx, "None,None,model", mesh);  // replicated over data
     const Array y = testing::ce_distribute(rt, hy, "data,None", mesh);
     CrossEntropyResult r = sparse_categorical_crossentropy_with_grad(x, y);
     {
@@ -195,7 +204,8 @@ TEST_F(CrossEntropyTest, ProcessesAndReplicasAgreeBitForBit) {
   });
   for (const std::string& f : failures) EXPECT_EQ(f, "");
   ASSERT_EQ(losses.size(), 4u);
-  for (double l : losses) EXPECT_EQ(std::memcmp(&l, &losses[0], sizeof l), 0) << l << " vs " << losses[0];
+  for (double l : losses)
+    EXPECT_EQ(std::memcmp(&l, &losses[0], sizeof l), 0) << l << " vs " << losses[0];
 
   auto rt = Runtime::single_process(8);
   const DeviceMesh mesh({2, 4}, {"data", "model"});
@@ -206,7 +216,8 @@ TEST_F(CrossEntropyTest, ProcessesAndReplicasAgreeBitForBit) {
     const Array::Shard& a = *g.shard_at(p);
     const Array::Shard& b = *g.shard_at(p + 4);
     ASSERT_EQ(a.buffer.size(), b.buffer.size());
-    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()), 0) << "position " << p;
+    EXPECT_EQ(std::memcmp(a.buffer.data(), b.buffer.data(), a.buffer.size()), 0)
+        << "position " << p;
   }
 }
 
@@ -226,14 +237,16 @@ TEST_F(CrossEntropyTest, ABadLabelOneProcessSeesIsThrownByEveryProcess) {
     }
   });
   for (const std::string& f : failures) {
-    EXPECT_EQ(f, "rank 1: sparse_categorical_crossentropy: label 12 at labels[3, 5] is outside "
-                 "[0, 10): V = 10 is the last dimension of logits (4, 6, 10)");
+    EXPECT_EQ(f,
+              "rank 1: sparse_categorical_crossentropy: label 12 at labels[3, 5] is outside "
+              "[0, 10): V = 10 is the last dimension of logits (4, 6, 10)");
   }
 }
 
 TEST_F(CrossEntropyTest, NoPositionsGiveZero) {
   DeviceMesh mesh({2, 4}, {"data", "model"});
-  const Array x = distribute_tensor(HostTensor(DType::kF32, {0, 5}), TensorLayout({"data", "model"}, mesh));
+  const Array x =
+      distribute_tensor(HostTensor(DType::kF32, {0, 5}), TensorLayout({"data", "model"}, mesh));
   const Array y = distribute_tensor(HostTensor(DType::kI32, {0}), TensorLayout({"data"}, mesh));
   EXPECT_EQ(sparse_categorical_crossentropy(x, y), 0.0);
   EXPECT_EQ(sparse_categorical_crossentropy_backward(x, y).shape(), (Shape{0, 5}));

@@ -21,7 +21,8 @@
 namespace meshlayout::testing {
 
 inline double ce_element(const HostTensor& t, int64_t i) {
-  return t.dtype() == DType::kF32 ? static_cast<double>(t.data_as<float>()[i]) : t.data_as<double>()[i];
+  return t.dtype() == DType::kF32 ? static_cast<double>(t.data_as<float>()[i])
+                                  : t.data_as<double>()[i];
 }
 
 inline void ce_set(HostTensor& t, int64_t i, double v) {
@@ -39,7 +40,8 @@ struct CrossEntropyReference {
 };
 
 /// log_softmax in float64 on the host: loss = mean(−log_softmax(x)[label]).
-inline CrossEntropyReference reference_cross_entropy(const HostTensor& logits, const HostTensor& labels) {
+inline CrossEntropyReference reference_cross_entropy(const HostTensor& logits,
+                                                     const HostTensor& labels) {
   CrossEntropyReference r;
   const int64_t V = logits.shape().back();
   const int64_t n = labels.num_elements();
@@ -55,7 +57,8 @@ inline CrossEntropyReference reference_cross_entropy(const HostTensor& logits, c
     r.loss += r.values.back();
     for (int64_t j = 0; j < V; ++j) {
       r.grad[static_cast<size_t>(i * V + j)] =
-          (std::exp(ce_element(logits, i * V + j) - lse) - (j == label ? 1.0 : 0.0)) / static_cast<double>(n);
+          (std::exp(ce_element(logits, i * V + j) - lse) - (j == label ? 1.0 : 0.0)) /
+          static_cast<double>(n);
     }
   }
   if (n > 0) r.loss /= static_cast<double>(n);
@@ -82,7 +85,8 @@ inline HostTensor ce_labels(const Shape& logits_shape, uint64_t seed) {
 
 inline Array ce_distribute(const std::shared_ptr<Runtime>& rt, const HostTensor& t,
                            const std::string& layout, const DeviceMesh& mesh) {
-  return distribute_tensor(t, TensorLayout::from_string(layout).with_device_mesh(mesh), {.runtime = rt});
+  return distribute_tensor(t, TensorLayout::from_string(layout).with_device_mesh(mesh),
+                           {.runtime = rt});
 }
 
 struct CrossEntropyCase {
@@ -101,17 +105,17 @@ inline std::vector<CrossEntropyCase> cross_entropy_cases() {
       {{4, 6, 10}, "(data,model),None,None", "None,None"},  // 4 rows over 8, some empty
       {{4, 6, 10}, "model,data,None", "None,None"},
       {{4, 6, 10}, "None,model,data", "None,data"},
-      {{12, 32}, "data,model", "data"},                     // 2-D, even
+      {{12, 32}, "data,model", "data"},  // 2-D, even
       {{2, 3, 5, 7}, "data,None,None,model", "None,None,model"},
-      {{3, 1}, "None,model", "None"},                       // V = 1: loss 0
-      {{0, 10}, "data,model", "data"},                      // no positions: loss 0
+      {{3, 1}, "None,model", "None"},   // V = 1: loss 0
+      {{0, 10}, "data,model", "data"},  // no positions: loss 0
   };
 }
 
 inline void ce_expect_near(double got, double want, double tol, const std::string& what) {
   if (!(std::fabs(got - want) <= tol)) {
-    throw InternalError(fmt::format("{}: got {:.17g}, expected {:.17g} (tolerance {:.3g})", what,
-                                    got, want, tol));
+    throw InternalError(
+        fmt::format("{}: got {:.17g}, expected {:.17g} (tolerance {:.3g})", what, got, want, tol));
   }
 }
 
@@ -146,8 +150,8 @@ inline void check_cross_entropy_case(const std::shared_ptr<Runtime>& rt, const C
     }
   }
   CrossEntropyOptions sum{.reduction = LossReduction::kSum, .grad_scale = 2.5};
-  ce_expect_near(sparse_categorical_crossentropy(x, y, sum), ref.loss * static_cast<double>(hy.num_elements()),
-                 tol * n, "sum loss " + where);
+  ce_expect_near(sparse_categorical_crossentropy(x, y, sum),
+                 ref.loss * static_cast<double>(hy.num_elements()), tol * n, "sum loss " + where);
   const HostTensor hs = sparse_categorical_crossentropy_backward(x, y, sum).gather();
   for (int64_t i = 0; i < hs.num_elements(); ++i) {
     ce_expect_near(ce_element(hs, i), 2.5 * n * ref.grad[static_cast<size_t>(i)], 2.5 * n * gtol,
@@ -156,7 +160,8 @@ inline void check_cross_entropy_case(const std::shared_ptr<Runtime>& rt, const C
   const HostTensor hv = sparse_categorical_crossentropy_values(x, y).gather();
   for (int64_t i = 0; i < hv.num_elements(); ++i) {
     const double want = ref.values[static_cast<size_t>(i)];
-    ce_expect_near(ce_element(hv, i), want, (dtype == DType::kF32 ? 1e-6 : 1e-13) * (1 + std::fabs(want)),
+    ce_expect_near(ce_element(hv, i), want,
+                   (dtype == DType::kF32 ? 1e-6 : 1e-13) * (1 + std::fabs(want)),
                    fmt::format("values[flat {}] {}", i, where));
   }
 }
@@ -171,11 +176,13 @@ inline void check_finite_differences(const std::shared_ptr<Runtime>& rt, const s
   HostTensor hx = ce_logits(DType::kF64, shape, seed);
   const HostTensor hy = ce_labels(shape, seed + 3);
   const Array y = ce_distribute(rt, hy, "None,None", mesh);
-  const HostTensor g = sparse_categorical_crossentropy_backward(ce_distribute(rt, hx, layout, mesh), y).gather();
+  const HostTensor g =
+      sparse_categorical_crossentropy_backward(ce_distribute(rt, hx, layout, mesh), y).gather();
   const HostTensor x32 = ce_logits(DType::kF32, shape, seed);
   const HostTensor g32 =
       sparse_categorical_crossentropy_backward(ce_distribute(rt, x32, layout, mesh), y).gather();
-  std::vector<int64_t> elements{hy.data_as<int32_t>()[0], hx.num_elements() - 1, 1, 4, 8, 9, 37, 65};
+  std::vector<int64_t> elements{
+      hy.data_as<int32_t>()[0], hx.num_elements() - 1, 1, 4, 8, 9, 37, 65};
   const double h = 1e-6;
   for (int64_t e : elements) {
     const double x0 = ce_element(hx, e);
@@ -193,8 +200,9 @@ inline void check_finite_differences(const std::shared_ptr<Runtime>& rt, const s
     const double rup = reference_cross_entropy(xr, hy).loss;
     ce_set(xr, e, ce_element(x32, e) - h);
     const double rdown = reference_cross_entropy(xr, hy).loss;
-    ce_expect_near(ce_element(g32, e), (rup - rdown) / (2 * h), 1e-7,
-                   fmt::format("F32 dlogits[flat {}] vs reference central difference, [{}]", e, layout));
+    ce_expect_near(
+        ce_element(g32, e), (rup - rdown) / (2 * h), 1e-7,
+        fmt::format("F32 dlogits[flat {}] vs reference central difference, [{}]", e, layout));
   }
 }
 
@@ -224,10 +232,10 @@ inline void check_memory_bound(const std::shared_ptr<Runtime>& rt, const std::st
     const int64_t bound = box.num_elements() * 4 + rows * 4 + rows * 4 * 8 + rows * k * 4 * 8;
     const int64_t used = d->memory().stats().peak_bytes - live[i];
     if (used > bound || d->memory().stats().peak_bytes >= whole) {
-      throw InternalError(fmt::format("[{}] {} used {} bytes (peak {}), above its dlogits box + "
-                                      "statistics {} or the whole logits {}",
-                                      layout, d->name(), used, d->memory().stats().peak_bytes, bound,
-                                      whole));
+      throw InternalError(
+          fmt::format("[{}] {} used {} bytes (peak {}), above its dlogits box + "
+                      "statistics {} or the whole logits {}",
+                      layout, d->name(), used, d->memory().stats().peak_bytes, bound, whole));
     }
   }
 }
@@ -257,28 +265,41 @@ inline void check_bad_inputs(const std::shared_ptr<Runtime>& rt) {
     bad.data_as<int32_t>()[at] = v;
     return ce_distribute(rt, bad, "data,None", mesh);
   };
-  expect_value_error([&] { sparse_categorical_crossentropy(x, with_label(3 * 6 + 5, 10)); },
-                     "sparse_categorical_crossentropy: label 10 at labels[3, 5] is outside [0, 10): "
-                     "V = 10 is the last dimension of logits (4, 6, 10)");
+  expect_value_error(
+      [&] { sparse_categorical_crossentropy(x, with_label(3 * 6 + 5, 10)); },
+      "sparse_categorical_crossentropy: label 10 at labels[3, 5] is outside [0, 10): "
+      "V = 10 is the last dimension of logits (4, 6, 10)");
   expect_value_error([&] { sparse_categorical_crossentropy_backward(x, with_label(8, -1)); },
                      "label -1 at labels[1, 2] is outside [0, 10)");
   for (double bad : {NAN, INFINITY, -INFINITY}) {
     HostTensor nx = hx;
     ce_set(nx, (3 * 6 + 1) * 10 + 9, bad);  // the last vocab block, on the last data row
     expect_value_error(
-        [&] { sparse_categorical_crossentropy_with_grad(ce_distribute(rt, nx, lx, mesh), with_label(0, 0)); },
+        [&] {
+          sparse_categorical_crossentropy_with_grad(ce_distribute(rt, nx, lx, mesh),
+                                                    with_label(0, 0));
+        },
         fmt::format("logits[3, 1, 9] is {}; the logits must be finite", bad));
   }
   const Array y = ce_distribute(rt, hy, "None,None", mesh);
   expect_value_error(
-      [&] { sparse_categorical_crossentropy(x, ce_distribute(rt, HostTensor(DType::kI32, {4, 5}), "None,None", mesh)); },
+      [&] {
+        sparse_categorical_crossentropy(
+            x, ce_distribute(rt, HostTensor(DType::kI32, {4, 5}), "None,None", mesh));
+      },
       "labels of shape (4, 5) must have the shape of logits (4, 6, 10) without its last (class) "
       "dimension, (4, 6)");
   expect_value_error(
-      [&] { sparse_categorical_crossentropy(x, ce_distribute(rt, HostTensor(DType::kF32, {4, 6}), "None,None", mesh)); },
+      [&] {
+        sparse_categorical_crossentropy(
+            x, ce_distribute(rt, HostTensor(DType::kF32, {4, 6}), "None,None", mesh));
+      },
       "labels must be integer class indices (I32 or I64), got F32");
   expect_value_error(
-      [&] { sparse_categorical_crossentropy(ce_distribute(rt, HostTensor::random(DType::kBF16, shape, 1), lx, mesh), y); },
+      [&] {
+        sparse_categorical_crossentropy(
+            ce_distribute(rt, HostTensor::random(DType::kBF16, shape, 1), lx, mesh), y);
+      },
       "logits must be F32 or F64, got BF16");
   // Still usable after the errors: no process was left waiting.
   ce_expect_near(sparse_categorical_crossentropy(x, y), reference_cross_entropy(hx, hy).loss, 1e-6,
@@ -291,7 +312,8 @@ inline void run_all_cross_entropy_cases(const std::shared_ptr<Runtime>& rt, uint
     check_cross_entropy_case(rt, c, DType::kF32, s++);
     check_cross_entropy_case(rt, c, DType::kF64, s++);
   }
-  for (const char* layout : {"None,None,model", "data,None,model", "model,None,data", "None,None,None"}) {
+  for (const char* layout :
+       {"None,None,model", "data,None,model", "model,None,data", "None,None,None"}) {
     check_finite_differences(rt, layout, s++);
   }
   for (const char* layout : {"None,None,model", "data,None,model", "None,None,(data,model)"}) {

@@ -21,8 +21,8 @@ void check_float(DType dtype, std::string_view op) {
 
 void check_binary(const Array& a, const Array& b, std::string_view op) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
-    throw ValueError(fmt::format("{} needs operands of one shape and dtype, got {} {} and {} {}", op,
-                                 shape_to_string(a.shape()), dtype_name(a.dtype()),
+    throw ValueError(fmt::format("{} needs operands of one shape and dtype, got {} {} and {} {}",
+                                 op, shape_to_string(a.shape()), dtype_name(a.dtype()),
                                  shape_to_string(b.shape()), dtype_name(b.dtype())));
   }
   check_float(a.dtype(), op);
@@ -32,7 +32,8 @@ void check_binary(const Array& a, const Array& b, std::string_view op) {
 template <typename Combine>
 void combine_into(Array& out, const Array& b, Combine combine) {
   std::optional<Array> moved;
-  const Array& aligned = b.layout() == out.layout() ? b : moved.emplace(distribute_tensor(b, out.layout()));
+  const Array& aligned =
+      b.layout() == out.layout() ? b : moved.emplace(distribute_tensor(b, out.layout()));
   const DType dtype = out.dtype();
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& o = out.local_shards()[i];
@@ -60,7 +61,8 @@ Array binary(const Array& a, const Array& b, std::string_view op, Combine combin
 
 template <typename Combine>
 Array binary_in_place(Array&& a, const Array& b, std::string_view op, Combine combine) {
-  if (&a == &b) return binary(static_cast<const Array&>(a), b, op, combine);  // add(std::move(x), x)
+  if (&a == &b)
+    return binary(static_cast<const Array&>(a), b, op, combine);  // add(std::move(x), x)
   check_binary(a, b, op);
   Array out = std::move(a);
   combine_into(out, b, combine);
@@ -75,15 +77,17 @@ constexpr auto kTimes = [](auto x, auto y) { return x * y; };
 Array add(const Array& a, const Array& b) { return binary(a, b, "add", kPlus); }
 Array multiply(const Array& a, const Array& b) { return binary(a, b, "multiply", kTimes); }
 Array add(Array&& a, const Array& b) { return binary_in_place(std::move(a), b, "add", kPlus); }
-Array multiply(Array&& a, const Array& b) { return binary_in_place(std::move(a), b, "multiply", kTimes); }
+Array multiply(Array&& a, const Array& b) {
+  return binary_in_place(std::move(a), b, "multiply", kTimes);
+}
 
 Array concatenate(std::span<const Array* const> inputs, int64_t axis) {
   if (inputs.empty()) throw ValueError("concatenate needs at least one input, got none");
   const Array& first = *inputs[0];
   const int64_t rank = static_cast<int64_t>(first.shape().size());
   if (axis < -rank || axis >= rank) {
-    throw ValueError(fmt::format("concatenate axis {} is out of range for inputs of rank {}", axis,
-                                 rank));
+    throw ValueError(
+        fmt::format("concatenate axis {} is out of range for inputs of rank {}", axis, rank));
   }
   const size_t ax = static_cast<size_t>(axis < 0 ? axis + rank : axis);
   check_float(first.dtype(), "concatenate");
@@ -105,8 +109,8 @@ Array concatenate(std::span<const Array* const> inputs, int64_t axis) {
           shape_to_string(x.shape()), dtype_name(x.dtype())));
     }
     if (__builtin_add_overflow(out_shape[ax], x.shape()[ax], &out_shape[ax])) {
-      throw ValueError(fmt::format("concatenate: the joined extent of axis {} overflows int64",
-                                   axis));
+      throw ValueError(
+          fmt::format("concatenate: the joined extent of axis {} overflows int64", axis));
     }
   }
   // Every input in the first one's layout with the joined axis whole: then the devices hold

@@ -27,8 +27,10 @@ TEST_F(ElementwiseTest, EveryLayoutPairGivesTheHostResultBitForBit) {
 TEST_F(ElementwiseTest, SameLayoutsMoveNothing) {
   auto rt = Runtime::single_process(8);
   DeviceMesh mesh({2, 4}, {"data", "model"});
-  Array a = testing::distribute_on(rt, HostTensor::random(DType::kF32, {8, 8}, 1), "data,model", mesh);
-  Array b = testing::distribute_on(rt, HostTensor::random(DType::kF32, {8, 8}, 2), "data,model", mesh);
+  Array a =
+      testing::distribute_on(rt, HostTensor::random(DType::kF32, {8, 8}, 1), "data,model", mesh);
+  Array b =
+      testing::distribute_on(rt, HostTensor::random(DType::kF32, {8, 8}, 2), "data,model", mesh);
   EXPECT_EQ(plan_distribute(b, a.layout()).bytes_moved, 0);
   EXPECT_EQ(add(a, b).layout(), a.layout());
 }
@@ -38,7 +40,8 @@ TEST_F(ElementwiseTest, SameLayoutsMoveNothing) {
 TEST_F(ElementwiseTest, InPlaceFormsReuseTheFirstOperandAndMatchTheCopyingForms) {
   auto rt = Runtime::single_process(8);
   DeviceMesh mesh({2, 4}, {"data", "model"});
-  const HostTensor ha = HostTensor::random(DType::kF32, {8, 8}, 1), hb = HostTensor::random(DType::kF32, {8, 8}, 2);
+  const HostTensor ha = HostTensor::random(DType::kF32, {8, 8}, 1),
+                   hb = HostTensor::random(DType::kF32, {8, 8}, 2);
   for (const char* b_layout : {"data,model", "None,data", "None,None"}) {
     SCOPED_TRACE(b_layout);
     const Array b = testing::distribute_on(rt, hb, b_layout, mesh);
@@ -48,7 +51,8 @@ TEST_F(ElementwiseTest, InPlaceFormsReuseTheFirstOperandAndMatchTheCopyingForms)
       Array moved = testing::distribute_on(rt, ha, "data,model", mesh);
       const std::byte* first = moved.local_shards()[0].buffer.data();
       Array got = is_add ? add(std::move(moved), b) : multiply(std::move(moved), b);
-      EXPECT_EQ(got.local_shards()[0].buffer.data(), first) << "the first operand's buffers were not reused";
+      EXPECT_EQ(got.local_shards()[0].buffer.data(), first)
+          << "the first operand's buffers were not reused";
       EXPECT_EQ(got.layout(), a.layout());
       const HostTensor g = got.gather();
       ASSERT_EQ(std::memcmp(g.data(), want.data(), want.num_bytes()), 0);
@@ -69,21 +73,23 @@ TEST_F(ElementwiseTest, BadOperandsNameTheirShapesAndDtypes) {
   Array c = testing::distribute_on(rt, HostTensor::random(DType::kF64, {4, 3}, 3), "x,None", mesh);
   Array i = testing::distribute_on(rt, HostTensor::random(DType::kI32, {4, 3}, 4), "x,None", mesh);
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)add(a, b); }),
-                            "add needs operands of one shape and dtype, got (4, 3) F32 and (3, 4) F32");
+            "add needs operands of one shape and dtype, got (4, 3) F32 and (3, 4) F32");
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)multiply(a, c); }),
-                            "multiply needs operands of one shape and dtype, got (4, 3) F32 and (4, 3) F64");
-  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)add(i, i); }), "add runs on F32 or F64 tensors, got I32");
+            "multiply needs operands of one shape and dtype, got (4, 3) F32 and (4, 3) F64");
+  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)add(i, i); }),
+            "add runs on F32 or F64 tensors, got I32");
   const Array* none[] = {};
-  EXPECT_EQ(testing::ValueErrorMessage([&] { (void)concatenate(std::span<const Array* const>(none, 0), 0); }),
-                            "concatenate needs at least one input, got none");
+  EXPECT_EQ(testing::ValueErrorMessage(
+                [&] { (void)concatenate(std::span<const Array* const>(none, 0), 0); }),
+            "concatenate needs at least one input, got none");
   const Array* ab[] = {&a, &b};
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)concatenate(ab, 1); }),
-                            "concatenate on axis 1 needs inputs of one dtype and equal extents off "
-                            "that axis: input 0 is (4, 3) F32, input 1 is (3, 4) F32");
+            "concatenate on axis 1 needs inputs of one dtype and equal extents off "
+            "that axis: input 0 is (4, 3) F32, input 1 is (3, 4) F32");
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)concatenate(ab, 2); }),
-                            "concatenate axis 2 is out of range for inputs of rank 2");
+            "concatenate axis 2 is out of range for inputs of rank 2");
   EXPECT_EQ(testing::ValueErrorMessage([&] { (void)concatenate(ab, -3); }),
-                            "concatenate axis -3 is out of range for inputs of rank 2");
+            "concatenate axis -3 is out of range for inputs of rank 2");
 }
 
 }  // namespace

@@ -38,8 +38,9 @@ void expect_equal_tensors(const HostTensor& got, const HostTensor& want, const s
 }
 
 template <typename T>
-void check_binary_case(const std::shared_ptr<Runtime>& rt, const DeviceMesh& mesh, const Shape& shape,
-                       const std::string& la, const std::string& lb, DType dtype, uint64_t seed) {
+void check_binary_case(const std::shared_ptr<Runtime>& rt, const DeviceMesh& mesh,
+                       const Shape& shape, const std::string& la, const std::string& lb,
+                       DType dtype, uint64_t seed) {
   const HostTensor ha = HostTensor::random(dtype, shape, seed);
   const HostTensor hb = HostTensor::random(dtype, shape, seed + 1);
   const Array a = distribute_on(rt, ha, la, mesh), b = distribute_on(rt, hb, lb, mesh);
@@ -48,8 +49,8 @@ void check_binary_case(const std::shared_ptr<Runtime>& rt, const DeviceMesh& mes
     sum.data_as<T>()[i] = ha.data_as<T>()[i] + hb.data_as<T>()[i];
     product.data_as<T>()[i] = ha.data_as<T>()[i] * hb.data_as<T>()[i];
   }
-  const std::string where = fmt::format("{} {} [{}] op [{}]", dtype_name(dtype),
-                                        shape_to_string(shape), la, lb);
+  const std::string where =
+      fmt::format("{} {} [{}] op [{}]", dtype_name(dtype), shape_to_string(shape), la, lb);
   const Array s = add(a, b), p = multiply(a, b);
   if (s.layout() != a.layout() || p.layout() != a.layout()) {
     throw InternalError(where + ": the result is not in the first operand's layout");
@@ -93,9 +94,9 @@ void check_concat_case(const std::shared_ptr<Runtime>& rt, const DeviceMesh& mes
     }
   }
   const Array out = concatenate(ptrs, c.axis);
-  const std::string where = fmt::format("concatenate axis {} of {} inputs, first {} [{}]", c.axis,
-                                        c.shapes.size(), shape_to_string(c.shapes[0]),
-                                        c.layouts[0]);
+  const std::string where =
+      fmt::format("concatenate axis {} of {} inputs, first {} [{}]", c.axis, c.shapes.size(),
+                  shape_to_string(c.shapes[0]), c.layouts[0]);
   if (out.layout() != TensorLayout::from_string(c.expected_layout).with_device_mesh(mesh)) {
     throw InternalError(fmt::format("{}: layout {} should be {}", where, out.layout().to_string(),
                                     c.expected_layout));
@@ -118,18 +119,24 @@ inline void run_all_elementwise_cases(const std::shared_ptr<Runtime>& rt, uint64
   const std::vector<ConcatCase> concat_cases = {
       {{{6, 3}, {6, 5}}, {"data,model", "None,None"}, -1, "layout[data,None]"},
       {{{2, 7}, {4, 7}, {1, 7}}, {"data,None", "model,None", "None,data"}, 0, "layout[None,None]"},
-      {{{3, 2, 5}, {3, 4, 5}}, {"model,None,data", "None,model,None"}, 1,
+      {{{3, 2, 5}, {3, 4, 5}},
+       {"model,None,data", "None,model,None"},
+       1,
        "layout[model,None,data]"},
       {{{4, 0}, {4, 3}}, {"data,model", "None,model"}, 1, "layout[data,None]"},
   };
   for (DType dtype : {DType::kF32, DType::kF64}) {
     for (const auto& [shape, la, lb] : binary_cases) {
-      if (dtype == DType::kF32) check_binary_case<float>(rt, mesh, shape, la, lb, dtype, seed++);
-      else check_binary_case<double>(rt, mesh, shape, la, lb, dtype, seed++);
+      if (dtype == DType::kF32)
+        check_binary_case<float>(rt, mesh, shape, la, lb, dtype, seed++);
+      else
+        check_binary_case<double>(rt, mesh, shape, la, lb, dtype, seed++);
     }
     for (const ConcatCase& c : concat_cases) {
-      if (dtype == DType::kF32) check_concat_case<float>(rt, mesh, c, dtype, seed++);
-      else check_concat_case<double>(rt, mesh, c, dtype, seed++);
+      if (dtype == DType::kF32)
+        check_concat_case<float>(rt, mesh, c, dtype, seed++);
+      else
+        check_concat_case<double>(rt, mesh, c, dtype, seed++);
       seed += 4;
     }
   }

@@ -35,7 +35,8 @@ void run_products(ThreadPool& pool, const std::vector<Product>& products) {
   };
   std::vector<Chunk> chunks;
   const size_t pieces =
-      products.empty() ? 1 : std::max<size_t>(1, (pool.size() + products.size() - 1) / products.size());
+      products.empty() ? 1
+                       : std::max<size_t>(1, (pool.size() + products.size() - 1) / products.size());
   for (const Product& p : products) {
     const Box& xb = p.x->box;
     const Box& wb = p.w->box;
@@ -95,20 +96,23 @@ void add_into(std::byte* dst, const std::byte* src, int64_t n, DType dtype) {
 }
 
 // `addend` in `layout` (itself when it already is).
-const Array& in_layout(const Array& addend, const TensorLayout& layout, std::optional<Array>& holder) {
+const Array& in_layout(const Array& addend, const TensorLayout& layout,
+                       std::optional<Array>& holder) {
   return addend.layout() == layout ? addend : holder.emplace(distribute_tensor(addend, layout));
 }
 
 /// K not split: each block of the product layout is computed once per process, straight into
 /// the output shard of its first local device, and copied to the others.
-Array products_without_partials(const Array& x, const Array& w, const MatmulPlan& plan, const Array* addend) {
+Array products_without_partials(const Array& x, const Array& w, const MatmulPlan& plan,
+                                const Array* addend) {
   Array out = allocate_agreed(plan.product_layout, plan.output_shape, plan.dtype, x.runtime_ptr());
   std::map<std::vector<int64_t>, size_t> first;  // product block → index in products
   std::vector<Product> products;
   for (Array::Shard& s : out.local_shards()) {
     auto [it, added] = first.emplace(block_of(out.geometry(), s.position), products.size());
     if (added) {
-      products.push_back(Product{x.shard_at(s.position), w.shard_at(s.position), s.buffer.data(), {}});
+      products.push_back(
+          Product{x.shard_at(s.position), w.shard_at(s.position), s.buffer.data(), {}});
     } else {
       products[it->second].replicas.push_back(s.buffer.data());
     }
@@ -119,7 +123,8 @@ Array products_without_partials(const Array& x, const Array& w, const MatmulPlan
     const Array& a = in_layout(*addend, out.layout(), holder);
     out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
       Array::Shard& s = out.local_shards()[i];
-      add_into(s.buffer.data(), a.shard_at(s.position)->buffer.data(), s.box.num_elements(), plan.dtype);
+      add_into(s.buffer.data(), a.shard_at(s.position)->buffer.data(), s.box.num_elements(),
+               plan.dtype);
     });
   }
   return out;
@@ -127,7 +132,8 @@ Array products_without_partials(const Array& x, const Array& w, const MatmulPlan
 
 /// K split: each device's product is a partial sum, completed by reduce_partials (NOTE
 /// [Partial sums]).
-Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& plan, const Array* addend) {
+Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& plan,
+                             const Array* addend) {
   Runtime& rt = x.runtime();
   const DeviceMesh& mesh = x.mesh();
   std::vector<int> k_axes;
@@ -135,11 +141,11 @@ Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& p
   internal_ops::PartialLayout layout{ShardGeometry(plan.product_layout, plan.output_shape), k_axes,
                                      plan.x_shape.back()};
   const size_t elem = dtype_size(plan.dtype);
-  internal_ops::LocalPartials partials =
-      internal_ops::allocate_local_partials(layout, x, elem);
+  internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, x, elem);
   std::vector<Product> products;
   for (internal_ops::LocalPartial& p : partials) {
-    products.push_back(Product{x.shard_at(p.position), w.shard_at(p.position), p.buffer.data(), {}});
+    products.push_back(
+        Product{x.shard_at(p.position), w.shard_at(p.position), p.buffer.data(), {}});
   }
   run_products(rt.pool(), plan.dtype, products);
   if (addend != nullptr) {
@@ -150,11 +156,13 @@ Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& p
     rt.pool().parallel_for(partials.size(), [&](size_t i) {
       internal_ops::LocalPartial& p = partials[i];
       if (p.k_block != 0) return;
-      add_into(p.buffer.data(), a.shard_at(p.position)->buffer.data(), p.box.num_elements(), plan.dtype);
+      add_into(p.buffer.data(), a.shard_at(p.position)->buffer.data(), p.box.num_elements(),
+               plan.dtype);
     });
   }
 
-  const TensorLayout& target = plan.all_reduce_in_two_steps ? plan.scatter_layout : plan.output_layout;
+  const TensorLayout& target =
+      plan.all_reduce_in_two_steps ? plan.scatter_layout : plan.output_layout;
   Array out = allocate_agreed(target, plan.output_shape, plan.dtype, x.runtime_ptr());
   internal_ops::ReductionPlan reduction =
       internal_ops::plan_reduction(layout, out.geometry(), elem, rt.local_device_count());
@@ -169,10 +177,13 @@ Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& p
 Array matmul(const Array& x, const Array& w, const MatmulOptions& options) {
   MatmulPlan plan = plan_matmul(x, w, options);
   if (const Array* a = options.add_to_output;
-      a != nullptr && (a->shape() != plan.output_shape || a->dtype() != plan.dtype || !(a->mesh() == x.mesh()))) {
-    throw ValueError(fmt::format("matmul: add_to_output must have the output's shape {} and dtype {} on the "
-                                 "operands' mesh, got {} {}", shape_to_string(plan.output_shape),
-                                 dtype_name(plan.dtype), shape_to_string(a->shape()), dtype_name(a->dtype())));
+      a != nullptr &&
+      (a->shape() != plan.output_shape || a->dtype() != plan.dtype || !(a->mesh() == x.mesh()))) {
+    throw ValueError(
+        fmt::format("matmul: add_to_output must have the output's shape {} and dtype {} on the "
+                    "operands' mesh, got {} {}",
+                    shape_to_string(plan.output_shape), dtype_name(plan.dtype),
+                    shape_to_string(a->shape()), dtype_name(a->dtype())));
   }
   internal_ops::use_single_threaded_blas();
   std::optional<Array> xr, wr;
@@ -180,8 +191,9 @@ Array matmul(const Array& x, const Array& w, const MatmulOptions& options) {
   if (plan.reshard_w) wr.emplace(distribute_tensor(w, plan.w_layout));
   const Array& xa = xr ? *xr : x;
   const Array& wa = wr ? *wr : w;
-  Array out = plan.contracted_axes.empty() ? products_without_partials(xa, wa, plan, options.add_to_output)
-                                           : products_with_partials(xa, wa, plan, options.add_to_output);
+  Array out = plan.contracted_axes.empty()
+                  ? products_without_partials(xa, wa, plan, options.add_to_output)
+                  : products_with_partials(xa, wa, plan, options.add_to_output);
   if (plan.reshard_output) out = distribute_tensor(out, plan.output_layout);
   if (options.plan_out) *options.plan_out = std::move(plan);
   return out;

@@ -30,8 +30,9 @@ void transpose_box(const std::byte* src, std::byte* dst, int64_t rows, int64_t c
 // a (…, C) as (M, C) with the leading dims merged: a view when the layout allows it, else a
 // reshard to a viewable layout first.
 Array as_rows(const Array& a) {
-  const Shape flat{a.shape().size() < 2 ? 1 : num_elements(Shape(a.shape().begin(), a.shape().end() - 1)),
-                   a.shape().back()};
+  const Shape flat{
+      a.shape().size() < 2 ? 1 : num_elements(Shape(a.shape().begin(), a.shape().end() - 1)),
+      a.shape().back()};
   if (auto l = local_reshape_layout(a.layout(), a.shape(), flat)) return view_shards(a, flat, *l);
   Array r = distribute_tensor(a, viewable_layout(a.layout(), a.shape(), flat));
   const TensorLayout l = *local_reshape_layout(r.layout(), r.shape(), flat);
@@ -62,9 +63,10 @@ Array transpose(const Array& m) {
 Array matmul_backward_input(const Array& dy, const Array& w, const TensorLayout& x_layout,
                             MatmulPlan* plan_out) {
   if (w.shape().size() != 2 || dy.shape().empty() || dy.shape().back() != w.shape()[1]) {
-    throw ValueError(fmt::format("matmul_backward_input: dy (…, N) must end in w's N for w (K, N), "
-                                 "got dy {} and w {}",
-                                 shape_to_string(dy.shape()), shape_to_string(w.shape())));
+    throw ValueError(
+        fmt::format("matmul_backward_input: dy (…, N) must end in w's N for w (K, N), "
+                    "got dy {} and w {}",
+                    shape_to_string(dy.shape()), shape_to_string(w.shape())));
   }
   const Array wt = transpose(w);
   return matmul(dy, wt, {.output_layout = x_layout, .plan_out = plan_out});
@@ -74,10 +76,12 @@ Array matmul_backward_weight(const Array& x, const Array& dy, const TensorLayout
                              MatmulPlan* plan_out) {
   const Shape& xs = x.shape();
   const Shape& ys = dy.shape();
-  if (xs.size() < 2 || xs.size() != ys.size() || !std::equal(xs.begin(), xs.end() - 1, ys.begin())) {
-    throw ValueError(fmt::format("matmul_backward_weight: x (…, K) and dy (…, N) must share their "
-                                 "leading dimensions (rank >= 2), got x {} and dy {}",
-                                 shape_to_string(xs), shape_to_string(ys)));
+  if (xs.size() < 2 || xs.size() != ys.size() ||
+      !std::equal(xs.begin(), xs.end() - 1, ys.begin())) {
+    throw ValueError(
+        fmt::format("matmul_backward_weight: x (…, K) and dy (…, N) must share their "
+                    "leading dimensions (rank >= 2), got x {} and dy {}",
+                    shape_to_string(xs), shape_to_string(ys)));
   }
   const Array xt = transpose(as_rows(x));  // (K, M)
   const Array dy2 = as_rows(dy);           // (M, N)
@@ -86,8 +90,10 @@ Array matmul_backward_weight(const Array& x, const Array& dy, const TensorLayout
 
 DenseGrads matmul_backward(const Array& x, const Array& w, const Array& dy) {
   if (w.shape().size() != 2 || x.shape().empty() || x.shape().back() != w.shape()[0]) {
-    throw ValueError(fmt::format("matmul_backward: x (…, K) must end in w's K for w (K, N), got x "
-                                 "{} and w {}", shape_to_string(x.shape()), shape_to_string(w.shape())));
+    throw ValueError(
+        fmt::format("matmul_backward: x (…, K) must end in w's K for w (K, N), got x "
+                    "{} and w {}",
+                    shape_to_string(x.shape()), shape_to_string(w.shape())));
   }
   Array dx = matmul_backward_input(dy, w, x.layout());
   Array dw = matmul_backward_weight(x, dy, w.layout());

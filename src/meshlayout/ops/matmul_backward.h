@@ -5,7 +5,8 @@
 //                 into x's layout (Megatron's f: identity forward, all-reduce backward).
 //   dw = xᵀ · dy  in w's layout. x's leading dims are flattened to M rows; with the batch split
 //                 over 'data' the contraction over M is a partial sum over 'data' reduced into
-//                 w's layout: the gradient summed over the data replicas (data parallelism's all-reduce).
+//                 w's layout: the gradient summed over the data replicas (data parallelism's
+//                 all-reduce).
 // Both run through matmul (matmul.h), so every rule of matmul_plan.h applies (reshards are
 // chosen by bytes; a MatmulPlan* reports the plan). transpose() flips a 2-D array shard by shard
 // without communication: layout (a, b) becomes (b, a).

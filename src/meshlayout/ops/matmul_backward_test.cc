@@ -8,9 +8,9 @@
 #include <functional>
 #include <thread>
 
+#include "meshlayout/array/array_test_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/ops/matmul_backward_test_util.h"
-#include "meshlayout/array/array_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
@@ -33,7 +33,8 @@ TEST_F(MatmulBackwardTest, EveryLayoutMatchesAsTwoAndFourProcesses) {
   for (int procs : {2, 4}) {
     SCOPED_TRACE(fmt::format("{} processes, MESHLAYOUT_TEST_SEED={}", procs, seed));
     testing::run_as_processes(
-        procs, 8 / procs, [seed](std::shared_ptr<Runtime> rt) { testing::run_all_dense_backward_cases(rt, seed); },
+        procs, 8 / procs,
+        [seed](std::shared_ptr<Runtime> rt) { testing::run_all_dense_backward_cases(rt, seed); },
         /*pool_threads=*/2);
   }
 }

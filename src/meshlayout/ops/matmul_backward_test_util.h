@@ -30,9 +30,9 @@ struct DenseBackwardCase {
 inline std::vector<DenseBackwardCase> dense_backward_cases() {
   return {
       {{4, 3, 8}, 10, "data,None,None", "None,model", {"model"}, {"data"}},  // column-parallel head
-      {{4, 3, 8}, 12, "data,None,model", "model,None", {}, {"data"}},         // row-parallel
-      {{4, 3, 8}, 10, "data,None,None", "None,None", {}, {"data"}},           // data parallel
-      {{4, 3, 8}, 10, "None,None,None", "None,None", {}, {}},                 // replicated
+      {{4, 3, 8}, 12, "data,None,model", "model,None", {}, {"data"}},        // row-parallel
+      {{4, 3, 8}, 10, "data,None,None", "None,None", {}, {"data"}},          // data parallel
+      {{4, 3, 8}, 10, "None,None,None", "None,None", {}, {}},                // replicated
       {{4, 3, 7}, 9, "data,None,None", "None,model", {"model"}, {"data"}},   // N = 9 over 4
       // 3 rows over 8 cannot be viewed as (15, 7) rows: x is gathered first, no partial sum.
       {{3, 5, 7}, 9, "(data,model),None,None", "None,None", {}, {}},
@@ -45,7 +45,8 @@ inline std::vector<double> host_matmul(const HostTensor& x, const HostTensor& w)
   std::vector<double> y(static_cast<size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t l = 0; l < k; ++l) {
-      for (int64_t j = 0; j < n; ++j) y[static_cast<size_t>(i * n + j)] += ce_element(x, i * k + l) * ce_element(w, l * n + j);
+      for (int64_t j = 0; j < n; ++j)
+        y[static_cast<size_t>(i * n + j)] += ce_element(x, i * k + l) * ce_element(w, l * n + j);
     }
   }
   return y;
@@ -61,8 +62,8 @@ inline void expect_close_tensor(const HostTensor& got, const std::vector<double>
   }
 }
 
-inline void check_dense_backward_case(const std::shared_ptr<Runtime>& rt, const DenseBackwardCase& c,
-                                      DType dtype, uint64_t seed) {
+inline void check_dense_backward_case(const std::shared_ptr<Runtime>& rt,
+                                      const DenseBackwardCase& c, DType dtype, uint64_t seed) {
   const DeviceMesh mesh({2, 4}, {"data", "model"});
   const std::string where = fmt::format("{} x {} [{}] w (K, {}) [{}]", dtype_name(dtype),
                                         shape_to_string(c.x_shape), c.x_layout, c.n, c.w_layout);
@@ -75,10 +76,12 @@ inline void check_dense_backward_case(const std::shared_ptr<Runtime>& rt, const 
   const Array labels = ce_distribute(rt, hl, "None,None", mesh);
   auto loss_of = [&](const HostTensor& x, const HostTensor& w) {
     return sparse_categorical_crossentropy(
-        matmul(ce_distribute(rt, x, c.x_layout, mesh), ce_distribute(rt, w, c.w_layout, mesh)), labels);
+        matmul(ce_distribute(rt, x, c.x_layout, mesh), ce_distribute(rt, w, c.w_layout, mesh)),
+        labels);
   };
 
-  const Array x = ce_distribute(rt, hx, c.x_layout, mesh), w = ce_distribute(rt, hw, c.w_layout, mesh);
+  const Array x = ce_distribute(rt, hx, c.x_layout, mesh),
+              w = ce_distribute(rt, hw, c.w_layout, mesh);
   const Array y = matmul(x, w);
   const Array dy = sparse_categorical_crossentropy_backward(y, labels);
   MatmulPlan px, pw;
@@ -86,14 +89,16 @@ inline void check_dense_backward_case(const std::shared_ptr<Runtime>& rt, const 
   const Array dw = matmul_backward_weight(x, dy, w.layout(), &pw);
   if (dx.layout() != x.layout() || dw.layout() != w.layout() || dx.shape() != x.shape() ||
       dw.shape() != w.shape()) {
-    throw InternalError(fmt::format("{}: dx {} {} / dw {} {} not in the operands' shapes and layouts",
-                                    where, shape_to_string(dx.shape()), dx.layout().to_string(),
-                                    shape_to_string(dw.shape()), dw.layout().to_string()));
+    throw InternalError(
+        fmt::format("{}: dx {} {} / dw {} {} not in the operands' shapes and layouts", where,
+                    shape_to_string(dx.shape()), dx.layout().to_string(),
+                    shape_to_string(dw.shape()), dw.layout().to_string()));
   }
   if (px.contracted_axes != c.dx_axes || pw.contracted_axes != c.dw_axes) {
-    throw InternalError(fmt::format("{}: partial sums over [{}] (dx) and [{}] (dw), expected [{}] and [{}]",
-                                    where, fmt::join(px.contracted_axes, ","), fmt::join(pw.contracted_axes, ","),
-                                    fmt::join(c.dx_axes, ","), fmt::join(c.dw_axes, ",")));
+    throw InternalError(
+        fmt::format("{}: partial sums over [{}] (dx) and [{}] (dw), expected [{}] and [{}]", where,
+                    fmt::join(px.contracted_axes, ","), fmt::join(pw.contracted_axes, ","),
+                    fmt::join(c.dx_axes, ","), fmt::join(c.dw_axes, ",")));
   }
   DenseGrads both = matmul_backward(x, w, dy);
 
@@ -102,7 +107,8 @@ inline void check_dense_backward_case(const std::shared_ptr<Runtime>& rt, const 
   const std::vector<double> yv = host_matmul(hx, hw);
   std::copy(yv.begin(), yv.end(), hy.data_as<double>());
   const std::vector<double> g = reference_cross_entropy(hy, hl).grad;  // (M, N)
-  std::vector<double> want_dx(static_cast<size_t>(M * K), 0.0), want_dw(static_cast<size_t>(K * c.n), 0.0);
+  std::vector<double> want_dx(static_cast<size_t>(M * K), 0.0),
+      want_dw(static_cast<size_t>(K * c.n), 0.0);
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t l = 0; l < K; ++l) {
       for (int64_t j = 0; j < c.n; ++j) {
@@ -129,7 +135,8 @@ inline void check_dense_backward_case(const std::shared_ptr<Runtime>& rt, const 
     ce_set(hx, e, v - h);
     const double down = loss_of(hx, hw);
     ce_set(hx, e, v);
-    ce_expect_near(ce_element(gx, e), (up - down) / (2 * h), 1e-8, fmt::format("dx[flat {}] vs FD {}", e, where));
+    ce_expect_near(ce_element(gx, e), (up - down) / (2 * h), 1e-8,
+                   fmt::format("dx[flat {}] vs FD {}", e, where));
   }
   for (int64_t e : {int64_t{0}, K * c.n / 2 + 1, K * c.n - 1}) {
     const double v = ce_element(hw, e);
@@ -138,7 +145,8 @@ inline void check_dense_backward_case(const std::shared_ptr<Runtime>& rt, const 
     ce_set(hw, e, v - h);
     const double down = loss_of(hx, hw);
     ce_set(hw, e, v);
-    ce_expect_near(ce_element(gw, e), (up - down) / (2 * h), 1e-8, fmt::format("dw[flat {}] vs FD {}", e, where));
+    ce_expect_near(ce_element(gw, e), (up - down) / (2 * h), 1e-8,
+                   fmt::format("dw[flat {}] vs FD {}", e, where));
   }
 }
 
@@ -157,10 +165,18 @@ inline void run_all_dense_backward_cases(const std::shared_ptr<Runtime>& rt, uin
       }
     }
   }
-  expect_value_error([&] { matmul_backward_weight(m, ce_distribute(rt, HostTensor(DType::kF32, {4, 3}), "None,None", mesh), TensorLayout({None, None}, mesh)); },
-                     "must share their leading dimensions (rank >= 2), got x (5, 7) and dy (4, 3)");
-  expect_value_error([&] { matmul_backward_input(m, transpose(m), TensorLayout({None, None}, mesh)); },
-                     "dy (…, N) must end in w's N for w (K, N), got dy (5, 7) and w (7, 5)");
+  expect_value_error(
+      [&] {
+        matmul_backward_weight(
+            m, ce_distribute(rt, HostTensor(DType::kF32, {4, 3}), "None,None", mesh),
+            TensorLayout({None, None}, mesh));
+      },
+      "must share their leading dimensions (rank >= 2), got x (5, 7) and dy (4, 3)");
+  expect_value_error(
+      [&] {
+        matmul_backward_input(m, transpose(m), TensorLayout({None, None}, mesh));
+      },
+      "dy (…, N) must end in w's N for w (K, N), got dy (5, 7) and w (7, 5)");
 }
 
 }  // namespace meshlayout::testing

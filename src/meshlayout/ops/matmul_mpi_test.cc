@@ -19,8 +19,15 @@ TEST(MatmulMpiTest, EveryRuleMatchesTheFloat64Reference) {
 
 TEST(MatmulMpiTest, RowParallelAllReduceAcrossProcesses) {
   auto rt = default_runtime();
-  testing::MatmulCase c{"row", "mesh[x=8]", {33, 70}, {70, 19}, "None,x", "x,None", "",
-                        "layout[None,None]", MatmulReduction::kAllReduce};
+  testing::MatmulCase c{"row",
+                        "mesh[x=8]",
+                        {33, 70},
+                        {70, 19},
+                        "None,x",
+                        "x,None",
+                        "",
+                        "layout[None,None]",
+                        MatmulReduction::kAllReduce};
   MatmulPlan plan = testing::run_matmul_case(rt, c, DType::kF32, 9002);
   EXPECT_EQ(plan.all_reduce_in_two_steps, rt->num_processes() > 2);
 }

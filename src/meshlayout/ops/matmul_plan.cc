@@ -62,8 +62,8 @@ TensorLayout product_layout(const TensorLayout& x, const TensorLayout& w,
 
 void check_shapes(const Shape& x, const Shape& w) {
   if (x.size() < 2) {
-    throw ValueError(fmt::format("matmul: x must have rank >= 2 (..., K); got shape {}",
-                                 shape_to_string(x)));
+    throw ValueError(
+        fmt::format("matmul: x must have rank >= 2 (..., K); got shape {}", shape_to_string(x)));
   }
   if (w.size() != 2) {
     throw ValueError(
@@ -80,8 +80,7 @@ void check_shapes(const Shape& x, const Shape& w) {
 int64_t reshard_bytes(const ShardGeometry& from, const TensorLayout& to, size_t elem,
                       int64_t local_device_count) {
   if (from.layout() == to) return 0;
-  return plan_reshard(from, ShardGeometry(to, from.shape()), elem, local_device_count)
-      .bytes_moved;
+  return plan_reshard(from, ShardGeometry(to, from.shape()), elem, local_device_count).bytes_moved;
 }
 
 int64_t product_of_sizes(const DeviceMesh& mesh, const Axes& axes) {
@@ -103,7 +102,8 @@ std::vector<Candidate> candidates(const TensorLayout& x, const TensorLayout& w) 
   for (const Axes& k : {kx, kw, Axes{}}) {
     const std::set<std::string> kset(k.begin(), k.end());
     std::vector<DimSharding> xd;
-    for (int d = 0; d + 1 < x.rank(); ++d) xd.push_back(without(x.axes()[static_cast<size_t>(d)], kset));
+    for (int d = 0; d + 1 < x.rank(); ++d)
+      xd.push_back(without(x.axes()[static_cast<size_t>(d)], kset));
     DimSharding n = without(w.axes()[1], kset);
     std::set<std::string> conflict;
     for (const DimSharding& b : xd) {
@@ -114,7 +114,8 @@ std::vector<Candidate> candidates(const TensorLayout& x, const TensorLayout& w) 
     auto make = [&](const std::vector<DimSharding>& batch, const DimSharding& ndim) {
       std::vector<DimSharding> xs = batch;
       xs.push_back(DimSharding(k));
-      return Candidate{TensorLayout(std::move(xs), mesh), TensorLayout({DimSharding(k), ndim}, mesh)};
+      return Candidate{TensorLayout(std::move(xs), mesh),
+                       TensorLayout({DimSharding(k), ndim}, mesh)};
     };
     if (conflict.empty()) {
       out.push_back(make(xd, n));
@@ -136,8 +137,7 @@ double completion_cost(const ShardGeometry& product, const Axes& k, const ShardG
   const int64_t g = product_of_sizes(product.mesh(), k);
   if (g == 1) {
     if (product.layout() == target.layout()) return 0;
-    return static_cast<double>(
-        plan_reshard(product, target, elem, local_device_count).bytes_moved);
+    return static_cast<double>(plan_reshard(product, target, elem, local_device_count).bytes_moved);
   }
   double bytes = 0;
   for (int64_t q = 0; q < target.mesh().size(); ++q) {
@@ -183,14 +183,14 @@ std::string_view reduction_name(MatmulReduction reduction) {
 
 TensorLayout matmul_output_layout(const TensorLayout& x, const TensorLayout& w) {
   if (x.rank() < 2) {
-    throw ValueError(fmt::format(
-        "matmul_output_layout: x layout {} has rank {}; x needs rank >= 2 (..., K)",
-        x.to_string(), x.rank()));
+    throw ValueError(
+        fmt::format("matmul_output_layout: x layout {} has rank {}; x needs rank >= 2 (..., K)",
+                    x.to_string(), x.rank()));
   }
   if (w.rank() != 2) {
-    throw ValueError(fmt::format(
-        "matmul_output_layout: w layout {} has rank {}; w needs rank 2 (K, N)", w.to_string(),
-        w.rank()));
+    throw ValueError(
+        fmt::format("matmul_output_layout: w layout {} has rank {}; w needs rank 2 (K, N)",
+                    w.to_string(), w.rank()));
   }
   if (x.device_mesh() && w.device_mesh() && !(*x.device_mesh() == *w.device_mesh())) {
     throw ValueError(fmt::format("matmul_output_layout: x is on {} but w is on {}",
@@ -213,13 +213,14 @@ MatmulPlan plan_matmul(const Array& x, const Array& w, const MatmulOptions& opti
         dtype_name(x.dtype()), dtype_name(w.dtype())));
   }
   if (!(x.mesh() == w.mesh())) {
-    throw ValueError(fmt::format(
-        "matmul: x is on {} but w is on {}; both operands must be on the same mesh",
-        x.mesh().to_string(), w.mesh().to_string()));
+    throw ValueError(
+        fmt::format("matmul: x is on {} but w is on {}; both operands must be on the same mesh",
+                    x.mesh().to_string(), w.mesh().to_string()));
   }
   if (&x.runtime() != &w.runtime()) {
-    throw ValueError("matmul: x and w belong to different runtimes; both operands must live in "
-                     "the same runtime");
+    throw ValueError(
+        "matmul: x and w belong to different runtimes; both operands must live in "
+        "the same runtime");
   }
   return plan_matmul(x.geometry(), w.geometry(), x.dtype(), x.runtime().local_device_count(),
                      options);
@@ -229,13 +230,13 @@ MatmulPlan plan_matmul(const ShardGeometry& x, const ShardGeometry& w, DType dty
                        int64_t local_device_count, const MatmulOptions& options) {
   check_shapes(x.shape(), w.shape());
   if (dtype != DType::kF32 && dtype != DType::kF64) {
-    throw ValueError(fmt::format("matmul: dtype {} is not supported; supported: F32, F64",
-                                 dtype_name(dtype)));
+    throw ValueError(
+        fmt::format("matmul: dtype {} is not supported; supported: F32, F64", dtype_name(dtype)));
   }
   if (!(x.mesh() == w.mesh())) {
-    throw ValueError(fmt::format(
-        "matmul: x is on {} but w is on {}; both operands must be on the same mesh",
-        x.mesh().to_string(), w.mesh().to_string()));
+    throw ValueError(
+        fmt::format("matmul: x is on {} but w is on {}; both operands must be on the same mesh",
+                    x.mesh().to_string(), w.mesh().to_string()));
   }
   const DeviceMesh& mesh = x.mesh();
   const size_t elem = dtype_size(dtype);
@@ -256,10 +257,10 @@ MatmulPlan plan_matmul(const ShardGeometry& x, const ShardGeometry& w, DType dty
                                    requested->device_mesh()->to_string(), mesh.to_string()));
     }
     if (requested->rank() != static_cast<int>(plan.output_shape.size())) {
-      throw ValueError(fmt::format(
-          "matmul: output_layout {} has {} dimension{} but the output has shape {}",
-          bare(*requested), requested->rank(), requested->rank() == 1 ? "" : "s",
-          shape_to_string(plan.output_shape)));
+      throw ValueError(
+          fmt::format("matmul: output_layout {} has {} dimension{} but the output has shape {}",
+                      bare(*requested), requested->rank(), requested->rank() == 1 ? "" : "s",
+                      shape_to_string(plan.output_shape)));
     }
   }
 
@@ -316,12 +317,14 @@ MatmulPlan plan_matmul(const ShardGeometry& x, const ShardGeometry& w, DType dty
 }
 
 std::string MatmulPlan::to_string() const {
-  std::string out = fmt::format("matmul: x {} @ w {} -> {}, {}, on {}\n",
-                                shape_to_string(x_shape), shape_to_string(w_shape),
-                                shape_to_string(output_shape), dtype_name(dtype),
-                                x_layout.device_mesh() ? x_layout.device_mesh()->to_string() : "?");
-  if (reshard_x) out += fmt::format("  reshard x -> {} (moves {} bytes)\n", bare(x_layout), x_reshard_bytes);
-  if (reshard_w) out += fmt::format("  reshard w -> {} (moves {} bytes)\n", bare(w_layout), w_reshard_bytes);
+  std::string out =
+      fmt::format("matmul: x {} @ w {} -> {}, {}, on {}\n", shape_to_string(x_shape),
+                  shape_to_string(w_shape), shape_to_string(output_shape), dtype_name(dtype),
+                  x_layout.device_mesh() ? x_layout.device_mesh()->to_string() : "?");
+  if (reshard_x)
+    out += fmt::format("  reshard x -> {} (moves {} bytes)\n", bare(x_layout), x_reshard_bytes);
+  if (reshard_w)
+    out += fmt::format("  reshard w -> {} (moves {} bytes)\n", bare(w_layout), w_reshard_bytes);
   out += fmt::format("  local products: x {} @ w {} -> {}", bare(x_layout), bare(w_layout),
                      bare(product_layout));
   if (contracted_axes.empty()) {
@@ -338,8 +341,9 @@ std::string MatmulPlan::to_string() const {
       break;
     case MatmulReduction::kAllReduce:
       if (all_reduce_in_two_steps) {
-        out += fmt::format("  all-reduce over {} in two steps: reduce-scatter into {}, then all-gather -> {}\n",
-                           axes_repr(contracted_axes), bare(scatter_layout), bare(output_layout));
+        out += fmt::format(
+            "  all-reduce over {} in two steps: reduce-scatter into {}, then all-gather -> {}\n",
+            axes_repr(contracted_axes), bare(scatter_layout), bare(output_layout));
       } else {
         out += fmt::format("  all-reduce over {} -> {}\n", axes_repr(contracted_axes),
                            bare(output_layout));
@@ -347,10 +351,12 @@ std::string MatmulPlan::to_string() const {
       break;
     case MatmulReduction::kReduceScatter: {
       const std::vector<std::string> used = output_layout.used_axes();
-      const bool scatters = std::all_of(contracted_axes.begin(), contracted_axes.end(), [&](const std::string& a) {
-        return std::find(used.begin(), used.end(), a) != used.end();
-      });
-      out += fmt::format("  {} over {} -> {}\n", scatters ? "reduce-scatter" : "sum of the partial sums",
+      const bool scatters =
+          std::all_of(contracted_axes.begin(), contracted_axes.end(), [&](const std::string& a) {
+            return std::find(used.begin(), used.end(), a) != used.end();
+          });
+      out += fmt::format("  {} over {} -> {}\n",
+                         scatters ? "reduce-scatter" : "sum of the partial sums",
                          axes_repr(contracted_axes), bare(output_layout));
       break;
     }

@@ -29,7 +29,8 @@
 //
 // Example:
 //   DeviceMesh mesh({2, 4}, {"data", "model"});
-//   matmul_output_layout(TensorLayout({"data", "model"}, mesh), TensorLayout({"model", None}, mesh));
+//   matmul_output_layout(TensorLayout({"data", "model"}, mesh), TensorLayout({"model", None},
+//   mesh));
 //       // layout[data,None]@mesh[data=2,model=4]: partial sums over 'model', all-reduced
 //   MatmulPlan plan = plan_matmul(x, w);   // x, w: Arrays
 //   std::cout << plan.to_string();

@@ -14,7 +14,9 @@ class MatmulPlanTest : public ::testing::Test {
   void TearDown() override { reset_device_count(); }
   DeviceMesh mesh_{{2, 4}, {"data", "model"}};
 
-  TensorLayout l(const char* text) { return TensorLayout::from_string(text).with_device_mesh(mesh_); }
+  TensorLayout l(const char* text) {
+    return TensorLayout::from_string(text).with_device_mesh(mesh_);
+  }
   MatmulPlan plan(Shape xs, const char* xl, Shape ws, const char* wl, MatmulOptions o = {},
                   int64_t local_devices = 8) {
     return plan_matmul(ShardGeometry(l(xl), xs), ShardGeometry(l(wl), ws), DType::kF32,
@@ -128,8 +130,10 @@ TEST_F(MatmulPlanTest, AllReduceAcrossMoreThanTwoProcessesRunsInTwoSteps) {
     return ShardGeometry(TensorLayout::from_string(text).with_device_mesh(flat), s);
   };
   // 1 process: in-process sums; 2 processes: direct; 4 processes: reduce-scatter + all-gather.
-  EXPECT_FALSE(plan_matmul(g("None,x", {8, 16}), g("x,None", {16, 8}), DType::kF32, 8).all_reduce_in_two_steps);
-  EXPECT_FALSE(plan_matmul(g("None,x", {8, 16}), g("x,None", {16, 8}), DType::kF32, 4).all_reduce_in_two_steps);
+  EXPECT_FALSE(plan_matmul(g("None,x", {8, 16}), g("x,None", {16, 8}), DType::kF32, 8)
+                   .all_reduce_in_two_steps);
+  EXPECT_FALSE(plan_matmul(g("None,x", {8, 16}), g("x,None", {16, 8}), DType::kF32, 4)
+                   .all_reduce_in_two_steps);
   MatmulPlan p = plan_matmul(g("None,x", {8, 16}), g("x,None", {16, 8}), DType::kF32, 2);
   EXPECT_TRUE(p.all_reduce_in_two_steps);
   EXPECT_EQ(p.scatter_layout, TensorLayout({"x", None}, flat));

@@ -334,8 +334,8 @@ void reduce_partials(const LocalPartials& partials, const ReductionPlan& plan, A
     for (const LocalPartial& p : partials) {
       if (p.k_block == kb && p.block == block) return p;
     }
-    throw InternalError(fmt::format("reduce_partials: process {} has no partial for K block {}",
-                                    me, kb));
+    throw InternalError(
+        fmt::format("reduce_partials: process {} has no partial for K block {}", me, kb));
   };
   // Replicas of each local primary: they receive every tile of their primary's sum.
   std::map<int64_t, std::vector<std::byte*>> replicas;
@@ -380,8 +380,8 @@ void reduce_partials(const LocalPartials& partials, const ReductionPlan& plan, A
       if (term.process != me) continue;
       if (term.k_blocks.size() == 1) {
         const LocalPartial& p = find(piece.block, term.k_blocks[0]);
-        sends.push_back(BoxRegion{piece.process, const_cast<std::byte*>(p.buffer.data()), p.box,
-                                  piece.box});
+        sends.push_back(
+            BoxRegion{piece.process, const_cast<std::byte*>(p.buffer.data()), p.box, piece.box});
       } else {
         std::byte* buf = stage(piece.box);
         presums.push_back(Job{buf, &piece.box, piece.box, {sources(piece, term)}, {}});

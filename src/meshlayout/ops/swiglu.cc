@@ -12,10 +12,13 @@ namespace meshlayout {
 namespace {
 
 void check_operand(const Array& g, const Array& x, std::string_view what) {
-  if (x.shape() != g.shape() || x.dtype() != g.dtype() || (g.dtype() != DType::kF32 && g.dtype() != DType::kF64)) {
-    throw ValueError(fmt::format("swiglu needs gate and {} of one shape and dtype (F32 or F64), got gate {} {} "
-                                 "and {} {} {}", what, shape_to_string(g.shape()), dtype_name(g.dtype()), what,
-                                 shape_to_string(x.shape()), dtype_name(x.dtype())));
+  if (x.shape() != g.shape() || x.dtype() != g.dtype() ||
+      (g.dtype() != DType::kF32 && g.dtype() != DType::kF64)) {
+    throw ValueError(
+        fmt::format("swiglu needs gate and {} of one shape and dtype (F32 or F64), got gate {} {} "
+                    "and {} {} {}",
+                    what, shape_to_string(g.shape()), dtype_name(g.dtype()), what,
+                    shape_to_string(x.shape()), dtype_name(x.dtype())));
   }
 }
 
@@ -43,10 +46,12 @@ Array swiglu(const Array& g, const Array& u) {
       for (int64_t k = 0; k < n; ++k) y[k] = gp[k] * sigmoid(gp[k]) * up[k];
     };
     if (g.dtype() == DType::kF32) {
-      run(reinterpret_cast<float*>(o.buffer.data()), reinterpret_cast<const float*>(g.shard_at(o.position)->buffer.data()),
+      run(reinterpret_cast<float*>(o.buffer.data()),
+          reinterpret_cast<const float*>(g.shard_at(o.position)->buffer.data()),
           reinterpret_cast<const float*>(ua.shard_at(o.position)->buffer.data()));
     } else {
-      run(reinterpret_cast<double*>(o.buffer.data()), reinterpret_cast<const double*>(g.shard_at(o.position)->buffer.data()),
+      run(reinterpret_cast<double*>(o.buffer.data()),
+          reinterpret_cast<const double*>(g.shard_at(o.position)->buffer.data()),
           reinterpret_cast<const double*>(ua.shard_at(o.position)->buffer.data()));
     }
   });
@@ -79,11 +84,13 @@ SwigluGrads swiglu_backward(const Array& g, const Array& u, const Array& dy) {
     const auto* ds = dya.shard_at(dg.position);
     if (g.dtype() == DType::kF32) {
       run(reinterpret_cast<float*>(dg.buffer.data()), reinterpret_cast<float*>(du.buffer.data()),
-          reinterpret_cast<const float*>(gs->buffer.data()), reinterpret_cast<const float*>(us->buffer.data()),
+          reinterpret_cast<const float*>(gs->buffer.data()),
+          reinterpret_cast<const float*>(us->buffer.data()),
           reinterpret_cast<const float*>(ds->buffer.data()));
     } else {
       run(reinterpret_cast<double*>(dg.buffer.data()), reinterpret_cast<double*>(du.buffer.data()),
-          reinterpret_cast<const double*>(gs->buffer.data()), reinterpret_cast<const double*>(us->buffer.data()),
+          reinterpret_cast<const double*>(gs->buffer.data()),
+          reinterpret_cast<const double*>(us->buffer.data()),
           reinterpret_cast<const double*>(ds->buffer.data()));
     }
   });

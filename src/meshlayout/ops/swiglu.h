@@ -17,7 +17,8 @@
 namespace meshlayout {
 
 /// silu(g) · u in g's layout. Collective (u reshards if its layout differs).
-/// \error ValueError naming the shapes and dtypes unless g and u have one shape and dtype, F32 or F64.
+/// \error ValueError naming the shapes and dtypes unless g and u have one shape and dtype, F32 or
+/// F64.
 Array swiglu(const Array& g, const Array& u);
 
 struct SwigluGrads {

@@ -6,11 +6,11 @@
 #include <limits>
 #include <unordered_map>
 
-#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout_map/rules_file.h"
+#include "meshlayout/plan/text_format.h"
 
 namespace meshlayout {
 namespace {
@@ -40,8 +40,7 @@ std::string uneven_text(const UnevenDim& u) {
   std::string blocks = fmt::format("{} of {}", plural(static_cast<size_t>(full), "block"), block);
   if (rest) blocks += fmt::format(", 1 of {}", rest);
   if (empty) blocks += fmt::format(", {} empty", empty);
-  return fmt::format("dimension {} (size {}) is split over {} of total size {}: {}",
-                     u.dim, u.size,
+  return fmt::format("dimension {} (size {}) is split over {} of total size {}: {}", u.dim, u.size,
                      u.axes.size() == 1 ? fmt::format("axis {}", quote(u.axes[0]))
                                         : fmt::format("axes {}", repr_list(u.axes)),
                      u.parts, blocks);
@@ -55,12 +54,18 @@ std::string describe(const TensorInfo& t) {
 
 std::string_view plan_issue_kind_name(PlanIssue::Kind kind) {
   switch (kind) {
-    case PlanIssue::Kind::kAmbiguous: return "ambiguous";
-    case PlanIssue::Kind::kRankMismatch: return "rank_mismatch";
-    case PlanIssue::Kind::kOtherMesh: return "other_mesh";
-    case PlanIssue::Kind::kUneven: return "uneven";
-    case PlanIssue::Kind::kLargeReplicated: return "large_replicated";
-    case PlanIssue::Kind::kUnusedRule: return "unused_rule";
+    case PlanIssue::Kind::kAmbiguous:
+      return "ambiguous";
+    case PlanIssue::Kind::kRankMismatch:
+      return "rank_mismatch";
+    case PlanIssue::Kind::kOtherMesh:
+      return "other_mesh";
+    case PlanIssue::Kind::kUneven:
+      return "uneven";
+    case PlanIssue::Kind::kLargeReplicated:
+      return "large_replicated";
+    case PlanIssue::Kind::kUnusedRule:
+      return "unused_rule";
   }
   return "unknown";
 }
@@ -96,7 +101,7 @@ CheckpointPlan plan_tensors(std::span<const TensorInfo* const> tensors, const La
 
   std::unordered_map<PlacementKey, size_t, PlacementKeyHash> placement_index;
   std::vector<std::optional<ShardGeometry>> geometries;  // per placement, if it fits
-  std::vector<uint64_t> placement_count;                  // tensors without error per placement
+  std::vector<uint64_t> placement_count;                 // tensors without error per placement
   auto find_placement = [&](size_t rule, const TensorInfo& t) -> size_t {
     PlacementKey key{rule, t.element_size, t.shape};
     auto [it, inserted] = placement_index.try_emplace(std::move(key), plan.placements.size());
@@ -105,9 +110,9 @@ CheckpointPlan plan_tensors(std::span<const TensorInfo* const> tensors, const La
     if (rule != kNoRule) p.rule = rule;
     p.shape = t.shape;
     p.element_size = t.element_size;
-    const TensorLayout layout = rule == kNoRule
-                                    ? TensorLayout::replicated(static_cast<int>(t.shape.size()), mesh)
-                                    : *rule_layouts[rule];
+    const TensorLayout layout =
+        rule == kNoRule ? TensorLayout::replicated(static_cast<int>(t.shape.size()), mesh)
+                        : *rule_layouts[rule];
     std::optional<ShardGeometry> g;
     try {
       g.emplace(layout, t.shape);
@@ -152,10 +157,11 @@ CheckpointPlan plan_tensors(std::span<const TensorInfo* const> tensors, const La
     if (rule != kNoRule) {
       ++plan.rules[rule].tensors;
       if (!rule_layouts[rule]) {
-        pt.error = fmt::format("{} is decided by rule #{} ({}), whose layout {} is on another "
-                               "mesh than the plan's {}",
-                               describe(t), rule, quote(plan.rules[rule].pattern),
-                               map.rule(rule).layout.to_string(), mesh.to_string());
+        pt.error = fmt::format(
+            "{} is decided by rule #{} ({}), whose layout {} is on another "
+            "mesh than the plan's {}",
+            describe(t), rule, quote(plan.rules[rule].pattern), map.rule(rule).layout.to_string(),
+            mesh.to_string());
         add_issue(Severity::kError, Kind::kOtherMesh, ti, rule, pt.error);
         continue;
       }
@@ -168,7 +174,8 @@ CheckpointPlan plan_tensors(std::span<const TensorInfo* const> tensors, const La
         rule_layouts[rule]->check_shape(t.shape, {}, what);
         pt.error = what + " does not fit its layout";
       } catch (const ValueError& err) {
-        pt.error = fmt::format("{} (rule #{} {})", err.what(), rule, quote(plan.rules[rule].pattern));
+        pt.error =
+            fmt::format("{} (rule #{} {})", err.what(), rule, quote(plan.rules[rule].pattern));
       }
       add_issue(Severity::kError, Kind::kRankMismatch, ti, rule, pt.error);
       continue;
@@ -207,10 +214,10 @@ CheckpointPlan plan_tensors(std::span<const TensorInfo* const> tensors, const La
 
   for (size_t r = 0; r < rule_used.size(); ++r) {
     if (!rule_used[r]) {
-      add_issue(Severity::kWarning, Kind::kUnusedRule, std::nullopt, r,
-                fmt::format("rule #{} ({} -> {}) matches none of the {} tensors", r,
-                            quote(plan.rules[r].pattern), plan.rules[r].layout_text,
-                            tensors.size()));
+      add_issue(
+          Severity::kWarning, Kind::kUnusedRule, std::nullopt, r,
+          fmt::format("rule #{} ({} -> {}) matches none of the {} tensors", r,
+                      quote(plan.rules[r].pattern), plan.rules[r].layout_text, tensors.size()));
     }
   }
 

@@ -62,10 +62,10 @@ struct Placement {
   std::optional<size_t> rule;  // std::nullopt: no rule matched, the tensor is replicated
   Shape shape;
   size_t element_size = 0;
-  bool fits = true;            // false: the layout's rank differs from the tensor's
-  Shape shard_shape;           // the largest shard (every dimension's first block)
-  uint64_t shard_bytes = 0;    // bytes of the largest shard
-  int64_t num_replicas = 1;    // full copies across the mesh
+  bool fits = true;          // false: the layout's rank differs from the tensor's
+  Shape shard_shape;         // the largest shard (every dimension's first block)
+  uint64_t shard_bytes = 0;  // bytes of the largest shard
+  int64_t num_replicas = 1;  // full copies across the mesh
   std::vector<UnevenDim> uneven;
 };
 
@@ -81,8 +81,7 @@ struct PlannedTensor {
 
 struct PlanIssue {
   enum class Severity { kWarning, kError };
-  enum class Kind { kAmbiguous, kRankMismatch, kOtherMesh, kUneven, kLargeReplicated,
-                    kUnusedRule };
+  enum class Kind { kAmbiguous, kRankMismatch, kOtherMesh, kUneven, kLargeReplicated, kUnusedRule };
   Severity severity = Severity::kWarning;
   Kind kind = Kind::kUneven;
   std::optional<size_t> tensor;  // index into CheckpointPlan::tensors

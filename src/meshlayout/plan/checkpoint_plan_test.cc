@@ -6,12 +6,12 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "meshlayout/plan/checkpoint_test_util.h"
-#include "meshlayout/plan/plan_render.h"
-#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/plan/checkpoint_test_util.h"
+#include "meshlayout/plan/plan_render.h"
+#include "meshlayout/plan/text_format.h"
 
 namespace meshlayout {
 namespace {
@@ -178,11 +178,10 @@ TEST_F(CheckpointPlanTest, LargeReplicatedTensorWarning) {
   EXPECT_TRUE(tensor(p, "big/table").large_replicated);
   EXPECT_FALSE(tensor(p, "small/scale").large_replicated);
 
-  EXPECT_TRUE(issues(plan(specs, map, {.replicated_warn_bytes = 0}), Kind::kLargeReplicated)
-                  .empty());
+  EXPECT_TRUE(
+      issues(plan(specs, map, {.replicated_warn_bytes = 0}), Kind::kLargeReplicated).empty());
   LayoutMap one_device(DeviceMesh({1}, {"x"}, std::vector<std::string>{"cpu:0"}));
-  EXPECT_TRUE(issues(plan(specs, one_device, {.replicated_warn_bytes = 1}),
-                     Kind::kLargeReplicated)
+  EXPECT_TRUE(issues(plan(specs, one_device, {.replicated_warn_bytes = 1}), Kind::kLargeReplicated)
                   .empty());
 }
 
@@ -235,8 +234,7 @@ TEST_F(CheckpointPlanTest, RankMismatchIsAnError) {
   const auto mismatch = issues(p, Kind::kRankMismatch);
   ASSERT_EQ(mismatch.size(), 1u);
   EXPECT_EQ(mismatch[0]->rule, 0u);
-  EXPECT_THAT(mismatch[0]->message,
-              AllOf(HasSubstr("'dense/bias'"), HasSubstr("rule #0 'bias'")));
+  EXPECT_THAT(mismatch[0]->message, AllOf(HasSubstr("'dense/bias'"), HasSubstr("rule #0 'bias'")));
   EXPECT_FALSE(p.placements[*tensor(p, "dense/bias").placement].fits);
   for (uint64_t b : p.device_bytes) EXPECT_EQ(b, 0u);
 }
@@ -267,9 +265,8 @@ TEST_F(CheckpointPlanTest, RenderedTextAndJsonAgree) {
   LayoutMap map(mesh_);
   map["kernel"] = {None, "model"};
   map["nothing"] = {"model"};
-  const CheckpointPlan p = plan({{"a\"b/kernel", DType::kBF16, {8, 8}},
-                                 {"é/scale", DType::kF32, {8}}},
-                                map);
+  const CheckpointPlan p =
+      plan({{"a\"b/kernel", DType::kBF16, {8, 8}}, {"é/scale", DType::kF32, {8}}}, map);
   const std::string text = render_plan_text(p);
   EXPECT_THAT(text, HasSubstr("plan: 2 tensors, 160 B (160 bytes) on mesh[data=2,model=4] (8 "
                               "devices), mode search\n"));

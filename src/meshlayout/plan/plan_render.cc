@@ -7,8 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "meshlayout/plan/text_format.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/plan/text_format.h"
 
 namespace meshlayout {
 namespace {
@@ -47,14 +47,14 @@ std::string render_plan_text(const CheckpointPlan& plan) {
       plan.source.empty() ? "" : " of ", plan.source.empty() ? "" : quote(plan.source),
       plural(plan.tensors.size(), "tensor"),
       plan.num_files > 1 ? fmt::format(" in {} files", plan.num_files) : "",
-      format_bytes(plan.total_bytes), plan.total_bytes,
-      mesh.to_string(), plural(static_cast<size_t>(mesh.size()), "device"),
-      match_mode_name(plan.mode), plan.options.strict ? ", strict" : "");
+      format_bytes(plan.total_bytes), plan.total_bytes, mesh.to_string(),
+      plural(static_cast<size_t>(mesh.size()), "device"), match_mode_name(plan.mode),
+      plan.options.strict ? ", strict" : "");
 
   // The tensor table: cells are views into the per-placement and per-rule texts.
   constexpr size_t kCols = 10;
-  constexpr bool kRight[kCols] = {false, false, false, true,  false,
-                                  false, false, false, true,  false};
+  constexpr bool kRight[kCols] = {false, false, false, true, false,
+                                  false, false, false, true, false};
   using Row = std::array<std::string_view, kCols>;
   const std::vector<PlacementCells> cells = placement_cells(plan);
   std::vector<std::string> rule_ids;
@@ -71,8 +71,8 @@ std::string render_plan_text(const CheckpointPlan& plan) {
   // rather than stored: they are views, cheap to make, and 100,000 of them would be 16 MB.
   auto row_of = [&](size_t r) -> Row {
     if (r == 0) {
-      return {"tensor", "dtype", "shape", "bytes", "rule", "pattern", "layout", "shard",
-              "shard bytes", "note"};
+      return {"tensor",  "dtype",  "shape", "bytes",       "rule",
+              "pattern", "layout", "shard", "shard bytes", "note"};
     }
     const PlannedTensor& t = plan.tensors[r - 1];
     Row row;
@@ -176,8 +176,8 @@ std::string render_plan_text(const CheckpointPlan& plan) {
   int64_t most_at = 0;
   for (int64_t p = 0; p < mesh.size(); ++p) {
     const uint64_t b = plan.device_bytes[static_cast<size_t>(p)];
-    put(out, "  {:<{}}  {:<{}}  {:>10}  {}\n", mesh.devices()[static_cast<size_t>(p)],
-        device_width, coords[static_cast<size_t>(p)], coords_width, format_bytes(b), b);
+    put(out, "  {:<{}}  {:<{}}  {:>10}  {}\n", mesh.devices()[static_cast<size_t>(p)], device_width,
+        coords[static_cast<size_t>(p)], coords_width, format_bytes(b), b);
     sum += b;
     if (b > most) most = b, most_at = p;
   }
@@ -187,8 +187,8 @@ std::string render_plan_text(const CheckpointPlan& plan) {
       plan.num_replicated, plan.tensors.size() - plan.num_sharded - plan.num_replicated);
 
   // Issues.
-  for (PlanIssue::Severity severity : {PlanIssue::Severity::kWarning,
-                                       PlanIssue::Severity::kError}) {
+  for (PlanIssue::Severity severity :
+       {PlanIssue::Severity::kWarning, PlanIssue::Severity::kError}) {
     const bool warnings = severity == PlanIssue::Severity::kWarning;
     const size_t n = warnings ? plan.num_warnings : plan.num_errors;
     if (n == 0) continue;
@@ -206,14 +206,14 @@ std::string render_plan_text(const CheckpointPlan& plan) {
 std::string render_plan_json(const CheckpointPlan& plan) {
   const DeviceMesh& mesh = plan.mesh;
   std::string out;
-  Json head = {{"source", plan.source},
-               {"files", plan.num_files},
-               {"mesh", {{"text", mesh.to_string()},
-                         {"shape", mesh.shape()},
-                         {"axis_names", mesh.axis_names()}}},
-               {"mode", match_mode_name(plan.mode)},
-               {"strict", plan.options.strict},
-               {"replicated_warn_bytes", plan.options.replicated_warn_bytes}};
+  Json head = {
+      {"source", plan.source},
+      {"files", plan.num_files},
+      {"mesh",
+       {{"text", mesh.to_string()}, {"shape", mesh.shape()}, {"axis_names", mesh.axis_names()}}},
+      {"mode", match_mode_name(plan.mode)},
+      {"strict", plan.options.strict},
+      {"replicated_warn_bytes", plan.options.replicated_warn_bytes}};
   append_json(out, head);
   out.pop_back();  // the lists follow inside the same object
 
@@ -221,14 +221,14 @@ std::string render_plan_json(const CheckpointPlan& plan) {
   for (const PlannedRule& rule : plan.rules) layouts.push_back(Json::parse(rule.layout_json));
   append_json_list(out, "rules", plan.rules.size(), [&](size_t r) {
     const PlannedRule& rule = plan.rules[r];
-    return Json{{"index", r}, {"pattern", rule.pattern}, {"layout", layouts[r]},
-                {"tensors", rule.tensors}};
+    return Json{
+        {"index", r}, {"pattern", rule.pattern}, {"layout", layouts[r]}, {"tensors", rule.tensors}};
   });
 
   // The tensor lines are the bulk (100,000 of them for a large model): the fields a placement
   // decides (shape, bytes, rule, layout, shard) are written once per placement and spliced
   // into each of its lines, so per tensor only the path, file and dtype are written (copied
-// as they are when they need no escaping).
+  // as they are when they need no escaping).
   auto rule_fields = [&](std::optional<size_t> rule, Json& j) {
     j["rule"] = rule ? Json(*rule) : Json(nullptr);
     j["pattern"] = rule ? Json(plan.rules[*rule].pattern) : Json(nullptr);

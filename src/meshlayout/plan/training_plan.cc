@@ -11,16 +11,19 @@
 
 namespace meshlayout {
 
-TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map, const Optimizer& optimizer) {
+TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map,
+                           const Optimizer& optimizer) {
   optimizer.check_shard_slots_over(plan.mesh);
-  TrainingPlan out{.optimizer = optimizer.name(), .slot_names = optimizer.slot_names(),
+  TrainingPlan out{.optimizer = optimizer.name(),
+                   .slot_names = optimizer.slot_names(),
                    .zero1_axis = optimizer.shard_slots_over()};
   out.devices.resize(static_cast<size_t>(plan.mesh.size()));
   std::vector<SlotFootprint> footprints;
   for (const PlannedTensor& t : plan.tensors) {
     if (!t.ok() || !t.info->dtype || !is_floating(*t.info->dtype)) continue;
     const int rank = static_cast<int>(t.info->shape.size());
-    const TensorLayout layout = map.get(t.info->name).value_or(TensorLayout::replicated(rank, plan.mesh));
+    const TensorLayout layout =
+        map.get(t.info->name).value_or(TensorLayout::replicated(rank, plan.mesh));
     footprints.push_back({t.info->shape, DType::kF32, layout});
     const ShardGeometry g(layout, t.info->shape, {}, t.info->name);
     for (int64_t p = 0; p < plan.mesh.size(); ++p) {
@@ -34,30 +37,34 @@ TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map, con
   const std::vector<int64_t>& ids = plan.mesh.device_ids();
   for (int64_t p = 0; p < plan.mesh.size(); ++p) {
     const auto it = slots.find(ids[static_cast<size_t>(p)]);
-    if (it != slots.end()) out.devices[static_cast<size_t>(p)].slots = static_cast<uint64_t>(it->second);
+    if (it != slots.end())
+      out.devices[static_cast<size_t>(p)].slots = static_cast<uint64_t>(it->second);
   }
   return out;
 }
 
 std::string render_training_text(const TrainingPlan& training, const DeviceMesh& mesh) {
   std::string out = fmt::format(
-      "\ntraining with {} ({} tensors as float32; slots per variable: {}; activations not counted):\n",
+      "\ntraining with {} ({} tensors as float32; slots per variable: {}; activations not "
+      "counted):\n",
       training.optimizer, training.trained_tensors,
-      training.slot_names.empty() ? std::string("none") : fmt::format("{}", fmt::join(training.slot_names, ", ")));
+      training.slot_names.empty() ? std::string("none")
+                                  : fmt::format("{}", fmt::join(training.slot_names, ", ")));
   if (training.zero1_axis) {
-    out += fmt::format("ZeRO-1 on: each slot sharded further over axis '{}' ({} ways)\n", *training.zero1_axis,
-                       mesh.axis_size(*training.zero1_axis));
+    out += fmt::format("ZeRO-1 on: each slot sharded further over axis '{}' ({} ways)\n",
+                       *training.zero1_axis, mesh.axis_size(*training.zero1_axis));
   }
   size_t width = 6;
   for (const std::string& d : mesh.devices()) width = std::max(width, d.size());
-  out += fmt::format("  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", "device", width, "weights", "gradients", "slots",
-                     "total");
+  out += fmt::format("  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", "device", width, "weights",
+                     "gradients", "slots", "total");
   uint64_t most = 0;
   size_t most_at = 0;
   for (size_t p = 0; p < training.devices.size(); ++p) {
     const TrainingPlan::Device& d = training.devices[p];
-    out += fmt::format("  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", mesh.devices()[p], width, format_bytes(d.weights),
-                       format_bytes(d.gradients), format_bytes(d.slots), format_bytes(d.total()));
+    out += fmt::format("  {:<{}}  {:>10}  {:>10}  {:>10}  {:>10}\n", mesh.devices()[p], width,
+                       format_bytes(d.weights), format_bytes(d.gradients), format_bytes(d.slots),
+                       format_bytes(d.total()));
     if (d.total() > most) most = d.total(), most_at = p;
   }
   out += fmt::format("  the most, {} ({} bytes), is on {}\n", format_bytes(most), most,
@@ -69,15 +76,21 @@ nlohmann::json training_json(const TrainingPlan& training, const DeviceMesh& mes
   nlohmann::json devices = nlohmann::json::array();
   for (size_t p = 0; p < training.devices.size(); ++p) {
     const TrainingPlan::Device& d = training.devices[p];
-    devices.push_back({{"device", mesh.devices()[p]}, {"weights", d.weights}, {"gradients", d.gradients},
-                       {"slots", d.slots}, {"total", d.total()}});
+    devices.push_back({{"device", mesh.devices()[p]},
+                       {"weights", d.weights},
+                       {"gradients", d.gradients},
+                       {"slots", d.slots},
+                       {"total", d.total()}});
   }
   nlohmann::json zero1 = nullptr;
   if (training.zero1_axis) {
     zero1 = {{"axis", *training.zero1_axis}, {"axis_size", mesh.axis_size(*training.zero1_axis)}};
   }
-  return {{"optimizer", training.optimizer}, {"slot_names", training.slot_names},
-          {"tensors", training.trained_tensors}, {"zero1", zero1}, {"devices", devices}};
+  return {{"optimizer", training.optimizer},
+          {"slot_names", training.slot_names},
+          {"tensors", training.trained_tensors},
+          {"zero1", zero1},
+          {"devices", devices}};
 }
 
 }  // namespace meshlayout

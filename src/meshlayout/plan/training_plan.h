@@ -29,16 +29,17 @@ struct TrainingPlan {
     uint64_t weights = 0, gradients = 0, slots = 0;
     uint64_t total() const { return weights + gradients + slots; }
   };
-  std::string optimizer;              // its Keras name ("adam")
-  std::vector<std::string> slot_names;  // per variable ("momentum", "velocity")
+  std::string optimizer;                  // its Keras name ("adam")
+  std::vector<std::string> slot_names;    // per variable ("momentum", "velocity")
   std::optional<std::string> zero1_axis;  // the optimizer's shard_slots_over (ZeRO-1), if any
   size_t trained_tensors = 0;
-  std::vector<Device> devices;        // by mesh position
+  std::vector<Device> devices;  // by mesh position
 };
 
 /// The training footprint of every placed floating tensor of `plan` under `map` (the map the
 /// plan was made with).
-TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map, const Optimizer& optimizer);
+TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map,
+                           const Optimizer& optimizer);
 
 /// A table: device, weights, gradients, optimizer slots, total; then the largest total. Under
 /// ZeRO-1 the heading says so, naming the axis and its size.

@@ -186,9 +186,9 @@ class SingleProcessCommunicator final : public Communicator {
   void exchange_boxes(std::span<const BoxRegion> sends, std::span<const BoxRegion> recvs,
                       size_t element_size) override {
     if (sends.size() != recvs.size()) {
-      throw InternalError(fmt::format(
-          "exchange_boxes: rank 0 sends {} regions to itself but receives {}", sends.size(),
-          recvs.size()));
+      throw InternalError(
+          fmt::format("exchange_boxes: rank 0 sends {} regions to itself but receives {}",
+                      sends.size(), recvs.size()));
     }
     for (size_t i = 0; i < sends.size(); ++i) copy_region(sends[i], recvs[i], element_size);
   }
@@ -227,8 +227,7 @@ void agree_on_failure(Communicator& comm, const std::exception_ptr& local_error)
 
 std::vector<std::byte> Communicator::exchange_boxes_if_agreed(
     std::span<const std::byte> header, std::span<const BoxRegion> sends,
-    std::span<const BoxRegion> recvs, size_t element_size,
-    const std::function<void()>& meanwhile) {
+    std::span<const BoxRegion> recvs, size_t element_size, const std::function<void()>& meanwhile) {
   // Ranks that share memory wait little for each other: the work runs first, alone.
   if (meanwhile) meanwhile();
   const size_t h = header.size();
@@ -238,8 +237,10 @@ std::vector<std::byte> Communicator::exchange_boxes_if_agreed(
     return h == 0 || std::memcmp(all.data() + static_cast<size_t>(peer) * h, header.data(), h) == 0;
   };
   std::vector<BoxRegion> s, r;
-  for (const BoxRegion& g : sends) if (agrees(g.peer)) s.push_back(g);
-  for (const BoxRegion& g : recvs) if (agrees(g.peer)) r.push_back(g);
+  for (const BoxRegion& g : sends)
+    if (agrees(g.peer)) s.push_back(g);
+  for (const BoxRegion& g : recvs)
+    if (agrees(g.peer)) r.push_back(g);
   exchange_boxes(s, r, element_size);
   return all;
 }

@@ -92,10 +92,11 @@ class Communicator {
   /// rank. An exception from it is rethrown after the exchange completes.
   /// Example: std::vector<std::byte> all = comm.exchange_boxes_if_agreed(
   ///              std::as_bytes(std::span(&record, 1)), sends, recvs, 4, nullptr);
-  virtual std::vector<std::byte> exchange_boxes_if_agreed(
-      std::span<const std::byte> header, std::span<const BoxRegion> sends,
-      std::span<const BoxRegion> recvs, size_t element_size,
-      const std::function<void()>& meanwhile);
+  virtual std::vector<std::byte> exchange_boxes_if_agreed(std::span<const std::byte> header,
+                                                          std::span<const BoxRegion> sends,
+                                                          std::span<const BoxRegion> recvs,
+                                                          size_t element_size,
+                                                          const std::function<void()>& meanwhile);
 };
 
 /// Agreement on a local failure (DESIGN §4): every rank calls this at the same point with the
@@ -106,8 +107,9 @@ void agree_on_failure(Communicator& comm, std::string_view local_error);
 
 /// The same agreement for a caught exception (null = no failure); the error every rank throws
 /// keeps its category: ValueError, NotFoundError, FailedPreconditionError, DataLossError,
-/// ResourceExhaustedError (also for std::bad_alloc), InternalError or plain meshlayout::Error. Any other exception counts as an InternalError.
-/// Example: std::exception_ptr err; try { write_shard(); } catch (...) {
+/// ResourceExhaustedError (also for std::bad_alloc), InternalError or plain meshlayout::Error. Any
+/// other exception counts as an InternalError. Example: std::exception_ptr err; try {
+/// write_shard(); } catch (...) {
 ///            err = std::current_exception(); }
 ///          agree_on_failure(comm, err);   // every rank throws, or none does
 void agree_on_failure(Communicator& comm, const std::exception_ptr& local_error);

@@ -45,7 +45,7 @@ inline void exchange_boxes_case(
   for (int k = 0; k < n; ++k) {
     sends.push_back({k, src_bytes, src_box, Box{{r * 10 + k % 3, r % 2}, {2, 3}}});
     if (k == (r + 1) % n) {
-      sends.push_back({k, src_bytes, src_box, Box{{r * 10, 0}, {0, 3}}});  // empty
+      sends.push_back({k, src_bytes, src_box, Box{{r * 10, 0}, {0, 3}}});      // empty
       sends.push_back({k, src_bytes, src_box, Box{{r * 10 + 5, 0}, {1, 5}}});  // contiguous
     }
   }

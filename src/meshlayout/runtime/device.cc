@@ -20,7 +20,8 @@ constexpr size_t kHugePage = size_t{2} << 20;
 // ones to 2 MiB, so that blocks of similar sizes are interchangeable in the cache.
 size_t capacity_for(size_t bytes) {
   if (bytes >= kHugePage) return (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  if (bytes >= kCacheMinBytes) return (bytes + kCacheMinBytes - 1) / kCacheMinBytes * kCacheMinBytes;
+  if (bytes >= kCacheMinBytes)
+    return (bytes + kCacheMinBytes - 1) / kCacheMinBytes * kCacheMinBytes;
   return (bytes + 63) / 64 * 64;
 }
 

@@ -119,9 +119,8 @@ class InProcessCommunicator final : public Communicator {
 
   void exchange_boxes(std::span<const BoxRegion> sends, std::span<const BoxRegion> recvs,
                       size_t element_size) override {
-    group_->post_and_wait(rank_, Post{.op = Op::kExchangeBoxes,
-                                      .send_regions = sends,
-                                      .recv_regions = recvs});
+    group_->post_and_wait(
+        rank_, Post{.op = Op::kExchangeBoxes, .send_regions = sends, .recv_regions = recvs});
     // My i-th receive from peer p is p's i-th send to me; copy straight from p's buffer.
     std::vector<size_t> next(static_cast<size_t>(size()), 0);
     std::vector<std::vector<const BoxRegion*>> from(static_cast<size_t>(size()));

@@ -40,7 +40,8 @@ std::string first_difference(std::string_view mine, std::string_view theirs, int
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
     const std::string_view x = i < a.size() ? a[i] : "(nothing)";
     const std::string_view y = i < b.size() ? b[i] : "(nothing)";
-    if (x != y) return fmt::format("process {} has {} but process 0 has {}", rank, shown(x), shown(y));
+    if (x != y)
+      return fmt::format("process {} has {} but process 0 has {}", rank, shown(x), shown(y));
   }
   return fmt::format("process {} describes it differently from process 0", rank);
 }
@@ -57,12 +58,12 @@ std::string describe_fields(std::initializer_list<std::string> fields) {
 }
 
 OperationRecord operation_record(std::string_view description, bool failed) {
-  return OperationRecord{fnv1a(description), description.size(), failed ? uint64_t{1} : uint64_t{0}};
+  return OperationRecord{fnv1a(description), description.size(),
+                         failed ? uint64_t{1} : uint64_t{0}};
 }
 
 void settle_operation_agreement(Communicator& comm, std::string_view what,
-                                std::string_view description,
-                                const std::exception_ptr& local_error,
+                                std::string_view description, const std::exception_ptr& local_error,
                                 std::span<const OperationRecord> all) {
   const int n = comm.size();
   if (all.size() != static_cast<size_t>(n)) {
@@ -73,9 +74,10 @@ void settle_operation_agreement(Communicator& comm, std::string_view what,
     if (x.failed == 0) continue;
     // Every rank saw the flag, so every rank takes part; this throws on every rank.
     agree_on_failure(comm, local_error);
-    throw InternalError(fmt::format("agree_on_operation ({}): a rank reported a failure that "
-                                    "agree_on_failure lost",
-                                    what));
+    throw InternalError(
+        fmt::format("agree_on_operation ({}): a rank reported a failure that "
+                    "agree_on_failure lost",
+                    what));
   }
   std::vector<int> differ;
   for (int r = 1; r < n; ++r) {
@@ -91,15 +93,17 @@ void settle_operation_agreement(Communicator& comm, std::string_view what,
   if (comm.rank() == 0) base.assign(description);
   if (!theirs.empty()) comm.broadcast(theirs.data(), theirs.size(), first);
   if (!base.empty()) comm.broadcast(base.data(), base.size(), 0);
-  std::string message = fmt::format(
-      "processes disagree on {}: {}", what, first_difference(theirs, base, first));
+  std::string message =
+      fmt::format("processes disagree on {}: {}", what, first_difference(theirs, base, first));
   if (differ.size() > 1) {
     std::vector<int> rest(differ.begin() + 1, differ.end());
-    message += fmt::format(" (process{} [{}] differ{} from process 0 too)", rest.size() == 1 ? "" : "es",
-                           fmt::join(rest, ", "), rest.size() == 1 ? "s" : "");
+    message +=
+        fmt::format(" (process{} [{}] differ{} from process 0 too)", rest.size() == 1 ? "" : "es",
+                    fmt::join(rest, ", "), rest.size() == 1 ? "s" : "");
   }
-  message += "; every process must run the same operation with the same arguments and "
-             "environment";
+  message +=
+      "; every process must run the same operation with the same arguments and "
+      "environment";
   throw ValueError(message);
 }
 

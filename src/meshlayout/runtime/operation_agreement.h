@@ -56,8 +56,7 @@ OperationRecord operation_record(std::string_view description, bool failed);
 /// Example: std::vector<OperationRecord> all(comm.size());  // gathered by the caller
 ///          settle_operation_agreement(comm, "reshard", description, error, all);
 void settle_operation_agreement(Communicator& comm, std::string_view what,
-                                std::string_view description,
-                                const std::exception_ptr& local_error,
+                                std::string_view description, const std::exception_ptr& local_error,
                                 std::span<const OperationRecord> all);
 
 /// The description fields joined: fields({"a=1", "b=2"}) == "a=1; b=2". Values should not

@@ -29,7 +29,10 @@ std::vector<std::string> agree(int n, const std::function<std::string(int)>& des
 }
 
 TEST(AgreeOnOperationTest, SameDescriptionReturnsEverywhere) {
-  EXPECT_EQ(agree(4, [](int) { return describe_fields({"shape=(8, 6)", "to=None,model"}); }),
+  EXPECT_EQ(agree(4,
+                  [](int) {
+                    return describe_fields({"shape=(8, 6)", "to=None,model"});
+                  }),
             std::vector<std::string>(4, "ok"));
 }
 

@@ -13,8 +13,8 @@ Runtime::Runtime(std::shared_ptr<Communicator> comm, int64_t local_device_count,
                  std::shared_ptr<ThreadPool> pool)
     : comm_(std::move(comm)), local_count_(local_device_count), pool_(std::move(pool)) {
   if (local_count_ < 1) {
-    throw ValueError(fmt::format("a process needs at least one local device, got {}",
-                                 local_device_count));
+    throw ValueError(
+        fmt::format("a process needs at least one local device, got {}", local_device_count));
   }
   if (!pool_) pool_ = std::make_shared<ThreadPool>();
   for (int64_t i = 0; i < local_count_; ++i) {
@@ -24,8 +24,8 @@ Runtime::Runtime(std::shared_ptr<Communicator> comm, int64_t local_device_count,
 
 std::shared_ptr<Runtime> Runtime::single_process(int64_t count) {
   if (count == 0) count = device_count();
-  return std::make_shared<Runtime>(std::shared_ptr<Communicator>(make_single_process_communicator()),
-                                   count);
+  return std::make_shared<Runtime>(
+      std::shared_ptr<Communicator>(make_single_process_communicator()), count);
 }
 
 VirtualDevice& Runtime::device(int64_t id) {

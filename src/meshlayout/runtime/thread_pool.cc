@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <exception>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -47,8 +47,8 @@ std::optional<size_t> thread_count_from_environment() {
   if (text == nullptr || *text == '\0') return std::nullopt;
   const int64_t n = parse_int64(text, fmt::format("environment variable {}", kThreadsEnvVar));
   if (n < 1 || n > static_cast<int64_t>(kMaxThreads)) {
-    throw ValueError(fmt::format("{}={} must be a thread count from 1 to {}", kThreadsEnvVar,
-                                 text, kMaxThreads));
+    throw ValueError(fmt::format("{}={} must be a thread count from 1 to {}", kThreadsEnvVar, text,
+                                 kMaxThreads));
   }
   return static_cast<size_t>(n);
 }
@@ -82,7 +82,9 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker_loop() {
   while (true) {
     std::function<void()> task;
-    poll_for([this] { return stop_.load(std::memory_order_relaxed) || queued_.load(std::memory_order_acquire) > 0; });
+    poll_for([this] {
+      return stop_.load(std::memory_order_relaxed) || queued_.load(std::memory_order_acquire) > 0;
+    });
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_.load() || !queue_.empty(); });

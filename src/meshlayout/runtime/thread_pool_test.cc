@@ -7,10 +7,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
-#include <string>
-#include <vector>
 #include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "meshlayout/core/errors.h"
 

@@ -60,7 +60,9 @@ class Random {
   int64_t uniform(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
   size_t index(size_t n) { return static_cast<size_t>(next() % n); }
   template <typename T>
-  const T& pick(const std::vector<T>& v) { return v[index(v.size())]; }
+  const T& pick(const std::vector<T>& v) {
+    return v[index(v.size())];
+  }
 
  private:
   uint64_t state_;

@@ -234,30 +234,35 @@ AdafactorOptions AdafactorOptions::from(const OptimizerOptions& options) {
 
 void AdafactorOptions::check() const {
   if (!(beta_2_decay <= 0.0 && std::isfinite(beta_2_decay))) {
-    throw ValueError(
-        fmt::format("`beta_2_decay` must be a finite float <= 0. Received: beta_2_decay={}", beta_2_decay));
+    throw ValueError(fmt::format(
+        "`beta_2_decay` must be a finite float <= 0. Received: beta_2_decay={}", beta_2_decay));
   }
-  for (const auto& [what, v] : {std::pair{"epsilon_1", epsilon_1}, std::pair{"epsilon_2", epsilon_2}}) {
+  for (const auto& [what, v] :
+       {std::pair{"epsilon_1", epsilon_1}, std::pair{"epsilon_2", epsilon_2}}) {
     if (!(v >= 0.0 && std::isfinite(v))) {
-      throw ValueError(fmt::format("`{}` must be a finite float >= 0. Received: {}={}", what, what, v));
+      throw ValueError(
+          fmt::format("`{}` must be a finite float >= 0. Received: {}={}", what, what, v));
     }
   }
   if (!(clip_threshold > 0.0 && std::isfinite(clip_threshold))) {
-    throw ValueError(fmt::format("`clip_threshold` must be a positive finite float. Received: clip_threshold={}",
-                                 clip_threshold));
+    throw ValueError(
+        fmt::format("`clip_threshold` must be a positive finite float. Received: clip_threshold={}",
+                    clip_threshold));
   }
 }
 
-Adafactor::Adafactor(const OptimizerOptions& options) : Adafactor(AdafactorOptions::from(options), options) {}
+Adafactor::Adafactor(const OptimizerOptions& options)
+    : Adafactor(AdafactorOptions::from(options), options) {}
 
 Adafactor::Adafactor(const AdafactorOptions& own, const OptimizerOptions& options)
     : Optimizer("Adafactor", 0.001, options), options_(own) {
   options_.check();
   if (options.shard_slots_over) {
-    throw ValueError(fmt::format(
-        "Adafactor: shard_slots_over={} is not supported: its factored slots r and c are not in their "
-        "variable's shape; expected no shard_slots_over (ZeRO-1) with Adafactor",
-        quote(*options.shard_slots_over)));
+    throw ValueError(
+        fmt::format("Adafactor: shard_slots_over={} is not supported: its factored slots r and c "
+                    "are not in their "
+                    "variable's shape; expected no shard_slots_over (ZeRO-1) with Adafactor",
+                    quote(*options.shard_slots_over)));
   }
 }
 
@@ -269,9 +274,10 @@ std::vector<SlotFootprint> Adafactor::slot_footprints(const SlotFootprint& varia
     const TensorLayout scalar({}, *variable.layout.device_mesh());
     return {{{}, variable.dtype, scalar}, {{}, variable.dtype, scalar}, variable};
   }
-  return {{without(variable.shape, rank - 1), variable.dtype, without_dim(variable.layout, rank - 1)},
-          {without(variable.shape, rank - 2), variable.dtype, without_dim(variable.layout, rank - 2)},
-          variable};
+  return {
+      {without(variable.shape, rank - 1), variable.dtype, without_dim(variable.layout, rank - 1)},
+      {without(variable.shape, rank - 2), variable.dtype, without_dim(variable.layout, rank - 2)},
+      variable};
 }
 
 void Adafactor::build_slots(std::span<const VariablePtr> variables) {
@@ -279,7 +285,8 @@ void Adafactor::build_slots(std::span<const VariablePtr> variables) {
     const std::vector<SlotFootprint> slots =
         slot_footprints({v->shape(), v->dtype(), v->value().layout()});
     const std::vector<std::string> names = slot_names();
-    for (size_t k = 0; k < slots.size(); ++k) add_optimizer_variable(v, names[k], slots[k].shape, slots[k].layout);
+    for (size_t k = 0; k < slots.size(); ++k)
+      add_optimizer_variable(v, names[k], slots[k].shape, slots[k].layout);
   }
 }
 

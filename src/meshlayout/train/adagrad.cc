@@ -32,15 +32,17 @@ AdagradOptions AdagradOptions::from(const OptimizerOptions& options) {
 }
 
 void AdagradOptions::check() const {
-  for (const auto& [what, v] :
-       {std::pair{"initial_accumulator_value", initial_accumulator_value}, std::pair{"epsilon", epsilon}}) {
+  for (const auto& [what, v] : {std::pair{"initial_accumulator_value", initial_accumulator_value},
+                                std::pair{"epsilon", epsilon}}) {
     if (!(v >= 0.0 && std::isfinite(v))) {
-      throw ValueError(fmt::format("`{}` must be a finite float >= 0. Received: {}={}", what, what, v));
+      throw ValueError(
+          fmt::format("`{}` must be a finite float >= 0. Received: {}={}", what, what, v));
     }
   }
 }
 
-Adagrad::Adagrad(const OptimizerOptions& options) : Adagrad(AdagradOptions::from(options), options) {}
+Adagrad::Adagrad(const OptimizerOptions& options)
+    : Adagrad(AdagradOptions::from(options), options) {}
 
 Adagrad::Adagrad(const AdagradOptions& own, const OptimizerOptions& options)
     : Optimizer("Adagrad", 0.001, options), options_(own) {

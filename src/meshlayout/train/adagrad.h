@@ -6,8 +6,9 @@
 // (>= 0), epsilon 1e-7. Registered as "adagrad" (Keras <= 3.14: auto_name, "adagrad").
 //
 // Example:
-//   auto opt = make_optimizer("adagrad", {.learning_rate = 0.01, .arguments = {{"initial_accumulator_value", 0.5}}});
-//   opt->apply(grads, vars);   // adagrad/dense_kernel_accumulator, …
+//   auto opt = make_optimizer("adagrad", {.learning_rate = 0.01, .arguments =
+//   {{"initial_accumulator_value", 0.5}}}); opt->apply(grads, vars);   //
+//   adagrad/dense_kernel_accumulator, …
 #pragma once
 
 #include "meshlayout/train/optimizer.h"

@@ -17,7 +17,8 @@ void adam_step(const ShardStep<T>& s, const AdamOptions& o) {
   const T b1_power = std::pow(static_cast<T>(o.beta_1), t);
   const T b2_power = std::pow(static_cast<T>(o.beta_2), t);
   const T alpha = s.lr * std::sqrt(T(1) - b2_power) / (T(1) - b1_power);
-  const T one_minus_b1 = static_cast<T>(1.0 - o.beta_1), one_minus_b2 = static_cast<T>(1.0 - o.beta_2);
+  const T one_minus_b1 = static_cast<T>(1.0 - o.beta_1),
+          one_minus_b2 = static_cast<T>(1.0 - o.beta_2);
   const T eps = static_cast<T>(o.epsilon);
   T* m = s.slots[0];
   T* v = s.slots[1];
@@ -50,15 +51,18 @@ AdamOptions AdamOptions::from(const OptimizerOptions& options, std::string_view 
 void AdamOptions::check() const {
   for (const auto& [what, v] : {std::pair{"beta_1", beta_1}, std::pair{"beta_2", beta_2}}) {
     if (!(v >= 0.0 && v < 1.0)) {
-      throw ValueError(fmt::format("`{}` must be a float in [0, 1). Received: {}={}", what, what, v));
+      throw ValueError(
+          fmt::format("`{}` must be a float in [0, 1). Received: {}={}", what, what, v));
     }
   }
   if (!(epsilon >= 0.0 && std::isfinite(epsilon))) {
-    throw ValueError(fmt::format("`epsilon` must be a finite float >= 0. Received: epsilon={}", epsilon));
+    throw ValueError(
+        fmt::format("`epsilon` must be a finite float >= 0. Received: epsilon={}", epsilon));
   }
 }
 
-Adam::Adam(const OptimizerOptions& options) : Adam("Adam", AdamOptions::from(options, "Adam"), options) {}
+Adam::Adam(const OptimizerOptions& options)
+    : Adam("Adam", AdamOptions::from(options, "Adam"), options) {}
 
 Adam::Adam(std::string_view class_name, const AdamOptions& own, const OptimizerOptions& options)
     : Optimizer(class_name, 0.001, options), options_(own) {

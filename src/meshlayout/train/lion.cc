@@ -33,13 +33,15 @@ LionOptions LionOptions::from(const OptimizerOptions& options) {
 
 void LionOptions::check() const {
   if (!(beta_1 > 0.0 && beta_1 <= 1.0)) {
-    throw ValueError(fmt::format(
-        "Argument `beta_1` must be in the (0, 1] range. Otherwise, the optimizer degenerates to SignSGD. "
-        "Received: beta_1={}",
-        beta_1));
+    throw ValueError(
+        fmt::format("Argument `beta_1` must be in the (0, 1] range. Otherwise, the optimizer "
+                    "degenerates to SignSGD. "
+                    "Received: beta_1={}",
+                    beta_1));
   }
   if (!(beta_2 >= 0.0 && beta_2 <= 1.0)) {
-    throw ValueError(fmt::format("`beta_2` must be a float in [0, 1]. Received: beta_2={}", beta_2));
+    throw ValueError(
+        fmt::format("`beta_2` must be a float in [0, 1]. Received: beta_2={}", beta_2));
   }
 }
 
@@ -52,7 +54,9 @@ Lion::Lion(const LionOptions& own, const OptimizerOptions& options)
 
 std::vector<std::string> Lion::slot_names() const { return {"momentum"}; }
 
-void Lion::build_slots(std::span<const VariablePtr> variables) { add_optimizer_variables(variables, {"momentum"}); }
+void Lion::build_slots(std::span<const VariablePtr> variables) {
+  add_optimizer_variables(variables, {"momentum"});
+}
 
 void Lion::update_shard(const ShardStep<float>& step) const { lion_step(step, options_); }
 void Lion::update_shard(const ShardStep<double>& step) const { lion_step(step, options_); }

@@ -5,8 +5,8 @@
 // Registered as "lion".
 //
 // Example:
-//   auto opt = make_optimizer("lion", {.learning_rate = 1e-4, .weight_decay = 0.1, .beta_1 = 0.95});
-//   opt->apply(grads, vars);   // lion/dense_kernel_momentum, …
+//   auto opt = make_optimizer("lion", {.learning_rate = 1e-4, .weight_decay = 0.1, .beta_1 =
+//   0.95}); opt->apply(grads, vars);   // lion/dense_kernel_momentum, …
 #pragma once
 
 #include "meshlayout/train/optimizer.h"

@@ -19,11 +19,13 @@ constexpr std::string_view kMse = "mean_squared_error";
 
 bool is_float(DType d) { return d == DType::kF32 || d == DType::kF64; }
 
-void check_mse(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) {
+void check_mse(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape,
+               DType true_dtype) {
   if (!is_float(pred_dtype) || !is_float(true_dtype)) {
-    throw ValueError(fmt::format("{}: y_pred and y_true must be F32 or F64, got y_pred {} {} and y_true {} {}",
-                                 kMse, dtype_name(pred_dtype), shape_to_string(pred_shape),
-                                 dtype_name(true_dtype), shape_to_string(true_shape)));
+    throw ValueError(
+        fmt::format("{}: y_pred and y_true must be F32 or F64, got y_pred {} {} and y_true {} {}",
+                    kMse, dtype_name(pred_dtype), shape_to_string(pred_shape),
+                    dtype_name(true_dtype), shape_to_string(true_shape)));
   }
   if (pred_shape != true_shape) {
     throw ValueError(fmt::format("{}: y_true of shape {} must have the shape of y_pred {}", kMse,
@@ -32,9 +34,13 @@ void check_mse(const Shape& pred_shape, DType pred_dtype, const Shape& true_shap
 }
 
 template <typename T>
-const T* as(const Array::Shard& s) { return reinterpret_cast<const T*>(s.buffer.data()); }
+const T* as(const Array::Shard& s) {
+  return reinterpret_cast<const T*>(s.buffer.data());
+}
 template <typename T>
-T* as(Array::Shard& s) { return reinterpret_cast<T*>(s.buffer.data()); }
+T* as(Array::Shard& s) {
+  return reinterpret_cast<T*>(s.buffer.data());
+}
 
 double read(const Array::Shard& s, DType d, int64_t i) {
   return d == DType::kF32 ? static_cast<double>(as<float>(s)[i]) : as<double>(s)[i];
@@ -91,7 +97,8 @@ Array mse_grad(const Array& p, const Array& t, double grad_scale) {
 class MeanSquaredError : public Loss {
  public:
   std::string name() const override { return std::string(kMse); }
-  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) const override {
+  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape,
+             DType true_dtype) const override {
     check_mse(pred_shape, pred_dtype, true_shape, true_dtype);
   }
   double value(const Array& y_pred, const Array& y_true) const override {
@@ -107,15 +114,18 @@ class SparseCategoricalCrossentropy : public Loss {
  public:
   explicit SparseCategoricalCrossentropy(bool from_logits) : options_{.from_logits = from_logits} {}
   std::string name() const override { return "sparse_categorical_crossentropy"; }
-  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) const override {
-    const Shape lead = pred_shape.empty() ? Shape{} : Shape(pred_shape.begin(), pred_shape.end() - 1);
-    if (!is_float(pred_dtype) || (true_dtype != DType::kI32 && true_dtype != DType::kI64) || pred_shape.empty() ||
-        true_shape != lead) {
-      throw ValueError(fmt::format(
-          "sparse_categorical_crossentropy: needs F32/F64 {} (…, classes) and I32/I64 labels of their shape "
-          "without the class dimension, got {} {} and labels {} {}",
-          what(), dtype_name(pred_dtype), shape_to_string(pred_shape), dtype_name(true_dtype),
-          shape_to_string(true_shape)));
+  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape,
+             DType true_dtype) const override {
+    const Shape lead =
+        pred_shape.empty() ? Shape{} : Shape(pred_shape.begin(), pred_shape.end() - 1);
+    if (!is_float(pred_dtype) || (true_dtype != DType::kI32 && true_dtype != DType::kI64) ||
+        pred_shape.empty() || true_shape != lead) {
+      throw ValueError(
+          fmt::format("sparse_categorical_crossentropy: needs F32/F64 {} (…, classes) and I32/I64 "
+                      "labels of their shape "
+                      "without the class dimension, got {} {} and labels {} {}",
+                      what(), dtype_name(pred_dtype), shape_to_string(pred_shape),
+                      dtype_name(true_dtype), shape_to_string(true_shape)));
     }
   }
   double value(const Array& y_pred, const Array& y_true) const override {
@@ -136,13 +146,16 @@ class CategoricalCrossentropy : public Loss {
   CategoricalCrossentropy(bool from_logits, double label_smoothing)
       : options_{.from_logits = from_logits, .label_smoothing = label_smoothing} {}
   std::string name() const override { return "categorical_crossentropy"; }
-  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape, DType true_dtype) const override {
-    if (!is_float(pred_dtype) || !is_float(true_dtype) || pred_shape.empty() || true_shape != pred_shape) {
+  void check(const Shape& pred_shape, DType pred_dtype, const Shape& true_shape,
+             DType true_dtype) const override {
+    if (!is_float(pred_dtype) || !is_float(true_dtype) || pred_shape.empty() ||
+        true_shape != pred_shape) {
       throw ValueError(fmt::format(
-          "categorical_crossentropy: needs F32/F64 {} (…, classes) and F32/F64 targets (one-hot or probability "
+          "categorical_crossentropy: needs F32/F64 {} (…, classes) and F32/F64 targets (one-hot or "
+          "probability "
           "rows) of the same shape, got {} {} and targets {} {}",
-          options_.from_logits ? "logits" : "probabilities", dtype_name(pred_dtype), shape_to_string(pred_shape),
-          dtype_name(true_dtype), shape_to_string(true_shape)));
+          options_.from_logits ? "logits" : "probabilities", dtype_name(pred_dtype),
+          shape_to_string(pred_shape), dtype_name(true_dtype), shape_to_string(true_shape)));
     }
   }
   double value(const Array& y_pred, const Array& y_true) const override {
@@ -181,8 +194,9 @@ LossResult mean_squared_error_with_grad(const Array& y_pred, const Array& y_true
 Array mean_squared_error_values(const Array& y_pred, const Array& y_true) {
   check_mse(y_pred.shape(), y_pred.dtype(), y_true.shape(), y_true.dtype());
   if (y_pred.shape().empty()) {
-    throw ValueError(fmt::format("{}: y_pred needs a last dimension to average over, got y_pred {} {}", kMse,
-                                 dtype_name(y_pred.dtype()), shape_to_string(y_pred.shape())));
+    throw ValueError(
+        fmt::format("{}: y_pred needs a last dimension to average over, got y_pred {} {}", kMse,
+                    dtype_name(y_pred.dtype()), shape_to_string(y_pred.shape())));
   }
   // Every row whole on its devices: y_pred (if its last dim is split) and y_true are brought to
   // y_pred's layout with the last dim not split; the lead dims keep y_pred's sharding.
@@ -195,7 +209,8 @@ Array mean_squared_error_values(const Array& y_pred, const Array& y_true) {
   const Array t = distribute_tensor(y_true, whole);
   axes.pop_back();
   const Shape shape(y_pred.shape().begin(), y_pred.shape().end() - 1);
-  Array out = allocate_agreed(TensorLayout(axes, y_pred.mesh()), shape, y_pred.dtype(), y_pred.runtime_ptr());
+  Array out = allocate_agreed(TensorLayout(axes, y_pred.mesh()), shape, y_pred.dtype(),
+                              y_pred.runtime_ptr());
   const int64_t last = y_pred.shape().back();
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& os = out.local_shards()[i];
@@ -224,25 +239,29 @@ double Loss::value(const Array& y_pred, const Array& y_true) const {
 }
 
 std::vector<std::string> loss_names() {
-  return {"mean_squared_error", "mse", "categorical_crossentropy", "sparse_categorical_crossentropy"};
+  return {"mean_squared_error", "mse", "categorical_crossentropy",
+          "sparse_categorical_crossentropy"};
 }
 
 std::unique_ptr<Loss> make_loss(std::string_view name, const LossOptions& options) {
   const bool categorical = name == "categorical_crossentropy";
   if (categorical) {
     if (!(options.label_smoothing >= 0.0 && options.label_smoothing <= 1.0)) {
-      throw ValueError(fmt::format("categorical_crossentropy: label_smoothing must be in [0, 1], got {}",
-                                   options.label_smoothing));
+      throw ValueError(
+          fmt::format("categorical_crossentropy: label_smoothing must be in [0, 1], got {}",
+                      options.label_smoothing));
     }
     return std::make_unique<CategoricalCrossentropy>(options.from_logits, options.label_smoothing);
   }
   const std::vector<std::string> names = loss_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    throw ValueError(fmt::format("unknown loss {}; valid names: {}", quote(name), repr_list(names)));
+    throw ValueError(
+        fmt::format("unknown loss {}; valid names: {}", quote(name), repr_list(names)));
   }
   if (options.label_smoothing != 0.0) {
-    throw ValueError(fmt::format("loss {}: label_smoothing is an argument of categorical_crossentropy only, got {}",
-                                 quote(name), options.label_smoothing));
+    throw ValueError(fmt::format(
+        "loss {}: label_smoothing is an argument of categorical_crossentropy only, got {}",
+        quote(name), options.label_smoothing));
   }
   if (name == "sparse_categorical_crossentropy") {
     return std::make_unique<SparseCategoricalCrossentropy>(options.from_logits);

@@ -42,11 +42,12 @@ struct LossResult {
 /// process before any communication. 0 for an empty y_pred. Collective.
 double mean_squared_error(const Array& y_pred, const Array& y_true);
 /// 2 (p − t) · grad_scale / N in y_pred's layout and dtype. Collective.
-Array mean_squared_error_backward(const Array& y_pred, const Array& y_true, double grad_scale = 1.0);
+Array mean_squared_error_backward(const Array& y_pred, const Array& y_true,
+                                  double grad_scale = 1.0);
 /// Both, sharing the reshard of y_true. Collective.
 LossResult mean_squared_error_with_grad(const Array& y_pred, const Array& y_true);
-/// keras.losses.mean_squared_error(y_true, y_pred) without reduction: mean((p − t)², axis=-1), shape
-/// y_pred's without the last dim, in y_pred's dtype, laid out as y_pred without the last dim
+/// keras.losses.mean_squared_error(y_true, y_pred) without reduction: mean((p − t)², axis=-1),
+/// shape y_pred's without the last dim, in y_pred's dtype, laid out as y_pred without the last dim
 /// (computed in float64 per row; a split last dim is first gathered). Same checks as
 /// mean_squared_error; ValueError for a rank-0 y_pred. Collective.
 Array mean_squared_error_values(const Array& y_pred, const Array& y_true);

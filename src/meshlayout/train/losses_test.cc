@@ -32,7 +32,8 @@ double mse_reference(const std::vector<double>& p, const std::vector<double>& t)
 }
 
 void expect_rel(double got, double want, double tol, const std::string& what) {
-  EXPECT_LE(std::abs(got - want), tol * std::max(1.0, std::abs(want))) << what << ": " << got << " vs " << want;
+  EXPECT_LE(std::abs(got - want), tol * std::max(1.0, std::abs(want)))
+      << what << ": " << got << " vs " << want;
 }
 
 TEST_F(LossesTest, MeanSquaredErrorValueAndGradientInEveryLayout) {
@@ -61,16 +62,20 @@ TEST_F(LossesTest, MeanSquaredErrorValueAndGradientInEveryLayout) {
     EXPECT_EQ(r.gradient.dtype(), DType::kF32);
     // Central differences of the float64 reference.
     testing::Params params{{"p", p}};
-    const auto forward = [&](const testing::Params& q) { return std::vector<double>{mse_reference(q.at("p"), t)}; };
-    testing::expect_close(gathered_f64(r.gradient), testing::numeric_gradient(forward, params, "p", {1.0}),
+    const auto forward = [&](const testing::Params& q) {
+      return std::vector<double>{mse_reference(q.at("p"), t)};
+    };
+    testing::expect_close(gathered_f64(r.gradient),
+                          testing::numeric_gradient(forward, params, "p", {1.0}),
                           "d mse / d y_pred");
-    testing::expect_close(gathered_f64(mean_squared_error_backward(pred, targ, 3.0)),
-                          [&] {
-                            std::vector<double> g = testing::numeric_gradient(forward, params, "p", {1.0});
-                            for (double& v : g) v *= 3.0;
-                            return g;
-                          }(),
-                          "grad_scale 3");
+    testing::expect_close(
+        gathered_f64(mean_squared_error_backward(pred, targ, 3.0)),
+        [&] {
+          std::vector<double> g = testing::numeric_gradient(forward, params, "p", {1.0});
+          for (double& v : g) v *= 3.0;
+          return g;
+        }(),
+        "grad_scale 3");
   }
 }
 
@@ -90,9 +95,12 @@ TEST_F(LossesTest, MeanSquaredErrorInFloat64) {
 }
 
 TEST_F(LossesTest, MeanSquaredErrorRejectsMismatchedShapesAndIntegerTargets) {
-  const Array pred = distribute_tensor(HostTensor(DType::kF32, {4, 3}), TensorLayout({None, None}, mesh_));
-  const Array wrong = distribute_tensor(HostTensor(DType::kF32, {4, 2}), TensorLayout({None, None}, mesh_));
-  const Array ints = distribute_tensor(HostTensor(DType::kI32, {4, 3}), TensorLayout({None, None}, mesh_));
+  const Array pred =
+      distribute_tensor(HostTensor(DType::kF32, {4, 3}), TensorLayout({None, None}, mesh_));
+  const Array wrong =
+      distribute_tensor(HostTensor(DType::kF32, {4, 2}), TensorLayout({None, None}, mesh_));
+  const Array ints =
+      distribute_tensor(HostTensor(DType::kI32, {4, 3}), TensorLayout({None, None}, mesh_));
   std::string msg = testing::ValueErrorMessage([&] { (void)mean_squared_error(pred, wrong); });
   EXPECT_TRUE(testing::HasSubstr(msg, "(4, 2)"));
   EXPECT_TRUE(testing::HasSubstr(msg, "(4, 3)"));
@@ -101,7 +109,8 @@ TEST_F(LossesTest, MeanSquaredErrorRejectsMismatchedShapesAndIntegerTargets) {
 }
 
 // mean((p − t)², axis=-1) of every row, as Keras' mean_squared_error before the reduction.
-std::vector<double> mse_rows_reference(const Shape& shape, const std::vector<double>& p, const std::vector<double>& t) {
+std::vector<double> mse_rows_reference(const Shape& shape, const std::vector<double>& p,
+                                       const std::vector<double>& t) {
   const int64_t last = shape.back();
   std::vector<double> rows(p.size() / static_cast<size_t>(last));
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -128,7 +137,7 @@ TEST_F(LossesTest, MeanSquaredErrorValuesInEveryLayout) {
       {{4, 3}, {"data", None}, {None, "model"}},
       {{6, 8}, {None, "model"}, {"data", None}},
       {{6, 8}, {"data", "model"}, {"data", "model"}},
-      {{5, 7}, {"data", "model"}, {None, "model"}},  // uneven blocks, some empty
+      {{5, 7}, {"data", "model"}, {None, "model"}},           // uneven blocks, some empty
       {{4, 10}, {None, {"data", "model"}}, {"model", None}},  // 10 over 8
       {{3, 2, 5}, {"data", None, "model"}, {None, None, None}},
       {{2, 4, 6}, {"model", "data", None}, {None, None, "model"}},
@@ -136,20 +145,26 @@ TEST_F(LossesTest, MeanSquaredErrorValuesInEveryLayout) {
   };
   for (const Case& c : cases) {
     for (const DType dtype : {DType::kF32, DType::kF64}) {
-      SCOPED_TRACE(shape_to_string(c.shape) + " " + std::string(dtype_name(dtype)) + " " + TensorLayout(c.pred_axes).to_string());
+      SCOPED_TRACE(shape_to_string(c.shape) + " " + std::string(dtype_name(dtype)) + " " +
+                   TensorLayout(c.pred_axes).to_string());
       const std::vector<double> p = random_values(c.shape, 21), t = random_values(c.shape, 22);
-      const Array pred = distribute_tensor(testing::to_dtype(c.shape, p, dtype), TensorLayout(c.pred_axes, mesh_));
-      const Array targ = distribute_tensor(testing::to_dtype(c.shape, t, dtype), TensorLayout(c.true_axes, mesh_));
+      const Array pred =
+          distribute_tensor(testing::to_dtype(c.shape, p, dtype), TensorLayout(c.pred_axes, mesh_));
+      const Array targ =
+          distribute_tensor(testing::to_dtype(c.shape, t, dtype), TensorLayout(c.true_axes, mesh_));
       const Array v = mean_squared_error_values(pred, targ);
       const Shape lead(c.shape.begin(), c.shape.end() - 1);
       EXPECT_EQ(v.shape(), lead);
       EXPECT_EQ(v.dtype(), dtype);
-      EXPECT_EQ(v.layout(), TensorLayout(std::vector<DimSharding>(c.pred_axes.begin(), c.pred_axes.end() - 1), mesh_));
+      EXPECT_EQ(v.layout(),
+                TensorLayout(std::vector<DimSharding>(c.pred_axes.begin(), c.pred_axes.end() - 1),
+                             mesh_));
       const std::vector<double> got = gathered_f64(v), want = mse_rows_reference(c.shape, p, t);
       ASSERT_EQ(got.size(), want.size());
       double sum = 0;
       for (size_t r = 0; r < want.size(); ++r) {
-        expect_rel(got[r], want[r], dtype == DType::kF32 ? 1e-5 : 1e-12, "row " + std::to_string(r));
+        expect_rel(got[r], want[r], dtype == DType::kF32 ? 1e-5 : 1e-12,
+                   "row " + std::to_string(r));
         sum += got[r];
       }
       if (dtype == DType::kF64) {
@@ -161,14 +176,19 @@ TEST_F(LossesTest, MeanSquaredErrorValuesInEveryLayout) {
 }
 
 TEST_F(LossesTest, MeanSquaredErrorValuesRejectMismatchedShapesAndIntegerTargets) {
-  const Array pred = distribute_tensor(HostTensor(DType::kF32, {4, 3}), TensorLayout({"data", "model"}, mesh_));
-  const Array wrong = distribute_tensor(HostTensor(DType::kF32, {4, 2}), TensorLayout({None, None}, mesh_));
-  const Array ints = distribute_tensor(HostTensor(DType::kI32, {4, 3}), TensorLayout({None, None}, mesh_));
-  std::string msg = testing::ValueErrorMessage([&] { (void)mean_squared_error_values(pred, wrong); });
+  const Array pred =
+      distribute_tensor(HostTensor(DType::kF32, {4, 3}), TensorLayout({"data", "model"}, mesh_));
+  const Array wrong =
+      distribute_tensor(HostTensor(DType::kF32, {4, 2}), TensorLayout({None, None}, mesh_));
+  const Array ints =
+      distribute_tensor(HostTensor(DType::kI32, {4, 3}), TensorLayout({None, None}, mesh_));
+  std::string msg =
+      testing::ValueErrorMessage([&] { (void)mean_squared_error_values(pred, wrong); });
   EXPECT_EQ(msg, "mean_squared_error: y_true of shape (4, 2) must have the shape of y_pred (4, 3)");
   msg = testing::ValueErrorMessage([&] { (void)mean_squared_error_values(pred, ints); });
   EXPECT_TRUE(testing::HasSubstr(msg, "y_true I32 (4, 3)"));
-  const Array scalar = distribute_tensor(HostTensor(DType::kF32, {}), TensorLayout(std::vector<DimSharding>{}, mesh_));
+  const Array scalar = distribute_tensor(HostTensor(DType::kF32, {}),
+                                         TensorLayout(std::vector<DimSharding>{}, mesh_));
   msg = testing::ValueErrorMessage([&] { (void)mean_squared_error_values(scalar, scalar); });
   EXPECT_TRUE(testing::HasSubstr(msg, "y_pred needs a last dimension"));
 }
@@ -181,17 +201,24 @@ TEST_F(LossesTest, MakeLossNamesAndErrors) {
   std::string msg = testing::ValueErrorMessage([] { (void)make_loss("mae"); });
   EXPECT_TRUE(testing::HasSubstr(msg, "'mae'"));
   for (const std::string& name : loss_names()) EXPECT_TRUE(testing::HasSubstr(msg, name));
-  EXPECT_EQ(make_loss("sparse_categorical_crossentropy")->name(), "sparse_categorical_crossentropy");
+  EXPECT_EQ(make_loss("sparse_categorical_crossentropy")->name(),
+            "sparse_categorical_crossentropy");
   EXPECT_EQ(make_loss("categorical_crossentropy")->name(), "categorical_crossentropy");
-  EXPECT_EQ(loss_names(), (std::vector<std::string>{"mean_squared_error", "mse", "categorical_crossentropy",
-                                                    "sparse_categorical_crossentropy"}));
+  EXPECT_EQ(loss_names(),
+            (std::vector<std::string>{"mean_squared_error", "mse", "categorical_crossentropy",
+                                      "sparse_categorical_crossentropy"}));
   EXPECT_TRUE(testing::HasSubstr(msg, "'categorical_crossentropy'"));
-  msg = testing::ValueErrorMessage([] { (void)make_loss("categorical_crossentropy", {.label_smoothing = -0.5}); });
-  EXPECT_TRUE(testing::HasSubstr(msg, "label_smoothing must be in [0, 1], got -0.5"));
   msg = testing::ValueErrorMessage(
-      [] { (void)make_loss("sparse_categorical_crossentropy", {.from_logits = true, .label_smoothing = 0.1}); });
-  EXPECT_TRUE(testing::HasSubstr(msg, "'sparse_categorical_crossentropy': label_smoothing is an argument of "
-                                      "categorical_crossentropy only, got 0.1"));
+      [] { (void)make_loss("categorical_crossentropy", {.label_smoothing = -0.5}); });
+  EXPECT_TRUE(testing::HasSubstr(msg, "label_smoothing must be in [0, 1], got -0.5"));
+  msg = testing::ValueErrorMessage([] {
+    (void)make_loss("sparse_categorical_crossentropy",
+                    {.from_logits = true, .label_smoothing = 0.1});
+  });
+  EXPECT_TRUE(
+      testing::HasSubstr(msg,
+                         "'sparse_categorical_crossentropy': label_smoothing is an argument of "
+                         "categorical_crossentropy only, got 0.1"));
   msg = testing::ValueErrorMessage([] { (void)make_loss("categorical_crossentropyy"); });
   EXPECT_TRUE(testing::HasSubstr(msg, "unknown loss 'categorical_crossentropyy'"));
   const auto mse = make_loss("mse");
@@ -217,48 +244,62 @@ TEST_F(LossesTest, CategoricalCrossentropyLossWrapsTheVocabParallelOp) {
   double want = 0;
   for (int i = 0; i < 4; ++i) {
     double s = 0;
-    for (int j = 0; j < 10; ++j) s += static_cast<double>(static_cast<float>(p[static_cast<size_t>(i * 10 + j)]));
-    want -= std::log(static_cast<double>(static_cast<float>(p[static_cast<size_t>(i * 10 + (3 * i + 2) % 10)])) / s);
+    for (int j = 0; j < 10; ++j)
+      s += static_cast<double>(static_cast<float>(p[static_cast<size_t>(i * 10 + j)]));
+    want -= std::log(
+        static_cast<double>(static_cast<float>(p[static_cast<size_t>(i * 10 + (3 * i + 2) % 10)])) /
+        s);
   }
   want /= 4;
   const auto probs = make_loss("categorical_crossentropy");
   const LossResult r = probs->value_and_gradient(pred, targ);
   expect_rel(r.value, want, 1e-12, "from probabilities");
   EXPECT_EQ(probs->value(pred, targ), r.value);
-  const CrossEntropyResult op = categorical_crossentropy_with_grad(pred, targ, {.from_logits = false});
+  const CrossEntropyResult op =
+      categorical_crossentropy_with_grad(pred, targ, {.from_logits = false});
   EXPECT_EQ(r.gradient.gather(), op.dlogits.gather());
   EXPECT_EQ(r.gradient.layout(), pred.layout());
   for (const double ls : {0.0, 0.2}) {
-    const auto logits = make_loss("categorical_crossentropy", {.from_logits = true, .label_smoothing = ls});
-    const CrossEntropyResult want_l =
-        categorical_crossentropy_with_grad(pred, targ, {.from_logits = true, .label_smoothing = ls});
+    const auto logits =
+        make_loss("categorical_crossentropy", {.from_logits = true, .label_smoothing = ls});
+    const CrossEntropyResult want_l = categorical_crossentropy_with_grad(
+        pred, targ, {.from_logits = true, .label_smoothing = ls});
     const LossResult got = logits->value_and_gradient(pred, targ);
     EXPECT_EQ(got.value, want_l.loss);
     EXPECT_EQ(got.gradient.gather(), want_l.dlogits.gather());
     EXPECT_NE(got.value, r.value);
   }
-  EXPECT_NE(make_loss("categorical_crossentropy", {.from_logits = true, .label_smoothing = 0.2})->value(pred, targ),
+  EXPECT_NE(make_loss("categorical_crossentropy", {.from_logits = true, .label_smoothing = 0.2})
+                ->value(pred, targ),
             make_loss("categorical_crossentropy", {.from_logits = true})->value(pred, targ));
   // The sparse loss from probabilities on the same labels is the same number.
   HostTensor labels(DType::kI32, {4});
   for (int i = 0; i < 4; ++i) labels.data_as<int32_t>()[i] = (3 * i + 2) % 10;
   const Array y = distribute_tensor(labels, TensorLayout({"data"}, mesh_));
-  expect_rel(make_loss("sparse_categorical_crossentropy")->value(pred, y), want, 1e-12, "sparse from probabilities");
+  expect_rel(make_loss("sparse_categorical_crossentropy")->value(pred, y), want, 1e-12,
+             "sparse from probabilities");
 
-  std::string msg = testing::ValueErrorMessage([&] { probs->check({4, 10}, DType::kF32, {4, 9}, DType::kF32); });
+  std::string msg = testing::ValueErrorMessage([&] {
+    probs->check({4, 10}, DType::kF32, {4, 9}, DType::kF32);
+  });
   EXPECT_TRUE(testing::HasSubstr(msg, "(4, 9)"));
   EXPECT_TRUE(testing::HasSubstr(msg, "(4, 10)"));
-  msg = testing::ValueErrorMessage([&] { probs->check({4, 10}, DType::kF32, {4, 10}, DType::kI32); });
+  msg = testing::ValueErrorMessage([&] {
+    probs->check({4, 10}, DType::kF32, {4, 10}, DType::kI32);
+  });
   EXPECT_TRUE(testing::HasSubstr(msg, "targets I32 (4, 10)"));
   EXPECT_NO_THROW(probs->check({4, 10}, DType::kF32, {4, 10}, DType::kF64));
-  msg = testing::ValueErrorMessage(
-      [&] { (void)probs->value(pred, distribute_tensor(HostTensor(DType::kI64, shape), TensorLayout({None, None}, mesh_))); });
+  msg = testing::ValueErrorMessage([&] {
+    (void)probs->value(
+        pred, distribute_tensor(HostTensor(DType::kI64, shape), TensorLayout({None, None}, mesh_)));
+  });
   EXPECT_TRUE(testing::HasSubstr(msg, "got I64 targets"));
 }
 
 TEST_F(LossesTest, SparseCategoricalCrossentropyLossWrapsTheVocabParallelOp) {
   const Shape shape{4, 8};
-  const Array logits = distribute_tensor(to_f32(shape, random_values(shape, 5)), TensorLayout({"data", "model"}, mesh_));
+  const Array logits = distribute_tensor(to_f32(shape, random_values(shape, 5)),
+                                         TensorLayout({"data", "model"}, mesh_));
   HostTensor labels(DType::kI32, {4});
   for (int i = 0; i < 4; ++i) labels.data_as<int32_t>()[i] = (3 * i + 1) % 8;
   const Array y = distribute_tensor(labels, TensorLayout({"data"}, mesh_));

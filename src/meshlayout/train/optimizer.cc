@@ -20,11 +20,14 @@ namespace meshlayout {
 namespace {
 
 std::string layout_text(const TensorLayout& layout) {
-  return layout.device_mesh() ? fmt::format("{} on {}", layout.to_string(), layout.device_mesh()->to_string())
-                              : layout.to_string();
+  return layout.device_mesh()
+             ? fmt::format("{} on {}", layout.to_string(), layout.device_mesh()->to_string())
+             : layout.to_string();
 }
 
-std::string format_opt(const std::optional<double>& v) { return v ? fmt::format("{}", *v) : "None"; }
+std::string format_opt(const std::optional<double>& v) {
+  return v ? fmt::format("{}", *v) : "None";
+}
 
 // The gradient of one box in T: cast, then clipped (clipvalue elementwise, or scaled by
 // `scale` for clipnorm/global_clipnorm: Keras' g·c / max(‖g‖, c) and g·scale).
@@ -75,13 +78,15 @@ std::vector<bool> first_holders(const ShardGeometry& g) {
 // ValueError unless `mesh` has `axis`, naming it and listing the mesh's axes.
 void check_slot_axis(const DeviceMesh& mesh, const std::string& axis, std::string_view what) {
   if (mesh.axis_index(axis)) return;
-  throw ValueError(fmt::format("{}: shard_slots_over={} is not an axis of the mesh {}; its axes are {}", what,
-                               quote(axis), mesh.to_string(), repr_list(mesh.axis_names())));
+  throw ValueError(
+      fmt::format("{}: shard_slots_over={} is not an axis of the mesh {}; its axes are {}", what,
+                  quote(axis), mesh.to_string(), repr_list(mesh.axis_names())));
 }
 
 }  // namespace
 
-TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape, const std::string& axis) {
+TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape,
+                               const std::string& axis) {
   if (!layout.device_mesh()) {
     throw ValueError(fmt::format("zero1_slot_layout: layout {} has no device mesh to shard over {}",
                                  layout.to_string(), quote(axis)));
@@ -89,8 +94,9 @@ TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape, c
   const DeviceMesh& mesh = *layout.device_mesh();
   check_slot_axis(mesh, axis, "zero1_slot_layout");
   if (static_cast<int>(shape.size()) != layout.rank()) {
-    throw ValueError(fmt::format("zero1_slot_layout: layout {} has rank {}, the shape {} rank {}", layout.to_string(),
-                                 layout.rank(), shape_to_string(shape), shape.size()));
+    throw ValueError(fmt::format("zero1_slot_layout: layout {} has rank {}, the shape {} rank {}",
+                                 layout.to_string(), layout.rank(), shape_to_string(shape),
+                                 shape.size()));
   }
   const std::vector<std::string> used = layout.used_axes();
   if (layout.rank() == 0 || std::find(used.begin(), used.end(), axis) != used.end()) return layout;
@@ -112,7 +118,8 @@ TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape, c
   return TensorLayout(std::move(axes), mesh);
 }
 
-Optimizer::Optimizer(std::string_view class_name, double default_lr, const OptimizerOptions& options)
+Optimizer::Optimizer(std::string_view class_name, double default_lr,
+                     const OptimizerOptions& options)
     : name_(options.name.empty() ? auto_name(class_name) : options.name),
       lr_(static_cast<float>(options.learning_rate.value_or(default_lr))),
       weight_decay_(options.weight_decay),
@@ -122,42 +129,50 @@ Optimizer::Optimizer(std::string_view class_name, double default_lr, const Optim
       shard_slots_over_(options.shard_slots_over) {
   check_path_component(name_);
   if (shard_slots_over_ && shard_slots_over_->empty()) {
-    throw ValueError(fmt::format("optimizer {}: shard_slots_over is empty; give a mesh axis name (e.g. 'batch')",
-                                 quote(name_)));
+    throw ValueError(
+        fmt::format("optimizer {}: shard_slots_over is empty; give a mesh axis name (e.g. 'batch')",
+                    quote(name_)));
   }
-  const int clips = int(clipnorm_.has_value()) + int(clipvalue_.has_value()) + int(global_clipnorm_.has_value());
+  const int clips =
+      int(clipnorm_.has_value()) + int(clipvalue_.has_value()) + int(global_clipnorm_.has_value());
   if (clips > 1) {
     throw ValueError(fmt::format(
         "Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be set. Received: "
         "clipnorm={}, clipvalue={}, global_clipnorm={}",
         format_opt(clipnorm_), format_opt(clipvalue_), format_opt(global_clipnorm_)));
   }
-  for (const auto& [what, v] : {std::pair{"clipnorm", clipnorm_}, std::pair{"clipvalue", clipvalue_},
-                                std::pair{"global_clipnorm", global_clipnorm_}}) {
+  for (const auto& [what, v] :
+       {std::pair{"clipnorm", clipnorm_}, std::pair{"clipvalue", clipvalue_},
+        std::pair{"global_clipnorm", global_clipnorm_}}) {
     if (v && !(*v > 0 && std::isfinite(*v))) {
-      throw ValueError(fmt::format("`{}` must be a positive finite float. Received: {}={}", what, what, *v));
+      throw ValueError(
+          fmt::format("`{}` must be a positive finite float. Received: {}={}", what, what, *v));
     }
   }
   if (weight_decay_ && !std::isfinite(*weight_decay_)) {
-    throw ValueError(fmt::format("`weight_decay` must be a finite float. Received: weight_decay={}", *weight_decay_));
+    throw ValueError(fmt::format("`weight_decay` must be a finite float. Received: weight_decay={}",
+                                 *weight_decay_));
   }
   if (!std::isfinite(lr_)) {
-    throw ValueError(fmt::format("`learning_rate` must be a finite float. Received: learning_rate={}",
-                                 options.learning_rate.value_or(default_lr)));
+    throw ValueError(
+        fmt::format("`learning_rate` must be a finite float. Received: learning_rate={}",
+                    options.learning_rate.value_or(default_lr)));
   }
   NameScope scope(name_, this, std::nullopt);
   iteration_var_ = std::make_shared<Variable>(
       VariableSpec{.name = "iteration", .shape = {}, .dtype = DType::kI32, .trainable = false});
-  learning_rate_var_ = std::make_shared<Variable>(VariableSpec{.name = "learning_rate",
-                                                               .shape = {},
-                                                               .dtype = DType::kF32,
-                                                               .initializer = Initializer::constant(lr_),
-                                                               .trainable = false});
+  learning_rate_var_ =
+      std::make_shared<Variable>(VariableSpec{.name = "learning_rate",
+                                              .shape = {},
+                                              .dtype = DType::kF32,
+                                              .initializer = Initializer::constant(lr_),
+                                              .trainable = false});
 }
 
 void Optimizer::set_learning_rate(double value) {
   if (!std::isfinite(value)) {
-    throw ValueError(fmt::format("`learning_rate` must be a finite float. Received: learning_rate={}", value));
+    throw ValueError(
+        fmt::format("`learning_rate` must be a finite float. Received: learning_rate={}", value));
   }
   lr_ = static_cast<float>(value);
   if (learning_rate_var_->is_lazy()) return;
@@ -168,15 +183,18 @@ void Optimizer::set_learning_rate(double value) {
 
 void Optimizer::restore_from_variables() {
   if (!built_ || iteration_var_->is_lazy()) {
-    throw FailedPreconditionError(fmt::format("optimizer {} has no state to restore until it is built", quote(name_)));
+    throw FailedPreconditionError(
+        fmt::format("optimizer {} has no state to restore until it is built", quote(name_)));
   }
   const HostTensor it = iteration_var_->value().gather();
   const HostTensor lr = learning_rate_var_->value().gather();
   const int32_t iterations = *it.data_as<int32_t>();
   const float rate = *lr.data_as<float>();
   if (iterations < 0 || !std::isfinite(rate)) {
-    throw ValueError(fmt::format("optimizer {}: restored state has iteration {} and learning_rate {}; expected "
-                                 "iteration >= 0 and a finite learning rate", quote(name_), iterations, rate));
+    throw ValueError(
+        fmt::format("optimizer {}: restored state has iteration {} and learning_rate {}; expected "
+                    "iteration >= 0 and a finite learning rate",
+                    quote(name_), iterations, rate));
   }
   iterations_ = iterations;
   lr_ = rate;
@@ -195,12 +213,14 @@ std::vector<VariablePtr> Optimizer::slots_of(const Variable& variable) const {
     for (const std::string& n : slot_names()) out.push_back(t.slots.at(n));
     return out;
   }
-  throw NotFoundError(fmt::format("{} is not tracked by optimizer {}: it was built with {} variable(s)",
-                                  variable.describe(), quote(name_), tracked_.size()));
+  throw NotFoundError(
+      fmt::format("{} is not tracked by optimizer {}: it was built with {} variable(s)",
+                  variable.describe(), quote(name_), tracked_.size()));
 }
 
 void Optimizer::check_shard_slots_over(const DeviceMesh& mesh) const {
-  if (shard_slots_over_) check_slot_axis(mesh, *shard_slots_over_, fmt::format("optimizer {}", quote(name_)));
+  if (shard_slots_over_)
+    check_slot_axis(mesh, *shard_slots_over_, fmt::format("optimizer {}", quote(name_)));
 }
 
 TensorLayout Optimizer::slot_layout(const TensorLayout& layout, const Shape& shape) const {
@@ -218,12 +238,13 @@ void Optimizer::build(std::span<const VariablePtr> variables) {
       throw ValueError(fmt::format("optimizer {}: {} is given twice", quote(name_), v->describe()));
     }
     if (v->is_lazy()) {
-      throw ValueError(fmt::format("optimizer {}: {} has no value yet (lazy); build the model first",
-                                   quote(name_), v->describe()));
+      throw ValueError(
+          fmt::format("optimizer {}: {} has no value yet (lazy); build the model first",
+                      quote(name_), v->describe()));
     }
     if (v->dtype() != DType::kF32 && v->dtype() != DType::kF64) {
-      throw ValueError(fmt::format("optimizer {} updates F32 or F64 variables; {} is {}", quote(name_),
-                                   v->describe(), dtype_name(v->dtype())));
+      throw ValueError(fmt::format("optimizer {} updates F32 or F64 variables; {} is {}",
+                                   quote(name_), v->describe(), dtype_name(v->dtype())));
     }
     check_shard_slots_over(v->value().mesh());
   }
@@ -239,15 +260,16 @@ void Optimizer::build(std::span<const VariablePtr> variables) {
 }
 
 void Optimizer::add_optimizer_variables(std::span<const VariablePtr> variables,
-                                        const std::vector<std::string>& names, double initial_value) {
+                                        const std::vector<std::string>& names,
+                                        double initial_value) {
   for (const VariablePtr& ref : variables) {
     const TensorLayout layout = slot_layout(ref->value().layout(), ref->shape());
     for (const std::string& slot : names) add_slot(ref, slot, ref->shape(), layout, initial_value);
   }
 }
 
-void Optimizer::add_optimizer_variable(const VariablePtr& ref, const std::string& slot, const Shape& shape,
-                                       const TensorLayout& layout) {
+void Optimizer::add_optimizer_variable(const VariablePtr& ref, const std::string& slot,
+                                       const Shape& shape, const TensorLayout& layout) {
   add_slot(ref, slot, shape, layout, 0.0);
 }
 
@@ -259,17 +281,19 @@ void Optimizer::add_slot(const VariablePtr& ref, const std::string& slot, const 
     if (t.variable == ref) tracked = &t;
   }
   if (tracked == nullptr) {
-    throw InternalError(fmt::format("optimizer {}: slot for untracked {}", quote(name_), ref->describe()));
+    throw InternalError(
+        fmt::format("optimizer {}: slot for untracked {}", quote(name_), ref->describe()));
   }
   std::string base = !ref->path().empty() ? ref->path() : ref->name();
   std::replace(base.begin(), base.end(), '/', '_');
-  auto v = std::make_shared<Variable>(VariableSpec{
-      .name = base + "_" + slot,
-      .shape = shape,
-      .dtype = ref->dtype(),
-      .initializer = initial_value == 0.0 ? Initializer::zeros() : Initializer::constant(initial_value),
-      .trainable = false,
-      .layout = layout});
+  auto v = std::make_shared<Variable>(
+      VariableSpec{.name = base + "_" + slot,
+                   .shape = shape,
+                   .dtype = ref->dtype(),
+                   .initializer = initial_value == 0.0 ? Initializer::zeros()
+                                                       : Initializer::constant(initial_value),
+                   .trainable = false,
+                   .layout = layout});
   v->materialize(layout, ref->value().runtime_ptr());
   tracked->slots[slot] = v;
   slot_order_.push_back(std::move(v));
@@ -279,8 +303,8 @@ void Optimizer::exclude_from_weight_decay(std::vector<std::string> var_names) {
   for (const std::string& pattern : var_names) {
     RE2 re(pattern, RE2::Quiet);
     if (!re.ok()) {
-      throw ValueError(fmt::format("exclude_from_weight_decay: {} is not a valid regex: {}", quote(pattern),
-                                   re.error()));
+      throw ValueError(fmt::format("exclude_from_weight_decay: {} is not a valid regex: {}",
+                                   quote(pattern), re.error()));
     }
   }
   exclude_names_ = std::move(var_names);
@@ -295,30 +319,34 @@ bool Optimizer::use_weight_decay(const Variable& v) const {
 }
 
 std::vector<SlotFootprint> Optimizer::slot_footprints(const SlotFootprint& variable) const {
-  const SlotFootprint slot{variable.shape, variable.dtype, slot_layout(variable.layout, variable.shape)};
+  const SlotFootprint slot{variable.shape, variable.dtype,
+                           slot_layout(variable.layout, variable.shape)};
   return std::vector<SlotFootprint>(slot_names().size(), slot);
 }
 
 void Optimizer::update_variable(const VariableStep& /*step*/) const {
-  throw InternalError(fmt::format("optimizer {} updates shard by shard; update_variable is not its update",
-                                  quote(name_)));
+  throw InternalError(fmt::format(
+      "optimizer {} updates shard by shard; update_variable is not its update", quote(name_)));
 }
 
-std::map<int64_t, int64_t> Optimizer::slot_bytes_per_device(std::span<const SlotFootprint> variables) const {
+std::map<int64_t, int64_t> Optimizer::slot_bytes_per_device(
+    std::span<const SlotFootprint> variables) const {
   std::map<int64_t, int64_t> out;
   for (const SlotFootprint& f : variables) {
     for (const SlotFootprint& slot : slot_footprints(f)) {
       ShardGeometry g(slot.layout, slot.shape, {}, "optimizer slot");
       const std::vector<int64_t>& ids = g.mesh().device_ids();
       for (int64_t p = 0; p < g.mesh().size(); ++p) {
-        out[ids[static_cast<size_t>(p)]] += g.box(p).num_elements() * static_cast<int64_t>(dtype_size(slot.dtype));
+        out[ids[static_cast<size_t>(p)]] +=
+            g.box(p).num_elements() * static_cast<int64_t>(dtype_size(slot.dtype));
       }
     }
   }
   return out;
 }
 
-void Optimizer::apply_gradients(std::span<const std::pair<const Array*, VariablePtr>> grads_and_vars) {
+void Optimizer::apply_gradients(
+    std::span<const std::pair<const Array*, VariablePtr>> grads_and_vars) {
   std::vector<const Array*> grads;
   std::vector<VariablePtr> vars;
   for (const auto& [g, v] : grads_and_vars) {
@@ -328,10 +356,12 @@ void Optimizer::apply_gradients(std::span<const std::pair<const Array*, Variable
   apply(grads, vars);
 }
 
-void Optimizer::apply(std::span<const Array* const> gradients, std::span<const VariablePtr> variables) {
+void Optimizer::apply(std::span<const Array* const> gradients,
+                      std::span<const VariablePtr> variables) {
   if (gradients.size() != variables.size()) {
-    throw ValueError(fmt::format("optimizer {}: got {} gradient(s) for {} variable(s); expected one per variable",
-                                 quote(name_), gradients.size(), variables.size()));
+    throw ValueError(fmt::format(
+        "optimizer {}: got {} gradient(s) for {} variable(s); expected one per variable",
+        quote(name_), gradients.size(), variables.size()));
   }
   if (variables.empty()) return;
   struct Pair {
@@ -346,11 +376,13 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     if (gradients[i] == nullptr) continue;  // Keras' _filter_empty_gradients
     const Array& g = *gradients[i];
     if (!v->trainable()) {
-      throw ValueError(fmt::format("optimizer {}: {} is not trainable; pass only trainable variables",
-                                   quote(name_), v->describe()));
+      throw ValueError(
+          fmt::format("optimizer {}: {} is not trainable; pass only trainable variables",
+                      quote(name_), v->describe()));
     }
     if (v->is_lazy()) {
-      throw ValueError(fmt::format("optimizer {}: {} has no value yet (lazy)", quote(name_), v->describe()));
+      throw ValueError(
+          fmt::format("optimizer {}: {} has no value yet (lazy)", quote(name_), v->describe()));
     }
     const Array& x = v->value();
     if (g.shape() != x.shape() || !(g.layout() == x.layout()) ||
@@ -364,8 +396,9 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     pairs.push_back({&g, v.get(), 0});
   }
   if (pairs.empty()) {
-    throw ValueError(fmt::format("No gradients provided for any variable (optimizer {}, {} variable(s))",
-                                 quote(name_), variables.size()));
+    throw ValueError(
+        fmt::format("No gradients provided for any variable (optimizer {}, {} variable(s))",
+                    quote(name_), variables.size()));
   }
   build(variables);
   for (Pair& p : pairs) {
@@ -391,8 +424,9 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
         if (!first[static_cast<size_t>(s.position)]) continue;
         const int64_t n = s.box.num_elements();
         for (int64_t k = 0; k < n; ++k) {
-          const double x = g.dtype() == DType::kF32 ? reinterpret_cast<const float*>(s.buffer.data())[k]
-                                                    : reinterpret_cast<const double*>(s.buffer.data())[k];
+          const double x = g.dtype() == DType::kF32
+                               ? reinterpret_cast<const float*>(s.buffer.data())[k]
+                               : reinterpret_cast<const double*>(s.buffer.data())[k];
           sums[i] += x * x;
         }
       }
@@ -406,7 +440,8 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     } else {
       double total = 0;
       for (double s : sums) total += s;
-      const double scale = *global_clipnorm_ * std::min(1.0 / std::sqrt(total), 1.0 / *global_clipnorm_);
+      const double scale =
+          *global_clipnorm_ * std::min(1.0 / std::sqrt(total), 1.0 / *global_clipnorm_);
       for (auto& nc : norm_clip) nc = std::pair{scale, 1.0};
     }
   }
@@ -422,7 +457,9 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     xs[i] = &pairs[i].var->mutable_value();
     gs[i] = pairs[i].grad;
     const std::map<std::string, VariablePtr>& own = tracked_[pairs[i].tracked].slots;
-    if (!shard_slots_over_ || own.empty() || own.begin()->second->value().layout() == xs[i]->layout()) continue;
+    if (!shard_slots_over_ || own.empty() ||
+        own.begin()->second->value().layout() == xs[i]->layout())
+      continue;
     const TensorLayout& layout = own.begin()->second->value().layout();
     slice_g[i].emplace(distribute_tensor(*pairs[i].grad, layout));
     slice_x[i].emplace(distribute_tensor(*xs[i], layout));
@@ -439,7 +476,8 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
   std::vector<std::vector<Variable*>> slots(pairs.size());
   const std::vector<std::string> names = slot_names();
   for (size_t i = 0; i < pairs.size(); ++i) {
-    for (const std::string& n : names) slots[i].push_back(tracked_[pairs[i].tracked].slots.at(n).get());
+    for (const std::string& n : names)
+      slots[i].push_back(tracked_[pairs[i].tracked].slots.at(n).get());
     for (size_t s = 0; s < xs[i]->local_shards().size(); ++s) tasks.push_back({i, s});
   }
   // Whole-variable updates (Adafactor) take the prepared gradients as arrays.
@@ -447,7 +485,8 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
   std::vector<std::optional<Array>> prepared(pairs.size());
   if (whole) {
     for (size_t i = 0; i < pairs.size(); ++i) {
-      prepared[i].emplace(Array::allocate(xs[i]->layout(), xs[i]->shape(), xs[i]->dtype(), xs[i]->runtime_ptr()));
+      prepared[i].emplace(
+          Array::allocate(xs[i]->layout(), xs[i]->shape(), xs[i]->dtype(), xs[i]->runtime_ptr()));
     }
   }
   std::vector<bool> decay(pairs.size());
@@ -460,7 +499,8 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     const Array::Shard* g = gs[t.pair]->shard_at(x.position);
     const int64_t n = x.box.num_elements();
     std::vector<T> buffer;
-    const T* grad = prepared_gradient<T>(*g, p.grad->dtype(), n, clipvalue_, norm_clip[t.pair], buffer);
+    const T* grad =
+        prepared_gradient<T>(*g, p.grad->dtype(), n, clipvalue_, norm_clip[t.pair], buffer);
     T* theta = reinterpret_cast<T*>(x.buffer.data());
     const T lr_t = static_cast<T>(lr);
     if (decay[t.pair]) {
@@ -470,13 +510,15 @@ void Optimizer::apply(std::span<const Array* const> gradients, std::span<const V
     if (whole) {
       // An empty box (uneven splits leave some) has no buffer: memcpy of null is undefined.
       if (n > 0) {
-        std::memcpy(prepared[t.pair]->shard_at(x.position)->buffer.data(), grad, static_cast<size_t>(n) * sizeof(T));
+        std::memcpy(prepared[t.pair]->shard_at(x.position)->buffer.data(), grad,
+                    static_cast<size_t>(n) * sizeof(T));
       }
       return;
     }
     std::vector<T*> slot_ptrs;
     for (Variable* s : slots[t.pair]) {
-      slot_ptrs.push_back(reinterpret_cast<T*>(s->mutable_value().shard_at(x.position)->buffer.data()));
+      slot_ptrs.push_back(
+          reinterpret_cast<T*>(s->mutable_value().shard_at(x.position)->buffer.data()));
     }
     update_shard(ShardStep<T>{theta, grad, n, slot_ptrs, lr_t, iterations});
   };

@@ -91,7 +91,8 @@ struct OptimizerOptions {
   // argument; unset: slots in their variable's layout. ValueError at build (or
   // slot_bytes_per_device) naming it and the mesh's axes when the mesh has no such axis.
   std::optional<std::string> shard_slots_over;
-  // Any other keyword argument of the optimizer by its Keras name: {{"rho", 0.95}, {"centered", true}}.
+  // Any other keyword argument of the optimizer by its Keras name: {{"rho", 0.95}, {"centered",
+  // true}}.
   std::map<std::string, OptimizerArgument, std::less<>> arguments;
 };
 
@@ -102,11 +103,14 @@ struct OptimizerOptions {
 /// total shard count times axis_size(axis) divides; else — every split being uneven, per
 /// DESIGN.md's shard geometry (blocks of ceil(n/k), the last short or empty) — to the first
 /// unsharded dimension (its slot boxes still nest), else to dimension 0 (boxes may not nest:
-/// the step's slicing then moves bytes between devices). ValueError naming `axis` and listing the mesh's axes if the layout's mesh lacks it.
+/// the step's slicing then moves bytes between devices). ValueError naming `axis` and listing the
+/// mesh's axes if the layout's mesh lacks it.
 ///   zero1_slot_layout(TensorLayout({None, "model"}, mesh), {8, 12}, "batch") == {"batch", "model"}
-///   zero1_slot_layout(TensorLayout({None, "model"}, mesh), {3, 16}, "batch") == {None, ("model","batch")}
-///   zero1_slot_layout(TensorLayout({None, "model"}, mesh), {3, 12}, "batch") == {"batch", "model"}  // uneven
-TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape, const std::string& axis);
+///   zero1_slot_layout(TensorLayout({None, "model"}, mesh), {3, 16}, "batch") == {None,
+///   ("model","batch")} zero1_slot_layout(TensorLayout({None, "model"}, mesh), {3, 12}, "batch") ==
+///   {"batch", "model"}  // uneven
+TensorLayout zero1_slot_layout(const TensorLayout& layout, const Shape& shape,
+                               const std::string& axis);
 
 /// Shape, dtype and layout of a model variable: enough to size its slots without allocating.
 struct SlotFootprint {
@@ -118,22 +122,22 @@ struct SlotFootprint {
 /// The arguments of one local shard's update, in the variable's element type T.
 template <typename T>
 struct ShardStep {
-  T* theta;                     // the variable's shard
-  const T* grad;                // the (cast, clipped) gradient of that box
-  int64_t n;                    // elements
-  std::span<T* const> slots;    // this variable's slots of this shard, in slot_names() order
-  T lr;                         // learning_rate cast to T
-  int64_t iterations;           // before this step
+  T* theta;                   // the variable's shard
+  const T* grad;              // the (cast, clipped) gradient of that box
+  int64_t n;                  // elements
+  std::span<T* const> slots;  // this variable's slots of this shard, in slot_names() order
+  T lr;                       // learning_rate cast to T
+  int64_t iterations;         // before this step
 };
 
 /// The arguments of a whole-variable update (Optimizer::update_variable). Collective: every
 /// process calls it for the same variables in the same order.
 struct VariableStep {
-  Array* value;                       // the variable's value, weight decay already applied
-  const Array* gradient;              // cast to the variable's dtype and clipped; its layout
-  std::span<Variable* const> slots;   // this variable's slots, in slot_names() order
-  float lr;                           // the learning rate as stored
-  int64_t iterations;                 // before this step
+  Array* value;                      // the variable's value, weight decay already applied
+  const Array* gradient;             // cast to the variable's dtype and clipped; its layout
+  std::span<Variable* const> slots;  // this variable's slots, in slot_names() order
+  float lr;                          // the learning rate as stored
+  int64_t iterations;                // before this step
 };
 
 class Optimizer {
@@ -167,8 +171,8 @@ class Optimizer {
   /// Slot names per variable, in the order update kernels see them ("momentum", "velocity").
   virtual std::vector<std::string> slot_names() const = 0;
 
-  /// Creates the slots of `variables` (each in slot_layout(variable's layout)) and gives iteration and
-  /// learning_rate their values (replicated on the first variable's mesh). Once only: later
+  /// Creates the slots of `variables` (each in slot_layout(variable's layout)) and gives iteration
+  /// and learning_rate their values (replicated on the first variable's mesh). Once only: later
   /// calls do nothing, as Keras. ValueError for a lazy variable, a dtype other than F32/F64, or
   /// a variable given twice.
   void build(std::span<const VariablePtr> variables);
@@ -222,8 +226,8 @@ class Optimizer {
   /// Keras add_optimizer_variables(variables, names): for each variable, one slot per name
   /// (interleaved), under the optimizer's name scope, born in slot_layout(variable's layout),
   /// holding `initial_value` (Keras' initializer=Constant; zeros by default).
-  void add_optimizer_variables(std::span<const VariablePtr> variables, const std::vector<std::string>& names,
-                               double initial_value = 0.0);
+  void add_optimizer_variables(std::span<const VariablePtr> variables,
+                               const std::vector<std::string>& names, double initial_value = 0.0);
   /// One slot of `ref` named as add_optimizer_variables names it, of `shape` in `layout`
   /// (zeros, ref's dtype): for slots not shaped as their variable (Adafactor's factored ones).
   void add_optimizer_variable(const VariablePtr& ref, const std::string& slot, const Shape& shape,
@@ -235,8 +239,8 @@ class Optimizer {
     std::map<std::string, VariablePtr> slots;
   };
   bool use_weight_decay(const Variable& v) const;
-  void add_slot(const VariablePtr& ref, const std::string& slot, const Shape& shape, const TensorLayout& layout,
-                double initial_value);
+  void add_slot(const VariablePtr& ref, const std::string& slot, const Shape& shape,
+                const TensorLayout& layout, double initial_value);
 
   std::string name_;
   float lr_;
@@ -294,13 +298,14 @@ bool register_optimizer(OptimizerRegistration registration);
 /// It defines the symbol meshlayout_optimizer_<key>; `key` must also be listed in
 /// train/CMakeLists.txt's MESHLAYOUT_OPTIMIZERS, so the registry refers to the symbol and every
 /// program that can call make_optimizer links the file.
-#define MESHLAYOUT_REGISTER_OPTIMIZER(key, Class, stable)                                               \
-  extern "C" {                                                                                         \
-  extern const bool meshlayout_optimizer_##key;                                                        \
-  const bool meshlayout_optimizer_##key = ::meshlayout::register_optimizer(                            \
-      {#key, stable, [](const ::meshlayout::OptimizerOptions& o) -> std::unique_ptr<::meshlayout::Optimizer> { \
-         return std::make_unique<Class>(o);                                                            \
-       }});                                                                                            \
+#define MESHLAYOUT_REGISTER_OPTIMIZER(key, Class, stable)                                        \
+  extern "C" {                                                                                   \
+  extern const bool meshlayout_optimizer_##key;                                                  \
+  const bool meshlayout_optimizer_##key = ::meshlayout::register_optimizer(                      \
+      {#key, stable,                                                                             \
+       [](const ::meshlayout::OptimizerOptions& o) -> std::unique_ptr<::meshlayout::Optimizer> { \
+         return std::make_unique<Class>(o);                                                      \
+       }});                                                                                      \
   }
 
 /// The names make_optimizer accepts, sorted: "adafactor", "adagrad", "adam", "adamw", "lion",
@@ -310,7 +315,8 @@ std::vector<std::string> optimizer_names();
 /// keras.optimizers.get(name) with arguments (case-insensitive; an automatic name as the
 /// constructors, Keras >= 3.15), found in the registry. ValueError listing the valid names
 /// otherwise.
-std::unique_ptr<Optimizer> make_optimizer(std::string_view name, const OptimizerOptions& options = {});
+std::unique_ptr<Optimizer> make_optimizer(std::string_view name,
+                                          const OptimizerOptions& options = {});
 
 /// The fixed name Keras 3.0–3.14 gave the optimizer `name` of make_optimizer: "SGD", "adam",
 /// "adamw", "rmsprop", … For state saved under the optimizer's paths (`adamw/iteration`, …)

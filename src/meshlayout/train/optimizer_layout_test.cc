@@ -7,8 +7,8 @@
 #include "meshlayout/layout_map/layout_map.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/nn_test_util.h"
-#include "meshlayout/train/optimizers.h"
 #include "meshlayout/train/optimizer_test_util.h"
+#include "meshlayout/train/optimizers.h"
 
 namespace meshlayout {
 namespace {
@@ -53,7 +53,8 @@ TEST_F(OptimizerLayoutTest, SlotsAreBornInTheirVariablesLayout) {
   for (const VariablePtr& v : vars) {
     SCOPED_TRACE(v->path());
     const Array& x = v->value();
-    for (const Array::Shard& s : x.local_shards()) var_bytes[s.device_id] += static_cast<int64_t>(s.buffer.size());
+    for (const Array::Shard& s : x.local_shards())
+      var_bytes[s.device_id] += static_cast<int64_t>(s.buffer.size());
     const std::vector<VariablePtr> slots = opt.slots_of(*v);
     ASSERT_EQ(slots.size(), 3u);
     for (const VariablePtr& slot : slots) {
@@ -76,7 +77,8 @@ TEST_F(OptimizerLayoutTest, SlotsAreBornInTheirVariablesLayout) {
   // Three slots per variable: three times the variables' bytes on every device.
   const std::map<int64_t, int64_t> slot_bytes = opt.slot_bytes_per_device(footprints);
   ASSERT_EQ(slot_bytes.size(), 8u);
-  for (const auto& [device, bytes] : var_bytes) EXPECT_EQ(slot_bytes.at(device), 3 * bytes) << device;
+  for (const auto& [device, bytes] : var_bytes)
+    EXPECT_EQ(slot_bytes.at(device), 3 * bytes) << device;
   // The uneven case: the device at (1, 3) holds rows 4:7 and columns 6:6 (empty).
   EXPECT_EQ(opt.slots_of(*vars[3])[0]->value().shard_at(7)->buffer.size(), 0u);
 
@@ -99,18 +101,23 @@ TEST_F(OptimizerLayoutTest, SlotsAreBornInTheirVariablesLayout) {
   }
   for (size_t i = 0; i < vars.size(); ++i) {
     EXPECT_EQ(vars[i]->value().layout(), cases[i].layout);
-    EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref_vars[i].theta), 2e-5) << cases[i].name;
+    EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref_vars[i].theta), 2e-5)
+        << cases[i].name;
   }
 }
 
 TEST_F(OptimizerLayoutTest, SlotBytesPerDeviceCountsSlotsPerOptimizer) {
-  const std::vector<SlotFootprint> f = {{{16, 8}, DType::kF32, TensorLayout({"model", None}, mesh_)},
-                                        {{8}, DType::kF64, TensorLayout({None}, mesh_)}};
+  const std::vector<SlotFootprint> f = {
+      {{16, 8}, DType::kF32, TensorLayout({"model", None}, mesh_)},
+      {{8}, DType::kF64, TensorLayout({None}, mesh_)}};
   // 16x8 over model=4: 4x8 floats = 128 bytes; the bias 64 bytes everywhere.
   for (const auto& [device, bytes] : SGD().slot_bytes_per_device(f)) EXPECT_EQ(bytes, 0) << device;
-  for (const auto& [device, bytes] : SGD({.momentum = 0.9}).slot_bytes_per_device(f)) EXPECT_EQ(bytes, 192) << device;
-  for (const auto& [device, bytes] : AdamW().slot_bytes_per_device(f)) EXPECT_EQ(bytes, 384) << device;
-  EXPECT_THROW(Adam().slot_bytes_per_device(std::vector<SlotFootprint>{{{4}, DType::kF32, TensorLayout({None})}}),
+  for (const auto& [device, bytes] : SGD({.momentum = 0.9}).slot_bytes_per_device(f))
+    EXPECT_EQ(bytes, 192) << device;
+  for (const auto& [device, bytes] : AdamW().slot_bytes_per_device(f))
+    EXPECT_EQ(bytes, 384) << device;
+  EXPECT_THROW(Adam().slot_bytes_per_device(
+                   std::vector<SlotFootprint>{{{4}, DType::kF32, TensorLayout({None})}}),
                ValueError);
 }
 

@@ -22,15 +22,16 @@ void run_and_check(const std::string& kind, const OptimizerOptions& options) {
   std::vector<VariablePtr> vars;
   {
     NameScope scope("dense");
-    vars.push_back(std::make_shared<Variable>(
-        VariableSpec{.name = "kernel", .shape = {6, 10}, .initializer = Initializer::random_normal()}));
+    vars.push_back(std::make_shared<Variable>(VariableSpec{
+        .name = "kernel", .shape = {6, 10}, .initializer = Initializer::random_normal()}));
     vars.push_back(std::make_shared<Variable>(
         VariableSpec{.name = "bias", .shape = {10}, .initializer = Initializer::random_normal()}));
   }
   vars[0]->materialize(TensorLayout({"data", "model"}, mesh));  // uneven on np 4 (10 / 4)
   vars[1]->materialize(TensorLayout({None}, mesh));
   std::vector<RefVar> ref_vars;
-  for (const VariablePtr& v : vars) ref_vars.push_back({to_doubles(v->value().gather()), v->name(), {}, v->shape()});
+  for (const VariablePtr& v : vars)
+    ref_vars.push_back({to_doubles(v->value().gather()), v->name(), {}, v->shape()});
   auto opt = make_optimizer(kind, options);
   RefOptimizer ref(kind, options);
   for (int step = 0; step < 4; ++step) {
@@ -46,12 +47,14 @@ void run_and_check(const std::string& kind, const OptimizerOptions& options) {
     ref.step(ref_vars, ref_grads);
   }
   for (size_t i = 0; i < vars.size(); ++i) {
-    EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref_vars[i].theta), 2e-5) << vars[i]->path();
+    EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref_vars[i].theta), 2e-5)
+        << vars[i]->path();
     std::vector<VariablePtr> slots = opt->slots_of(*vars[i]);
     for (size_t s = 0; s < slots.size(); ++s) {
       EXPECT_LT(max_rel_error(to_doubles(slots[s]->value().gather()), ref_vars[i].slots[s]), 2e-5)
           << slots[s]->path();
-      for (const Array::Shard& shard : slots[s]->value().local_shards()) EXPECT_TRUE(rt->is_local(shard.device_id));
+      for (const Array::Shard& shard : slots[s]->value().local_shards())
+        EXPECT_TRUE(rt->is_local(shard.device_id));
       // Adafactor's r and c hold the rows and columns of the variable's boxes.
       if (kind != "adafactor") {
         EXPECT_EQ(slots[s]->value().local_bytes(), vars[i]->value().local_bytes());
@@ -73,13 +76,16 @@ TEST(OptimizerMpiTest, AdamWMatchesTheReference) {
 }
 
 TEST(OptimizerMpiTest, RmspropMatchesTheReference) {
-  run_and_check("rmsprop", {.learning_rate = 0.01, .global_clipnorm = 1.0, .momentum = 0.9,
+  run_and_check("rmsprop", {.learning_rate = 0.01,
+                            .global_clipnorm = 1.0,
+                            .momentum = 0.9,
                             .arguments = {{"centered", true}}});
   run_and_check("rmsprop", {.clipnorm = 0.8});
 }
 
 TEST(OptimizerMpiTest, AdagradMatchesTheReference) {
-  run_and_check("adagrad", {.learning_rate = 0.05, .weight_decay = 0.1,
+  run_and_check("adagrad", {.learning_rate = 0.05,
+                            .weight_decay = 0.1,
                             .arguments = {{"initial_accumulator_value", 0.2}}});
 }
 
@@ -91,7 +97,9 @@ TEST(OptimizerMpiTest, LionMatchesTheReference) {
 // processes); the RMS of the variable and of the update span both processes.
 TEST(OptimizerMpiTest, AdafactorMatchesTheReference) {
   run_and_check("adafactor", {});
-  run_and_check("adafactor", {.learning_rate = 0.05, .weight_decay = 0.1, .global_clipnorm = 1.0,
+  run_and_check("adafactor", {.learning_rate = 0.05,
+                              .weight_decay = 0.1,
+                              .global_clipnorm = 1.0,
                               .arguments = {{"clip_threshold", 0.5}}});
 }
 
@@ -111,11 +119,13 @@ std::vector<Zero1Case> zero1_cases(const DeviceMesh& mesh) {
 void run_zero1(const std::string& kind, const OptimizerOptions& options) {
   auto rt = default_runtime();
   const int64_t n = rt->global_device_count();
-  for (const DeviceMesh& mesh : {DeviceMesh({2, n / 2}, {"data", "model"}), DeviceMesh({n / 2, 2}, {"model", "data"})}) {
+  for (const DeviceMesh& mesh :
+       {DeviceMesh({2, n / 2}, {"data", "model"}), DeviceMesh({n / 2, 2}, {"model", "data"})}) {
     SCOPED_TRACE(mesh.to_string());
     auto zero = expect_zero1_matches(kind, options, "data", zero1_cases(mesh), 3);
     for (const VariablePtr& v : zero->variables()) {
-      for (const Array::Shard& shard : v->value().local_shards()) EXPECT_TRUE(rt->is_local(shard.device_id));
+      for (const Array::Shard& shard : v->value().local_shards())
+        EXPECT_TRUE(rt->is_local(shard.device_id));
     }
   }
 }

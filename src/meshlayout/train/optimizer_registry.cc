@@ -56,8 +56,8 @@ const OptimizerRegistration& find_registration(std::string_view name) {
   }
   std::vector<std::string> quoted;
   for (const std::string& n : optimizer_names()) quoted.push_back(quote(n));
-  throw ValueError(fmt::format("Could not interpret optimizer identifier: {}; valid names are {}", quote(name),
-                               fmt::join(quoted, ", ")));
+  throw ValueError(fmt::format("Could not interpret optimizer identifier: {}; valid names are {}",
+                               quote(name), fmt::join(quoted, ", ")));
 }
 
 std::string argument_text(const std::string& name, const OptimizerArgument& value) {
@@ -68,9 +68,11 @@ std::string argument_text(const std::string& name, const OptimizerArgument& valu
 }  // namespace
 
 bool register_optimizer(OptimizerRegistration registration) {
-  if (registration.name.empty() || registration.name != lower(registration.name) || registration.make == nullptr) {
-    throw InternalError(fmt::format("register_optimizer: {} must be a non-empty lower-case name with a factory",
-                                    quote(registration.name)));
+  if (registration.name.empty() || registration.name != lower(registration.name) ||
+      registration.make == nullptr) {
+    throw InternalError(
+        fmt::format("register_optimizer: {} must be a non-empty lower-case name with a factory",
+                    quote(registration.name)));
   }
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -93,16 +95,19 @@ std::unique_ptr<Optimizer> make_optimizer(std::string_view name, const Optimizer
   return find_registration(name).make(options);
 }
 
-std::string stable_optimizer_name(std::string_view name) { return find_registration(name).stable_name; }
+std::string stable_optimizer_name(std::string_view name) {
+  return find_registration(name).stable_name;
+}
 
 OptimizerArguments::OptimizerArguments(const OptimizerOptions& o, std::string_view class_name)
     : class_name_(class_name), left_(o.arguments) {
   auto typed = [&](const char* name, const auto& field) {
     if (!field) return;
     if (left_.count(name) != 0) {
-      throw ValueError(fmt::format("{}: `{}` is given twice, as a field ({}) and in arguments ({}); give it once",
-                                   class_name_, name, argument_text(name, OptimizerArgument(*field)),
-                                   argument_text(name, left_.find(name)->second)));
+      throw ValueError(fmt::format(
+          "{}: `{}` is given twice, as a field ({}) and in arguments ({}); give it once",
+          class_name_, name, argument_text(name, OptimizerArgument(*field)),
+          argument_text(name, left_.find(name)->second)));
     }
     left_.emplace(name, OptimizerArgument(*field));
   };
@@ -142,7 +147,8 @@ void OptimizerArguments::finish() const {
   if (left_.empty()) return;
   std::vector<std::string> bad;
   for (const auto& [name, value] : left_) bad.push_back(argument_text(name, value));
-  throw ValueError(fmt::format("Argument(s) not recognized by {}: {}", class_name_, fmt::join(bad, ", ")));
+  throw ValueError(
+      fmt::format("Argument(s) not recognized by {}: {}", class_name_, fmt::join(bad, ", ")));
 }
 
 }  // namespace meshlayout

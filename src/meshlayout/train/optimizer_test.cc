@@ -4,8 +4,8 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/nn_test_util.h"
-#include "meshlayout/train/optimizers.h"
 #include "meshlayout/train/optimizer_test_util.h"
+#include "meshlayout/train/optimizers.h"
 
 namespace meshlayout {
 namespace {
@@ -16,10 +16,16 @@ class OptimizerTest : public NnTest {
   std::vector<VariablePtr> make_vars(DType dtype = DType::kF32) {
     std::vector<VariablePtr> vars;
     NameScope scope("dense");
-    vars.push_back(std::make_shared<Variable>(VariableSpec{
-        .name = "kernel", .shape = {6, 8}, .dtype = dtype, .initializer = Initializer::random_normal()}));
-    vars.push_back(std::make_shared<Variable>(VariableSpec{
-        .name = "bias", .shape = {8}, .dtype = dtype, .initializer = Initializer::random_normal()}));
+    vars.push_back(
+        std::make_shared<Variable>(VariableSpec{.name = "kernel",
+                                                .shape = {6, 8},
+                                                .dtype = dtype,
+                                                .initializer = Initializer::random_normal()}));
+    vars.push_back(
+        std::make_shared<Variable>(VariableSpec{.name = "bias",
+                                                .shape = {8},
+                                                .dtype = dtype,
+                                                .initializer = Initializer::random_normal()}));
     vars[0]->materialize(TensorLayout({None, "model"}, mesh_));
     vars[1]->materialize(TensorLayout({None}, mesh_));
     return vars;
@@ -30,10 +36,14 @@ class OptimizerTest : public NnTest {
   std::vector<VariablePtr> make_uneven_vars(DType dtype) {
     std::vector<VariablePtr> vars;
     NameScope scope("dense");
-    const std::vector<std::pair<std::string, Shape>> specs = {{"kernel", {5, 7}}, {"bias", {7}}, {"scale", {3, 4}}};
+    const std::vector<std::pair<std::string, Shape>> specs = {
+        {"kernel", {5, 7}}, {"bias", {7}}, {"scale", {3, 4}}};
     for (const auto& [name, shape] : specs) {
-      vars.push_back(std::make_shared<Variable>(VariableSpec{
-          .name = name, .shape = shape, .dtype = dtype, .initializer = Initializer::random_normal()}));
+      vars.push_back(
+          std::make_shared<Variable>(VariableSpec{.name = name,
+                                                  .shape = shape,
+                                                  .dtype = dtype,
+                                                  .initializer = Initializer::random_normal()}));
     }
     vars[0]->materialize(TensorLayout({"data", "model"}, mesh_));
     vars[1]->materialize(TensorLayout({"model"}, mesh_));
@@ -49,8 +59,11 @@ class OptimizerTest : public NnTest {
     const std::vector<std::pair<std::string, Shape>> specs = {
         {"kernel", {3, 6, 8}}, {"kernel2", {4, 5, 6}}, {"bias", {9}}};
     for (const auto& [name, shape] : specs) {
-      vars.push_back(std::make_shared<Variable>(VariableSpec{
-          .name = name, .shape = shape, .dtype = dtype, .initializer = Initializer::random_normal()}));
+      vars.push_back(
+          std::make_shared<Variable>(VariableSpec{.name = name,
+                                                  .shape = shape,
+                                                  .dtype = dtype,
+                                                  .initializer = Initializer::random_normal()}));
     }
     vars[0]->materialize(TensorLayout({None, "data", "model"}, mesh_));
     vars[1]->materialize(TensorLayout({"data", None, "model"}, mesh_));
@@ -64,10 +77,12 @@ class OptimizerTest : public NnTest {
                                int set = 0) {
     SCOPED_TRACE(kind);
     SCOPED_TRACE(fmt::format("variable set {}", set));
-    std::vector<VariablePtr> vars =
-        set == 2 ? make_rank3_vars(dtype) : set == 1 ? make_uneven_vars(dtype) : make_vars(dtype);
+    std::vector<VariablePtr> vars = set == 2   ? make_rank3_vars(dtype)
+                                    : set == 1 ? make_uneven_vars(dtype)
+                                               : make_vars(dtype);
     std::vector<RefVar> ref_vars;
-    for (const VariablePtr& v : vars) ref_vars.push_back({to_doubles(v->value().gather()), v->name(), {}, v->shape()});
+    for (const VariablePtr& v : vars)
+      ref_vars.push_back({to_doubles(v->value().gather()), v->name(), {}, v->shape()});
     auto opt = make_optimizer(kind, options);
     if (!exclude.empty()) opt->exclude_from_weight_decay(exclude);
     RefOptimizer ref(kind, options, exclude);
@@ -91,7 +106,8 @@ class OptimizerTest : public NnTest {
         std::vector<VariablePtr> slots = opt->slots_of(*vars[i]);
         ASSERT_EQ(slots.size(), ref_vars[i].slots.size());
         for (size_t s = 0; s < slots.size(); ++s) {
-          EXPECT_LT(max_rel_error(to_doubles(slots[s]->value().gather()), ref_vars[i].slots[s]), tol)
+          EXPECT_LT(max_rel_error(to_doubles(slots[s]->value().gather()), ref_vars[i].slots[s]),
+                    tol)
               << slots[s]->path() << " step " << step;
         }
       }
@@ -121,7 +137,8 @@ TEST_F(OptimizerTest, AdamMatchesTheReference) {
 TEST_F(OptimizerTest, AdamWMatchesTheReference) {
   check_against_reference("adamw", {});
   check_against_reference("adamw", {.learning_rate = 0.01, .weight_decay = 0.1});
-  check_against_reference("adamw", {.learning_rate = 0.01, .weight_decay = 0.1}, DType::kF32, {"bias"});
+  check_against_reference("adamw", {.learning_rate = 0.01, .weight_decay = 0.1}, DType::kF32,
+                          {"bias"});
   check_against_reference("adamw", {.learning_rate = 0.01, .weight_decay = 0.1}, DType::kF64);
 }
 
@@ -145,11 +162,13 @@ TEST_F(OptimizerTest, RmspropMatchesTheReference) {
   check_against_reference("rmsprop", {});
   check_against_reference("rmsprop", {}, DType::kF32, {}, true);
   check_against_reference("rmsprop", {.learning_rate = 0.01, .momentum = 0.9});
-  check_against_reference("rmsprop", {.learning_rate = 0.01, .arguments = {{"centered", true}, {"rho", 0.8}}},
-                          DType::kF32, {}, true);
   check_against_reference("rmsprop",
-                          {.learning_rate = 0.01, .momentum = 0.5, .epsilon = 1e-3, .arguments = {{"centered", true}}},
-                          DType::kF64, {}, true);
+                          {.learning_rate = 0.01, .arguments = {{"centered", true}, {"rho", 0.8}}},
+                          DType::kF32, {}, true);
+  check_against_reference(
+      "rmsprop",
+      {.learning_rate = 0.01, .momentum = 0.5, .epsilon = 1e-3, .arguments = {{"centered", true}}},
+      DType::kF64, {}, true);
   check_against_reference("rmsprop", {.weight_decay = 0.1, .clipnorm = 1.0, .momentum = 0.3});
   check_against_reference("rmsprop", {.global_clipnorm = 0.7}, DType::kF64);
 }
@@ -157,19 +176,24 @@ TEST_F(OptimizerTest, RmspropMatchesTheReference) {
 TEST_F(OptimizerTest, AdagradMatchesTheReference) {
   check_against_reference("adagrad", {});
   check_against_reference("adagrad", {}, DType::kF32, {}, true);
-  check_against_reference("adagrad", {.learning_rate = 0.05, .arguments = {{"initial_accumulator_value", 0.5}}},
-                          DType::kF64, {}, true);
-  check_against_reference("adagrad", {.learning_rate = 0.05, .epsilon = 1e-3,
-                                      .arguments = {{"initial_accumulator_value", 0.0}}});
-  check_against_reference("adagrad", {.weight_decay = 0.1, .clipvalue = 0.5}, DType::kF32, {"bias"});
+  check_against_reference(
+      "adagrad", {.learning_rate = 0.05, .arguments = {{"initial_accumulator_value", 0.5}}},
+      DType::kF64, {}, true);
+  check_against_reference(
+      "adagrad",
+      {.learning_rate = 0.05, .epsilon = 1e-3, .arguments = {{"initial_accumulator_value", 0.0}}});
+  check_against_reference("adagrad", {.weight_decay = 0.1, .clipvalue = 0.5}, DType::kF32,
+                          {"bias"});
 }
 
 TEST_F(OptimizerTest, LionMatchesTheReference) {
   check_against_reference("lion", {});
   check_against_reference("lion", {}, DType::kF32, {}, true);
-  check_against_reference("lion", {.learning_rate = 0.01, .beta_1 = 0.5, .beta_2 = 0.9}, DType::kF64, {}, true);
+  check_against_reference("lion", {.learning_rate = 0.01, .beta_1 = 0.5, .beta_2 = 0.9},
+                          DType::kF64, {}, true);
   check_against_reference("lion", {.weight_decay = 0.5, .global_clipnorm = 1.0});
-  check_against_reference("lion", {.learning_rate = 0.01, .clipnorm = 0.5, .beta_1 = 1.0}, DType::kF64);
+  check_against_reference("lion", {.learning_rate = 0.01, .clipnorm = 0.5, .beta_1 = 1.0},
+                          DType::kF64);
 }
 
 // Slots, their paths and order as Keras: RMSprop makes each slot for every variable before the
@@ -177,18 +201,21 @@ TEST_F(OptimizerTest, LionMatchesTheReference) {
 // layout.
 TEST_F(OptimizerTest, NewOptimizersHaveKerasPathsAndLayouts) {
   std::vector<VariablePtr> vars = make_vars();
-  auto rms = make_optimizer("rmsprop", {.name = stable_optimizer_name("rmsprop"), .momentum = 0.9,
+  auto rms = make_optimizer("rmsprop", {.name = stable_optimizer_name("rmsprop"),
+                                        .momentum = 0.9,
                                         .arguments = {{"centered", true}}});
   rms->build(vars);
-  EXPECT_EQ(paths(*rms), (std::vector<std::string>{
-                             "rmsprop/iteration", "rmsprop/learning_rate", "rmsprop/dense_kernel_velocity",
-                             "rmsprop/dense_bias_velocity", "rmsprop/dense_kernel_momentum",
-                             "rmsprop/dense_bias_momentum", "rmsprop/dense_kernel_average_gradient",
-                             "rmsprop/dense_bias_average_gradient"}));
+  EXPECT_EQ(paths(*rms),
+            (std::vector<std::string>{
+                "rmsprop/iteration", "rmsprop/learning_rate", "rmsprop/dense_kernel_velocity",
+                "rmsprop/dense_bias_velocity", "rmsprop/dense_kernel_momentum",
+                "rmsprop/dense_bias_momentum", "rmsprop/dense_kernel_average_gradient",
+                "rmsprop/dense_bias_average_gradient"}));
   auto plain = make_optimizer("RMSprop", {.name = "r"});
   plain->build(vars);
-  EXPECT_EQ(paths(*plain), (std::vector<std::string>{"r/iteration", "r/learning_rate", "r/dense_kernel_velocity",
-                                                     "r/dense_bias_velocity"}));
+  EXPECT_EQ(paths(*plain),
+            (std::vector<std::string>{"r/iteration", "r/learning_rate", "r/dense_kernel_velocity",
+                                      "r/dense_bias_velocity"}));
   auto adagrad = make_optimizer("Adagrad", {.name = stable_optimizer_name("adagrad"),
                                             .arguments = {{"initial_accumulator_value", 0.25}}});
   adagrad->build(vars);
@@ -198,8 +225,9 @@ TEST_F(OptimizerTest, NewOptimizersHaveKerasPathsAndLayouts) {
   for (double x : to_doubles(adagrad->slots_of(*vars[0])[0]->value().gather())) EXPECT_EQ(x, 0.25);
   auto lion = make_optimizer("LION", {.name = stable_optimizer_name("lion")});
   lion->build(vars);
-  EXPECT_EQ(paths(*lion), (std::vector<std::string>{"lion/iteration", "lion/learning_rate",
-                                                    "lion/dense_kernel_momentum", "lion/dense_bias_momentum"}));
+  EXPECT_EQ(paths(*lion),
+            (std::vector<std::string>{"lion/iteration", "lion/learning_rate",
+                                      "lion/dense_kernel_momentum", "lion/dense_bias_momentum"}));
   for (const Optimizer* opt : {rms.get(), adagrad.get(), lion.get()}) {
     for (const VariablePtr& v : vars) {
       for (const VariablePtr& slot : opt->slots_of(*v)) {
@@ -224,8 +252,12 @@ TEST_F(OptimizerTest, NewOptimizersCheckTheirArguments) {
   EXPECT_NE(msg.find("rho=1.5"), std::string::npos) << msg;
   msg = error_of([] { RMSprop({.momentum = -0.5}); });
   EXPECT_NE(msg.find("momentum=-0.5"), std::string::npos) << msg;
-  msg = error_of([] { make_optimizer("rmsprop", {.beta_1 = 0.5, .arguments = {{"nesterov_x", true}}}); });
-  EXPECT_NE(msg.find("Argument(s) not recognized by RMSprop: beta_1=0.5, nesterov_x=true"), std::string::npos) << msg;
+  msg = error_of([] {
+    make_optimizer("rmsprop", {.beta_1 = 0.5, .arguments = {{"nesterov_x", true}}});
+  });
+  EXPECT_NE(msg.find("Argument(s) not recognized by RMSprop: beta_1=0.5, nesterov_x=true"),
+            std::string::npos)
+      << msg;
   msg = error_of([] { make_optimizer("rmsprop", {.arguments = {{"centered", 1.0}}}); });
   EXPECT_NE(msg.find("`centered` must be a bool"), std::string::npos) << msg;
   msg = error_of([] { make_optimizer("rmsprop", {.arguments = {{"rho", true}}}); });
@@ -233,13 +265,15 @@ TEST_F(OptimizerTest, NewOptimizersCheckTheirArguments) {
   msg = error_of([] { Adagrad({.arguments = {{"initial_accumulator_value", -1.0}}}); });
   EXPECT_NE(msg.find("initial_accumulator_value=-1"), std::string::npos) << msg;
   msg = error_of([] { Adagrad({.momentum = 0.9}); });
-  EXPECT_NE(msg.find("Argument(s) not recognized by Adagrad: momentum=0.9"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Argument(s) not recognized by Adagrad: momentum=0.9"), std::string::npos)
+      << msg;
   msg = error_of([] { Lion({.beta_1 = 0.0}); });
   EXPECT_NE(msg.find("beta_1=0"), std::string::npos) << msg;
   msg = error_of([] { Lion({.beta_2 = 1.5}); });
   EXPECT_NE(msg.find("beta_2=1.5"), std::string::npos) << msg;
   msg = error_of([] { Lion({.epsilon = 1e-3}); });
-  EXPECT_NE(msg.find("Argument(s) not recognized by Lion: epsilon=0.001"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Argument(s) not recognized by Lion: epsilon=0.001"), std::string::npos)
+      << msg;
   msg = error_of([] { Adam({.beta_1 = 0.5, .arguments = {{"beta_1", 0.6}}}); });
   EXPECT_NE(msg.find("`beta_1` is given twice"), std::string::npos) << msg;
   // Adam's own options come from the arguments too; one not recognised names its class.
@@ -254,14 +288,19 @@ TEST_F(OptimizerTest, NewOptimizersCheckTheirArguments) {
 TEST_F(OptimizerTest, AdafactorMatchesTheReference) {
   for (int set : {0, 1, 2}) {
     check_against_reference("adafactor", {}, DType::kF32, {}, set);
-    check_against_reference("adafactor", {.learning_rate = 0.05, .arguments = {{"clip_threshold", 0.3}}},
+    check_against_reference("adafactor",
+                            {.learning_rate = 0.05, .arguments = {{"clip_threshold", 0.3}}},
                             DType::kF64, {}, set);
   }
-  check_against_reference("adafactor", {.learning_rate = 2.0, .weight_decay = 0.01,
-                                        .arguments = {{"epsilon_2", 0.5}, {"beta_2_decay", -0.5}}},
+  check_against_reference("adafactor",
+                          {.learning_rate = 2.0,
+                           .weight_decay = 0.01,
+                           .arguments = {{"epsilon_2", 0.5}, {"beta_2_decay", -0.5}}},
                           DType::kF64, {"bias"}, 2);
-  check_against_reference("adafactor", {.learning_rate = 2.0, .global_clipnorm = 1.0,
-                                        .arguments = {{"relative_step", false}, {"epsilon_1", 1e-3}}},
+  check_against_reference("adafactor",
+                          {.learning_rate = 2.0,
+                           .global_clipnorm = 1.0,
+                           .arguments = {{"relative_step", false}, {"epsilon_1", 1e-3}}},
                           DType::kF32, {}, 1);
 }
 
@@ -269,12 +308,13 @@ TEST_F(OptimizerTest, AdafactorSlotsFollowTheVariableLayout) {
   std::vector<VariablePtr> vars = make_rank3_vars(DType::kF32);
   auto opt = make_optimizer("Adafactor", {.name = stable_optimizer_name("adafactor")});
   opt->build(vars);
-  EXPECT_EQ(paths(*opt), (std::vector<std::string>{
-                             "adafactor/iteration", "adafactor/learning_rate", "adafactor/dense_kernel_r",
-                             "adafactor/dense_kernel_c", "adafactor/dense_kernel_velocity",
-                             "adafactor/dense_kernel2_r", "adafactor/dense_kernel2_c",
-                             "adafactor/dense_kernel2_velocity", "adafactor/dense_bias_r", "adafactor/dense_bias_c",
-                             "adafactor/dense_bias_velocity"}));
+  EXPECT_EQ(paths(*opt),
+            (std::vector<std::string>{"adafactor/iteration", "adafactor/learning_rate",
+                                      "adafactor/dense_kernel_r", "adafactor/dense_kernel_c",
+                                      "adafactor/dense_kernel_velocity",
+                                      "adafactor/dense_kernel2_r", "adafactor/dense_kernel2_c",
+                                      "adafactor/dense_kernel2_velocity", "adafactor/dense_bias_r",
+                                      "adafactor/dense_bias_c", "adafactor/dense_bias_velocity"}));
   std::vector<VariablePtr> k = opt->slots_of(*vars[0]);
   EXPECT_EQ(k[0]->shape(), (Shape{3, 6}));
   EXPECT_EQ(k[0]->value().layout(), TensorLayout({None, "data"}, mesh_));
@@ -302,7 +342,8 @@ TEST_F(OptimizerTest, AdafactorSlotsFollowTheVariableLayout) {
   msg = error_of([] { Adafactor({.arguments = {{"beta_2_decay", 0.5}}}); });
   EXPECT_NE(msg.find("beta_2_decay=0.5"), std::string::npos) << msg;
   msg = error_of([] { Adafactor({.epsilon = 1e-7}); });
-  EXPECT_NE(msg.find("Argument(s) not recognized by Adafactor: epsilon=1e-07"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Argument(s) not recognized by Adafactor: epsilon=1e-07"), std::string::npos)
+      << msg;
   EXPECT_EQ(Adafactor().options().epsilon_1, 1e-30);
 }
 
@@ -312,7 +353,8 @@ TEST_F(OptimizerTest, AdamWDecaysThePreUpdateValueFirst) {
       .name = "w", .shape = {1}, .dtype = DType::kF64, .initializer = Initializer::constant(2.0)});
   v->materialize(TensorLayout({None}, mesh_));
   AdamW opt({.learning_rate = 0.1, .weight_decay = 0.5});
-  Array g = distribute_tensor(test_gradient({1}, DType::kF64, 0, 1), v->value().layout());  // 1.5 sin 0.7
+  Array g =
+      distribute_tensor(test_gradient({1}, DType::kF64, 0, 1), v->value().layout());  // 1.5 sin 0.7
   const double grad = to_doubles(g.gather())[0];
   const Array* gp[] = {&g};
   VariablePtr vp[] = {v};
@@ -332,23 +374,25 @@ TEST_F(OptimizerTest, VariablePathsAndOrderAreKeras) {
   Adam adam;
   EXPECT_EQ(paths(adam), (std::vector<std::string>{"adam/iteration", "adam/learning_rate"}));
   adam.build(vars);
-  EXPECT_EQ(paths(adam), (std::vector<std::string>{
-                             "adam/iteration", "adam/learning_rate", "adam/dense_kernel_momentum",
-                             "adam/dense_kernel_velocity", "adam/dense_bias_momentum", "adam/dense_bias_velocity"}));
+  EXPECT_EQ(paths(adam),
+            (std::vector<std::string>{"adam/iteration", "adam/learning_rate",
+                                      "adam/dense_kernel_momentum", "adam/dense_kernel_velocity",
+                                      "adam/dense_bias_momentum", "adam/dense_bias_velocity"}));
   Adam ams({.amsgrad = true});  // the second Adam of the session: "adam_1" (Keras >= 3.15)
   ams.build(vars);
   EXPECT_EQ(paths(ams), (std::vector<std::string>{
-                            "adam_1/iteration", "adam_1/learning_rate", "adam_1/dense_kernel_momentum",
-                            "adam_1/dense_kernel_velocity", "adam_1/dense_bias_momentum",
-                            "adam_1/dense_bias_velocity", "adam_1/dense_kernel_velocity_hat",
-                            "adam_1/dense_bias_velocity_hat"}));
+                            "adam_1/iteration", "adam_1/learning_rate",
+                            "adam_1/dense_kernel_momentum", "adam_1/dense_kernel_velocity",
+                            "adam_1/dense_bias_momentum", "adam_1/dense_bias_velocity",
+                            "adam_1/dense_kernel_velocity_hat", "adam_1/dense_bias_velocity_hat"}));
   SGD plain;
   plain.build(vars);
   EXPECT_EQ(paths(plain), (std::vector<std::string>{"sgd/iteration", "sgd/learning_rate"}));
   SGD momentum({.name = "sgd_m", .momentum = 0.9});
   momentum.build(vars);
-  EXPECT_EQ(paths(momentum), (std::vector<std::string>{"sgd_m/iteration", "sgd_m/learning_rate",
-                                                       "sgd_m/dense_kernel_momentum", "sgd_m/dense_bias_momentum"}));
+  EXPECT_EQ(paths(momentum),
+            (std::vector<std::string>{"sgd_m/iteration", "sgd_m/learning_rate",
+                                      "sgd_m/dense_kernel_momentum", "sgd_m/dense_bias_momentum"}));
   AdamW adamw;
   EXPECT_EQ(paths(adamw)[0], "adam_w/iteration");  // auto_name("AdamW")
   EXPECT_EQ(adamw.weight_decay(), 0.004);
@@ -399,14 +443,17 @@ TEST_F(OptimizerTest, NullGradientsAreSkipped) {
 TEST_F(OptimizerTest, GradientMismatchesNameTheVariableAndBothSides) {
   std::vector<VariablePtr> vars = make_vars();
   Adam opt;
-  Array bias_grad = distribute_tensor(test_gradient({8}, DType::kF32, 0, 1), vars[1]->value().layout());
-  Array wrong_shape = distribute_tensor(test_gradient({6, 4}, DType::kF32, 0, 0), TensorLayout({None, "model"}, mesh_));
+  Array bias_grad =
+      distribute_tensor(test_gradient({8}, DType::kF32, 0, 1), vars[1]->value().layout());
+  Array wrong_shape = distribute_tensor(test_gradient({6, 4}, DType::kF32, 0, 0),
+                                        TensorLayout({None, "model"}, mesh_));
   const Array* gp[] = {&wrong_shape, &bias_grad};
   std::string msg = error_of([&] { opt.apply(gp, vars); });
   EXPECT_NE(msg.find("'dense/kernel'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("(6, 8)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("(6, 4)"), std::string::npos) << msg;
-  Array wrong_layout = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0), TensorLayout({"data", None}, mesh_));
+  Array wrong_layout = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0),
+                                         TensorLayout({"data", None}, mesh_));
   const Array* gl[] = {&wrong_layout, &bias_grad};
   msg = error_of([&] { opt.apply(gl, vars); });
   EXPECT_NE(msg.find("layout[None,model]"), std::string::npos) << msg;
@@ -435,14 +482,18 @@ TEST_F(OptimizerTest, NonTrainableAndUnknownVariablesAreRefused) {
 
 TEST_F(OptimizerTest, ArgumentErrors) {
   std::string msg = error_of([] { Adam({.clipnorm = 1.0, .clipvalue = 0.5}); });
-  EXPECT_NE(msg.find("Only one of `clipnorm`, `clipvalue` and `global_clipnorm`"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Only one of `clipnorm`, `clipvalue` and `global_clipnorm`"),
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("clipvalue=0.5"), std::string::npos) << msg;
   msg = error_of([] { SGD({.momentum = 1.5}); });
   EXPECT_NE(msg.find("momentum=1.5"), std::string::npos) << msg;
   EXPECT_THROW(SGD({.momentum = -0.1}), ValueError);
   msg = error_of([] { make_optimizer("nadam"); });
   EXPECT_NE(msg.find("'nadam'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'adafactor', 'adagrad', 'adam', 'adamw', 'lion', 'rmsprop', 'sgd'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'adafactor', 'adagrad', 'adam', 'adamw', 'lion', 'rmsprop', 'sgd'"),
+            std::string::npos)
+      << msg;
   msg = error_of([] { make_optimizer("sgd", {.beta_1 = 0.5}); });
   EXPECT_NE(msg.find("beta_1=0.5"), std::string::npos) << msg;
   EXPECT_THROW(make_optimizer("adam", {.momentum = 0.9}), ValueError);

@@ -31,9 +31,9 @@ namespace meshlayout {
 
 struct RefVar {
   std::vector<double> theta;
-  std::string name;                       // the leaf name (weight-decay exclusion)
+  std::string name;                        // the leaf name (weight-decay exclusion)
   std::vector<std::vector<double>> slots;  // in slot_names() order, created on first step
-  Shape shape;                            // Adafactor factors the last two dimensions
+  Shape shape;                             // Adafactor factors the last two dimensions
 };
 
 class RefOptimizer {
@@ -49,7 +49,8 @@ class RefOptimizer {
     const double lr = lr_;
     // Clip.
     if (o_.clipvalue) {
-      for (auto& g : grads) for (double& x : g) x = std::clamp(x, -*o_.clipvalue, *o_.clipvalue);
+      for (auto& g : grads)
+        for (double& x : g) x = std::clamp(x, -*o_.clipvalue, *o_.clipvalue);
     } else if (o_.clipnorm) {
       for (auto& g : grads) {
         double s = 0;
@@ -59,9 +60,12 @@ class RefOptimizer {
       }
     } else if (o_.global_clipnorm) {
       double s = 0;
-      for (auto& g : grads) for (double x : g) s += x * x;
-      const double scale = *o_.global_clipnorm * std::min(1.0 / std::sqrt(s), 1.0 / *o_.global_clipnorm);
-      for (auto& g : grads) for (double& x : g) x *= scale;
+      for (auto& g : grads)
+        for (double x : g) s += x * x;
+      const double scale =
+          *o_.global_clipnorm * std::min(1.0 / std::sqrt(s), 1.0 / *o_.global_clipnorm);
+      for (auto& g : grads)
+        for (double& x : g) x *= scale;
     }
     // Decoupled weight decay on the pre-update θ.
     if (o_.weight_decay) {
@@ -82,8 +86,10 @@ class RefOptimizer {
         continue;
       }
       if (kind_ == "rmsprop") {
-        // keras/src/optimizers/rmsprop.py update_step; slots [velocity, momentum?, average_gradient?].
-        const double rho = number("rho", 0.9), mu = number("momentum", 0.0), eps = number("epsilon", 1e-7);
+        // keras/src/optimizers/rmsprop.py update_step; slots [velocity, momentum?,
+        // average_gradient?].
+        const double rho = number("rho", 0.9), mu = number("momentum", 0.0),
+                     eps = number("epsilon", 1e-7);
         const bool centered = flag("centered", false);
         if (v.slots.empty()) v.slots.assign(1 + (mu > 0) + centered, std::vector<double>(n, 0.0));
         std::vector<double>& vel = v.slots[0];
@@ -106,7 +112,8 @@ class RefOptimizer {
       } else if (kind_ == "adagrad") {
         // keras/src/optimizers/adagrad.py: accumulator starts at initial_accumulator_value.
         const double eps = number("epsilon", 1e-7);
-        if (v.slots.empty()) v.slots.assign(1, std::vector<double>(n, number("initial_accumulator_value", 0.1)));
+        if (v.slots.empty())
+          v.slots.assign(1, std::vector<double>(n, number("initial_accumulator_value", 0.1)));
         std::vector<double>& acc = v.slots[0];
         for (size_t k = 0; k < n; ++k) {
           acc[k] += g[k] * g[k];
@@ -164,7 +171,8 @@ class RefOptimizer {
     const size_t n = rank >= 2 ? static_cast<size_t>(v.shape[rank - 1]) : 1;
     const size_t lead = rank >= 2 ? total / (m * n) : 1;
     if (v.slots.empty()) {
-      v.slots = {std::vector<double>(rank >= 2 ? lead * m : 1, 0.0), std::vector<double>(rank >= 2 ? lead * n : 1, 0.0),
+      v.slots = {std::vector<double>(rank >= 2 ? lead * m : 1, 0.0),
+                 std::vector<double>(rank >= 2 ? lead * n : 1, 0.0),
                  std::vector<double>(total, 0.0)};
     }
     if (flag("relative_step", true)) lr = std::min(lr, 1 / std::sqrt(t));
@@ -191,7 +199,8 @@ class RefOptimizer {
         double r_mean = 0;
         for (size_t i = 0; i < m; ++i) r_mean += r[l * m + i] / static_cast<double>(m);
         for (size_t i = 0; i < m; ++i) {
-          for (size_t j = 0; j < n; ++j) vel[(l * m + i) * n + j] = r[l * m + i] / r_mean * c[l * n + j];
+          for (size_t j = 0; j < n; ++j)
+            vel[(l * m + i) * n + j] = r[l * m + i] / r_mean * c[l * n + j];
         }
       }
     } else {
@@ -272,8 +281,10 @@ struct Zero1Case {
 /// on two copies of the `cases` variables (random values, the same in both), with the same
 /// gradients: expects every variable and slot bit-identical after each step, the variables
 /// in their layouts and the ZeRO slots in zero1_slot_layout. Returns the ZeRO optimizer.
-inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind, const OptimizerOptions& options,
-                                                       const std::string& axis, const std::vector<Zero1Case>& cases,
+inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind,
+                                                       const OptimizerOptions& options,
+                                                       const std::string& axis,
+                                                       const std::vector<Zero1Case>& cases,
                                                        int steps) {
   // One name for both, so the slots' paths match (two unnamed optimizers are numbered apart).
   OptimizerOptions plain_options = options;
@@ -286,8 +297,8 @@ inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind, 
   {
     NameScope scope("model");
     for (const Zero1Case& c : cases) {
-      a.push_back(std::make_shared<Variable>(
-          VariableSpec{.name = c.name, .shape = c.shape, .initializer = Initializer::random_normal()}));
+      a.push_back(std::make_shared<Variable>(VariableSpec{
+          .name = c.name, .shape = c.shape, .initializer = Initializer::random_normal()}));
       b.push_back(std::make_shared<Variable>(VariableSpec{.name = c.name, .shape = c.shape}));
       a.back()->materialize(c.layout);
       b.back()->materialize(c.layout);
@@ -297,8 +308,8 @@ inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind, 
   for (int step = 0; step < steps; ++step) {
     std::vector<Array> grads;
     for (size_t i = 0; i < cases.size(); ++i) {
-      grads.push_back(distribute_tensor(test_gradient(cases[i].shape, DType::kF32, step, static_cast<int>(i)),
-                                        cases[i].layout));
+      grads.push_back(distribute_tensor(
+          test_gradient(cases[i].shape, DType::kF32, step, static_cast<int>(i)), cases[i].layout));
     }
     std::vector<const Array*> gp;
     for (const Array& g : grads) gp.push_back(&g);
@@ -312,8 +323,10 @@ inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind, 
       EXPECT_EQ(sa.size(), sb.size());
       for (size_t s = 0; s < std::min(sa.size(), sb.size()); ++s) {
         EXPECT_EQ(sb[s]->path(), sa[s]->path());
-        EXPECT_EQ(sb[s]->value().layout(), zero1_slot_layout(cases[i].layout, cases[i].shape, axis));
-        EXPECT_EQ(to_doubles(sb[s]->value().gather()), to_doubles(sa[s]->value().gather())) << sb[s]->path();
+        EXPECT_EQ(sb[s]->value().layout(),
+                  zero1_slot_layout(cases[i].layout, cases[i].shape, axis));
+        EXPECT_EQ(to_doubles(sb[s]->value().gather()), to_doubles(sa[s]->value().gather()))
+            << sb[s]->path();
       }
     }
   }

@@ -1,5 +1,6 @@
 // optimizers.h — every optimizer of this library, for code that constructs one by its class:
-// SGD, Adam, AdamW, RMSprop, Adagrad, Lion, Adafactor. make_optimizer (optimizer.h) needs none of them.
+// SGD, Adam, AdamW, RMSprop, Adagrad, Lion, Adafactor. make_optimizer (optimizer.h) needs none of
+// them.
 //
 // Example:
 //   #include "meshlayout/train/optimizers.h"

@@ -31,18 +31,25 @@ bool stderr_is_a_terminal() {
 
 ProgressMode progress_mode(int verbose, bool terminal) {
   switch (verbose) {
-    case 0: return ProgressMode::kSilent;
-    case 1: return terminal ? ProgressMode::kBar : ProgressMode::kLine;
-    case 2: return ProgressMode::kLine;
+    case 0:
+      return ProgressMode::kSilent;
+    case 1:
+      return terminal ? ProgressMode::kBar : ProgressMode::kLine;
+    case 2:
+      return ProgressMode::kLine;
     default:
-      throw ValueError(fmt::format("verbose must be 0 (silent), 1 (auto: a progress bar on a terminal) or 2 "
-                                   "(one line per epoch), got {}", verbose));
+      throw ValueError(
+          fmt::format("verbose must be 0 (silent), 1 (auto: a progress bar on a terminal) or 2 "
+                      "(one line per epoch), got {}",
+                      verbose));
   }
 }
 
-EpochProgress::EpochProgress(std::ostream& out, ProgressMode mode, int64_t epoch, int64_t epochs, int64_t steps)
+EpochProgress::EpochProgress(std::ostream& out, ProgressMode mode, int64_t epoch, int64_t epochs,
+                             int64_t steps)
     : out_(out), mode_(mode), steps_(steps) {
-  if (mode_ != ProgressMode::kSilent && epochs > 0) out_ << fmt::format("Epoch {}/{}\n", epoch + 1, epochs) << std::flush;
+  if (mode_ != ProgressMode::kSilent && epochs > 0)
+    out_ << fmt::format("Epoch {}/{}\n", epoch + 1, epochs) << std::flush;
 }
 
 double EpochProgress::seconds() const {
@@ -62,18 +69,19 @@ void EpochProgress::finish(double mean_loss) {
   }
 }
 
-std::string EpochProgress::render_bar(int64_t done, int64_t steps, double seconds, double mean_loss, int width) {
+std::string EpochProgress::render_bar(int64_t done, int64_t steps, double seconds, double mean_loss,
+                                      int width) {
   const int64_t filled = steps > 0 ? done * width / steps : width;
   std::string bar;
   for (int64_t i = 0; i < width; ++i) bar += i < filled ? "\u2501" : "\u2500";  // ━ done, ─ to do
   const std::string digits = std::to_string(steps);
-  return fmt::format("{:>{}}/{} {} {:.0f}s {} - {}", done, digits.size(), steps, bar, std::floor(seconds),
-                     time_per_step(seconds, done), loss_text(mean_loss));
+  return fmt::format("{:>{}}/{} {} {:.0f}s {} - {}", done, digits.size(), steps, bar,
+                     std::floor(seconds), time_per_step(seconds, done), loss_text(mean_loss));
 }
 
 std::string EpochProgress::render_line(int64_t steps, double seconds, double mean_loss) {
-  return fmt::format("{}/{} - {:.0f}s - {} - {}", steps, steps, std::floor(seconds), time_per_step(seconds, steps),
-                     loss_text(mean_loss));
+  return fmt::format("{}/{} - {:.0f}s - {} - {}", steps, steps, std::floor(seconds),
+                     time_per_step(seconds, steps), loss_text(mean_loss));
 }
 
 }  // namespace meshlayout

@@ -1,5 +1,6 @@
 // progress.h — Keras' per-epoch progress output for fit/evaluate (keras.utils.Progbar):
-//   verbose 1 on a terminal  "Epoch 1/3" then "4/4 ━━━━━━━━━━━━━━━━━━━━ 0s 3ms/step - loss: 0.5000",
+//   verbose 1 on a terminal  "Epoch 1/3" then "4/4 ━━━━━━━━━━━━━━━━━━━━ 0s 3ms/step - loss:
+//   0.5000",
 //                            redrawn in place ('\r') after every step;
 //   verbose 1 otherwise, 2   "Epoch 1/3" then one line "4/4 - 0s - 3ms/step - loss: 0.5000";
 //   verbose 0                nothing.
@@ -37,7 +38,8 @@ class EpochProgress {
   void finish(double mean_loss);
 
   /// The bar line without '\r' (exposed for tests): "done/steps ━━━━──── 0s 3ms/step - loss: x".
-  static std::string render_bar(int64_t done, int64_t steps, double seconds, double mean_loss, int width = 20);
+  static std::string render_bar(int64_t done, int64_t steps, double seconds, double mean_loss,
+                                int width = 20);
   /// The verbose-2 line: "steps/steps - 0s - 3ms/step - loss: x".
   static std::string render_line(int64_t steps, double seconds, double mean_loss);
 

@@ -53,15 +53,18 @@ RMSpropOptions RMSpropOptions::from(const OptimizerOptions& options) {
 void RMSpropOptions::check() const {
   for (const auto& [what, v] : {std::pair{"rho", rho}, std::pair{"momentum", momentum}}) {
     if (!(v >= 0.0 && v <= 1.0)) {
-      throw ValueError(fmt::format("`{}` must be a float in [0, 1]. Received: {}={}", what, what, v));
+      throw ValueError(
+          fmt::format("`{}` must be a float in [0, 1]. Received: {}={}", what, what, v));
     }
   }
   if (!(epsilon >= 0.0 && std::isfinite(epsilon))) {
-    throw ValueError(fmt::format("`epsilon` must be a finite float >= 0. Received: epsilon={}", epsilon));
+    throw ValueError(
+        fmt::format("`epsilon` must be a finite float >= 0. Received: epsilon={}", epsilon));
   }
 }
 
-RMSprop::RMSprop(const OptimizerOptions& options) : RMSprop(RMSpropOptions::from(options), options) {}
+RMSprop::RMSprop(const OptimizerOptions& options)
+    : RMSprop(RMSpropOptions::from(options), options) {}
 
 RMSprop::RMSprop(const RMSpropOptions& own, const OptimizerOptions& options)
     : Optimizer("RMSprop", 0.001, options), options_(own) {

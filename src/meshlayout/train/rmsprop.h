@@ -9,8 +9,9 @@
 // to_snake_case("RMSprop")).
 //
 // Example:
-//   auto opt = make_optimizer("rmsprop", {.momentum = 0.9, .arguments = {{"rho", 0.95}, {"centered", true}}});
-//   opt->apply(grads, vars);   // rm_sprop/dense_kernel_velocity, …_momentum, …_average_gradient
+//   auto opt = make_optimizer("rmsprop", {.momentum = 0.9, .arguments = {{"rho", 0.95},
+//   {"centered", true}}}); opt->apply(grads, vars);   // rm_sprop/dense_kernel_velocity,
+//   …_momentum, …_average_gradient
 #pragma once
 
 #include "meshlayout/train/optimizer.h"

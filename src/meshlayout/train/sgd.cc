@@ -33,13 +33,15 @@ SGDOptions SGDOptions::from(const OptimizerOptions& options) {
 
 void SGDOptions::check() const {
   if (!(momentum >= 0.0 && momentum <= 1.0)) {
-    throw ValueError(fmt::format("`momentum` must be a float between [0, 1]. Received: momentum={}", momentum));
+    throw ValueError(
+        fmt::format("`momentum` must be a float between [0, 1]. Received: momentum={}", momentum));
   }
 }
 
 SGD::SGD(const OptimizerOptions& options) : SGD(SGDOptions::from(options), options) {}
 
-SGD::SGD(const SGDOptions& own, const OptimizerOptions& options) : Optimizer("SGD", 0.01, options), options_(own) {
+SGD::SGD(const SGDOptions& own, const OptimizerOptions& options)
+    : Optimizer("SGD", 0.01, options), options_(own) {
   options_.check();
 }
 
@@ -52,8 +54,12 @@ void SGD::build_slots(std::span<const VariablePtr> variables) {
   if (options_.momentum != 0.0) add_optimizer_variables(variables, {"momentum"});
 }
 
-void SGD::update_shard(const ShardStep<float>& step) const { sgd_step(step, options_.momentum, options_.nesterov); }
-void SGD::update_shard(const ShardStep<double>& step) const { sgd_step(step, options_.momentum, options_.nesterov); }
+void SGD::update_shard(const ShardStep<float>& step) const {
+  sgd_step(step, options_.momentum, options_.nesterov);
+}
+void SGD::update_shard(const ShardStep<double>& step) const {
+  sgd_step(step, options_.momentum, options_.nesterov);
+}
 
 MESHLAYOUT_REGISTER_OPTIMIZER(sgd, SGD, "SGD")
 

@@ -36,22 +36,27 @@ void agreed(F&& check) {
   }
 }
 
-void check_data(std::string_view what, const HostTensor& x, const HostTensor* y, int64_t batch_size) {
-  if (batch_size < 1) throw ValueError(fmt::format("{}: batch_size must be >= 1, got {}", what, batch_size));
+void check_data(std::string_view what, const HostTensor& x, const HostTensor* y,
+                int64_t batch_size) {
+  if (batch_size < 1)
+    throw ValueError(fmt::format("{}: batch_size must be >= 1, got {}", what, batch_size));
   if (x.shape().empty()) {
-    throw ValueError(fmt::format("{}: x must have a batch dimension (rows, …), got a scalar", what));
+    throw ValueError(
+        fmt::format("{}: x must have a batch dimension (rows, …), got a scalar", what));
   }
   if (x.shape()[0] == 0) {
-    throw ValueError(fmt::format("{}: x has no rows (shape {}); Keras needs at least one sample", what,
-                                 shape_to_string(x.shape())));
+    throw ValueError(fmt::format("{}: x has no rows (shape {}); Keras needs at least one sample",
+                                 what, shape_to_string(x.shape())));
   }
   if (y == nullptr) return;
   if (y->shape().empty()) {
-    throw ValueError(fmt::format("{}: y must have a batch dimension (rows, …), got a scalar", what));
+    throw ValueError(
+        fmt::format("{}: y must have a batch dimension (rows, …), got a scalar", what));
   }
   if (y->shape()[0] != x.shape()[0]) {
-    throw ValueError(fmt::format("{}: x and y must have the same number of rows (samples), got x {} and y {}", what,
-                                 shape_to_string(x.shape()), shape_to_string(y->shape())));
+    throw ValueError(
+        fmt::format("{}: x and y must have the same number of rows (samples), got x {} and y {}",
+                    what, shape_to_string(x.shape()), shape_to_string(y->shape())));
   }
 }
 
@@ -75,15 +80,17 @@ std::vector<int64_t> row_order(int64_t rows, bool shuffle, uint64_t seed, int64_
 }
 
 // Rows order[start + begin .. start + end) of `data`, as a host tensor.
-HostTensor copy_rows(const HostTensor& data, const std::vector<int64_t>& order, int64_t start, int64_t begin,
-                     int64_t end) {
+HostTensor copy_rows(const HostTensor& data, const std::vector<int64_t>& order, int64_t start,
+                     int64_t begin, int64_t end) {
   Shape shape = data.shape();
   shape[0] = end - begin;
   HostTensor out(data.dtype(), shape);
   const size_t row_bytes = data.num_bytes() / static_cast<size_t>(data.shape()[0]);
   for (int64_t r = begin; r < end; ++r) {
-    std::memcpy(out.data() + static_cast<size_t>(r - begin) * row_bytes,
-                data.data() + static_cast<size_t>(order[static_cast<size_t>(start + r)]) * row_bytes, row_bytes);
+    std::memcpy(
+        out.data() + static_cast<size_t>(r - begin) * row_bytes,
+        data.data() + static_cast<size_t>(order[static_cast<size_t>(start + r)]) * row_bytes,
+        row_bytes);
   }
   return out;
 }
@@ -143,9 +150,10 @@ Trainer::Trainer(std::shared_ptr<Model> model, CompileOptions options) : model_(
   if (!model_) throw ValueError("compile: the model is null");
   if (options.optimizer_instance) {
     if (options.zero1) {
-      throw ValueError(fmt::format("compile: zero1 applies to a named optimizer; optimizer {} is already made: "
-                                   "construct it with shard_slots_over instead",
-                                   quote(options.optimizer_instance->name())));
+      throw ValueError(
+          fmt::format("compile: zero1 applies to a named optimizer; optimizer {} is already made: "
+                      "construct it with shard_slots_over instead",
+                      quote(options.optimizer_instance->name())));
     }
     optimizer_ = std::move(options.optimizer_instance);
   } else if (options.optimizer.empty()) {
@@ -154,16 +162,18 @@ Trainer::Trainer(std::shared_ptr<Model> model, CompileOptions options) : model_(
   } else {
     if (options.zero1) {
       if (options.optimizer_options.shard_slots_over) {
-        throw ValueError(fmt::format("compile: zero1 (the batch axis) and optimizer_options.shard_slots_over={} "
-                                     "both choose the slots' axis; set one",
-                                     quote(*options.optimizer_options.shard_slots_over)));
+        throw ValueError(
+            fmt::format("compile: zero1 (the batch axis) and optimizer_options.shard_slots_over={} "
+                        "both choose the slots' axis; set one",
+                        quote(*options.optimizer_options.shard_slots_over)));
       }
       options.optimizer_options.shard_slots_over = data_distribution()->batch_dim_name();
     }
     optimizer_ = make_optimizer(options.optimizer, options.optimizer_options);
   }
   if (options.loss.empty()) {
-    throw ValueError(fmt::format("compile: a loss is required, one of {}", repr_list(loss_names())));
+    throw ValueError(
+        fmt::format("compile: a loss is required, one of {}", repr_list(loss_names())));
   }
   loss_ = make_loss(options.loss, options.loss_options);
 }
@@ -181,7 +191,8 @@ std::shared_ptr<const Distribution> Trainer::data_distribution() const {
     if (!v->is_lazy()) return std::make_shared<DataParallel>(v->value().mesh());
   }
   throw FailedPreconditionError(fmt::format(
-      "model {} is not built and was not constructed under a distribution or a LayoutMap scope: give the "
+      "model {} is not built and was not constructed under a distribution or a LayoutMap scope: "
+      "give the "
       "Sequential an input_shape, call the model once, or construct it under a distribution",
       quote(model_->name())));
 }
@@ -191,7 +202,8 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
   ProgressMode mode = ProgressMode::kSilent;
   agreed([&] {
     check_data("fit", x, &y, options.batch_size);
-    if (options.epochs < 0) throw ValueError(fmt::format("fit: epochs must be >= 0, got {}", options.epochs));
+    if (options.epochs < 0)
+      throw ValueError(fmt::format("fit: epochs must be >= 0, got {}", options.epochs));
     mode = progress_mode(options.verbose);
     dist = data_distribution();
     dist->process_batch_rows(options.batch_size);  // Keras' error for an indivisible batch
@@ -208,7 +220,8 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
   History history;
   for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
     EpochProgress progress(out_or_cerr(options.out), mode, epoch, options.epochs, batches.count());
-    const std::vector<int64_t> order = row_order(batches.rows, options.shuffle, options.shuffle_seed, epoch);
+    const std::vector<int64_t> order =
+        row_order(batches.rows, options.shuffle, options.shuffle_seed, epoch);
     double weighted = 0;
     int64_t seen = 0;
     for (int64_t k = 0; k < batches.count(); ++k) {
@@ -216,18 +229,19 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
       const Tensor xb(feed(x, order, batches.start(k), b, *dist));
       const Array yb = feed(y, order, batches.start(k), b, *dist);
       const Tensor pred = (*model_)(xb);
-      const std::vector<VariablePtr> vars = trainable_variables(*model_);  // after the call that builds
+      const std::vector<VariablePtr> vars =
+          trainable_variables(*model_);  // after the call that builds
       loss_->check(pred.value().shape(), pred.value().dtype(), yb.shape(), yb.dtype());
       LossResult r = loss_->value_and_gradient(pred.value(), yb);
       // Keras' compute_loss: the compiled loss plus the regularisation penalties, on the weights
       // before this step's update, once per batch (not scaled by its rows).
       const double loss = r.value + regularization_penalty(vars);
       if (options.terminate_on_nan && !std::isfinite(loss)) {
-        throw ValueError(fmt::format("fit: the loss is {} at epoch {}, step {} (rows [{}, {}) of the epoch's order, "
-                                     "optimizer iteration {}): stopped before that step's update "
-                                     "(FitOptions::terminate_on_nan)",
-                                     loss, epoch, k, batches.start(k), batches.start(k) + b,
-                                     optimizer_->iterations()));
+        throw ValueError(fmt::format(
+            "fit: the loss is {} at epoch {}, step {} (rows [{}, {}) of the epoch's order, "
+            "optimizer iteration {}): stopped before that step's update "
+            "(FitOptions::terminate_on_nan)",
+            loss, epoch, k, batches.start(k), batches.start(k) + b, optimizer_->iterations()));
       }
       Gradients grads;
       (void)model_->backward(xb.value(), r.gradient, grads);
@@ -300,7 +314,8 @@ HostTensor Trainer::predict(const HostTensor& x, const PredictOptions& options) 
       out = HostTensor(part.dtype(), shape);
       row_bytes = part.num_bytes() / static_cast<size_t>(b);
     }
-    std::memcpy(out.data() + static_cast<size_t>(batches.start(k)) * row_bytes, part.data(), part.num_bytes());
+    std::memcpy(out.data() + static_cast<size_t>(batches.start(k)) * row_bytes, part.data(),
+                part.num_bytes());
   }
   return out;
 }

@@ -43,10 +43,14 @@ TEST(TrainerMpiTest, FitFeedingEachProcessItsRowsGivesTheOneProcessHistory) {
       RefMlp ref(*model);
       const OptimizerOptions opts{.learning_rate = 0.01};
       const std::vector<double> want = ref.fit(x, y, 8, 3, RefOptimizer("adam", opts));
-      Trainer trainer = compile(model, {.optimizer = "adam", .optimizer_options = opts, .loss = "mse"});
+      Trainer trainer =
+          compile(model, {.optimizer = "adam", .optimizer_options = opts, .loss = "mse"});
       std::vector<double> seen;
-      const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0,
-                                           .on_epoch_end = [&](int64_t, double l) { seen.push_back(l); }});
+      const History h = trainer.fit(
+          x, y,
+          {.batch_size = 8, .epochs = 3, .verbose = 0, .on_epoch_end = [&](int64_t, double l) {
+             seen.push_back(l);
+           }});
       expect_history_near(h.loss, want, 1e-5);
       EXPECT_EQ(seen, h.loss);
       EXPECT_LT(h.loss.back(), h.loss.front());
@@ -55,7 +59,8 @@ TEST(TrainerMpiTest, FitFeedingEachProcessItsRowsGivesTheOneProcessHistory) {
       std::vector<double> all(h.loss.size() * static_cast<size_t>(rt->num_processes()));
       rt->comm().all_gather(h.loss.data(), h.loss.size() * sizeof(double), all.data());
       for (int p = 0; p < rt->num_processes(); ++p) {
-        EXPECT_EQ(std::vector<double>(all.begin() + p * 3, all.begin() + p * 3 + 3), h.loss) << "process " << p;
+        EXPECT_EQ(std::vector<double>(all.begin() + p * 3, all.begin() + p * 3 + 3), h.loss)
+            << "process " << p;
       }
       RefMlp trained(*model);
       const std::vector<double> fwd = trained.forward(to_doubles(x), rows);
@@ -76,25 +81,29 @@ TEST(TrainerMpiTest, FitWithRegularisersGivesTheReferenceThatIncludesThePenalty)
   const OptimizerOptions opts{.learning_rate = 0.01};
   for (const auto& [name, dist] : configs) {
     SCOPED_TRACE(name);
-    const History plain = compile(build(*dist), {.optimizer = "adam", .optimizer_options = opts, .loss = "mse"})
-                              .fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0});
+    const History plain =
+        compile(build(*dist), {.optimizer = "adam", .optimizer_options = opts, .loss = "mse"})
+            .fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0});
     auto model = build(*dist, mlp_regularizers());
     RefMlp ref(*model);
     const double initial_penalty = ref.penalty();
     const std::vector<double> want = ref.fit(x, y, 8, 3, RefOptimizer("adam", opts));
-    Trainer trainer = compile(model, {.optimizer = "adam", .optimizer_options = opts, .loss = "mse"});
+    Trainer trainer =
+        compile(model, {.optimizer = "adam", .optimizer_options = opts, .loss = "mse"});
     const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0});
     expect_history_near(h.loss, want, 1e-5);
     EXPECT_NEAR(h.loss[0] - plain.loss[0], initial_penalty, 0.2 * initial_penalty);
     const std::vector<VariablePtr> vars = model->variables();
     ASSERT_EQ(vars.size(), ref.vars().size());
     for (size_t i = 0; i < vars.size(); ++i) {
-      EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref.vars()[i].theta), 1e-5) << vars[i]->path();
+      EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref.vars()[i].theta), 1e-5)
+          << vars[i]->path();
     }
     RefMlp trained(*model);
     const double loss = trainer.evaluate(x, y, {.batch_size = 4});
-    EXPECT_NEAR(loss, RefMlp::mse(trained.forward(to_doubles(x), kRows), to_doubles(y)) + trained.penalty(),
-                1e-5 * loss);
+    EXPECT_NEAR(
+        loss, RefMlp::mse(trained.forward(to_doubles(x), kRows), to_doubles(y)) + trained.penalty(),
+        1e-5 * loss);
     EXPECT_GT(trained.penalty(), 100 * 1e-5 * loss);
   }
 }
@@ -106,17 +115,20 @@ TEST(TrainerMpiTest, ErrorsAreThrownByEveryProcess) {
   auto model = build(*dist);
   Trainer trainer = compile(model, {.optimizer = "sgd", .loss = "mse"});
   // Keras: the global batch must be divisible by the data shards (min(replicas, processes)).
-  std::string msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, y, {.batch_size = 7, .verbose = 0}); });
+  std::string msg =
+      testing::ValueErrorMessage([&] { (void)trainer.fit(x, y, {.batch_size = 7, .verbose = 0}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "divisible")) << msg;
   // A bad y on process 1 only: every process throws.
   HostTensor short_y(DType::kF32, {kRows - 1, kOut});
-  msg = testing::ValueErrorMessage(
-      [&] { (void)trainer.fit(x, rt->process_id() == 1 ? short_y : y, {.batch_size = 8, .verbose = 0}); });
+  msg = testing::ValueErrorMessage([&] {
+    (void)trainer.fit(x, rt->process_id() == 1 ? short_y : y, {.batch_size = 8, .verbose = 0});
+  });
   EXPECT_TRUE(testing::HasSubstr(msg, "(19, 2)")) << msg;
   // NaN on every process alike: stopped at the same step everywhere.
   HostTensor bad_y = y;
   bad_y.data_as<float>()[17 * kOut + 1] = std::nanf("");
-  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, bad_y, {.batch_size = 8, .verbose = 0}); });
+  msg = testing::ValueErrorMessage(
+      [&] { (void)trainer.fit(x, bad_y, {.batch_size = 8, .verbose = 0}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "epoch 0, step 2")) << msg;
   EXPECT_EQ(trainer.optimizer().iterations(), 2);
 }

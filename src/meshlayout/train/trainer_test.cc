@@ -51,11 +51,14 @@ TEST_F(TrainerTest, Zero1FitsTheSameHistoryWithSlotsShardedOverTheBatchAxis) {
   for (const bool zero1 : {false, true}) {
     SCOPED_TRACE(zero1 ? "zero1" : "plain");
     auto model = build(model_parallel());
-    Trainer trainer = compile(model, {.optimizer = "adam", .optimizer_options = {.learning_rate = 0.01},
-                                      .zero1 = zero1, .loss = "mse"});
+    Trainer trainer = compile(model, {.optimizer = "adam",
+                                      .optimizer_options = {.learning_rate = 0.01},
+                                      .zero1 = zero1,
+                                      .loss = "mse"});
     const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0});
     std::vector<std::vector<double>> weights;
-    for (const VariablePtr& v : model->variables()) weights.push_back(to_doubles(v->value().gather()));
+    for (const VariablePtr& v : model->variables())
+      weights.push_back(to_doubles(v->value().gather()));
     if (!zero1) {
       EXPECT_EQ(trainer.optimizer().shard_slots_over(), std::nullopt);
       plain_loss = h.loss;
@@ -72,11 +75,15 @@ TEST_F(TrainerTest, Zero1FitsTheSameHistoryWithSlotsShardedOverTheBatchAxis) {
     EXPECT_EQ(momentum->value().local_bytes() * 2, kernel->value().local_bytes());
   }
   auto model = build(model_parallel());
-  EXPECT_THROW((void)compile(model, {.optimizer = "adam", .optimizer_options = {.shard_slots_over = "model"},
-                                     .zero1 = true, .loss = "mse"}),
+  EXPECT_THROW((void)compile(model, {.optimizer = "adam",
+                                     .optimizer_options = {.shard_slots_over = "model"},
+                                     .zero1 = true,
+                                     .loss = "mse"}),
                ValueError);
-  EXPECT_THROW((void)compile(model, {.optimizer_instance = std::make_shared<Adam>(), .zero1 = true, .loss = "mse"}),
-               ValueError);
+  EXPECT_THROW(
+      (void)compile(model,
+                    {.optimizer_instance = std::make_shared<Adam>(), .zero1 = true, .loss = "mse"}),
+      ValueError);
 }
 
 struct Config {
@@ -87,7 +94,9 @@ struct Config {
 TEST_F(TrainerTest, FitMatchesTheFloat64ReferenceOnEveryMeshAndTheLossDecreases) {
   const auto [x, y] = regression_data();
   const std::vector<Config> configs = {
-      {"one device", std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1}, std::vector<std::string>{"batch"}, std::vector<std::string>{"cpu:0"}))},
+      {"one device", std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1},
+                                                               std::vector<std::string>{"batch"},
+                                                               std::vector<std::string>{"cpu:0"}))},
       {"ModelParallel 2x4", model_parallel()},
       {"DataParallel 8", std::make_shared<DataParallel>()},
       {"no distribution", nullptr},
@@ -99,11 +108,13 @@ TEST_F(TrainerTest, FitMatchesTheFloat64ReferenceOnEveryMeshAndTheLossDecreases)
       SCOPED_TRACE(kind + " " + c.name);
       auto model = build(c.dist);
       if (c.name == "ModelParallel 2x4") {
-        EXPECT_EQ(model->layers()[0]->own_weights()[0].second->value().layout(), TensorLayout({None, "model"}, mesh_));
+        EXPECT_EQ(model->layers()[0]->own_weights()[0].second->value().layout(),
+                  TensorLayout({None, "model"}, mesh_));
       }
       RefMlp ref(*model);
       const std::vector<double> want = ref.fit(x, y, 8, 4, RefOptimizer(kind, opts));
-      Trainer trainer = compile(model, {.optimizer = kind, .optimizer_options = opts, .loss = "mse"});
+      Trainer trainer =
+          compile(model, {.optimizer = kind, .optimizer_options = opts, .loss = "mse"});
       const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 4, .verbose = 0});
       expect_history_near(h.loss, want, 1e-5);
       EXPECT_LT(h.loss.back(), h.loss.front());
@@ -113,8 +124,8 @@ TEST_F(TrainerTest, FitMatchesTheFloat64ReferenceOnEveryMeshAndTheLossDecreases)
       } else {
         expect_history_near(h.loss, first, 1e-5);
       }
-      std::printf("%s %s: loss %.6f -> %.6f (reference %.6f -> %.6f)\n", kind.c_str(), c.name.c_str(),
-                  h.loss.front(), h.loss.back(), want.front(), want.back());
+      std::printf("%s %s: loss %.6f -> %.6f (reference %.6f -> %.6f)\n", kind.c_str(),
+                  c.name.c_str(), h.loss.front(), h.loss.back(), want.front(), want.back());
     }
   }
 }
@@ -126,7 +137,9 @@ TEST_F(TrainerTest, FitMatchesTheFloat64ReferenceOnEveryMeshAndTheLossDecreases)
 TEST_F(TrainerTest, FitWithRegularisersMatchesTheFloat64ReferenceIncludingThePenalty) {
   const auto [x, y] = regression_data();
   const std::vector<Config> configs = {
-      {"one device", std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1}, std::vector<std::string>{"batch"}, std::vector<std::string>{"cpu:0"}))},
+      {"one device", std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1},
+                                                               std::vector<std::string>{"batch"},
+                                                               std::vector<std::string>{"cpu:0"}))},
       {"ModelParallel 2x4", model_parallel()},
       {"DataParallel 8", std::make_shared<DataParallel>()},
       {"no distribution", nullptr},
@@ -135,27 +148,31 @@ TEST_F(TrainerTest, FitWithRegularisersMatchesTheFloat64ReferenceIncludingThePen
     const OptimizerOptions opts{.learning_rate = kind == "sgd" ? 0.05 : 0.01};
     for (const Config& c : configs) {
       SCOPED_TRACE(kind + " " + c.name);
-      const History plain = compile(build(c.dist), {.optimizer = kind, .optimizer_options = opts, .loss = "mse"})
-                                .fit(x, y, {.batch_size = 8, .epochs = 4, .verbose = 0});
+      const History plain =
+          compile(build(c.dist), {.optimizer = kind, .optimizer_options = opts, .loss = "mse"})
+              .fit(x, y, {.batch_size = 8, .epochs = 4, .verbose = 0});
       auto model = build(c.dist, mlp_regularizers());
       RefMlp ref(*model);
       const double initial_penalty = ref.penalty();
       const std::vector<double> want = ref.fit(x, y, 8, 4, RefOptimizer(kind, opts));
-      Trainer trainer = compile(model, {.optimizer = kind, .optimizer_options = opts, .loss = "mse"});
+      Trainer trainer =
+          compile(model, {.optimizer = kind, .optimizer_options = opts, .loss = "mse"});
       const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 4, .verbose = 0});
       expect_history_near(h.loss, want, 1e-5);
       const std::vector<VariablePtr> vars = model->variables();
       ASSERT_EQ(vars.size(), ref.vars().size());
       for (size_t i = 0; i < vars.size(); ++i) {
-        EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref.vars()[i].theta), 1e-5) << vars[i]->path();
+        EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref.vars()[i].theta), 1e-5)
+            << vars[i]->path();
       }
       // The penalty is in the history: the first epoch's loss exceeds the unregularised one by
       // about the initial penalty (the weights differ little after the epoch's first step).
       EXPECT_GT(initial_penalty, 0.1);
       EXPECT_NEAR(h.loss[0] - plain.loss[0], initial_penalty, 0.2 * initial_penalty);
-      std::printf("%s %s: regularised %.6f -> %.6f, unregularised %.6f -> %.6f, initial penalty %.6f\n",
-                  kind.c_str(), c.name.c_str(), h.loss.front(), h.loss.back(), plain.loss.front(),
-                  plain.loss.back(), initial_penalty);
+      std::printf(
+          "%s %s: regularised %.6f -> %.6f, unregularised %.6f -> %.6f, initial penalty %.6f\n",
+          kind.c_str(), c.name.c_str(), h.loss.front(), h.loss.back(), plain.loss.front(),
+          plain.loss.back(), initial_penalty);
     }
   }
 }
@@ -171,7 +188,8 @@ TEST_F(TrainerTest, EvaluateIncludesThePenaltyOfTheTrainableWeights) {
     const VariablePtr d2_kernel = model->layers()[1]->own_weights()[0].second;
     ASSERT_TRUE(d2_kernel->regularizer().has_value());
     if (freeze) d2_kernel->set_trainable(false);
-    Trainer trainer = compile(model, {.optimizer = "sgd", .optimizer_options = {.learning_rate = 0.05}, .loss = "mse"});
+    Trainer trainer = compile(
+        model, {.optimizer = "sgd", .optimizer_options = {.learning_rate = 0.05}, .loss = "mse"});
     (void)trainer.fit(x, y, {.batch_size = 8, .epochs = 1, .verbose = 0});
     RefMlp ref(*model);  // the trained weights; the regularisers of the trainable ones
     const double mse = RefMlp::mse(ref.forward(to_doubles(x), kRows), to_doubles(y));
@@ -184,18 +202,23 @@ TEST_F(TrainerTest, EvaluateIncludesThePenaltyOfTheTrainableWeights) {
       double l1 = 0;
       for (const double w : k) l1 += std::abs(w);
       EXPECT_GT(0.02 * l1, 100 * 1e-5 * loss);
-      EXPECT_EQ(k, to_doubles(build(model_parallel(), mlp_regularizers())->layers()[1]->own_weights()[0].second->value().gather()));
+      EXPECT_EQ(k, to_doubles(build(model_parallel(), mlp_regularizers())
+                                  ->layers()[1]
+                                  ->own_weights()[0]
+                                  .second->value()
+                                  .gather()));
     }
   }
 }
 
 TEST_F(TrainerTest, EvaluateAndPredictEqualTheForwardOnTheWholeData) {
   const auto [x, y] = regression_data();
-  for (const auto& dist : {model_parallel(), std::shared_ptr<const Distribution>(std::make_shared<DataParallel>())}) {
+  for (const auto& dist :
+       {model_parallel(), std::shared_ptr<const Distribution>(std::make_shared<DataParallel>())}) {
     auto model = build(dist);
     Trainer trainer = compile(model, {.optimizer = "sgd", .loss = "mean_squared_error"});
     (void)trainer.fit(x, y, {.batch_size = 6, .epochs = 1, .verbose = 0});  // 6, 6, 6, 2
-    RefMlp ref(*model);  // the trained weights
+    RefMlp ref(*model);                                                     // the trained weights
     const std::vector<double> want = ref.forward(to_doubles(x), kRows);
     const HostTensor pred = trainer.predict(x, {.batch_size = 7});  // 7, 7, 6
     EXPECT_EQ(pred.shape(), (Shape{kRows, kOut}));
@@ -213,7 +236,8 @@ TEST_F(TrainerTest, FitTrainsInTrainingModeThenReturnsToInference) {
   clear_session();
   auto bn = std::make_shared<BatchNormalization>();
   auto model = std::make_shared<Sequential>(
-      std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(kHidden), bn, std::make_shared<Dense>(kOut)},
+      std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(kHidden), bn,
+                                          std::make_shared<Dense>(kOut)},
       SequentialOptions{.name = "bn_mlp", .input_shape = Shape{kIn}});
   Trainer trainer = compile(model, {.optimizer = "sgd", .loss = "mse"});
   const HostTensor before = bn->moving_mean()->value().gather();
@@ -231,9 +255,14 @@ TEST_F(TrainerTest, ShuffleIsSeededAndTrains) {
   std::vector<std::vector<double>> runs;
   for (uint64_t seed : {7u, 7u, 8u}) {
     auto model = build(nullptr);
-    Trainer trainer = compile(model, {.optimizer = "sgd", .optimizer_options = {.learning_rate = 0.05}, .loss = "mse"});
-    runs.push_back(trainer.fit(x, y, {.batch_size = 8, .epochs = 3, .shuffle = true, .shuffle_seed = seed,
-                                      .verbose = 0}).loss);
+    Trainer trainer = compile(
+        model, {.optimizer = "sgd", .optimizer_options = {.learning_rate = 0.05}, .loss = "mse"});
+    runs.push_back(
+        trainer
+            .fit(
+                x, y,
+                {.batch_size = 8, .epochs = 3, .shuffle = true, .shuffle_seed = seed, .verbose = 0})
+            .loss);
   }
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_NE(runs[0], runs[2]);
@@ -245,37 +274,49 @@ TEST_F(TrainerTest, BadInputsAreClearErrors) {
   auto model = build(nullptr);
   Trainer trainer = compile(model, {.optimizer = "adam", .loss = "mse"});
   HostTensor short_y(DType::kF32, {kRows - 1, kOut});
-  std::string msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, short_y, {.verbose = 0}); });
+  std::string msg =
+      testing::ValueErrorMessage([&] { (void)trainer.fit(x, short_y, {.verbose = 0}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "(20, 4)"));
   EXPECT_TRUE(testing::HasSubstr(msg, "(19, 2)"));
-  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, HostTensor(DType::kI32, {kRows, kOut}), {.verbose = 0}); });
+  msg = testing::ValueErrorMessage([&] {
+    (void)trainer.fit(x, HostTensor(DType::kI32, {kRows, kOut}), {.verbose = 0});
+  });
   EXPECT_TRUE(testing::HasSubstr(msg, "I32"));
-  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, HostTensor(DType::kF32, {kRows, 3}), {.verbose = 0}); });
+  msg = testing::ValueErrorMessage([&] {
+    (void)trainer.fit(x, HostTensor(DType::kF32, {kRows, 3}), {.verbose = 0});
+  });
   EXPECT_TRUE(testing::HasSubstr(msg, "(20, 3)"));
   EXPECT_TRUE(testing::HasSubstr(msg, "(20, 2)"));
-  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, y, {.batch_size = 0, .verbose = 0}); });
+  msg =
+      testing::ValueErrorMessage([&] { (void)trainer.fit(x, y, {.batch_size = 0, .verbose = 0}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "batch_size"));
   msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, y, {.verbose = 3}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "got 3"));
-  msg = testing::ValueErrorMessage([&] { (void)trainer.evaluate(HostTensor(DType::kF32, {0, kIn}), y); });
+  msg = testing::ValueErrorMessage([&] {
+    (void)trainer.evaluate(HostTensor(DType::kF32, {0, kIn}), y);
+  });
   EXPECT_TRUE(testing::HasSubstr(msg, "no rows"));
   EXPECT_EQ(trainer.optimizer().iterations(), 0);
 
   // NaN: stops at the step that sees it, before its update.
   HostTensor bad_y = y;
   bad_y.data_as<float>()[10 * kOut] = std::nanf("");
-  msg = testing::ValueErrorMessage([&] { (void)trainer.fit(x, bad_y, {.batch_size = 8, .epochs = 2, .verbose = 0}); });
+  msg = testing::ValueErrorMessage(
+      [&] { (void)trainer.fit(x, bad_y, {.batch_size = 8, .epochs = 2, .verbose = 0}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "epoch 0, step 1"));
   EXPECT_EQ(trainer.optimizer().iterations(), 1);
   // Keras' default (no TerminateOnNaN) keeps going.
   auto model2 = build(nullptr);
   Trainer keep = compile(model2, {.optimizer = "sgd", .loss = "mse"});
-  EXPECT_TRUE(std::isnan(keep.fit(x, bad_y, {.batch_size = 8, .verbose = 0, .terminate_on_nan = false}).loss[0]));
+  EXPECT_TRUE(std::isnan(
+      keep.fit(x, bad_y, {.batch_size = 8, .verbose = 0, .terminate_on_nan = false}).loss[0]));
 
   // compile errors.
-  msg = testing::ValueErrorMessage([&] { (void)compile(model, {.optimizer = "nadam", .loss = "mse"}); });
+  msg = testing::ValueErrorMessage(
+      [&] { (void)compile(model, {.optimizer = "nadam", .loss = "mse"}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "adamw"));
-  msg = testing::ValueErrorMessage([&] { (void)compile(model, {.optimizer = "sgd", .loss = "huber"}); });
+  msg = testing::ValueErrorMessage(
+      [&] { (void)compile(model, {.optimizer = "sgd", .loss = "huber"}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "'huber'"));
   msg = testing::ValueErrorMessage([&] { (void)compile(model, {.loss = "mse"}); });
   EXPECT_TRUE(testing::HasSubstr(msg, "optimizer is required"));
@@ -291,10 +332,13 @@ TEST_F(TrainerTest, CategoricalCrossentropyFitsASoftmaxClassifierAsTheFloat64Ref
   LayoutMap map(mesh_);
   map["d1/kernel"] = {None, "model"};
   map["d1/bias"] = {"model"};
-  map["d2/kernel"] = {None, "model"};  // the class dimension split: logits / probabilities (…, 5 over 4)
+  map["d2/kernel"] = {None,
+                      "model"};  // the class dimension split: logits / probabilities (…, 5 over 4)
   map["d2/bias"] = {"model"};
   const std::vector<Config> configs = {
-      {"one device", std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1}, std::vector<std::string>{"batch"}, std::vector<std::string>{"cpu:0"}))},
+      {"one device", std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1},
+                                                               std::vector<std::string>{"batch"},
+                                                               std::vector<std::string>{"cpu:0"}))},
       {"ModelParallel 2x4, classes over model", std::make_shared<ModelParallel>(map, "data")},
       {"DataParallel 8", std::make_shared<DataParallel>()},
       {"no distribution", nullptr},
@@ -313,11 +357,14 @@ TEST_F(TrainerTest, CategoricalCrossentropyFitsASoftmaxClassifierAsTheFloat64Ref
           model = make_classifier(!from_logits);
         }
         if (c.name.starts_with("ModelParallel")) {
-          EXPECT_EQ(model->layers()[1]->own_weights()[0].second->value().layout(), TensorLayout({None, "model"}, mesh_));
+          EXPECT_EQ(model->layers()[1]->own_weights()[0].second->value().layout(),
+                    TensorLayout({None, "model"}, mesh_));
         }
         RefClassifier ref(*model, !from_logits);
         const std::vector<double> want = ref.fit(x, y, 8, 4, RefOptimizer(kind, opts));
-        Trainer trainer = compile(model, {.optimizer = kind, .optimizer_options = opts, .loss = "categorical_crossentropy",
+        Trainer trainer = compile(model, {.optimizer = kind,
+                                          .optimizer_options = opts,
+                                          .loss = "categorical_crossentropy",
                                           .loss_options = {.from_logits = from_logits}});
         const History h = trainer.fit(x, y, {.batch_size = 8, .epochs = 4, .verbose = 0});
         expect_history_near(h.loss, want, 1e-5);
@@ -325,23 +372,26 @@ TEST_F(TrainerTest, CategoricalCrossentropyFitsASoftmaxClassifierAsTheFloat64Ref
         const std::vector<VariablePtr> vars = model->variables();
         ASSERT_EQ(vars.size(), ref.vars().size());
         for (size_t i = 0; i < vars.size(); ++i) {
-          EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref.vars()[i].theta), 1e-5) << vars[i]->path();
+          EXPECT_LT(max_rel_error(to_doubles(vars[i]->value().gather()), ref.vars()[i].theta), 1e-5)
+              << vars[i]->path();
         }
         // evaluate: the reference's loss of the trained weights (a step with learning rate 0).
         RefClassifier trained(*model, !from_logits);
         RefOptimizer none("sgd", {.learning_rate = 0.0});
         const double want_eval = trained.fit(x, y, kRows, 1, none)[0];
         EXPECT_NEAR(trainer.evaluate(x, y, {.batch_size = kRows}), want_eval, 1e-5 * want_eval);
-        std::printf("%s %s %s: loss %.6f -> %.6f (reference %.6f -> %.6f)\n", from_logits ? "logits" : "softmax",
-                    kind.c_str(), c.name.c_str(), h.loss.front(), h.loss.back(), want.front(), want.back());
+        std::printf("%s %s %s: loss %.6f -> %.6f (reference %.6f -> %.6f)\n",
+                    from_logits ? "logits" : "softmax", kind.c_str(), c.name.c_str(),
+                    h.loss.front(), h.loss.back(), want.front(), want.back());
       }
     }
   }
   // A target the loss cannot take: integer class indices (the sparse loss's), named.
   auto model = make_classifier(true);
   Trainer trainer = compile(model, {.optimizer = "sgd", .loss = "categorical_crossentropy"});
-  const std::string msg =
-      testing::ValueErrorMessage([&] { (void)trainer.fit(x, HostTensor(DType::kI32, {kRows, kClasses}), {.verbose = 0}); });
+  const std::string msg = testing::ValueErrorMessage([&] {
+    (void)trainer.fit(x, HostTensor(DType::kI32, {kRows, kClasses}), {.verbose = 0});
+  });
   EXPECT_TRUE(testing::HasSubstr(msg, "I32")) << msg;
 }
 
@@ -354,7 +404,8 @@ class NoBackward : public Model {
 
 TEST_F(TrainerTest, UnbuiltModelsAndModelsWithoutBackwardAreFailedPreconditions) {
   const auto [x, y] = regression_data();
-  auto unbuilt = std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(2)});
+  auto unbuilt =
+      std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{std::make_shared<Dense>(2)});
   Trainer t1 = compile(unbuilt, {.optimizer = "sgd", .loss = "mse"});
   try {
     (void)t1.fit(x, y, {.verbose = 0});
@@ -362,8 +413,9 @@ TEST_F(TrainerTest, UnbuiltModelsAndModelsWithoutBackwardAreFailedPreconditions)
   } catch (const FailedPreconditionError& e) {
     EXPECT_TRUE(testing::HasSubstr(e.what(), "not built"));
   }
-  auto one = std::make_shared<DataParallel>(
-      DeviceMesh(std::vector<int64_t>{1}, std::vector<std::string>{"batch"}, std::vector<std::string>{"cpu:0"}));
+  auto one = std::make_shared<DataParallel>(DeviceMesh(std::vector<int64_t>{1},
+                                                       std::vector<std::string>{"batch"},
+                                                       std::vector<std::string>{"cpu:0"}));
   std::shared_ptr<NoBackward> sub;
   {
     DistributionScope scope = one->scope();

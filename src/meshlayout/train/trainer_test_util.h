@@ -31,20 +31,27 @@ struct MlpRegularizers {
 /// The regularisers fit's regularisation tests use: L1L2 on d1's kernel, L2 on its bias, L1 on
 /// d2's kernel; penalties of the order of the loss.
 inline MlpRegularizers mlp_regularizers() {
-  return {.d1_kernel = Regularizer::L1L2(0.01, 0.02), .d1_bias = Regularizer::L2(0.05),
+  return {.d1_kernel = Regularizer::L1L2(0.01, 0.02),
+          .d1_bias = Regularizer::L2(0.05),
           .d2_kernel = Regularizer::L1(0.02)};
 }
 
 /// Sequential "mlp": d1 = Dense(8, relu), d2 = Dense(2), input (4,), seeded initializers.
 inline std::shared_ptr<Sequential> make_mlp(const MlpRegularizers& reg = {}) {
   auto d1 = std::make_shared<Dense>(
-      kHidden, DenseOptions{.name = "d1", .activation = Activation::kRelu,
-                            .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
-                            .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 2}),
-                            .kernel_regularizer = reg.d1_kernel, .bias_regularizer = reg.d1_bias});
+      kHidden,
+      DenseOptions{.name = "d1",
+                   .activation = Activation::kRelu,
+                   .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
+                   .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 2}),
+                   .kernel_regularizer = reg.d1_kernel,
+                   .bias_regularizer = reg.d1_bias});
   auto d2 = std::make_shared<Dense>(
-      kOut, DenseOptions{.name = "d2", .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
-                         .kernel_regularizer = reg.d2_kernel, .bias_regularizer = reg.d2_bias});
+      kOut,
+      DenseOptions{.name = "d2",
+                   .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
+                   .kernel_regularizer = reg.d2_kernel,
+                   .bias_regularizer = reg.d2_bias});
   return std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{d1, d2},
                                       SequentialOptions{.name = "mlp", .input_shape = Shape{kIn}});
 }
@@ -54,11 +61,13 @@ inline std::pair<HostTensor, HostTensor> regression_data(int64_t rows = kRows) {
   HostTensor x(DType::kF32, {rows, kIn}), y(DType::kF32, {rows, kOut});
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < kIn; ++j) {
-      x.data_as<float>()[r * kIn + j] = static_cast<float>(std::sin(0.7 * static_cast<double>(r) + 1.3 * j));
+      x.data_as<float>()[r * kIn + j] =
+          static_cast<float>(std::sin(0.7 * static_cast<double>(r) + 1.3 * j));
     }
     const float* xr = x.data_as<float>() + r * kIn;
     y.data_as<float>()[r * kOut] = static_cast<float>(0.5 * xr[0] - 0.3 * xr[1] * xr[2] + 0.2);
-    y.data_as<float>()[r * kOut + 1] = static_cast<float>(std::cos(static_cast<double>(xr[3])) - 0.4 * xr[0]);
+    y.data_as<float>()[r * kOut + 1] =
+        static_cast<float>(std::cos(static_cast<double>(xr[3])) - 0.4 * xr[0]);
   }
   return {std::move(x), std::move(y)};
 }
@@ -86,12 +95,14 @@ class RefMlp {
   }
 
   /// Model output (rows, kOut) for x (rows, kIn); the hidden pre-activations into *z.
-  std::vector<double> forward(const std::vector<double>& x, int64_t rows, std::vector<double>* z = nullptr) const {
+  std::vector<double> forward(const std::vector<double>& x, int64_t rows,
+                              std::vector<double>* z = nullptr) const {
     const auto& k1 = vars_[0].theta;
     const auto& b1 = vars_[1].theta;
     const auto& k2 = vars_[2].theta;
     const auto& b2 = vars_[3].theta;
-    std::vector<double> pre(static_cast<size_t>(rows * kHidden)), out(static_cast<size_t>(rows * kOut));
+    std::vector<double> pre(static_cast<size_t>(rows * kHidden)),
+        out(static_cast<size_t>(rows * kOut));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t h = 0; h < kHidden; ++h) {
         double s = b1[h];
@@ -100,7 +111,8 @@ class RefMlp {
       }
       for (int64_t o = 0; o < kOut; ++o) {
         double s = b2[o];
-        for (int64_t h = 0; h < kHidden; ++h) s += std::max(0.0, pre[r * kHidden + h]) * k2[h * kOut + o];
+        for (int64_t h = 0; h < kHidden; ++h)
+          s += std::max(0.0, pre[r * kHidden + h]) * k2[h * kOut + o];
         out[r * kOut + o] = s;
       }
     }
@@ -115,7 +127,8 @@ class RefMlp {
   }
 
   /// One step on a batch: returns the loss (mse plus the penalty) before the update.
-  double step(const std::vector<double>& x, const std::vector<double>& t, int64_t rows, RefOptimizer& opt) {
+  double step(const std::vector<double>& x, const std::vector<double>& t, int64_t rows,
+              RefOptimizer& opt) {
     std::vector<double> z;
     const std::vector<double> y = forward(x, rows, &z);
     const double loss = mse(y, t) + penalty();
@@ -150,7 +163,8 @@ class RefMlp {
   }
 
   /// fit without shuffling: the batch-size-weighted epoch means.
-  std::vector<double> fit(const HostTensor& xh, const HostTensor& yh, int64_t batch, int64_t epochs, RefOptimizer opt) {
+  std::vector<double> fit(const HostTensor& xh, const HostTensor& yh, int64_t batch, int64_t epochs,
+                          RefOptimizer opt) {
     const std::vector<double> x = to_doubles(xh), y = to_doubles(yh);
     const int64_t rows = xh.shape()[0];
     std::vector<double> history;
@@ -170,14 +184,16 @@ class RefMlp {
   const std::vector<RefVar>& vars() const { return vars_; }
 
  private:
-  std::vector<RefVar> vars_;  // d1/kernel, d1/bias, d2/kernel, d2/bias
+  std::vector<RefVar> vars_;      // d1/kernel, d1/bias, d2/kernel, d2/bias
   std::vector<Regularizer> reg_;  // theirs (zero where none, or frozen)
 };
 
-inline void expect_history_near(const std::vector<double>& got, const std::vector<double>& want, double rel) {
+inline void expect_history_near(const std::vector<double>& got, const std::vector<double>& want,
+                                double rel) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t e = 0; e < got.size(); ++e) {
-    EXPECT_LE(std::abs(got[e] - want[e]), rel * std::abs(want[e])) << "epoch " << e << ": " << got[e] << " vs " << want[e];
+    EXPECT_LE(std::abs(got[e] - want[e]), rel * std::abs(want[e]))
+        << "epoch " << e << ": " << got[e] << " vs " << want[e];
   }
 }
 
@@ -188,13 +204,17 @@ constexpr int64_t kClasses = 5;
 /// Sequential "clf": d1 = Dense(8, relu), d2 = Dense(5, softmax) (or linear: logits), seeded.
 inline std::shared_ptr<Sequential> make_classifier(bool softmax) {
   auto d1 = std::make_shared<Dense>(
-      kHidden, DenseOptions{.name = "d1", .activation = Activation::kRelu,
-                            .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
-                            .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 2})});
+      kHidden,
+      DenseOptions{.name = "d1",
+                   .activation = Activation::kRelu,
+                   .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 1}),
+                   .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 2})});
   auto d2 = std::make_shared<Dense>(
-      kClasses, DenseOptions{.name = "d2", .activation = softmax ? Activation::kSoftmax : Activation::kLinear,
-                             .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
-                             .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 4})});
+      kClasses,
+      DenseOptions{.name = "d2",
+                   .activation = softmax ? Activation::kSoftmax : Activation::kLinear,
+                   .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
+                   .bias_initializer = Initializer::random_normal({.stddev = 0.1, .seed = 4})});
   return std::make_shared<Sequential>(std::vector<std::shared_ptr<Layer>>{d1, d2},
                                       SequentialOptions{.name = "clf", .input_shape = Shape{kIn}});
 }
@@ -209,7 +229,8 @@ inline std::pair<HostTensor, HostTensor> classification_data(int64_t rows = kRow
     const double f = 2.5 * (xr[0] + 0.5 * xr[1] * xr[2] - 0.3 * xr[3]) + 2.5;
     const int64_t c = std::clamp<int64_t>(static_cast<int64_t>(std::floor(f)), 0, kClasses - 1);
     for (int64_t j = 0; j < kClasses; ++j) {
-      y.data_as<float>()[r * kClasses + j] = r % 6 == 3 ? (j == c ? 0.6f : 0.1f) : (j == c ? 1.0f : 0.0f);
+      y.data_as<float>()[r * kClasses + j] =
+          r % 6 == 3 ? (j == c ? 0.6f : 0.1f) : (j == c ? 1.0f : 0.0f);
     }
   }
   return {std::move(x), std::move(y)};
@@ -217,18 +238,20 @@ inline std::pair<HostTensor, HostTensor> classification_data(int64_t rows = kRow
 
 /// Float64 fit of make_classifier with categorical_crossentropy, from the formulas: from logits
 /// −Σ t·log_softmax(z), dz = softmax(z)·Σt − t; from probabilities (a softmax output p)
-/// q = p / Σp, c = clip(q, 1e-7, 1 − 1e-7), −Σ t·log c, dp = ((in band ? −t/q : 0) + Σ_{in band} t)/Σp,
-/// then the softmax backward dz = p·(dp − Σ dp·p); the mean over rows.
+/// q = p / Σp, c = clip(q, 1e-7, 1 − 1e-7), −Σ t·log c, dp = ((in band ? −t/q : 0) + Σ_{in band}
+/// t)/Σp, then the softmax backward dz = p·(dp − Σ dp·p); the mean over rows.
 class RefClassifier {
  public:
   RefClassifier(const Sequential& model, bool softmax) : softmax_(softmax) {
     for (const auto& layer : model.layers()) {
-      for (const auto& [attr, v] : layer->own_weights()) vars_.push_back({to_doubles(v->value().gather()), v->name(), {}});
+      for (const auto& [attr, v] : layer->own_weights())
+        vars_.push_back({to_doubles(v->value().gather()), v->name(), {}});
     }
   }
 
   /// One step on a batch: the loss before the update.
-  double step(const std::vector<double>& x, const std::vector<double>& t, int64_t rows, RefOptimizer& opt) {
+  double step(const std::vector<double>& x, const std::vector<double>& t, int64_t rows,
+              RefOptimizer& opt) {
     const auto& k1 = vars_[0].theta;
     const auto& b1 = vars_[1].theta;
     const auto& k2 = vars_[2].theta;
@@ -280,7 +303,8 @@ class RefClassifier {
           g[2][h * kClasses + o] += std::max(0.0, z1[h]) * dz[o];
           if (z1[h] > 0) {
             g[1][h] += dz[o] * k2[h * kClasses + o];
-            for (int64_t i = 0; i < kIn; ++i) g[0][i * kHidden + h] += x[r * kIn + i] * dz[o] * k2[h * kClasses + o];
+            for (int64_t i = 0; i < kIn; ++i)
+              g[0][i * kHidden + h] += x[r * kIn + i] * dz[o] * k2[h * kClasses + o];
           }
         }
       }
@@ -290,7 +314,8 @@ class RefClassifier {
   }
 
   /// fit without shuffling: the batch-size-weighted epoch means.
-  std::vector<double> fit(const HostTensor& xh, const HostTensor& yh, int64_t batch, int64_t epochs, RefOptimizer opt) {
+  std::vector<double> fit(const HostTensor& xh, const HostTensor& yh, int64_t batch, int64_t epochs,
+                          RefOptimizer opt) {
     const std::vector<double> x = to_doubles(xh), y = to_doubles(yh);
     const int64_t rows = xh.shape()[0];
     std::vector<double> history;
@@ -299,7 +324,8 @@ class RefClassifier {
       for (int64_t start = 0; start < rows; start += batch) {
         const int64_t b = std::min(batch, rows - start);
         const std::vector<double> xb(x.begin() + start * kIn, x.begin() + (start + b) * kIn);
-        const std::vector<double> yb(y.begin() + start * kClasses, y.begin() + (start + b) * kClasses);
+        const std::vector<double> yb(y.begin() + start * kClasses,
+                                     y.begin() + (start + b) * kClasses);
         weighted += step(xb, yb, b, opt) * static_cast<double>(b);
       }
       history.push_back(weighted / static_cast<double>(rows));

@@ -28,10 +28,10 @@ struct LocalDevices {
 LocalDevices choose_local_devices(const InitializeOptions& options, int processes) {
   if (options.local_devices) {
     if (*options.local_devices < 1 || *options.local_devices > kMaxDeviceCount / processes) {
-      throw ValueError(fmt::format("local_devices must be from 1 to {} ({} devices over {} "
-                                   "processes), got {}",
-                                   kMaxDeviceCount / processes, kMaxDeviceCount, processes,
-                                   *options.local_devices));
+      throw ValueError(fmt::format(
+          "local_devices must be from 1 to {} ({} devices over {} "
+          "processes), got {}",
+          kMaxDeviceCount / processes, kMaxDeviceCount, processes, *options.local_devices));
     }
     return {*options.local_devices, "the local_devices option"};
   }
@@ -66,7 +66,8 @@ LocalDevices choose_local_devices(const InitializeOptions& options, int processe
 }  // namespace
 
 size_t pool_threads_per_process(size_t available, size_t node_cpus, int local_processes) {
-  const size_t share = std::max<size_t>(1, node_cpus / static_cast<size_t>(std::max(1, local_processes)));
+  const size_t share =
+      std::max<size_t>(1, node_cpus / static_cast<size_t>(std::max(1, local_processes)));
   return std::max<size_t>(1, std::min(available, share));
 }
 
@@ -76,8 +77,8 @@ bool launched_by_mpirun() {
 }
 
 std::shared_ptr<Runtime> initialize(int* argc, char*** argv, const InitializeOptions& options) {
-  MpiContext mpi = initialize_mpi(argc, argv, {.num_processes = options.num_processes,
-                                               .process_id = options.process_id});
+  MpiContext mpi = initialize_mpi(
+      argc, argv, {.num_processes = options.num_processes, .process_id = options.process_id});
   // Each process reads its own environment: a bad value on one process, or processes that
   // would name their devices differently, fail every process with one message.
   LocalDevices local{1, ""};
@@ -85,9 +86,8 @@ std::shared_ptr<Runtime> initialize(int* argc, char*** argv, const InitializeOpt
   std::exception_ptr failure;
   try {
     local = choose_local_devices(options, mpi.num_processes);
-    threads = thread_count_from_environment().value_or(
-        pool_threads_per_process(available_cpus(), std::thread::hardware_concurrency(),
-                                 mpi.local_processes));
+    threads = thread_count_from_environment().value_or(pool_threads_per_process(
+        available_cpus(), std::thread::hardware_concurrency(), mpi.local_processes));
   } catch (...) {
     failure = std::current_exception();
   }
@@ -96,8 +96,8 @@ std::shared_ptr<Runtime> initialize(int* argc, char*** argv, const InitializeOpt
     agree_on_operation(*mpi.world, "the devices of each process",
                        fmt::format("local devices={}", local.count));
   } catch (const ValueError& e) {
-    throw ValueError(fmt::format("{} (this process took {} from {})", e.what(), local.count,
-                                 local.source));
+    throw ValueError(
+        fmt::format("{} (this process took {} from {})", e.what(), local.count, local.source));
   }
   set_device_count(local.count * mpi.num_processes);
   auto runtime =

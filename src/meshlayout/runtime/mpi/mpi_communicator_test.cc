@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "meshlayout/core/errors.h"
-#include "meshlayout/runtime/mpi/initialize.h"
 #include "meshlayout/runtime/communicator_conformance.h"
+#include "meshlayout/runtime/mpi/initialize.h"
 #include "meshlayout/runtime/mpi/mpi_runtime.h"
 
 namespace meshlayout {
@@ -158,12 +158,12 @@ TEST(InitializeMpiTest, CountsTheProcessesOfTheNode) {
 // The pool of each process is its share of the node's CPUs, within its own CPUs: the
 // processes of a node together start no more threads than it has CPUs (each at least one).
 TEST(InitializeMpiTest, PoolThreadsShareTheNode) {
-  EXPECT_EQ(pool_threads_per_process(2, 2, 4), 1u);   // np 4 on 2 cores
-  EXPECT_EQ(pool_threads_per_process(1, 2, 2), 1u);   // np 2, each bound to a core
+  EXPECT_EQ(pool_threads_per_process(2, 2, 4), 1u);  // np 4 on 2 cores
+  EXPECT_EQ(pool_threads_per_process(1, 2, 2), 1u);  // np 2, each bound to a core
   EXPECT_EQ(pool_threads_per_process(8, 8, 2), 4u);
-  EXPECT_EQ(pool_threads_per_process(2, 8, 2), 2u);   // bound to 2 of its 4
+  EXPECT_EQ(pool_threads_per_process(2, 8, 2), 2u);  // bound to 2 of its 4
   EXPECT_EQ(pool_threads_per_process(16, 16, 1), 16u);
-  EXPECT_EQ(pool_threads_per_process(4, 4, 0), 4u);   // no count: the whole node
+  EXPECT_EQ(pool_threads_per_process(4, 4, 0), 4u);  // no count: the whole node
   if (std::getenv(kThreadsEnvVar) != nullptr) GTEST_SKIP() << "MESHLAYOUT_THREADS is set";
   const MpiContext mpi = initialize_mpi(nullptr, nullptr);
   const size_t threads = default_runtime()->pool().size();

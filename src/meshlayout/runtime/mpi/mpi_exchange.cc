@@ -62,8 +62,7 @@ struct RegionType {
 // Posts regions and owns their requests and derived datatypes.
 class Poster {
  public:
-  Poster(MPI_Comm comm, size_t element_size,
-         const std::function<void(int, const char*)>& check)
+  Poster(MPI_Comm comm, size_t element_size, const std::function<void(int, const char*)>& check)
       : comm_(comm), element_size_(element_size), check_(check) {}
   ~Poster() {
     for (RegionType& t : types_) {
@@ -116,8 +115,8 @@ class Poster {
     std::vector<int> sizes(rank), subsizes(rank), starts(rank);
     for (size_t d = 0; d < rank; ++d) {
       if (g.buffer_box.shape[d] > INT_MAX) {
-        throw InternalError(fmt::format("exchange_boxes: extent {} exceeds MPI's int",
-                                        g.buffer_box.shape[d]));
+        throw InternalError(
+            fmt::format("exchange_boxes: extent {} exceeds MPI's int", g.buffer_box.shape[d]));
       }
       sizes[d] = static_cast<int>(g.buffer_box.shape[d]);
       subsizes[d] = static_cast<int>(g.piece.shape[d]);
@@ -126,9 +125,9 @@ class Poster {
     MPI_Datatype element;
     check_(MPI_Type_contiguous(static_cast<int>(element_size_), MPI_BYTE, &element),
            "MPI_Type_contiguous");
-    const int created = MPI_Type_create_subarray(static_cast<int>(rank), sizes.data(),
-                                                 subsizes.data(), starts.data(), MPI_ORDER_C,
-                                                 element, &t.type);
+    const int created =
+        MPI_Type_create_subarray(static_cast<int>(rank), sizes.data(), subsizes.data(),
+                                 starts.data(), MPI_ORDER_C, element, &t.type);
     MPI_Type_free(&element);
     check_(created, "MPI_Type_create_subarray");
     t.derived = true;  // freed by the destructor from here on
@@ -150,8 +149,8 @@ std::vector<std::vector<const BoxRegion*>> by_peer(std::span<const BoxRegion> re
   std::vector<std::vector<const BoxRegion*>> out(static_cast<size_t>(size));
   for (const BoxRegion& g : regions) {
     if (g.peer < 0 || g.peer >= size) {
-      throw InternalError(fmt::format("exchange_boxes: peer {} is out of range for a group of {}",
-                                      g.peer, size));
+      throw InternalError(
+          fmt::format("exchange_boxes: peer {} is out of range for a group of {}", g.peer, size));
     }
     out[static_cast<size_t>(g.peer)].push_back(&g);
   }
@@ -183,8 +182,7 @@ void MpiCommunicator::exchange_boxes(std::span<const BoxRegion> sends,
 
 std::vector<std::byte> MpiCommunicator::exchange_boxes_if_agreed(
     std::span<const std::byte> header, std::span<const BoxRegion> sends,
-    std::span<const BoxRegion> recvs, size_t element_size,
-    const std::function<void()>& meanwhile) {
+    std::span<const BoxRegion> recvs, size_t element_size, const std::function<void()>& meanwhile) {
   CollectiveDeadline deadline("exchange_boxes_if_agreed (MPI point-to-point)");
   const size_t h = header.size();
   if (h > static_cast<size_t>(INT_MAX)) {
@@ -210,8 +208,8 @@ std::vector<std::byte> MpiCommunicator::exchange_boxes_if_agreed(
   for (int i = 1; i < size_; ++i) {
     const int peer = (rank_ - i + size_) % size_;
     peers.push_back(peer);
-    check(MPI_Irecv(all.data() + static_cast<size_t>(peer) * h, static_cast<int>(h), MPI_BYTE,
-                    peer, kHeaderTag, comm_, &header_requests.emplace_back(MPI_REQUEST_NULL)),
+    check(MPI_Irecv(all.data() + static_cast<size_t>(peer) * h, static_cast<int>(h), MPI_BYTE, peer,
+                    kHeaderTag, comm_, &header_requests.emplace_back(MPI_REQUEST_NULL)),
           "MPI_Irecv (exchange_boxes_if_agreed header)");
   }
   for (int i = 1; i < size_; ++i) {
@@ -225,7 +223,8 @@ std::vector<std::byte> MpiCommunicator::exchange_boxes_if_agreed(
   auto handle = [&](int count) {
     for (int c = 0; c < count; ++c) {
       const int peer = peers[static_cast<size_t>(done[static_cast<size_t>(c)])];
-      if (h == 0 || std::memcmp(all.data() + static_cast<size_t>(peer) * h, header.data(), h) == 0) {
+      if (h == 0 ||
+          std::memcmp(all.data() + static_cast<size_t>(peer) * h, header.data(), h) == 0) {
         post_pair(peer);
       }
     }
@@ -235,8 +234,8 @@ std::vector<std::byte> MpiCommunicator::exchange_boxes_if_agreed(
   if (meanwhile) {
     if (left > 0) {
       int count = 0;
-      check(MPI_Testsome(static_cast<int>(header_requests.size()), header_requests.data(),
-                         &count, done.data(), MPI_STATUSES_IGNORE),
+      check(MPI_Testsome(static_cast<int>(header_requests.size()), header_requests.data(), &count,
+                         done.data(), MPI_STATUSES_IGNORE),
             "MPI_Testsome (exchange_boxes_if_agreed header)");
       if (count != MPI_UNDEFINED) handle(count);
     }
