@@ -144,8 +144,8 @@ int main(int argc, char** argv) {
       if (i > 0) y.data_as<int32_t>()[r * seq + i - 1] = t;
     }
   }
-  const Array inputs = model.distribution().distribute_process_batch(x, batch);
-  const Array targets = model.distribution().distribute_process_batch(y, batch);
+  const Array inputs = model.distribution()->distribute_process_batch(x, batch);
+  const Array targets = model.distribution()->distribute_process_batch(y, batch);
   fmt::print(
       "llama: d=1024 layers={} heads=16 kv_heads=8 ff=2816 vocab=32000, mesh[batch=1,model=8] "
       "Megatron "

@@ -19,6 +19,7 @@
 #include "meshlayout/io/save_directory.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/models/llama_train.h"
+#include "meshlayout/train/training_state.h"
 
 namespace meshlayout::cli {
 namespace {
@@ -31,69 +32,17 @@ DeviceMesh default_train_mesh() {
   return DeviceMesh({static_cast<int64_t>(devices.size()), 1}, {"batch", "model"}, devices);
 }
 
-// Loads a saved optimizer state from the model directory into `optimizer` (built for
-// `variables`), when the directory has one. Its tensors must be exactly this optimizer's
-// variables (by Keras path); ValueError naming the difference otherwise.
-bool resume_optimizer(const std::string& model_dir, Optimizer& optimizer,
-                      const std::vector<VariablePtr>& variables) {
-  const fs::path path = fs::path(model_dir) / kOptimizerStateFile;
-  if (!fs::exists(path)) return false;
-  const Checkpoint state = Checkpoint::open(path.string());
-  optimizer.build(variables);
-  std::vector<LoadTarget> targets;
-  std::set<std::string> wanted;
-  for (const VariablePtr& v : optimizer.variables()) {
-    targets.push_back({v->path(), &v->mutable_value()});
-    wanted.insert(v->path());
-  }
-  std::set<std::string> present;
-  for (const auto& [file, info] : state.tensors()) present.insert(info->name);
-  if (present != wanted) {
-    std::string missing, unexpected;
-    for (const std::string& n : wanted) {
-      if (!present.count(n) && missing.empty()) missing = n;
-    }
-    for (const std::string& n : present) {
-      if (!wanted.count(n) && unexpected.empty()) unexpected = n;
-    }
-    throw ValueError(
-        fmt::format("{} holds the state of another optimizer than --optimizer {} ({} tensors, {} "
-                    "expected; e.g. {} {}): "
-                    "pass the optimizer it was saved with, or train from a directory without {}",
-                    quote(path.string()), quote(optimizer.name()), present.size(), wanted.size(),
-                    missing.empty() ? "unexpected" : "missing",
-                    quote(missing.empty() ? unexpected : missing), kOptimizerStateFile));
-  }
-  load_arrays(state, targets);
-  optimizer.restore_from_variables();
-  return true;
+// The model's files in a training state: the Hugging Face directory of the trained Llama.
+ModelFiles llama_files(LlamaModel& model, const LlamaConfig& config) {
+  return {.names = {"config.json", "model.safetensors"},
+          .write = [&model, &config](const std::string& dir) {
+            std::map<std::string, const Array*> weights;
+            for (const auto& [path, array] : model.variables_by_path()) weights[path] = array;
+            save_hf_llama(dir, config, weights);
+          }};
 }
 
-// The saved state files (checked for completeness on resume).
-const std::vector<std::string>& saved_state_files() {
-  static const std::vector<std::string> files = {"config.json", "model.safetensors",
-                                                 kOptimizerStateFile};
-  return files;
-}
-
-// Writes the model, the optimizer state and last the completion marker into `dir` (collective).
-void save_training(const std::string& dir, LlamaModel& model, const LlamaConfig& config,
-                   Optimizer& optimizer) {
-  std::map<std::string, const Array*> weights;
-  for (const auto& [path, array] : model.variables_by_path()) weights[path] = array;
-  save_hf_llama(dir, config, weights);
-  std::vector<NamedArray> state;
-  for (const VariablePtr& v : optimizer.variables()) state.push_back({v->path(), &v->value()});
-  save_arrays((fs::path(dir) / kOptimizerStateFile).string(), state);
-}
-
-nlohmann::json save_marker(const Optimizer& optimizer, int64_t steps_run) {
-  return {{"format", "meshlayout train state"},
-          {"optimizer", optimizer.name()},
-          {"iterations", optimizer.iterations()},
-          {"steps_this_run", steps_run},
-          {"files", saved_state_files()}};
-}
+nlohmann::json run_fields(int64_t steps_run) { return {{"steps_this_run", steps_run}}; }
 
 }  // namespace
 
@@ -165,12 +114,14 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
     optimizer_options.name = optimizer->name();
     optimizer_options.learning_rate = options.learning_rate;
     optimizer_options.weight_decay = options.weight_decay;
-    optimizer_options.shard_slots_over = model.distribution().batch_dim_name();
+    optimizer_options.shard_slots_over = model.distribution()->batch_dim_name();
     optimizer = make_optimizer(options.optimizer, optimizer_options);
   }
   const HfLoadReport load = load_hf_llama(*setup.checkpoint, model.variables_by_path());
   const std::vector<VariablePtr> variables = model.variables();
-  const bool resumed = resume_optimizer(options.model_dir, *optimizer, variables);
+  const std::optional<TrainingPosition> position =
+      resume_training_state(options.model_dir, *optimizer, variables);
+  const bool resumed = position.has_value();
   if (resumed && options.learning_rate) optimizer->set_learning_rate(*options.learning_rate);
 
   std::ostringstream log;
@@ -184,7 +135,7 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
     log << fmt::format("mesh: {} ({} process{} x {} local devices); batch axis {}\n",
                        model.mesh().to_string(), runtime->num_processes(),
                        runtime->num_processes() == 1 ? "" : "es", runtime->local_device_count(),
-                       quote(model.distribution().batch_dim_name()));
+                       quote(model.distribution()->batch_dim_name()));
     log << "rules: " << setup.rules_text << "\n";
     log << fmt::format("loaded {} tensors ({} read by process 0)\n", load.tensors_loaded,
                        format_bytes(load.bytes_read));
@@ -202,7 +153,7 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
   }
   LlamaTrainOptions train_options{.batch_size = options.batch_size,
                                   .steps = options.steps,
-                                  .first_step = optimizer->iterations()};
+                                  .first_step = position ? position->next_batch : 0};
   train_options.on_step = [&](int64_t step, double loss) {
     if (options.json) {
       if (leader)
@@ -214,6 +165,11 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
   };
   const LlamaTrainResult result = train_llama(model, *data, *optimizer, train_options);
   trained = true;
+  // Step k trained on batch k: the next run continues at the batch after the last.
+  const auto trained_position = [&] {
+    return TrainingPosition{.iterations = optimizer->iterations(),
+                            .next_batch = train_options.first_step + options.steps};
+  };
 
   if (!options.save_dir.empty()) {
     // The run is finished: a save that fails now (disk full, the directory removed) must not
@@ -221,8 +177,9 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
     // directory that process 0 makes (on one node, or where the temporary folder is shared).
     std::exception_ptr save_failure;
     try {
-      save_training(options.save_dir, model, config, *optimizer);
-      if (save_dir) save_dir->finish(save_marker(*optimizer, options.steps));
+      write_training_state(options.save_dir, save_dir ? &*save_dir : nullptr,
+                           llama_files(model, config), *optimizer, trained_position(),
+                           run_fields(options.steps));
     } catch (...) {
       save_failure = std::current_exception();
     }
@@ -253,8 +210,8 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
       std::exception_ptr retry_failure;
       try {
         if (leader) claimed = SaveDirectory::claim(dir, "the fallback save directory");
-        save_training(dir, model, config, *optimizer);
-        if (claimed) claimed->finish(save_marker(*optimizer, options.steps));
+        write_training_state(dir, claimed ? &*claimed : nullptr, llama_files(model, config),
+                             *optimizer, trained_position(), run_fields(options.steps));
       } catch (...) {
         retry_failure = std::current_exception();
       }

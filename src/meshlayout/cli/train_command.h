@@ -57,9 +57,6 @@ struct TrainCommandOptions {
   bool json = false;
 };
 
-/// The name of the file --save writes the optimizer state to, inside the directory.
-inline constexpr const char* kOptimizerStateFile = "optimizer.safetensors";
-
 /// Runs the command on the default runtime (every process calls it; output from process 0
 /// only); returns the exit code (0). Errors are thrown by every process alike: bad options, a
 /// missing or invalid model directory or data file (dtype, rank), a batch not divisible by

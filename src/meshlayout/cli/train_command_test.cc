@@ -23,6 +23,7 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/models/llama_train.h"
 #include "meshlayout/models/random_llama.h"
+#include "meshlayout/train/training_state.h"
 
 namespace meshlayout::cli {
 namespace {

@@ -201,47 +201,46 @@ Array LlamaDecoderLayer::backward(const Array& x, const Array& dy, Gradients& gr
 
 LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules,
                        const LlamaOptions& options)
-    : config_(config), dtype_(options.dtype), mesh_(*rules.device_mesh()) {
+    : Model("", "llama_causal_lm"),
+      config_(config),
+      dtype_(options.dtype),
+      mesh_(*rules.device_mesh()) {
   config_.validate();
   if (dtype_ != DType::kF32 && dtype_ != DType::kF64) {
     throw ValueError(
         fmt::format("LlamaModel runs in F32 or F64, got dtype {}", dtype_name(dtype_)));
   }
-  distribution_ = std::make_shared<ModelParallel>(rules);
+  auto distribution = std::make_shared<ModelParallel>(rules);
+  layout_map_ = rules;
+  distribution_ = distribution;
   {
-    DistributionScope scope(distribution_);  // variables are lazy until every layout is known
-    FloatxScope floatx_scope(dtype_);        // every layer, and so every weight, in dtype_
+    DistributionScope scope(distribution);  // variables are lazy until every layout is known
+    FloatxScope floatx_scope(dtype_);       // every layer, and so every weight, in dtype_
     const Shape tokens{1, 1}, hidden{1, 1, config_.hidden_size};
-    embedding_ = std::make_shared<ReversibleEmbedding>(
-        config_.vocab_size, config_.hidden_size, config_.tie_word_embeddings, "token_embedding");
+    embedding_ = track("token_embedding", std::make_shared<ReversibleEmbedding>(
+                                              config_.vocab_size, config_.hidden_size,
+                                              config_.tie_word_embeddings, "token_embedding"));
     embedding_->maybe_build(tokens);
     for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-      layers_.push_back(std::make_shared<LlamaDecoderLayer>(config_, i));
-      layers_.back()->maybe_build(hidden);
+      blocks_.push_back(track(fmt::format("transformer_layer_{}", i),
+                              std::make_shared<LlamaDecoderLayer>(config_, i)));
+      blocks_.back()->maybe_build(hidden);
     }
-    final_norm_ = std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-        .name = "sequence_output_layernorm", .epsilon = config_.rms_norm_eps});
+    final_norm_ = track("sequence_output_layernorm",
+                        std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                            .name = "sequence_output_layernorm", .epsilon = config_.rms_norm_eps}));
     final_norm_->maybe_build(hidden);
   }
   std::vector<KeyedVariable> keyed = keyed_variables(*embedding_, embedding_->name());
-  for (const auto& layer : layers_) {
+  for (const auto& layer : blocks_) {
     std::vector<KeyedVariable> more = keyed_variables(*layer, layer->name());
     keyed.insert(keyed.end(), more.begin(), more.end());
   }
   std::vector<KeyedVariable> norm = keyed_variables(*final_norm_, final_norm_->name());
   keyed.insert(keyed.end(), norm.begin(), norm.end());
-  materialize_lazy(keyed, std::nullopt, distribution_);
-}
-
-std::vector<VariablePtr> LlamaModel::variables() const {
-  std::vector<VariablePtr> all = embedding_->variables();
-  for (const auto& layer : layers_) {
-    std::vector<VariablePtr> v = layer->variables();
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  std::vector<VariablePtr> v = final_norm_->variables();
-  all.insert(all.end(), v.begin(), v.end());
-  return all;
+  materialize_lazy(keyed, std::nullopt, distribution);
+  output_shape_ = Shape{1, 1, config_.vocab_size};
+  set_built();
 }
 
 std::map<std::string, Array*> LlamaModel::variables_by_path() {
@@ -252,38 +251,79 @@ std::map<std::string, Array*> LlamaModel::variables_by_path() {
 
 Array LlamaModel::hidden_states(const Array& tokens, std::vector<KVCache>* caches, int64_t start,
                                 int64_t max_length) {
-  if (caches && caches->size() != layers_.size()) caches->resize(layers_.size());
+  if (caches && caches->size() != blocks_.size()) caches->resize(blocks_.size());
   Array x = embedding_->call_on(tokens);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_[i]->forward(x, caches ? &(*caches)[i] : nullptr, start, max_length);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    x = blocks_[i]->forward(x, caches ? &(*caches)[i] : nullptr, start, max_length);
   }
   return final_norm_->call_on(x);
 }
 
-double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets, Gradients& grads) {
+Array LlamaModel::forward_backward(
+    const Array& tokens, const std::function<Array(const Array& f, const Array& kernel)>& top,
+    Gradients& grads) {
   // Forward, keeping each block's input and what its backward needs (sharded like the
   // activations: nothing whole).
   std::vector<Array> xs;
-  std::vector<LlamaDecoderLayer::Saved> saved(layers_.size());
-  xs.reserve(layers_.size() + 1);
-  xs.push_back(embedding_->call_on(inputs));
-  for (size_t i = 0; i < layers_.size(); ++i)
-    xs.push_back(layers_[i]->forward_for_training(xs.back(), saved[i]));
+  std::vector<LlamaDecoderLayer::Saved> saved(blocks_.size());
+  xs.reserve(blocks_.size() + 1);
+  xs.push_back(embedding_->call_on(tokens));
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    xs.push_back(blocks_[i]->forward_for_training(xs.back(), saved[i]));
   const Array f = final_norm_->call_on(xs.back());
   std::optional<Array> transposed_table;  // tied: made once for the forward and the backward
   const Array& reverse_kernel = embedding_->reverse_kernel(transposed_table);
-  CrossEntropyResult ce =
-      sparse_categorical_crossentropy_with_grad(matmul(f, reverse_kernel), targets);
   // Backward, block by block from the top, freeing each block's activations as it goes.
-  Array dx = final_norm_->backward(
-      xs.back(), embedding_->reverse_backward(f, ce.dlogits, grads, &reverse_kernel), grads);
-  for (size_t i = layers_.size(); i-- > 0;) {
-    dx = layers_[i]->backward_saved(xs[i], saved[i], dx, grads);
+  Array dx = final_norm_->backward(xs.back(), top(f, reverse_kernel), grads);
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    dx = blocks_[i]->backward_saved(xs[i], saved[i], dx, grads);
     saved[i] = {};
     xs.pop_back();
   }
-  embedding_->backward(inputs, dx, grads);
-  return ce.loss;
+  return embedding_->backward(tokens, dx, grads);
+}
+
+double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets, Gradients& grads) {
+  double loss = 0;
+  forward_backward(
+      inputs,
+      [&](const Array& f, const Array& kernel) {
+        CrossEntropyResult ce =
+            sparse_categorical_crossentropy_with_grad(matmul(f, kernel), targets);
+        loss = ce.loss;
+        return embedding_->reverse_backward(f, ce.dlogits, grads, &kernel);
+      },
+      grads);
+  return loss;
+}
+
+Array LlamaModel::backward(const Array& tokens, const Array& dlogits, Gradients& grads) {
+  return forward_backward(
+      tokens,
+      [&](const Array& f, const Array& kernel) {
+        return embedding_->reverse_backward(f, dlogits, grads, &kernel);
+      },
+      grads);
+}
+
+std::optional<double> LlamaModel::fused_loss_and_gradients(const Array& x, const Array& y,
+                                                           const CompiledLoss& loss,
+                                                           Gradients& grads) {
+  if (loss.name != "sparse_categorical_crossentropy" || !loss.from_logits) return std::nullopt;
+  return loss_and_gradients(x, y, grads);
+}
+
+Tensor LlamaModel::call(const Tensor& x) {
+  if (x.is_symbolic()) return Tensor::symbolic(compute_output_shape(x.shape()));
+  return Tensor(logits(x.value()));
+}
+
+Shape LlamaModel::compute_output_shape(const Shape& input_shape) const {
+  if (input_shape.size() != 2) {
+    throw ValueError(fmt::format("{} takes token ids of shape (batch, seq), got shape {}",
+                                 quote(name()), shape_to_string(input_shape)));
+  }
+  return Shape{input_shape[0], input_shape[1], config_.vocab_size};
 }
 
 double LlamaModel::loss(const Array& inputs, const Array& targets) {

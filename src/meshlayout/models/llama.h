@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #include "meshlayout/models/hf_llama_config.h"
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/embedding.h"
+#include "meshlayout/nn/model.h"
 #include "meshlayout/nn/multi_head_attention.h"
 #include "meshlayout/nn/rms_normalization.h"
 
@@ -110,7 +112,10 @@ struct LlamaOptions {
   DType dtype = DType::kF32;
 };
 
-class LlamaModel {
+/// keras-hub's LlamaCausalLM as a Model (name "llama_causal_lm"): trained by the Trainer
+/// (compile/fit/evaluate/predict; sparse_categorical_crossentropy from logits takes the fused
+/// path below), summarised by summary(). Its variables keep keras-hub's paths (no model prefix).
+class LlamaModel : public Model {
  public:
   /// Builds every variable under `rules` (lazy, then materialised together: all layouts checked
   /// first). config.validate()'s ValueError for a bad config; ValueError naming the variable for
@@ -121,12 +126,11 @@ class LlamaModel {
   /// The weights' and the computation's dtype (LlamaOptions::dtype).
   DType dtype() const { return dtype_; }
   const DeviceMesh& mesh() const { return mesh_; }
-  /// The ModelParallel of the rules: its data layout splits a batch over the mesh's first axis.
-  const Distribution& distribution() const { return *distribution_; }
+  // distribution() (Model's): the ModelParallel of the rules; its data layout splits a batch
+  // over the mesh's first axis.
   /// Every variable, keyed by its keras-hub path (load_hf_llama's targets).
   std::map<std::string, Array*> variables_by_path();
-  /// Every variable in keras-hub's order.
-  std::vector<VariablePtr> variables() const;
+  // variables() (Layer's): every variable in keras-hub's order.
 
   /// Hidden states after the final norm: tokens (batch, seq) I32 → (batch, seq, d). Collective.
   /// With caches (one per layer), positions start… are appended to them.
@@ -146,14 +150,33 @@ class LlamaModel {
   Array last_logits(const Array& tokens, std::vector<KVCache>& caches, int64_t start,
                     int64_t max_length);
 
+  // Model: the call gives logits; tokens (batch, seq) → (batch, seq, vocab).
+  Tensor call(const Tensor& x) override;
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  /// dlogits (batch, seq, vocab) → every variable's gradient, as loss_and_gradients does after
+  /// its loss; returns the (empty) gradient of the integer tokens. Collective.
+  Array backward(const Array& tokens, const Array& dlogits, Gradients& grads) override;
+  /// loss_and_gradients for sparse_categorical_crossentropy from logits (the loss it computes);
+  /// std::nullopt for every other loss (the Trainer then goes through call and backward).
+  std::optional<double> fused_loss_and_gradients(const Array& x, const Array& y,
+                                                 const CompiledLoss& loss,
+                                                 Gradients& grads) override;
+
  private:
   LlamaConfig config_;
   DType dtype_;
   DeviceMesh mesh_;
-  std::shared_ptr<ModelParallel> distribution_;
   std::shared_ptr<ReversibleEmbedding> embedding_;
-  std::vector<std::shared_ptr<LlamaDecoderLayer>> layers_;
+  std::vector<std::shared_ptr<LlamaDecoderLayer>> blocks_;
   std::shared_ptr<RMSNormalization> final_norm_;
+
+  // The training forward keeping each block's input and what its backward needs, then `top`
+  // (given the final hidden states f and the reverse kernel) returns dL/df and accumulates the
+  // output projection's gradient; then the blocks' backward from the top and the lookup's.
+  // Returns the lookup's (empty) token gradient.
+  Array forward_backward(const Array& tokens,
+                         const std::function<Array(const Array& f, const Array& kernel)>& top,
+                         Gradients& grads);
 };
 
 struct GenerateOptions {

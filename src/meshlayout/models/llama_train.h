@@ -21,39 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/train/optimizer.h"
+#include "meshlayout/train/token_dataset.h"
 
 namespace meshlayout {
-
-/// The token rows of a training file, read batch by batch.
-class TokenDataset {
- public:
-  /// Opens `path` (a .safetensors file) and checks its `tokens` tensor. NotFoundError /
-  /// DataLossError naming the path for a missing or corrupt file, NotFoundError if it has no
-  /// tensor "tokens", ValueError naming the dtype or shape unless it is I32 of rank 2 with at
-  /// least 2 columns.
-  static TokenDataset open(const std::string& path);
-
-  int64_t rows() const { return rows_; }
-  /// Positions per row used for training: columns − 1.
-  int64_t sequence_length() const { return columns_ - 1; }
-  const std::string& path() const { return checkpoint_.path(); }
-  /// The file's headers (what processes compare before training on it).
-  const Checkpoint& checkpoint() const { return checkpoint_; }
-
-  /// Inputs and targets (batch_size, seq) of step `step`, each laid out by the distribution's
-  /// data layout; this process reads only its rows (Distribution::process_batch_rows). Collective.
-  /// ValueError if the file has fewer than (step + 1) · batch_size rows.
-  std::pair<Array, Array> batch(int64_t step, int64_t batch_size,
-                                const Distribution& distribution) const;
-
- private:
-  explicit TokenDataset(Checkpoint checkpoint) : checkpoint_(std::move(checkpoint)) {}
-  Checkpoint checkpoint_;
-  int64_t rows_ = 0, columns_ = 0;
-};
 
 /// One training step: loss and gradients of the batch (LlamaModel::loss_and_gradients), then
 /// the optimizer's update of every trainable variable. Returns the loss before the update.

@@ -57,7 +57,7 @@ double ten_steps_on_every_layout(DType dtype, double tolerance) {
                               static_cast<int>(steps), {.name = "adamw", .options = options});
     auto optimizer = make_optimizer("adamw", options);
     for (int64_t step = 0; step < steps; ++step) {
-      const RowRange mine = model.distribution().process_batch_rows(B);
+      const RowRange mine = model.distribution()->process_batch_rows(B);
       HostTensor x(DType::kI32, {mine.end - mine.begin, T}),
           y(DType::kI32, {mine.end - mine.begin, T});
       for (int64_t r = mine.begin; r < mine.end; ++r) {
@@ -69,8 +69,8 @@ double ten_steps_on_every_layout(DType dtype, double tolerance) {
         }
       }
       const double loss =
-          llama_train_step(model, *optimizer, model.distribution().distribute_process_batch(x, B),
-                           model.distribution().distribute_process_batch(y, B));
+          llama_train_step(model, *optimizer, model.distribution()->distribute_process_batch(x, B),
+                           model.distribution()->distribute_process_batch(y, B));
       const double w = want[static_cast<size_t>(step)];
       EXPECT_NEAR(loss, w, tolerance * w) << "step " << step;
       worst = std::max(worst, std::abs(loss - w) / w);
@@ -96,7 +96,7 @@ TEST(LlamaTrainMpiTest, ABatchTheDataShardsDoNotDivideIsRefusedEverywhere) {
   LlamaModel model(kConfig, LayoutMap(DeviceMesh({n, 1}, {"batch", "model"})));
   const int64_t B = rt->num_processes() + 1;  // one row more than the data shards
   try {
-    model.distribution().process_batch_rows(B);
+    model.distribution()->process_batch_rows(B);
     FAIL() << "accepted a batch of " << B;
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr(std::to_string(B)));

@@ -112,8 +112,8 @@ class LlamaTrainTest : public ::testing::Test {
     HostTensor x(DType::kI32, {B, T}), y(DType::kI32, {B, T});
     std::copy(inputs.begin(), inputs.end(), x.data_as<int32_t>());
     std::copy(targets.begin(), targets.end(), y.data_as<int32_t>());
-    return {model.distribution().distribute_process_batch(x, B),
-            model.distribution().distribute_process_batch(y, B)};
+    return {model.distribution()->distribute_process_batch(x, B),
+            model.distribution()->distribute_process_batch(y, B)};
   }
 };
 

@@ -129,6 +129,11 @@ Array Model::recompute(const Array& x) {
   return std::move(*t);
 }
 
+std::optional<double> Model::fused_loss_and_gradients(const Array&, const Array&,
+                                                      const CompiledLoss&, Gradients&) {
+  return std::nullopt;
+}
+
 Array Model::backward(const Array& x, const Array& dy, Gradients& grads) {
   if (kind_ != Kind::kSequential) return Layer::backward(x, dy, grads);
   if (!built()) {

@@ -40,6 +40,14 @@
 
 namespace meshlayout {
 
+/// The compiled loss as the Trainer names it to a model's own training path: Keras' canonical
+/// loss name and its arguments.
+struct CompiledLoss {
+  std::string name;  // "sparse_categorical_crossentropy", "mean_squared_error", …
+  bool from_logits = false;
+  double label_smoothing = 0.0;
+};
+
 class Model : public Layer {
  public:
   /// keras.Model(inputs, outputs): the layers between them, in order (layers()[0] is the
@@ -80,6 +88,15 @@ class Model : public Layer {
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
   /// The layers' recompute in order (Sequential); Layer::recompute otherwise.
   Array recompute(const Array& x) override;
+
+  /// A training step's loss and gradients in one pass of the model's own, for models with a
+  /// fused path (the Llama's cross-entropy straight from its vocabulary-sharded logits): the
+  /// loss of (x, y) as `loss` defines it, every variable's gradient accumulated into `grads`.
+  /// std::nullopt (the default) when the model has no such path for `loss`: the Trainer then
+  /// runs the call, the loss and backward(). Collective.
+  virtual std::optional<double> fused_loss_and_gradients(const Array& x, const Array& y,
+                                                         const CompiledLoss& loss,
+                                                         Gradients& grads);
 
  protected:
   /// `class_name` gives the automatic name ("sequential"); empty: the C++ class name in snake

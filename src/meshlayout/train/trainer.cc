@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/core/shape.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/runtime/runtime.h"
 #include "meshlayout/train/progress.h"
@@ -176,6 +177,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, CompileOptions options) : model_(
         fmt::format("compile: a loss is required, one of {}", repr_list(loss_names())));
   }
   loss_ = make_loss(options.loss, options.loss_options);
+  compiled_loss_ = {loss_->name(), options.loss_options.from_logits,
+                    options.loss_options.label_smoothing};
 }
 
 Trainer compile(std::shared_ptr<Model> model, CompileOptions options) {
@@ -197,6 +200,59 @@ std::shared_ptr<const Distribution> Trainer::data_distribution() const {
       quote(model_->name())));
 }
 
+namespace {
+
+// Keras calls the model with training=True in fit's steps: Dropout drops, BatchNormalization
+// uses the batch's statistics; inference again afterwards, also when a step throws.
+struct TrainingMode {
+  Model& model;
+  explicit TrainingMode(Model& m) : model(m) { model.set_training(true); }
+  ~TrainingMode() { model.set_training(false); }
+  TrainingMode(const TrainingMode&) = delete;
+  TrainingMode& operator=(const TrainingMode&) = delete;
+};
+
+}  // namespace
+
+double Trainer::train_step(Tensor x, const Array& y, bool terminate_on_nan,
+                           const std::function<std::string()>& where) {
+  Gradients grads;
+  std::vector<VariablePtr> vars;
+  double loss = 0;
+  if (std::optional<double> fused =
+          model_->fused_loss_and_gradients(x.value(), y, compiled_loss_, grads)) {
+    vars = trainable_variables(*model_);
+    loss = *fused + regularization_penalty(vars);
+    if (terminate_on_nan && !std::isfinite(loss)) {
+      throw ValueError(fmt::format(
+          "fit: the loss is {} at {} (optimizer iteration {}): stopped before that step's update "
+          "(FitOptions::terminate_on_nan)",
+          loss, where(), optimizer_->iterations()));
+    }
+  } else {
+    const Tensor pred = (*model_)(x);
+    vars = trainable_variables(*model_);  // after the call that builds
+    loss_->check(pred.value().shape(), pred.value().dtype(), y.shape(), y.dtype());
+    LossResult r = loss_->value_and_gradient(pred.value(), y);
+    // Keras' compute_loss: the compiled loss plus the regularisation penalties, on the weights
+    // before this step's update, once per batch (not scaled by its rows).
+    loss = r.value + regularization_penalty(vars);
+    if (terminate_on_nan && !std::isfinite(loss)) {
+      throw ValueError(fmt::format(
+          "fit: the loss is {} at {} (optimizer iteration {}): stopped before that step's update "
+          "(FitOptions::terminate_on_nan)",
+          loss, where(), optimizer_->iterations()));
+    }
+    (void)model_->backward(x.value(), r.gradient, grads);
+  }
+  // The penalty's gradient, in each variable's layout: elementwise, no communication.
+  for (const VariablePtr& v : vars) {
+    if (v->regularizer()) grads.accumulate(*v, v->regularizer()->gradient(v->value()));
+  }
+  optimizer_->apply(grads.for_variables(vars), vars);
+  return loss;
+}
+
 History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions& options) {
   std::shared_ptr<const Distribution> dist;
   ProgressMode mode = ProgressMode::kSilent;
@@ -204,20 +260,22 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
     check_data("fit", x, &y, options.batch_size);
     if (options.epochs < 0)
       throw ValueError(fmt::format("fit: epochs must be >= 0, got {}", options.epochs));
+    if (options.steps_per_epoch != 0 || options.first_batch != 0) {
+      throw ValueError(fmt::format(
+          "fit: steps_per_epoch ({}) and first_batch ({}) apply to fit on a BatchDataset; fit on "
+          "arrays reads every row each epoch",
+          options.steps_per_epoch, options.first_batch));
+    }
     mode = progress_mode(options.verbose);
     dist = data_distribution();
     dist->process_batch_rows(options.batch_size);  // Keras' error for an indivisible batch
   });
   if (!is_process_zero()) mode = ProgressMode::kSilent;
   const Batches batches{x.shape()[0], options.batch_size};
-  // Keras calls the model with training=True in fit's steps: Dropout drops, BatchNormalization
-  // uses the batch's statistics; inference again afterwards, also when a step throws.
-  struct TrainingMode {
-    Model& model;
-    explicit TrainingMode(Model& m) : model(m) { model.set_training(true); }
-    ~TrainingMode() { model.set_training(false); }
-  } training_mode(*model_);
+  TrainingMode training_mode(*model_);
+  for (const auto& c : options.callbacks) c->on_train_begin(*this);
   History history;
+  int64_t steps_run = 0;
   for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
     EpochProgress progress(out_or_cerr(options.out), mode, epoch, options.epochs, batches.count());
     const std::vector<int64_t> order =
@@ -226,39 +284,106 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
     int64_t seen = 0;
     for (int64_t k = 0; k < batches.count(); ++k) {
       const int64_t b = batches.size(k);
-      const Tensor xb(feed(x, order, batches.start(k), b, *dist));
+      Tensor xb(feed(x, order, batches.start(k), b, *dist));
       const Array yb = feed(y, order, batches.start(k), b, *dist);
-      const Tensor pred = (*model_)(xb);
-      const std::vector<VariablePtr> vars =
-          trainable_variables(*model_);  // after the call that builds
-      loss_->check(pred.value().shape(), pred.value().dtype(), yb.shape(), yb.dtype());
-      LossResult r = loss_->value_and_gradient(pred.value(), yb);
-      // Keras' compute_loss: the compiled loss plus the regularisation penalties, on the weights
-      // before this step's update, once per batch (not scaled by its rows).
-      const double loss = r.value + regularization_penalty(vars);
-      if (options.terminate_on_nan && !std::isfinite(loss)) {
-        throw ValueError(fmt::format(
-            "fit: the loss is {} at epoch {}, step {} (rows [{}, {}) of the epoch's order, "
-            "optimizer iteration {}): stopped before that step's update "
-            "(FitOptions::terminate_on_nan)",
-            loss, epoch, k, batches.start(k), batches.start(k) + b, optimizer_->iterations()));
-      }
-      Gradients grads;
-      (void)model_->backward(xb.value(), r.gradient, grads);
-      // The penalty's gradient, in each variable's layout: elementwise, no communication.
-      for (const VariablePtr& v : vars) {
-        if (v->regularizer()) grads.accumulate(*v, v->regularizer()->gradient(v->value()));
-      }
-      optimizer_->apply(grads.for_variables(vars), vars);
+      const double loss = train_step(std::move(xb), yb, options.terminate_on_nan, [&] {
+        return fmt::format("epoch {}, step {} (rows [{}, {}) of the epoch's order)", epoch, k,
+                           batches.start(k), batches.start(k) + b);
+      });
       weighted += loss * static_cast<double>(b);
       seen += b;
       progress.update(k + 1, weighted / static_cast<double>(seen));
+      for (const auto& c : options.callbacks)
+        c->on_train_batch_end(*this, {.epoch = epoch, .batch = k, .step = steps_run, .loss = loss});
+      ++steps_run;
     }
     const double epoch_loss = weighted / static_cast<double>(seen);
     progress.finish(epoch_loss);
     history.loss.push_back(epoch_loss);
     if (options.on_epoch_end) options.on_epoch_end(epoch, epoch_loss);
+    for (const auto& c : options.callbacks) c->on_epoch_end(*this, epoch, epoch_loss);
   }
+  for (const auto& c : options.callbacks) c->on_train_end(*this);
+  return history;
+}
+
+History Trainer::fit(const BatchDataset& data, const FitOptions& options) {
+  std::shared_ptr<const Distribution> dist;
+  ProgressMode mode = ProgressMode::kSilent;
+  const int64_t B = options.batch_size, rows = data.rows(), S = options.steps_per_epoch;
+  agreed([&] {
+    if (B < 1) throw ValueError(fmt::format("fit: batch_size must be >= 1, got {}", B));
+    if (options.epochs < 0)
+      throw ValueError(fmt::format("fit: epochs must be >= 0, got {}", options.epochs));
+    if (S < 0) throw ValueError(fmt::format("fit: steps_per_epoch must be >= 0, got {}", S));
+    if (options.first_batch < 0 || (options.first_batch > 0 && S == 0)) {
+      throw ValueError(fmt::format(
+          "fit: first_batch must be >= 0 and needs steps_per_epoch (the epoch's batches follow "
+          "it), got first_batch {} with steps_per_epoch {}",
+          options.first_batch, S));
+    }
+    if (options.shuffle) {
+      throw ValueError(fmt::format(
+          "fit: {} is read in order, batch after batch; shuffle applies to fit on arrays (write "
+          "the data shuffled instead)",
+          data.description()));
+    }
+    if (rows < 1) {
+      throw ValueError(
+          fmt::format("fit: {} has no rows; Keras needs at least one sample", data.description()));
+    }
+    if (S > 0) {
+      // first_batch + epochs · S batches of B rows, every product checked (a step count from a
+      // command line must not wrap into a negative row count).
+      const std::optional<int64_t> batches_total = checked_mul(options.epochs, S);
+      const std::optional<int64_t> end_batch =
+          batches_total ? checked_add(options.first_batch, *batches_total) : std::nullopt;
+      const std::optional<int64_t> rows_needed =
+          end_batch ? checked_mul(*end_batch, B) : std::nullopt;
+      if (!rows_needed || *rows_needed > rows) {
+        throw ValueError(fmt::format(
+            "fit: {} has {} rows, but {} epoch(s) of {} batches of {} from batch {} need {}",
+            data.description(), rows, options.epochs, S, B, options.first_batch,
+            rows_needed ? fmt::format("{}", *rows_needed) : std::string("more than 2^63 - 1")));
+      }
+    }
+    mode = progress_mode(options.verbose);
+    dist = data_distribution();
+    dist->process_batch_rows(B);  // Keras' error for an indivisible batch
+    if (S == 0 && rows % B != 0) dist->process_batch_rows(rows % B);  // the partial last one
+  });
+  if (!is_process_zero()) mode = ProgressMode::kSilent;
+  const int64_t count = S > 0 ? S : (rows + B - 1) / B;
+  TrainingMode training_mode(*model_);
+  for (const auto& c : options.callbacks) c->on_train_begin(*this);
+  History history;
+  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
+    EpochProgress progress(out_or_cerr(options.out), mode, epoch, options.epochs, count);
+    double weighted = 0;
+    int64_t seen = 0;
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t step = S > 0 ? options.first_batch + epoch * S + k : k;
+      const int64_t first_row = step * B, b = std::min(B, rows - first_row);
+      std::pair<Array, Array> batch = data.read_batch(first_row, b, *dist);
+      const double loss =
+          train_step(Tensor(std::move(batch.first)), batch.second, options.terminate_on_nan, [&] {
+            return fmt::format("epoch {}, step {} (rows [{}, {}) of {})", epoch, k, first_row,
+                               first_row + b, data.description());
+          });
+      next_batch_ = step + 1;
+      weighted += loss * static_cast<double>(b);
+      seen += b;
+      progress.update(k + 1, weighted / static_cast<double>(seen));
+      for (const auto& c : options.callbacks)
+        c->on_train_batch_end(*this, {.epoch = epoch, .batch = k, .step = step, .loss = loss});
+    }
+    const double epoch_loss = seen > 0 ? weighted / static_cast<double>(seen) : 0.0;
+    progress.finish(epoch_loss);
+    history.loss.push_back(epoch_loss);
+    if (options.on_epoch_end) options.on_epoch_end(epoch, epoch_loss);
+    for (const auto& c : options.callbacks) c->on_epoch_end(*this, epoch, epoch_loss);
+  }
+  for (const auto& c : options.callbacks) c->on_train_end(*this);
   return history;
 }
 

@@ -42,6 +42,17 @@
 //   h.loss.size() == 3;
 //   double test_loss = trainer.evaluate(x, y, {.batch_size = 8});
 //   HostTensor y_pred = trainer.predict(x, {.batch_size = 8});   // (rows, …) on every process
+//
+// Fit on a BatchDataset (batch_dataset.h: data read batch by batch, each process only its rows)
+// reads batches in order: with steps_per_epoch S, epoch e trains on batches first_batch + e·S …
+// (a resumed run passes the batch after its last one as first_batch); without, every epoch reads
+// the whole data from row 0, the last batch partial. Models with a fused loss path
+// (Model::fused_loss_and_gradients, e.g. the Llama with sparse_categorical_crossentropy from
+// logits) train through it; every other model through call, loss and backward.
+//   TokenDataset data = TokenDataset::open("tokens.safetensors");
+//   Trainer t = compile(llama, {.optimizer = "adamw", .loss = "sparse_categorical_crossentropy",
+//                               .loss_options = {.from_logits = true}});
+//   t.fit(data, {.batch_size = 8, .steps_per_epoch = 100, .callbacks = {checkpoint}});
 #pragma once
 
 #include <cstdint>
@@ -53,6 +64,7 @@
 
 #include "meshlayout/array/host_tensor.h"
 #include "meshlayout/nn/model.h"
+#include "meshlayout/train/batch_dataset.h"
 #include "meshlayout/train/losses.h"
 #include "meshlayout/train/optimizer.h"
 
@@ -75,6 +87,30 @@ struct CompileOptions {
   LossOptions loss_options;
 };
 
+class Trainer;
+
+/// What fit reports after each training step (Keras' on_train_batch_end logs).
+struct BatchLogs {
+  int64_t epoch = 0;  // the epoch's index
+  int64_t batch = 0;  // the batch's index within its epoch
+  /// Dataset fit: the batch's index in the data (rows [step·B, (step+1)·B)); array fit: the
+  /// steps fit has run before this one.
+  int64_t step = 0;
+  double loss = 0;  // the batch's loss (regularisation included), before its update
+};
+
+/// keras.callbacks.Callback: fit calls each hook on every process, in this order: on_train_begin,
+/// on_train_batch_end after every step, on_epoch_end after every epoch, on_train_end (not when
+/// fit throws). A hook that throws stops fit with its error.
+class Callback {
+ public:
+  virtual ~Callback() = default;
+  virtual void on_train_begin(Trainer& /*trainer*/) {}
+  virtual void on_train_batch_end(Trainer& /*trainer*/, const BatchLogs& /*logs*/) {}
+  virtual void on_epoch_end(Trainer& /*trainer*/, int64_t /*epoch*/, double /*loss*/) {}
+  virtual void on_train_end(Trainer& /*trainer*/) {}
+};
+
 struct FitOptions {
   int64_t batch_size = 32;  // global rows per step
   int64_t epochs = 1;
@@ -85,6 +121,13 @@ struct FitOptions {
   /// Called on every process after each epoch with (epoch index, its loss).
   std::function<void(int64_t, double)> on_epoch_end;
   std::ostream* out = nullptr;  // progress output; std::cerr when null
+  /// Dataset fit: batches per epoch (Keras' steps_per_epoch); 0: every batch of the data.
+  /// Array fit: must be 0.
+  int64_t steps_per_epoch = 0;
+  /// Dataset fit with steps_per_epoch: the index of the first batch read (rows
+  /// [first_batch·B, …)); a resumed run continues at the batch after its last one.
+  int64_t first_batch = 0;
+  std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
 struct EvaluateOptions {
@@ -114,6 +157,12 @@ class Trainer {
   /// FailedPreconditionError for a model that is not built and has no distribution or
   /// LayoutMap to build under, or whose backward is missing (subclassed models).
   History fit(const HostTensor& x, const HostTensor& y, const FitOptions& options = {});
+  /// model.fit(dataset): batches read from `data` (see the header comment). Collective.
+  /// ValueError (before any step) for batch_size < 1, epochs < 0, steps_per_epoch < 0,
+  /// first_batch < 0 or given without steps_per_epoch, shuffle (a dataset is read in order),
+  /// data without rows or with fewer rows than the steps need, a batch (or the partial last
+  /// batch) the data shards do not divide (Keras' message).
+  History fit(const BatchDataset& data, const FitOptions& options = {});
   /// model.evaluate(x, y): the batch-size-weighted mean loss, the regularisation penalties of
   /// the trainable weights included (as fit's). Collective.
   double evaluate(const HostTensor& x, const HostTensor& y, const EvaluateOptions& options = {});
@@ -123,6 +172,11 @@ class Trainer {
   Model& model() const { return *model_; }
   Optimizer& optimizer() const { return *optimizer_; }
   const Loss& loss() const { return *loss_; }
+  /// The compiled loss as models' fused paths see it.
+  const CompiledLoss& compiled_loss() const { return compiled_loss_; }
+  /// Dataset fit: the index of the next batch fit would read (the data position a training
+  /// state saves); 0 before any dataset fit.
+  int64_t next_batch() const { return next_batch_; }
   /// The distribution batches are fed under (see the header comment). FailedPreconditionError
   /// for a model not built with neither distribution nor LayoutMap.
   std::shared_ptr<const Distribution> data_distribution() const;
@@ -131,6 +185,14 @@ class Trainer {
   std::shared_ptr<Model> model_;
   std::shared_ptr<Optimizer> optimizer_;
   std::unique_ptr<Loss> loss_;
+  CompiledLoss compiled_loss_;
+  int64_t next_batch_ = 0;
+
+  // One step on a global batch: the loss (plus regularisation) and the gradients — through the
+  // model's fused path when it has one — then the optimizer's update. `where` describes the
+  // batch for the terminate_on_nan error.
+  double train_step(Tensor x, const Array& y, bool terminate_on_nan,
+                    const std::function<std::string()>& where);
 };
 
 /// model.compile(…): Trainer(model, options).
