@@ -8,7 +8,8 @@
 #      checkpoint I/O on the pool, progress bars,
 #      concurrent lookups) under ThreadSanitizer (MPI left out: Open MPI is not instrumented);
 #   4. each fuzz target for a short smoke run (fuzz/run.sh; 5-minute runs are for developers).
-# Before building, every C++ file is checked against .clang-format (scripts/format.sh --check).
+# Before building, every C++ file is checked against .clang-format (scripts/format.sh --check)
+# and the compute seam's rule is checked (scripts/check_compute_seam.sh).
 # Every build here treats warnings as errors (MESHLAYOUT_WERROR; users' builds do not).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,8 +49,9 @@ run_suite() {  # run_suite <build dir> <extra ctest args> <cmake args...>
 }
 
 stage_done "install dependencies"
-bash scripts/format.sh --check  # the tree stays as .clang-format formats it
-stage_done "format check"
+bash scripts/format.sh --check        # the tree stays as .clang-format formats it
+bash scripts/check_compute_seam.sh    # layers, models, optimizers touch shard bytes only via kernels/
+stage_done "format and compute-seam checks"
 run_suite build "" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHLAYOUT_WERROR=ON -DMESHLAYOUT_PYTHON=ON
 
 echo "=== pytest python/tests (the module built in build/python)"

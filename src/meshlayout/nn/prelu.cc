@@ -7,38 +7,11 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/prelu.h"
 #include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
-namespace {
-
-// Calls f(k, a) for every element of `box` (row-major, k its index in the box) with a its flat
-// index into alpha, whose strides over the input's dimensions are `alpha_strides` (0 for the
-// batch and the shared axes).
-template <typename F>
-void for_each_with_alpha(const Box& box, const std::vector<int64_t>& alpha_strides, F&& f) {
-  const size_t rank = box.shape.size();
-  const int64_t n = box.num_elements();
-  if (n == 0) return;
-  std::vector<int64_t> index(rank, 0);
-  int64_t a = 0;
-  for (size_t d = 0; d < rank; ++d) a += box.offset[d] * alpha_strides[d];
-  for (int64_t k = 0; k < n; ++k) {
-    f(k, a);
-    for (size_t d = rank; d-- > 0;) {  // the odometer, last dimension fastest
-      if (++index[d] < box.shape[d]) {
-        a += alpha_strides[d];
-        break;
-      }
-      a -= (box.shape[d] - 1) * alpha_strides[d];
-      index[d] = 0;
-    }
-  }
-}
-
-}  // namespace
-
 PReLU::PReLU(PReLUOptions options) : Layer("p_re_lu", options.name), options_(std::move(options)) {}
 
 void PReLU::build(const Shape& input_shape) {
@@ -111,15 +84,13 @@ Array PReLU::call(const Array& x) {
   const Array alpha = alpha_on(x);
   Array y = distribute_tensor(x, x.layout());
   const std::vector<int64_t> strides = alpha_strides(x.shape(), alpha_->shape());
+  const DeviceKind kind = kind_of(y);
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
     Array::Shard& s = y.local_shards()[i];
-    internal_nn::dispatch_float(y.dtype(), [&]<typename E>(E* /*tag*/) {
-      E* p = reinterpret_cast<E*>(s.buffer.data());
-      const E* a = reinterpret_cast<const E*>(alpha.shard_at(s.position)->buffer.data());
-      for_each_with_alpha(s.box, strides, [&](int64_t k, int64_t ai) {
-        if (p[k] < E(0)) p[k] = a[ai] * p[k];
-      });
-    });
+    prelu_forward(kind, {.y = &s,
+                         .alpha = alpha.shard_at(s.position),
+                         .alpha_strides = strides,
+                         .dtype = y.dtype()});
   });
   return y;
 }
@@ -136,19 +107,15 @@ Array PReLU::backward(const Array& x, const Array& dy, Gradients& grads) {
   Array dx = distribute_tensor(dy, x.layout());  // overwritten with dL/dx
   std::optional<Array> g;                        // dy · min(x, 0)
   if (alpha_->trainable()) g.emplace(distribute_tensor(dx, x.layout()));
+  const DeviceKind kind = kind_of(dx);
   dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
     Array::Shard& s = dx.local_shards()[i];
-    internal_nn::dispatch_float(dx.dtype(), [&]<typename E>(E* /*tag*/) {
-      E* d = reinterpret_cast<E*>(s.buffer.data());
-      E* gs = g ? reinterpret_cast<E*>(g->shard_at(s.position)->buffer.data()) : nullptr;
-      const E* xv = reinterpret_cast<const E*>(x.shard_at(s.position)->buffer.data());
-      const E* a = reinterpret_cast<const E*>(alpha.shard_at(s.position)->buffer.data());
-      for_each_with_alpha(s.box, strides, [&](int64_t k, int64_t ai) {
-        const bool negative = xv[k] < E(0);
-        if (gs) gs[k] = negative ? gs[k] * xv[k] : E(0);
-        if (!(xv[k] > E(0))) d[k] = negative ? d[k] * a[ai] : E(0);  // relu'(0) = 0, as autodiff
-      });
-    });
+    prelu_backward(kind, {.dx = &s,
+                          .g = g ? g->shard_at(s.position) : nullptr,
+                          .x = x.shard_at(s.position),
+                          .alpha = alpha.shard_at(s.position),
+                          .alpha_strides = strides,
+                          .dtype = dx.dtype()});
   });
   if (g) {
     // Σ over the batch (a partial sum over the batch split, completed by the collective) …
@@ -165,13 +132,8 @@ Array PReLU::backward(const Array& x, const Array& dy, Gradients& grads) {
       std::vector<int64_t> to_alpha = alpha_strides(x.shape(), alpha_->shape());
       to_alpha.erase(to_alpha.begin());
       HostTensor da(x.dtype(), alpha_->shape());
-      internal_nn::dispatch_float(x.dtype(), [&]<typename E>(E* /*tag*/) {
-        std::vector<double> acc(static_cast<size_t>(num_elements(alpha_->shape())), 0.0);
-        const E* v = reinterpret_cast<const E*>(whole.buffer.data());
-        for_each_with_alpha(Box{Shape(sample.size(), 0), sample}, to_alpha,
-                            [&](int64_t k, int64_t ai) { acc[static_cast<size_t>(ai)] += v[k]; });
-        for (size_t k = 0; k < acc.size(); ++k) da.data_as<E>()[k] = static_cast<E>(acc[k]);
-      });
+      prelu_alpha_gradient(
+          kind, {.summed = &whole, .sample = sample, .alpha_strides = to_alpha, .alpha_grad = &da});
       grads.accumulate(*alpha_, distribute_tensor(da, alpha_layout, {.runtime = x.runtime_ptr()}));
     }
   }
