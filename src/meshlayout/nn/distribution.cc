@@ -8,6 +8,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/runtime/runtime.h"
 
@@ -198,10 +199,12 @@ Array Distribution::distribute_process_batch(const HostTensor& local, int64_t gl
   }
   agree_on_failure(runtime->comm(), problem.empty() ? std::exception_ptr()
                                                     : std::make_exception_ptr(ValueError(problem)));
+  const DeviceKind kind = kind_of(out);
   for (Array::Shard& s : out.local_shards()) {
     if (s.box.shape[0] == 0 || row_bytes == 0) continue;
-    std::memcpy(s.buffer.data(), local.data() + (s.box.offset[0] - rows.begin) * row_bytes,
-                static_cast<size_t>(s.box.shape[0] * row_bytes));
+    copy_from_host(kind, {.dst = &s,
+                          .host = local.data() + (s.box.offset[0] - rows.begin) * row_bytes,
+                          .bytes = static_cast<size_t>(s.box.shape[0] * row_bytes)});
   }
   return out;
 }

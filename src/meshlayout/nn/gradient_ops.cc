@@ -8,6 +8,7 @@
 #include "meshlayout/array/array_view.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/ops/matmul_backward.h"
 
 namespace meshlayout {
@@ -37,14 +38,9 @@ const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional
 Array filled(const TensorLayout& layout, const Shape& shape, float value,
              const std::shared_ptr<Runtime>& runtime, DType dtype) {
   Array out = allocate_agreed(layout, shape, dtype, runtime);
+  const DeviceKind kind = kind_of(out);
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
-    Array::Shard& s = out.local_shards()[i];
-    if (dtype == DType::kF64) {
-      std::fill_n(reinterpret_cast<double*>(s.buffer.data()), s.box.num_elements(),
-                  static_cast<double>(value));
-    } else {
-      std::fill_n(reinterpret_cast<float*>(s.buffer.data()), s.box.num_elements(), value);
-    }
+    fill_scalar(kind, {.shard = &out.local_shards()[i], .dtype = dtype, .value = value});
   });
   return out;
 }

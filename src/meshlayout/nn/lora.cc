@@ -4,6 +4,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/layer.h"
@@ -14,16 +15,9 @@
 namespace meshlayout {
 
 void scale_in_place(Array& a, double factor) {
+  const DeviceKind kind = kind_of(a);
   a.runtime().pool().parallel_for(a.local_shards().size(), [&](size_t i) {
-    Array::Shard& s = a.local_shards()[i];
-    const int64_t n = s.box.num_elements();
-    if (a.dtype() == DType::kF32) {
-      float* p = reinterpret_cast<float*>(s.buffer.data());
-      for (int64_t k = 0; k < n; ++k) p[k] = static_cast<float>(p[k] * factor);
-    } else {
-      double* p = reinterpret_cast<double*>(s.buffer.data());
-      for (int64_t k = 0; k < n; ++k) p[k] *= factor;
-    }
+    scale_shard(kind, {.shard = &a.local_shards()[i], .dtype = a.dtype(), .factor = factor});
   });
 }
 

@@ -7,6 +7,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/layout/box_ops.h"
 #include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/ops/elementwise.h"
@@ -175,13 +176,18 @@ std::vector<Array> Concatenate::input_gradients(std::span<const Array* const> in
   int64_t offset = 0;
   for (const Array* a : inputs) {
     Array slice = allocate_agreed(whole, a->shape(), dy.dtype(), dy.runtime_ptr());
+    const DeviceKind kind = kind_of(slice);
     slice.runtime().pool().parallel_for(slice.local_shards().size(), [&](size_t i) {
       Array::Shard& s = slice.local_shards()[i];
       const Array::Shard& from = *g.shard_at(s.position);
       Box in_dy = s.box;  // the slice's box in dy's coordinates
       in_dy.offset[axis] += offset;
-      if (s.box.num_elements() > 0)
-        copy_box(from.buffer.data(), from.box, s.buffer.data(), in_dy, in_dy, elem);
+      copy_box_on_device(kind, {.dst = &s,
+                                .dst_box = in_dy,
+                                .src = &from,
+                                .src_box = from.box,
+                                .region = in_dy,
+                                .elem = elem});
     });
     offset += a->shape()[axis];
     out.push_back(slice.layout() == a->layout() ? std::move(slice)

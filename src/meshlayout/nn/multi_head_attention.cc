@@ -6,6 +6,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/ops/attention.h"
 #include "meshlayout/ops/attention_backward.h"
 #include "meshlayout/ops/elementwise.h"
@@ -19,16 +20,20 @@ namespace {
 void write_rows(const Array& rows, Array& cache, int64_t start) {
   const Array in = distribute_tensor(rows, cache.layout());
   const int64_t t = rows.shape()[1], max = cache.shape()[1];
+  const DeviceKind kind = kind_of(cache);
   cache.runtime().pool().parallel_for(cache.local_shards().size(), [&](size_t i) {
     Array::Shard& c = cache.local_shards()[i];
     const Array::Shard& r = *in.shard_at(c.position);
     const int64_t row_bytes = num_elements({c.box.shape[2], c.box.shape[3]}) *
                               static_cast<int64_t>(dtype_size(cache.dtype()));
-    for (int64_t b = 0; b < c.box.shape[0]; ++b) {
-      if (row_bytes == 0) continue;
-      std::memcpy(c.buffer.data() + (b * max + start) * row_bytes,
-                  r.buffer.data() + b * t * row_bytes, static_cast<size_t>(t * row_bytes));
-    }
+    if (row_bytes == 0) return;
+    copy_runs(kind, {.dst = &c,
+                     .dst_offset = static_cast<size_t>(start * row_bytes),
+                     .dst_stride = static_cast<size_t>(max * row_bytes),
+                     .src = &r,
+                     .src_stride = static_cast<size_t>(t * row_bytes),
+                     .runs = c.box.shape[0],
+                     .run_bytes = static_cast<size_t>(t * row_bytes)});
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
@@ -35,10 +36,14 @@ Array reshape_keeping_batch(const Array& x, const Shape& shape) {
   out_axes[0] = batch;
   Array y = Array::allocate(TensorLayout(out_axes, x.mesh()), shape, x.dtype(), x.runtime_ptr());
   // Each device holds the same rows before and after, whole: the same bytes in the same order.
+  const DeviceKind kind = kind_of(y);
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
     Array::Shard& s = y.local_shards()[i];
     const Array::Shard* from = src.shard_at(s.position);
-    if (s.buffer.size() > 0) std::memcpy(s.buffer.data(), from->buffer.data(), s.buffer.size());
+    copy_runs(kind,
+              {.dst = &s,
+               .src = from,
+               .run_bytes = static_cast<size_t>(s.box.num_elements()) * dtype_size(y.dtype())});
   });
   return y;
 }

@@ -8,6 +8,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/name_scope.h"
 
@@ -39,38 +40,6 @@ Variable::Variable(VariableSpec spec) : spec_(std::move(spec)) {
     }
   }
 }
-
-namespace {
-
-// Fills `box` of a tensor of `shape` whose last axis is cut into `segments`, each filled as a
-// tensor of its own (shape with that run as the last extent).
-void fill_segmented_box(const std::vector<InitializerSegment>& segments, const Shape& shape,
-                        const Box& box, DType dtype, std::byte* out, uint64_t key) {
-  const size_t last = shape.size() - 1, elem = dtype_size(dtype);
-  const int64_t width = box.shape[last], rows = width == 0 ? 0 : box.num_elements() / width;
-  int64_t start = 0;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const int64_t lo = std::max(start, box.offset[last]);
-    const int64_t hi = std::min(start + segments[i].length, box.offset[last] + width);
-    if (lo < hi && rows > 0) {
-      Shape seg_shape = shape;
-      seg_shape[last] = segments[i].length;
-      Box sub = box;
-      sub.offset[last] = lo - start;
-      sub.shape[last] = hi - lo;
-      std::vector<std::byte> part(static_cast<size_t>(sub.num_elements()) * elem);
-      fill_box(segments[i].initializer, seg_shape, sub, dtype, part.data(), key + i);
-      const size_t run = static_cast<size_t>(hi - lo) * elem;
-      for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(out + (static_cast<size_t>(r * width + (lo - box.offset[last]))) * elem,
-                    part.data() + static_cast<size_t>(r) * run, run);
-      }
-    }
-    start += segments[i].length;
-  }
-}
-
-}  // namespace
 
 void Variable::set_paths(std::string object_path, std::string path) {
   object_path_ = std::move(object_path);
@@ -125,17 +94,24 @@ void Variable::materialize(const TensorLayout& layout, std::shared_ptr<Runtime> 
     }
     if (first[i] == i) leaders.push_back(i);
   }
+  const DeviceKind kind = kind_of(a);
+  std::vector<InitializerRun> runs;
+  for (const InitializerSegment& segment : spec_.segments)
+    runs.push_back({segment.length, &segment.initializer});
   a.runtime().pool().parallel_for(leaders.size(), [&](size_t k) {
-    Array::Shard& s = shards[leaders[k]];
-    if (spec_.segments.empty()) {
-      fill_box(spec_.initializer, spec_.shape, s.box, *spec_.dtype, s.buffer.data(), key);
-    } else {
-      fill_segmented_box(spec_.segments, spec_.shape, s.box, *spec_.dtype, s.buffer.data(), key);
-    }
+    fill_initializer(kind, {.shard = &shards[leaders[k]],
+                            .initializer = &spec_.initializer,
+                            .runs = runs,
+                            .shape = &spec_.shape,
+                            .dtype = *spec_.dtype,
+                            .key = key});
   });
+  const size_t elem = dtype_size(*spec_.dtype);
   a.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
-    if (first[i] != i && shards[i].buffer.size() > 0) {
-      std::memcpy(shards[i].buffer.data(), shards[first[i]].buffer.data(), shards[i].buffer.size());
+    if (first[i] != i) {
+      copy_runs(kind, {.dst = &shards[i],
+                       .src = &shards[first[i]],
+                       .run_bytes = static_cast<size_t>(shards[i].box.num_elements()) * elem});
     }
   });
   value_.emplace(std::move(a));
