@@ -7,10 +7,10 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/cpu/blas.h"
 #include "meshlayout/nn/conv_geometry.h"
 #include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
-#include "meshlayout/ops/blas.h"
 #include "meshlayout/ops/matmul_backward.h"
 
 namespace meshlayout {
@@ -187,7 +187,7 @@ Array Conv2D::pre_activation(const Array& x, const Array& kernel_value) const {
                        .top = pad_before(x.shape()[1], 0),
                        .left = pad_before(x.shape()[2], 1)};
   const int64_t patch = g.patch();
-  internal_ops::use_single_threaded_blas();
+  cpu_kernels::use_single_threaded_blas();
   // E: float (F32) or double (F64), the element type of x, the kernel, the bias and y.
   const auto convolve = [&]<typename E>(size_t i, E* /*tag*/) {
     Array::Shard& out = y.local_shards()[i];
@@ -200,8 +200,8 @@ Array Conv2D::pre_activation(const Array& x, const Array& kernel_value) const {
       im2col(g, reinterpret_cast<const E*>(xs->buffer.data()) + b * g.H * g.W * g.C,
              columns.data());
       E* result = reinterpret_cast<E*>(out.buffer.data()) + b * g.OH * g.OW * nf;
-      internal_ops::gemm<E>(g.OH * g.OW, nf, patch, columns.data(), patch,
-                            reinterpret_cast<const E*>(ks->buffer.data()), nf, result, nf);
+      cpu_kernels::gemm<E>(g.OH * g.OW, nf, patch, columns.data(), patch,
+                           reinterpret_cast<const E*>(ks->buffer.data()), nf, result, nf);
     }
   };
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {

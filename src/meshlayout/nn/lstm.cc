@@ -9,7 +9,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
-#include "meshlayout/ops/blas.h"
+#include "meshlayout/kernels/cpu/blas.h"
 
 namespace meshlayout {
 namespace {
@@ -25,11 +25,11 @@ void run_rows(const T* x, int64_t rows, int64_t steps, int64_t features, const T
               const T* recurrent, const T* bias, int64_t u, bool sequences, T* out) {
   const int64_t g = 4 * u;
   std::vector<T> xz(static_cast<size_t>(rows * steps * g));
-  internal_ops::gemm<T>(rows * steps, g, features, x, features, kernel, g, xz.data(), g);
+  cpu_kernels::gemm<T>(rows * steps, g, features, x, features, kernel, g, xz.data(), g);
   std::vector<T> h(static_cast<size_t>(rows * u), T(0)), c(h.size(), T(0));
   std::vector<T> hz(static_cast<size_t>(rows * g));
   for (int64_t t = 0; t < steps; ++t) {
-    internal_ops::gemm<T>(rows, g, u, h.data(), u, recurrent, g, hz.data(), g);
+    cpu_kernels::gemm<T>(rows, g, u, h.data(), u, recurrent, g, hz.data(), g);
     for (int64_t r = 0; r < rows; ++r) {
       const T* zx = &xz[static_cast<size_t>((r * steps + t) * g)];
       const T* zh = &hz[static_cast<size_t>(r * g)];
@@ -135,7 +135,7 @@ Array LSTM::call(const Array& x) {
   out_axes[0] = data_axes[0];
   Array out = allocate_agreed(TensorLayout(out_axes, mesh), compute_output_shape(x.shape()),
                               x.dtype(), xs.runtime_ptr());
-  internal_ops::use_single_threaded_blas();
+  cpu_kernels::use_single_threaded_blas();
   std::vector<Array::Shard>& shards = out.local_shards();
   // Replicas of one batch box compute it once; the others copy it.
   std::vector<size_t> leaders, first(shards.size());

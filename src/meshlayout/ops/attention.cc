@@ -12,14 +12,14 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/cpu/blas.h"
 #include "meshlayout/ops/attention_internal.h"
-#include "meshlayout/ops/blas.h"
 
 namespace meshlayout {
 namespace {
 
-using internal_ops::gemm;
-using internal_ops::gemm_nt;
+using cpu_kernels::gemm;
+using cpu_kernels::gemm_nt;
 
 template <typename T>
 const T* data(const Array::Shard& s) {
@@ -185,7 +185,7 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
       for (int64_t h = 0; h < box.shape[2]; ++h) tasks.push_back({i, b, h});
     }
   }
-  internal_ops::use_single_threaded_blas();
+  cpu_kernels::use_single_threaded_blas();
   // The same code in float (F32) or double (F64): E is the element type of every operand.
   const auto run = [&]<typename E>(size_t n, E* /*tag*/) {
     const Task& task = tasks[n];

@@ -12,15 +12,15 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/cpu/blas.h"
 #include "meshlayout/ops/attention_internal.h"
-#include "meshlayout/ops/blas.h"
 #include "meshlayout/ops/partial_sum.h"
 
 namespace meshlayout {
 namespace {
 
-using internal_ops::gemm;
-using internal_ops::gemm_nt;
+using cpu_kernels::gemm;
+using cpu_kernels::gemm_nt;
 using internal_ops::in_layout;
 using internal_ops::mask_value;
 using internal_ops::rotary_embedding;
@@ -238,7 +238,7 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
         tasks.push_back({i, b, u.kv_box.offset[2] + j});
     }
   }
-  internal_ops::use_single_threaded_blas();
+  cpu_kernels::use_single_threaded_blas();
   rt.pool().parallel_for(tasks.size(), [&](size_t n) {
     const Task& t = tasks[n];
     if (dtype == DType::kF32) {

@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "meshlayout/core/errors.h"
-#include "meshlayout/ops/blas.h"
+#include "meshlayout/kernels/cpu/blas.h"
 #include "meshlayout/ops/partial_sum.h"
 
 namespace meshlayout {
@@ -60,7 +60,7 @@ void run_products(ThreadPool& pool, const std::vector<Product>& products) {
     const T* a = reinterpret_cast<const T*>(c.p->x->buffer.data()) + c.row * c.k;
     const T* b = reinterpret_cast<const T*>(c.p->w->buffer.data());
     T* out = reinterpret_cast<T*>(c.p->out) + c.row * c.n;
-    internal_ops::gemm<T>(c.rows, c.n, c.k, a, std::max<int64_t>(1, c.k), b, c.n, out, c.n);
+    cpu_kernels::gemm<T>(c.rows, c.n, c.k, a, std::max<int64_t>(1, c.k), b, c.n, out, c.n);
     for (std::byte* r : c.p->replicas) {  // while the rows are still in cache
       std::memcpy(reinterpret_cast<T*>(r) + c.row * c.n, out,
                   static_cast<size_t>(c.rows * c.n) * sizeof(T));
@@ -185,7 +185,7 @@ Array matmul(const Array& x, const Array& w, const MatmulOptions& options) {
                     shape_to_string(plan.output_shape), dtype_name(plan.dtype),
                     shape_to_string(a->shape()), dtype_name(a->dtype())));
   }
-  internal_ops::use_single_threaded_blas();
+  cpu_kernels::use_single_threaded_blas();
   std::optional<Array> xr, wr;
   if (plan.reshard_x) xr.emplace(distribute_tensor(x, plan.x_layout));
   if (plan.reshard_w) wr.emplace(distribute_tensor(w, plan.w_layout));

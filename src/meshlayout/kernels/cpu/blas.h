@@ -1,5 +1,5 @@
 // blas.h — the one place meshlayout calls a BLAS (OpenBLAS's CBLAS): the local matrix product
-// each device runs on its shards (internal to the ops module).
+// each CPU device runs on its shards, for the CPU kernels and the ops module's CPU paths.
 //
 // NOTE [BLAS threads]: a device's product runs on one thread of the runtime's pool, and the
 // pool runs the devices (and row chunks of a device's product) in parallel. A multi-threaded
@@ -16,7 +16,7 @@
 
 #include <cstdint>
 
-namespace meshlayout::internal_ops {
+namespace meshlayout::cpu_kernels {
 
 /// Sets OpenBLAS to one thread per call, once per process (see NOTE [BLAS threads]).
 void use_single_threaded_blas();
@@ -33,4 +33,4 @@ template <typename T>
 void gemm_nt(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
              T* c, int64_t ldc);
 
-}  // namespace meshlayout::internal_ops
+}  // namespace meshlayout::cpu_kernels

@@ -1,4 +1,4 @@
-#include "meshlayout/ops/blas.h"
+#include "meshlayout/kernels/cpu/blas.h"
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -10,7 +10,7 @@
 
 #include "meshlayout/core/errors.h"
 
-namespace meshlayout::internal_ops {
+namespace meshlayout::cpu_kernels {
 namespace {
 
 int checked_int(int64_t value, const char* what) {
@@ -70,4 +70,4 @@ template void gemm_nt<float>(int64_t, int64_t, int64_t, const float*, int64_t, c
 template void gemm_nt<double>(int64_t, int64_t, int64_t, const double*, int64_t, const double*,
                               int64_t, double*, int64_t);
 
-}  // namespace meshlayout::internal_ops
+}  // namespace meshlayout::cpu_kernels
