@@ -8,6 +8,9 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/adafactor.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/optimizer.h"
 
 namespace meshlayout {
 namespace {
@@ -25,18 +28,17 @@ Shape without(const Shape& shape, int drop) {
   return out;
 }
 
-// Sum over the elements of `a` (each box once: the devices of replica 0), across processes, of
-// f(shard, k) for the k-th element of each such local shard.
-// Each shard's sum on the thread pool, added in shard order.
+// The sum over the elements of `a` (each box once: the devices of replica 0), across
+// processes, of what shard_sum(shard, &sum) adds to a shard's sum (from 0). Each shard's sum
+// on the thread pool, added in shard order.
 template <typename F>
-double global_sum(const Array& a, F&& f) {
+double global_sum(const Array& a, F&& shard_sum) {
   const std::vector<Array::Shard>& shards = a.local_shards();
   std::vector<double> sums(shards.size(), 0.0);
   a.runtime().pool().parallel_for(shards.size(), [&](size_t s) {
     const Array::Shard& shard = shards[s];
     if (a.geometry().replica_of(shard.position) != 0) return;
-    const int64_t n = shard.box.num_elements();
-    for (int64_t k = 0; k < n; ++k) sums[s] += f(shard, k);
+    shard_sum(shard, &sums[s]);
   });
   double sum = 0.0;
   for (double x : sums) sum += x;
@@ -70,11 +72,6 @@ Array replicate_dim(const Array& partial, int dim) {
 }
 
 template <typename T>
-T* data(Array::Shard* s) {
-  return reinterpret_cast<T*>(s->buffer.data());
-}
-
-template <typename T>
 void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
   Array& x = *s.value;
   const Array& g = *s.gradient;
@@ -82,14 +79,15 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
   const int rank = static_cast<int>(shape.size());
   const int64_t total = num_elements(shape);
   if (total == 0) return;
+  const DeviceKind kind = kind_of(x);
+  const DType dtype = x.dtype();
   const T one = T(1);
   const T t = static_cast<T>(s.iterations + 1);
   T lr = static_cast<T>(s.lr);
   if (o.relative_step) lr = std::min(lr, one / std::sqrt(t));
   const T rho_t = std::min(lr, one / std::sqrt(t));
-  const T sum_x = static_cast<T>(global_sum(x, [](const Array::Shard& sh, int64_t k) {
-    const double v = reinterpret_cast<const T*>(sh.buffer.data())[k];
-    return v * v;
+  const T sum_x = static_cast<T>(global_sum(x, [&](const Array::Shard& sh, double* sum) {
+    sum_of_squares(kind, {.shard = &sh, .dtype = dtype, .sum = sum});
   }));
   const T rms_x = std::sqrt(sum_x / static_cast<T>(total));
   const T alpha_t = std::max(static_cast<T>(o.epsilon_2), rms_x) * rho_t;
@@ -101,121 +99,91 @@ void adafactor_update(const VariableStep& s, const AdafactorOptions& o) {
   Variable* v_var = s.slots[2];
   Array& v_arr = v_var->mutable_value();
   const ShardGeometry& geo = x.geometry();
-  const auto reg = [&](T gk) { return gk * gk + eps1; };
 
   if (rank >= 2) {
     const int dm = rank - 2, dn = rank - 1;
     const int64_t m = shape[static_cast<size_t>(dm)], n = shape[static_cast<size_t>(dn)];
-    const DType dtype = x.dtype();
     Array& r_arr = r_var->mutable_value();
     Array& c_arr = c_var->mutable_value();
     // Partial row sums (over each box's columns) and column sums (over its rows) of G.
     Array rows = partial_array(x.layout(), geo, dn, dtype, x.runtime_ptr());
     Array cols = partial_array(x.layout(), geo, dm, dtype, x.runtime_ptr());
     each_shard(x, [&](const Array::Shard& xs) {
-      const Box& b = xs.box;
-      const int64_t bm = b.shape[static_cast<size_t>(dm)], bn = b.shape[static_cast<size_t>(dn)];
-      const int64_t lead = bm * bn == 0 ? 0 : b.num_elements() / (bm * bn);
-      const T* gp = reinterpret_cast<const T*>(g.shard_at(xs.position)->buffer.data());
-      T* row = data<T>(rows.shard_at(xs.position));
-      T* col = data<T>(cols.shard_at(xs.position));
-      std::fill(row, row + num_elements(rows.shard_at(xs.position)->box.shape), T(0));
-      std::fill(col, col + num_elements(cols.shard_at(xs.position)->box.shape), T(0));
-      for (int64_t l = 0; l < lead; ++l) {
-        for (int64_t i = 0; i < bm; ++i) {
-          for (int64_t j = 0; j < bn; ++j) {
-            const T q = reg(gp[(l * bm + i) * bn + j]);
-            row[l * bm + i] += q;
-            col[l * bn + j] += q;
-          }
-        }
-      }
+      adafactor_partial_sums(kind, {.g = g.shard_at(xs.position),
+                                    .rows = rows.shard_at(xs.position),
+                                    .cols = cols.shard_at(xs.position),
+                                    .dtype = dtype,
+                                    .dm = dm,
+                                    .dn = dn,
+                                    .epsilon_1 = eps1});
     });
     const Array rows_all = replicate_dim(rows, dn);
     const Array cols_all = replicate_dim(cols, dm);
     const int64_t kn = geo.num_blocks(dn), km = geo.num_blocks(dm);
     // r and c: each device's boxes are its variable box's rows and columns.
     each_shard(r_arr, [&](Array::Shard& rs) {
-      const int64_t count = rs.box.num_elements();
-      const T* sums = reinterpret_cast<const T*>(rows_all.shard_at(rs.position)->buffer.data());
-      T* r = reinterpret_cast<T*>(rs.buffer.data());
-      for (int64_t k = 0; k < count; ++k) {
-        T sum = T(0);
-        for (int64_t kb = 0; kb < kn; ++kb) sum += sums[k * kn + kb];
-        r[k] = beta * r[k] + one_minus_beta * (sum / static_cast<T>(n));
-      }
+      adafactor_rows(kind, {.r = &rs,
+                            .sums = rows_all.shard_at(rs.position),
+                            .dtype = dtype,
+                            .blocks = kn,
+                            .n = n,
+                            .beta = beta,
+                            .one_minus_beta = one_minus_beta});
     });
     each_shard(c_arr, [&](Array::Shard& cs) {
-      const int64_t bn = cs.box.shape.back();
-      const int64_t lead = bn == 0 ? 0 : cs.box.num_elements() / bn;
-      const T* sums = reinterpret_cast<const T*>(cols_all.shard_at(cs.position)->buffer.data());
-      T* c = reinterpret_cast<T*>(cs.buffer.data());
-      for (int64_t l = 0; l < lead; ++l) {
-        for (int64_t j = 0; j < bn; ++j) {
-          T sum = T(0);
-          for (int64_t kb = 0; kb < km; ++kb) sum += sums[(l * km + kb) * bn + j];
-          c[l * bn + j] = beta * c[l * bn + j] + one_minus_beta * (sum / static_cast<T>(m));
-        }
-      }
+      adafactor_cols(kind, {.c = &cs,
+                            .sums = cols_all.shard_at(cs.position),
+                            .dtype = dtype,
+                            .blocks = km,
+                            .m = m,
+                            .beta = beta,
+                            .one_minus_beta = one_minus_beta});
     });
     // mean(r, −1): r's last dimension is the variable's dm, cut as it is.
     Array r_sums = partial_array(r_arr.layout(), r_arr.geometry(), dm, dtype, x.runtime_ptr());
     each_shard(r_arr, [&](const Array::Shard& rs) {
-      const int64_t bm = rs.box.shape.back();
-      T* out = data<T>(r_sums.shard_at(rs.position));
-      const int64_t lead = num_elements(r_sums.shard_at(rs.position)->box.shape);
-      const T* r = reinterpret_cast<const T*>(rs.buffer.data());
-      for (int64_t l = 0; l < lead; ++l) {
-        T sum = T(0);
-        for (int64_t i = 0; i < bm; ++i) sum += r[l * bm + i];
-        out[l] = sum;
-      }
+      adafactor_row_totals(kind, {.r = &rs, .out = r_sums.shard_at(rs.position), .dtype = dtype});
     });
     const Array r_sums_all = replicate_dim(r_sums, dm);
     // v = (r / mean(r, −1))[…, None] · c[…, None, :] on each variable box.
     each_shard(x, [&](const Array::Shard& xs) {
-      const Box& b = xs.box;
-      const int64_t bm = b.shape[static_cast<size_t>(dm)], bn = b.shape[static_cast<size_t>(dn)];
-      const int64_t lead = bm * bn == 0 ? 0 : b.num_elements() / (bm * bn);
-      const T* r = reinterpret_cast<const T*>(r_arr.shard_at(xs.position)->buffer.data());
-      const T* c = reinterpret_cast<const T*>(c_arr.shard_at(xs.position)->buffer.data());
-      const T* rs = reinterpret_cast<const T*>(r_sums_all.shard_at(xs.position)->buffer.data());
-      T* v = data<T>(v_arr.shard_at(xs.position));
-      for (int64_t l = 0; l < lead; ++l) {
-        T sum = T(0);
-        for (int64_t kb = 0; kb < km; ++kb) sum += rs[l * km + kb];
-        const T r_mean = sum / static_cast<T>(m);
-        for (int64_t i = 0; i < bm; ++i) {
-          const T ri = r[l * bm + i] / r_mean;
-          for (int64_t j = 0; j < bn; ++j) v[(l * bm + i) * bn + j] = ri * c[l * bn + j];
-        }
-      }
+      adafactor_factored_velocity(kind, {.v = v_arr.shard_at(xs.position),
+                                         .r = r_arr.shard_at(xs.position),
+                                         .c = c_arr.shard_at(xs.position),
+                                         .totals = r_sums_all.shard_at(xs.position),
+                                         .dtype = dtype,
+                                         .dm = dm,
+                                         .dn = dn,
+                                         .blocks = km,
+                                         .m = m});
     });
   } else {
     each_shard(x, [&](const Array::Shard& xs) {
-      const int64_t count = xs.box.num_elements();
-      const T* gp = reinterpret_cast<const T*>(g.shard_at(xs.position)->buffer.data());
-      T* v = data<T>(v_arr.shard_at(xs.position));
-      for (int64_t k = 0; k < count; ++k) v[k] = beta * v[k] + one_minus_beta * reg(gp[k]);
+      adafactor_velocity(kind, {.v = v_arr.shard_at(xs.position),
+                                .g = g.shard_at(xs.position),
+                                .dtype = dtype,
+                                .beta = beta,
+                                .one_minus_beta = one_minus_beta,
+                                .epsilon_1 = eps1});
     });
   }
 
   // u = g/√v; θ −= α_t · u / max(1, rms(u)/clip_threshold).
-  const auto u_at = [&](const Array::Shard& xs, int64_t k) {
-    const T gk = reinterpret_cast<const T*>(g.shard_at(xs.position)->buffer.data())[k];
-    const T vk = reinterpret_cast<const T*>(v_arr.shard_at(xs.position)->buffer.data())[k];
-    return gk / std::sqrt(vk);
-  };
-  const T sum_u = static_cast<T>(global_sum(x, [&](const Array::Shard& xs, int64_t k) {
-    const double u = u_at(xs, k);
-    return u * u;
+  const T sum_u = static_cast<T>(global_sum(x, [&](const Array::Shard& xs, double* sum) {
+    adafactor_sum_u_squares(kind, {.g = g.shard_at(xs.position),
+                                   .v = v_arr.shard_at(xs.position),
+                                   .dtype = dtype,
+                                   .sum = sum});
   }));
   const T rms_u = std::sqrt(sum_u / static_cast<T>(total));
   const T divisor = std::max(one, rms_u / static_cast<T>(o.clip_threshold));
   each_shard(x, [&](Array::Shard& xs) {
-    T* theta = reinterpret_cast<T*>(xs.buffer.data());
-    const int64_t count = xs.box.num_elements();
-    for (int64_t k = 0; k < count; ++k) theta[k] -= alpha_t * (u_at(xs, k) / divisor);
+    adafactor_apply(kind, {.theta = &xs,
+                           .g = g.shard_at(xs.position),
+                           .v = v_arr.shard_at(xs.position),
+                           .dtype = dtype,
+                           .alpha_t = alpha_t,
+                           .divisor = divisor});
   });
 }
 
@@ -298,10 +266,7 @@ void Adafactor::update_variable(const VariableStep& step) const {
   }
 }
 
-void Adafactor::update_shard(const ShardStep<float>& /*step*/) const {
-  throw InternalError("Adafactor updates whole variables (update_variable), not shards");
-}
-void Adafactor::update_shard(const ShardStep<double>& /*step*/) const {
+void Adafactor::update_shard(DeviceKind /*kind*/, const OptimizerShardStep& /*step*/) const {
   throw InternalError("Adafactor updates whole variables (update_variable), not shards");
 }
 

@@ -60,8 +60,7 @@ class Adafactor : public Optimizer {
   bool updates_whole_variables() const override { return true; }
   void update_variable(const VariableStep& step) const override;
   /// InternalError: Adafactor updates whole variables.
-  void update_shard(const ShardStep<float>& step) const override;
-  void update_shard(const ShardStep<double>& step) const override;
+  void update_shard(DeviceKind kind, const OptimizerShardStep& step) const override;
 
  protected:
   void build_slots(std::span<const VariablePtr> variables) override;

@@ -8,20 +8,6 @@
 #include "meshlayout/core/errors.h"
 
 namespace meshlayout {
-namespace {
-
-template <typename T>
-void adagrad_step(const ShardStep<T>& s, const AdagradOptions& o) {
-  const T eps = static_cast<T>(o.epsilon);
-  T* acc = s.slots[0];
-  for (int64_t k = 0; k < s.n; ++k) {
-    const T g = s.grad[k];
-    acc[k] += g * g;
-    s.theta[k] -= (s.lr * g) / std::sqrt(acc[k] + eps);
-  }
-}
-
-}  // namespace
 
 AdagradOptions AdagradOptions::from(const OptimizerOptions& options) {
   OptimizerArguments a(options, "Adagrad");
@@ -55,8 +41,9 @@ void Adagrad::build_slots(std::span<const VariablePtr> variables) {
   add_optimizer_variables(variables, {"accumulator"}, options_.initial_accumulator_value);
 }
 
-void Adagrad::update_shard(const ShardStep<float>& step) const { adagrad_step(step, options_); }
-void Adagrad::update_shard(const ShardStep<double>& step) const { adagrad_step(step, options_); }
+void Adagrad::update_shard(DeviceKind kind, const OptimizerShardStep& step) const {
+  adagrad_update(kind, {step, AdagradParams{options_.epsilon}});
+}
 
 MESHLAYOUT_REGISTER_OPTIMIZER(adagrad, Adagrad, "adagrad")
 

@@ -31,8 +31,7 @@ class Adagrad : public Optimizer {
   explicit Adagrad(const OptimizerOptions& options = {});
   const AdagradOptions& options() const { return options_; }
   std::vector<std::string> slot_names() const override;
-  void update_shard(const ShardStep<float>& step) const override;
-  void update_shard(const ShardStep<double>& step) const override;
+  void update_shard(DeviceKind kind, const OptimizerShardStep& step) const override;
 
  protected:
   void build_slots(std::span<const VariablePtr> variables) override;

@@ -37,8 +37,7 @@ class Adam : public Optimizer {
   double epsilon() const { return options_.epsilon; }
   bool amsgrad() const { return options_.amsgrad; }
   std::vector<std::string> slot_names() const override;
-  void update_shard(const ShardStep<float>& step) const override;
-  void update_shard(const ShardStep<double>& step) const override;
+  void update_shard(DeviceKind kind, const OptimizerShardStep& step) const override;
 
  protected:
   /// For AdamW: `class_name` names it; `own` is already parsed from `options`.

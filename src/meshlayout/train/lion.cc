@@ -6,23 +6,6 @@
 #include "meshlayout/core/errors.h"
 
 namespace meshlayout {
-namespace {
-
-template <typename T>
-void lion_step(const ShardStep<T>& s, const LionOptions& o) {
-  const T b1 = static_cast<T>(o.beta_1), b2 = static_cast<T>(o.beta_2);
-  const T one_minus_b1 = T(1) - b1, one_minus_b2 = T(1) - b2;  // Keras: 1.0 - cast(beta)
-  T* m = s.slots[0];
-  for (int64_t k = 0; k < s.n; ++k) {
-    const T g = s.grad[k];
-    const T c = m[k] * b1 + g * one_minus_b1;
-    const T sign = c > T(0) ? T(1) : (c < T(0) ? T(-1) : T(0));
-    s.theta[k] -= s.lr * sign;
-    m[k] = m[k] * b2 + g * one_minus_b2;
-  }
-}
-
-}  // namespace
 
 LionOptions LionOptions::from(const OptimizerOptions& options) {
   OptimizerArguments a(options, "Lion");
@@ -58,8 +41,9 @@ void Lion::build_slots(std::span<const VariablePtr> variables) {
   add_optimizer_variables(variables, {"momentum"});
 }
 
-void Lion::update_shard(const ShardStep<float>& step) const { lion_step(step, options_); }
-void Lion::update_shard(const ShardStep<double>& step) const { lion_step(step, options_); }
+void Lion::update_shard(DeviceKind kind, const OptimizerShardStep& step) const {
+  lion_update(kind, {step, LionParams{options_.beta_1, options_.beta_2}});
+}
 
 MESHLAYOUT_REGISTER_OPTIMIZER(lion, Lion, "lion")
 

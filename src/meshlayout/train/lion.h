@@ -28,8 +28,7 @@ class Lion : public Optimizer {
   explicit Lion(const OptimizerOptions& options = {});
   const LionOptions& options() const { return options_; }
   std::vector<std::string> slot_names() const override;
-  void update_shard(const ShardStep<float>& step) const override;
-  void update_shard(const ShardStep<double>& step) const override;
+  void update_shard(DeviceKind kind, const OptimizerShardStep& step) const override;
 
  protected:
   void build_slots(std::span<const VariablePtr> variables) override;

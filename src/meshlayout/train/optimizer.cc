@@ -8,11 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <set>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/device_kind.h"
 #include "meshlayout/nn/layer.h"
 #include "meshlayout/nn/name_scope.h"
 
@@ -27,34 +27,6 @@ std::string layout_text(const TensorLayout& layout) {
 
 std::string format_opt(const std::optional<double>& v) {
   return v ? fmt::format("{}", *v) : "None";
-}
-
-// The gradient of one box in T: cast, then clipped (clipvalue elementwise, or scaled by
-// `scale` for clipnorm/global_clipnorm: Keras' g·c / max(‖g‖, c) and g·scale).
-template <typename T>
-const T* prepared_gradient(const Array::Shard& g, DType dtype, int64_t n,
-                           const std::optional<double>& clipvalue,
-                           const std::optional<std::pair<double, double>>& norm_clip,
-                           std::vector<T>& buffer) {
-  const bool same = dtype == (sizeof(T) == 4 ? DType::kF32 : DType::kF64);
-  if (same && !clipvalue && !norm_clip) return reinterpret_cast<const T*>(g.buffer.data());
-  buffer.resize(static_cast<size_t>(n));
-  if (dtype == DType::kF32) {
-    const float* src = reinterpret_cast<const float*>(g.buffer.data());
-    for (int64_t k = 0; k < n; ++k) buffer[k] = static_cast<T>(src[k]);
-  } else {
-    const double* src = reinterpret_cast<const double*>(g.buffer.data());
-    for (int64_t k = 0; k < n; ++k) buffer[k] = static_cast<T>(src[k]);
-  }
-  if (clipvalue) {
-    const T c = static_cast<T>(*clipvalue);
-    for (T& x : buffer) x = std::clamp(x, -c, c);
-  } else if (norm_clip) {
-    // (multiplier, divisor): clipnorm → (c, max(norm, c)); global → (scale, 1).
-    const T mul = static_cast<T>(norm_clip->first), div = static_cast<T>(norm_clip->second);
-    for (T& x : buffer) x = x * mul / div;
-  }
-  return buffer.data();
 }
 
 // Positions of a geometry whose box no earlier position holds (each box counted once).
@@ -176,8 +148,10 @@ void Optimizer::set_learning_rate(double value) {
   }
   lr_ = static_cast<float>(value);
   if (learning_rate_var_->is_lazy()) return;
-  for (Array::Shard& s : learning_rate_var_->mutable_value().local_shards()) {
-    std::memcpy(s.buffer.data(), &lr_, sizeof(lr_));
+  Array& rate = learning_rate_var_->mutable_value();
+  const DeviceKind kind = kind_of(rate);
+  for (Array::Shard& s : rate.local_shards()) {
+    write_scalar(kind, {.shard = &s, .value = &lr_, .bytes = sizeof(lr_)});
   }
 }
 
@@ -420,15 +394,10 @@ void Optimizer::apply(std::span<const Array* const> gradients,
     for (size_t i = 0; i < pairs.size(); ++i) {
       const Array& g = *pairs[i].grad;
       const std::vector<bool> first = first_holders(g.geometry());
+      const DeviceKind kind = kind_of(g);
       for (const Array::Shard& s : g.local_shards()) {
         if (!first[static_cast<size_t>(s.position)]) continue;
-        const int64_t n = s.box.num_elements();
-        for (int64_t k = 0; k < n; ++k) {
-          const double x = g.dtype() == DType::kF32
-                               ? reinterpret_cast<const float*>(s.buffer.data())[k]
-                               : reinterpret_cast<const double*>(s.buffer.data())[k];
-          sums[i] += x * x;
-        }
+        sum_of_squares(kind, {.shard = &s, .dtype = g.dtype(), .sum = &sums[i]});
       }
     }
     Runtime& rt = pairs.front().grad->runtime();
@@ -493,41 +462,32 @@ void Optimizer::apply(std::span<const Array* const> gradients,
   for (size_t i = 0; i < pairs.size(); ++i) decay[i] = use_weight_decay(*pairs[i].var);
   const float lr = lr_;
   const int64_t iterations = iterations_;
-  auto run = [&]<typename T>(const Task& t, T* /*tag*/) {
-    const Pair& p = pairs[t.pair];
-    Array::Shard& x = xs[t.pair]->local_shards()[t.shard];
-    const Array::Shard* g = gs[t.pair]->shard_at(x.position);
-    const int64_t n = x.box.num_elements();
-    std::vector<T> buffer;
-    const T* grad =
-        prepared_gradient<T>(*g, p.grad->dtype(), n, clipvalue_, norm_clip[t.pair], buffer);
-    T* theta = reinterpret_cast<T*>(x.buffer.data());
-    const T lr_t = static_cast<T>(lr);
-    if (decay[t.pair]) {
-      const T wd = static_cast<T>(*weight_decay_);
-      for (int64_t k = 0; k < n; ++k) theta[k] = theta[k] - theta[k] * wd * lr_t;
-    }
-    if (whole) {
-      // An empty box (uneven splits leave some) has no buffer: memcpy of null is undefined.
-      if (n > 0) {
-        std::memcpy(prepared[t.pair]->shard_at(x.position)->buffer.data(), grad,
-                    static_cast<size_t>(n) * sizeof(T));
-      }
-      return;
-    }
-    std::vector<T*> slot_ptrs;
-    for (Variable* s : slots[t.pair]) {
-      slot_ptrs.push_back(
-          reinterpret_cast<T*>(s->mutable_value().shard_at(x.position)->buffer.data()));
-    }
-    update_shard(ShardStep<T>{theta, grad, n, slot_ptrs, lr_t, iterations});
-  };
+  const DeviceKind kind = kind_of(pairs.front().var->value());
   pairs.front().var->value().runtime().pool().parallel_for(tasks.size(), [&](size_t k) {
     const Task& t = tasks[k];
-    if (pairs[t.pair].var->dtype() == DType::kF32) {
-      run(t, static_cast<float*>(nullptr));
+    const Pair& p = pairs[t.pair];
+    Array::Shard& x = xs[t.pair]->local_shards()[t.shard];
+    std::vector<Array::Shard*> slot_shards;
+    if (!whole) {
+      for (Variable* s : slots[t.pair])
+        slot_shards.push_back(s->mutable_value().shard_at(x.position));
+    }
+    const OptimizerShardStep step{
+        .theta = &x,
+        .dtype = p.var->dtype(),
+        .grad = gs[t.pair]->shard_at(x.position),
+        .grad_dtype = p.grad->dtype(),
+        .slots = slot_shards,
+        .lr = lr,
+        .iterations = iterations,
+        .clipvalue = clipvalue_,
+        .norm_clip = norm_clip[t.pair],
+        .weight_decay = decay[t.pair] ? weight_decay_ : std::nullopt,
+    };
+    if (whole) {
+      optimizer_prepare(kind, {.step = step, .prepared = prepared[t.pair]->shard_at(x.position)});
     } else {
-      run(t, static_cast<double*>(nullptr));
+      update_shard(kind, step);
     }
   });
 
@@ -541,8 +501,10 @@ void Optimizer::apply(std::span<const Array* const> gradients,
 
   ++iterations_;
   const int32_t it = static_cast<int32_t>(iterations_);
-  for (Array::Shard& s : iteration_var_->mutable_value().local_shards()) {
-    std::memcpy(s.buffer.data(), &it, sizeof(it));
+  Array& iteration = iteration_var_->mutable_value();
+  const DeviceKind iteration_kind = kind_of(iteration);
+  for (Array::Shard& s : iteration.local_shards()) {
+    write_scalar(iteration_kind, {.shard = &s, .value = &it, .bytes = sizeof(it)});
   }
 }
 

@@ -22,7 +22,8 @@
 //    optimizer says otherwise; ZeRO-1 below), never matched against a LayoutMap (Keras >= 3.10:
 //    layout=ref._layout) — Adafactor's factored slots in that layout less the reduced dimension;
 //  * a step: clip gradients → decoupled weight decay θ ← θ − θ·wd·lr (pre-update θ) →
-//    update_step → iteration += 1. The update runs shard by shard on the runtime's thread pool,
+//    update_step → iteration += 1. The update runs shard by shard on the runtime's thread pool
+//    (one KernelOp call per shard, kernels/optimizer.h),
 //    with no communication (clipnorm/global_clipnorm sum squares across processes), except for
 //    an optimizer that updates whole variables (updates_whole_variables: Adafactor's means
 //    and RMS), called once per variable, collectively.
@@ -64,6 +65,7 @@
 #include <vector>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/kernels/optimizer.h"
 #include "meshlayout/nn/variable.h"
 
 namespace meshlayout {
@@ -117,17 +119,6 @@ struct SlotFootprint {
   Shape shape;
   DType dtype = DType::kF32;
   TensorLayout layout;
-};
-
-/// The arguments of one local shard's update, in the variable's element type T.
-template <typename T>
-struct ShardStep {
-  T* theta;                   // the variable's shard
-  const T* grad;              // the (cast, clipped) gradient of that box
-  int64_t n;                  // elements
-  std::span<T* const> slots;  // this variable's slots of this shard, in slot_names() order
-  T lr;                       // learning_rate cast to T
-  int64_t iterations;         // before this step
 };
 
 /// The arguments of a whole-variable update (Optimizer::update_variable). Collective: every
@@ -201,9 +192,10 @@ class Optimizer {
   /// variable's shard, or 1/axis_size of it under ZeRO-1).
   std::map<int64_t, int64_t> slot_bytes_per_device(std::span<const SlotFootprint> variables) const;
 
-  /// The update of one shard; the base has already applied clipping and weight decay.
-  virtual void update_shard(const ShardStep<float>& step) const = 0;
-  virtual void update_shard(const ShardStep<double>& step) const = 0;
+  /// The update of one shard on a device of `kind`: the optimizer's KernelOp
+  /// (kernels/optimizer.h), which prepares the step (cast, clipping, weight decay, as `step`
+  /// says) and applies the optimizer's rule.
+  virtual void update_shard(DeviceKind kind, const OptimizerShardStep& step) const = 0;
 
   /// True for an optimizer whose update needs reductions over a whole variable (Adafactor's
   /// row and column means and RMS): apply() then calls update_variable once per variable, after

@@ -8,37 +8,6 @@
 #include "meshlayout/core/errors.h"
 
 namespace meshlayout {
-namespace {
-
-template <typename T>
-void rmsprop_step(const ShardStep<T>& s, const RMSpropOptions& o) {
-  const T rho = static_cast<T>(o.rho), one_minus_rho = static_cast<T>(1.0 - o.rho);
-  const T eps = static_cast<T>(o.epsilon), mu = static_cast<T>(o.momentum);
-  size_t next = 0;
-  T* v = s.slots[next++];
-  T* m = o.momentum > 0 ? s.slots[next++] : nullptr;
-  T* a = o.centered ? s.slots[next++] : nullptr;
-  for (int64_t k = 0; k < s.n; ++k) {
-    const T g = s.grad[k];
-    v[k] = rho * v[k] + one_minus_rho * (g * g);
-    T denominator;
-    if (a) {
-      a[k] = rho * a[k] + one_minus_rho * g;
-      denominator = v[k] - a[k] * a[k] + eps;
-    } else {
-      denominator = v[k] + eps;
-    }
-    const T increment = (s.lr * g) / std::sqrt(denominator);
-    if (m) {
-      m[k] = mu * m[k] + increment;
-      s.theta[k] -= m[k];
-    } else {
-      s.theta[k] -= increment;
-    }
-  }
-}
-
-}  // namespace
 
 RMSpropOptions RMSpropOptions::from(const OptimizerOptions& options) {
   OptimizerArguments a(options, "RMSprop");
@@ -82,8 +51,10 @@ void RMSprop::build_slots(std::span<const VariablePtr> variables) {
   for (const std::string& name : slot_names()) add_optimizer_variables(variables, {name});
 }
 
-void RMSprop::update_shard(const ShardStep<float>& step) const { rmsprop_step(step, options_); }
-void RMSprop::update_shard(const ShardStep<double>& step) const { rmsprop_step(step, options_); }
+void RMSprop::update_shard(DeviceKind kind, const OptimizerShardStep& step) const {
+  rmsprop_update(kind, {step, RmspropParams{options_.rho, options_.momentum, options_.epsilon,
+                                            options_.centered}});
+}
 
 MESHLAYOUT_REGISTER_OPTIMIZER(rmsprop, RMSprop, "rmsprop")
 

@@ -6,23 +6,6 @@
 #include "meshlayout/core/errors.h"
 
 namespace meshlayout {
-namespace {
-
-template <typename T>
-void sgd_step(const ShardStep<T>& s, double momentum, bool nesterov) {
-  if (s.slots.empty()) {
-    for (int64_t k = 0; k < s.n; ++k) s.theta[k] -= s.grad[k] * s.lr;
-    return;
-  }
-  const T mu = static_cast<T>(momentum);
-  T* m = s.slots[0];
-  for (int64_t k = 0; k < s.n; ++k) {
-    m[k] = m[k] * mu - s.grad[k] * s.lr;
-    s.theta[k] += nesterov ? m[k] * mu - s.grad[k] * s.lr : m[k];
-  }
-}
-
-}  // namespace
 
 SGDOptions SGDOptions::from(const OptimizerOptions& options) {
   OptimizerArguments a(options, "SGD");
@@ -54,11 +37,8 @@ void SGD::build_slots(std::span<const VariablePtr> variables) {
   if (options_.momentum != 0.0) add_optimizer_variables(variables, {"momentum"});
 }
 
-void SGD::update_shard(const ShardStep<float>& step) const {
-  sgd_step(step, options_.momentum, options_.nesterov);
-}
-void SGD::update_shard(const ShardStep<double>& step) const {
-  sgd_step(step, options_.momentum, options_.nesterov);
+void SGD::update_shard(DeviceKind kind, const OptimizerShardStep& step) const {
+  sgd_update(kind, {step, SgdParams{options_.momentum, options_.nesterov}});
 }
 
 MESHLAYOUT_REGISTER_OPTIMIZER(sgd, SGD, "SGD")

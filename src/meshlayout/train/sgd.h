@@ -31,8 +31,7 @@ class SGD : public Optimizer {
   double momentum() const { return options_.momentum; }
   bool nesterov() const { return options_.nesterov; }
   std::vector<std::string> slot_names() const override;
-  void update_shard(const ShardStep<float>& step) const override;
-  void update_shard(const ShardStep<double>& step) const override;
+  void update_shard(DeviceKind kind, const OptimizerShardStep& step) const override;
 
  protected:
   void build_slots(std::span<const VariablePtr> variables) override;
