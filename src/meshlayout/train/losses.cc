@@ -10,6 +10,8 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/losses.h"
 #include "meshlayout/ops/cross_entropy.h"
 
 namespace meshlayout {
@@ -33,19 +35,6 @@ void check_mse(const Shape& pred_shape, DType pred_dtype, const Shape& true_shap
   }
 }
 
-template <typename T>
-const T* as(const Array::Shard& s) {
-  return reinterpret_cast<const T*>(s.buffer.data());
-}
-template <typename T>
-T* as(Array::Shard& s) {
-  return reinterpret_cast<T*>(s.buffer.data());
-}
-
-double read(const Array::Shard& s, DType d, int64_t i) {
-  return d == DType::kF32 ? static_cast<double>(as<float>(s)[i]) : as<double>(s)[i];
-}
-
 // y_true in y_pred's layout (the targets move, never the predictions).
 Array targets_in_layout(const Array& y_pred, const Array& y_true) {
   check_mse(y_pred.shape(), y_pred.dtype(), y_true.shape(), y_true.dtype());
@@ -54,17 +43,15 @@ Array targets_in_layout(const Array& y_pred, const Array& y_true) {
 
 double mse_value(const Array& p, const Array& t) {
   std::vector<double> sums(p.local_shards().size(), 0.0);
+  const DeviceKind kind = kind_of(p);
   p.runtime().pool().parallel_for(p.local_shards().size(), [&](size_t i) {
     const Array::Shard& ps = p.local_shards()[i];
     if (p.geometry().replica_of(ps.position) != 0) return;
-    const Array::Shard& ts = *t.shard_at(ps.position);
-    const int64_t n = ps.box.num_elements();
-    double s = 0;
-    for (int64_t k = 0; k < n; ++k) {
-      const double d = read(ps, p.dtype(), k) - read(ts, t.dtype(), k);
-      s += d * d;
-    }
-    sums[i] = s;
+    mse_sum(kind, {.pred = &ps,
+                   .pred_dtype = p.dtype(),
+                   .target = t.shard_at(ps.position),
+                   .target_dtype = t.dtype(),
+                   .sum = &sums[i]});
   });
   double local = 0;
   for (double s : sums) local += s;  // shard order
@@ -77,19 +64,16 @@ Array mse_grad(const Array& p, const Array& t, double grad_scale) {
   Array g = allocate_agreed(p.layout(), p.shape(), p.dtype(), p.runtime_ptr());
   const int64_t n = num_elements(p.shape());
   const double coef = n == 0 ? 0.0 : 2.0 * grad_scale / static_cast<double>(n);
+  const DeviceKind kind = kind_of(g);
   g.runtime().pool().parallel_for(g.local_shards().size(), [&](size_t i) {
     Array::Shard& gs = g.local_shards()[i];
-    const Array::Shard& ps = *p.shard_at(gs.position);
-    const Array::Shard& ts = *t.shard_at(gs.position);
-    const int64_t m = gs.box.num_elements();
-    for (int64_t k = 0; k < m; ++k) {
-      const double v = coef * (read(ps, p.dtype(), k) - read(ts, t.dtype(), k));
-      if (g.dtype() == DType::kF32) {
-        as<float>(gs)[k] = static_cast<float>(v);
-      } else {
-        as<double>(gs)[k] = v;
-      }
-    }
+    mse_gradient(kind, {.grad = &gs,
+                        .grad_dtype = g.dtype(),
+                        .pred = p.shard_at(gs.position),
+                        .pred_dtype = p.dtype(),
+                        .target = t.shard_at(gs.position),
+                        .target_dtype = t.dtype(),
+                        .coef = coef});
   });
   return g;
 }
@@ -212,24 +196,16 @@ Array mean_squared_error_values(const Array& y_pred, const Array& y_true) {
   Array out = allocate_agreed(TensorLayout(axes, y_pred.mesh()), shape, y_pred.dtype(),
                               y_pred.runtime_ptr());
   const int64_t last = y_pred.shape().back();
+  const DeviceKind kind = kind_of(out);
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& os = out.local_shards()[i];
-    const Array::Shard& ps = *p.shard_at(os.position);
-    const Array::Shard& ts = *t.shard_at(os.position);
-    const int64_t rows = os.box.num_elements();
-    for (int64_t r = 0; r < rows; ++r) {
-      double s = 0;
-      for (int64_t j = 0; j < last; ++j) {
-        const double d = read(ps, p.dtype(), r * last + j) - read(ts, t.dtype(), r * last + j);
-        s += d * d;
-      }
-      const double v = s / static_cast<double>(last);  // NaN for an empty last dim, as Keras' mean
-      if (out.dtype() == DType::kF32) {
-        as<float>(os)[r] = static_cast<float>(v);
-      } else {
-        as<double>(os)[r] = v;
-      }
-    }
+    mse_row_means(kind, {.out = &os,
+                         .out_dtype = out.dtype(),
+                         .pred = p.shard_at(os.position),
+                         .pred_dtype = p.dtype(),
+                         .target = t.shard_at(os.position),
+                         .target_dtype = t.dtype(),
+                         .last = last});
   });
   return out;
 }
