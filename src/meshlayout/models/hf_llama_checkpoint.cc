@@ -6,90 +6,19 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <set>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
-#include "meshlayout/init/float_convert.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/hf_checkpoint.h"
 #include "meshlayout/layout/box_ops.h"
 #include "meshlayout/models/hf_permute.h"
 
 namespace meshlayout {
 namespace hf_internal {
-namespace {
-
-// The output's last dim `a` is contiguous in dst; the dim `b` that is the source's last one is
-// contiguous in src. When they differ, each (b, a) plane is copied in square tiles so that
-// both sides stay in cache (a transpose); the other dims are an odometer around it.
-template <typename T, typename Load>
-void permute_loop(const T* src, const Shape& src_shape, std::span<const int> perm, float* dst,
-                  std::span<const int64_t> dst_strides, Load load) {
-  const size_t rank = perm.size();
-  if (rank == 0) {
-    dst[0] = load(src[0]);
-    return;
-  }
-  const std::vector<int64_t> src_row_major = row_major_strides(src_shape);
-  Shape out(rank);
-  std::vector<int64_t> src_strides(rank);
-  size_t b = 0;
-  for (size_t i = 0; i < rank; ++i) {
-    out[i] = src_shape[static_cast<size_t>(perm[i])];
-    src_strides[i] = src_row_major[static_cast<size_t>(perm[i])];
-    if (out[i] == 0) return;
-    if (static_cast<size_t>(perm[i]) == rank - 1) b = i;
-  }
-  const size_t a = rank - 1;
-  constexpr int64_t kTile = 32;
-  auto plane = [&](int64_t s, int64_t d) {
-    if (a == b) {
-      for (int64_t k = 0; k < out[a]; ++k) {
-        dst[d + k * dst_strides[a]] = load(src[s + k * src_strides[a]]);
-      }
-      return;
-    }
-    for (int64_t b0 = 0; b0 < out[b]; b0 += kTile) {
-      const int64_t b1 = std::min(out[b], b0 + kTile);
-      for (int64_t a0 = 0; a0 < out[a]; a0 += kTile) {
-        const int64_t a1 = std::min(out[a], a0 + kTile);
-        for (int64_t ib = b0; ib < b1; ++ib) {
-          const T* in = src + s + ib * src_strides[b];
-          float* o = dst + d + ib * dst_strides[b];
-          for (int64_t ia = a0; ia < a1; ++ia)
-            o[ia * dst_strides[a]] = load(in[ia * src_strides[a]]);
-        }
-      }
-    }
-  };
-  std::vector<size_t> outer;  // every dim but a and b
-  for (size_t i = 0; i < rank; ++i) {
-    if (i != a && i != b) outer.push_back(i);
-  }
-  std::vector<int64_t> index(outer.size(), 0);
-  int64_t s = 0, d = 0;
-  while (true) {
-    plane(s, d);
-    size_t k = outer.size();
-    while (true) {
-      if (k == 0) return;
-      const size_t dim = outer[--k];
-      if (++index[k] < out[dim]) {
-        s += src_strides[dim];
-        d += dst_strides[dim];
-        break;
-      }
-      s -= (out[dim] - 1) * src_strides[dim];
-      d -= (out[dim] - 1) * dst_strides[dim];
-      index[k] = 0;
-    }
-  }
-}
-
-}  // namespace
 
 std::vector<int64_t> row_major_strides(const Shape& shape) {
   std::vector<int64_t> strides(shape.size(), 1);
@@ -99,23 +28,7 @@ std::vector<int64_t> row_major_strides(const Shape& shape) {
 
 void permute_to_f32(const std::byte* src, DType src_dtype, const Shape& src_shape,
                     std::span<const int> perm, float* dst, std::span<const int64_t> dst_strides) {
-  switch (src_dtype) {
-    case DType::kF32:
-      permute_loop(reinterpret_cast<const float*>(src), src_shape, perm, dst, dst_strides,
-                   [](float v) { return v; });
-      return;
-    case DType::kBF16:
-      permute_loop(reinterpret_cast<const uint16_t*>(src), src_shape, perm, dst, dst_strides,
-                   float_from_bf16);
-      return;
-    case DType::kF16:
-      permute_loop(reinterpret_cast<const uint16_t*>(src), src_shape, perm, dst, dst_strides,
-                   float_from_f16);
-      return;
-    default:
-      throw ValueError(fmt::format("cannot convert {} to F32 here: expected F32, BF16 or F16",
-                                   dtype_name(src_dtype)));
-  }
+  permute_to_f32_host(src, src_dtype, src_shape, perm, dst, dst_strides);
 }
 
 }  // namespace hf_internal
@@ -171,25 +84,19 @@ void refuse_non_finite_weights(const HfLlamaCheckpoint& checkpoint,
                                ThreadPool& pool) {
   struct Check {
     size_t mapping;
+    const Array* array;
     const Array::Shard* shard;
   };
   std::vector<Check> checks;
   for (const auto& [mapping, array] : work) {
-    for (const Array::Shard& shard : array->local_shards()) checks.push_back({mapping, &shard});
+    for (const Array::Shard& shard : array->local_shards())
+      checks.push_back({mapping, array, &shard});
   }
   std::vector<int64_t> first_bad(checks.size(), -1);
+  std::vector<float> bad_value(checks.size());
   pool.parallel_for(checks.size(), [&](size_t i) {
-    const float* x = reinterpret_cast<const float*>(checks[i].shard->buffer.data());
-    const int64_t n = num_elements(checks[i].shard->box.shape);
-    bool all_finite = true;
-    for (int64_t k = 0; k < n; ++k) all_finite &= std::isfinite(x[k]);  // no branch: vectorises
-    if (all_finite) return;
-    for (int64_t k = 0; k < n; ++k) {
-      if (!std::isfinite(x[k])) {
-        first_bad[i] = k;
-        return;
-      }
-    }
+    find_non_finite(kind_of(*checks[i].array),
+                    {.shard = checks[i].shard, .first = &first_bad[i], .value = &bad_value[i]});
   });
   for (size_t i = 0; i < checks.size(); ++i) {
     if (first_bad[i] < 0) continue;
@@ -202,8 +109,7 @@ void refuse_non_finite_weights(const HfLlamaCheckpoint& checkpoint,
       index[d] = box.offset[d] + rest % box.shape[d];
       rest /= box.shape[d];
     }
-    const float value =
-        reinterpret_cast<const float*>(checks[i].shard->buffer.data())[first_bad[i]];
+    const float value = bad_value[i];
     throw ValueError(fmt::format(
         "tensor {} in Llama checkpoint {} holds a non-finite value ({} at index {} of {}): a model "
         "with "
@@ -400,14 +306,22 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
     Box keras_box;           // inside shard->box
     Box view_box;            // the same region in the file's (view) coordinates
     uint64_t staging_bytes;  // 0: read straight into the shard
+    std::byte* target;       // the shard's own bytes when read straight into it
+    DeviceKind kind;
+  };
+  struct Copy {
+    const Array::Shard* from;
+    Array::Shard* to;
+    DeviceKind kind;
   };
   std::vector<Piece> pieces;
-  std::vector<std::pair<const Array::Shard*, Array::Shard*>> copies;
+  std::vector<Copy> copies;
   std::map<int64_t, std::vector<size_t>> by_device;  // device id → its pieces, in order
   for (const auto& [index, array] : work) {
     const HfWeightMapping& m = checkpoint.mappings()[index];
     const TensorInfo& view = checkpoint.view_info(index);
-    const bool direct = is_identity(m.perm) && *view.dtype == DType::kF32;
+    const bool same_layout = is_identity(m.perm) && *view.dtype == DType::kF32;
+    const DeviceKind kind = kind_of(*array);
     const int64_t max_elements =
         std::max<int64_t>(1, static_cast<int64_t>(options.max_piece_bytes / view.element_size));
     std::vector<const Array::Shard*> readers;
@@ -416,10 +330,14 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
       auto same = std::find_if(readers.begin(), readers.end(),
                                [&](const Array::Shard* r) { return r->box == shard.box; });
       if (same != readers.end()) {
-        copies.emplace_back(*same, &shard);
+        copies.push_back({*same, &shard, kind});
         continue;
       }
       readers.push_back(&shard);
+      // Read straight into the shard where its memory is host-addressable (CPU).
+      std::byte* target = nullptr;
+      if (same_layout) shard_host_bytes(kind, {.shard = &shard, .bytes = &target});
+      const bool direct = target != nullptr;
       report.box_bytes += static_cast<uint64_t>(shard.box.num_elements()) * view.element_size;
       std::vector<Box> parts =
           direct ? std::vector<Box>{shard.box} : split_box(shard.box, max_elements);
@@ -433,7 +351,8 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
             direct ? 0 : static_cast<uint64_t>(part.num_elements()) * view.element_size;
         report.max_piece_bytes = std::max(report.max_piece_bytes, staging);
         by_device[shard.device_id].push_back(pieces.size());
-        pieces.push_back(Piece{index, &shard, std::move(part), std::move(view_box), staging});
+        pieces.push_back(
+            Piece{index, &shard, std::move(part), std::move(view_box), staging, target, kind});
       }
     }
   }
@@ -462,7 +381,7 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
       std::vector<DeviceBuffer> staging(round.size());
       for (size_t r = 0; r < round.size(); ++r) {
         const Piece& p = pieces[round[r]];
-        std::byte* dst = p.shard->buffer.data();
+        std::byte* dst = p.target;
         if (p.staging_bytes > 0) {
           staging[r] = DeviceBuffer(runtime->device(p.shard->device_id).memory(),
                                     static_cast<size_t>(p.staging_bytes));
@@ -475,21 +394,17 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
       pool.parallel_for(round.size(), [&](size_t r) {
         const Piece& p = pieces[round[r]];
         if (p.staging_bytes == 0) return;
-        const std::vector<int64_t> strides = hf_internal::row_major_strides(p.shard->box.shape);
-        int64_t offset = 0;
-        for (size_t i = 0; i < strides.size(); ++i) {
-          offset += (p.keras_box.offset[i] - p.shard->box.offset[i]) * strides[i];
-        }
-        float* dst = reinterpret_cast<float*>(p.shard->buffer.data()) + offset;
-        hf_internal::permute_to_f32(staging[r].data(), *checkpoint.view_info(p.mapping).dtype,
-                                    p.view_box.shape, checkpoint.mappings()[p.mapping].perm, dst,
-                                    strides);
+        hf_permute_into_shard(p.kind, {.staging = staging[r].data(),
+                                       .src_dtype = *checkpoint.view_info(p.mapping).dtype,
+                                       .view_shape = &p.view_box.shape,
+                                       .perm = checkpoint.mappings()[p.mapping].perm,
+                                       .dst = p.shard,
+                                       .region = &p.keras_box});
         staging[r] = DeviceBuffer();
       });
     }
     pool.parallel_for(copies.size(), [&](size_t i) {
-      std::memcpy(copies[i].second->buffer.data(), copies[i].first->buffer.data(),
-                  copies[i].first->buffer.size());
+      copy_replica_shard(copies[i].kind, {.dst = copies[i].to, .src = copies[i].from});
     });
     if (options.refuse_non_finite) refuse_non_finite_weights(checkpoint, work, pool);
   } catch (...) {
