@@ -16,7 +16,6 @@
 #include "meshlayout/ops/elementwise.h"
 #include "meshlayout/ops/matmul.h"
 #include "meshlayout/ops/matmul_backward.h"
-#include "meshlayout/ops/swiglu.h"
 
 namespace meshlayout {
 namespace {
@@ -66,45 +65,6 @@ LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
   return rules;
 }
 
-ReversibleEmbedding::ReversibleEmbedding(int64_t vocab, int64_t hidden, bool tie_weights,
-                                         std::string name)
-    : Embedding(vocab, hidden,
-                EmbeddingOptions{.name = std::move(name),
-                                 .embeddings_initializer = Initializer::random_normal()}),
-      tie_(tie_weights) {}
-
-void ReversibleEmbedding::build(const Shape& input_shape) {
-  Embedding::build(input_shape);
-  if (!tie_) {
-    reverse_ = add_weight({.name = "reverse_embeddings",
-                           .shape = {output_dim(), input_dim()},
-                           .initializer = Initializer::random_normal()});
-  }
-}
-
-const Array& ReversibleEmbedding::reverse_kernel(std::optional<Array>& storage) const {
-  return tie_ ? storage.emplace(transpose(embeddings()->value())) : reverse_->value();
-}
-
-Array ReversibleEmbedding::reverse(const Array& x) const {
-  std::optional<Array> storage;
-  return matmul(x, reverse_kernel(storage));
-}
-
-Array ReversibleEmbedding::reverse_backward(const Array& x, const Array& dlogits, Gradients& grads,
-                                            const Array* kernel) const {
-  std::optional<Array> storage;
-  const Array& w = kernel != nullptr ? *kernel : reverse_kernel(storage);
-  if (!tie_) {
-    grads.accumulate(*reverse_, matmul_backward_weight(x, dlogits, w.layout()));
-  } else {
-    // logits = x · Eᵀ: the table's gradient is (xᵀ · dlogits)ᵀ, computed in Eᵀ's layout and
-    // transposed back shard by shard into E's.
-    grads.accumulate(*embeddings(), transpose(matmul_backward_weight(x, dlogits, w.layout())));
-  }
-  return matmul_backward_input(dlogits, w, x.layout());
-}
-
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
     : Layer("llama_transformer_decoder", fmt::format("transformer_layer_{}", index)) {
   attention_norm_ = track("self_attention_layernorm",
@@ -122,28 +82,24 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
   feedforward_norm_ = track("feedforward_layernorm",
                             std::make_shared<RMSNormalization>(RMSNormalizationOptions{
                                 .name = "feedforward_layernorm", .epsilon = config.rms_norm_eps}));
-  const auto dense = [](const char* name, int64_t units, Activation activation) {
-    return std::make_shared<Dense>(
-        units, DenseOptions{.name = name, .activation = activation, .use_bias = false});
-  };
-  gate_ = track("feedforward_gate_dense",
-                dense("feedforward_gate_dense", config.intermediate_size, Activation::kSilu));
-  up_ =
-      track("feedforward_intermediate_dense",
-            dense("feedforward_intermediate_dense", config.intermediate_size, Activation::kLinear));
-  down_ = track("feedforward_output_dense",
-                dense("feedforward_output_dense", config.hidden_size, Activation::kLinear));
+  feedforward_ = std::make_shared<GatedFeedForward>(
+      config.intermediate_size, config.hidden_size,
+      GatedFeedForwardOptions{.name = "feedforward",
+                              .activation = GatedActivation::kSilu,
+                              .gate_name = "feedforward_gate_dense",
+                              .up_name = "feedforward_intermediate_dense",
+                              .down_name = "feedforward_output_dense",
+                              .flat = true});
+  track("feedforward_gate_dense", feedforward_->gate());
+  track("feedforward_intermediate_dense", feedforward_->up());
+  track("feedforward_output_dense", feedforward_->down());
 }
 
 void LlamaDecoderLayer::build(const Shape& input_shape) {
   attention_norm_->maybe_build(input_shape);
   attention_->maybe_build(input_shape);
   feedforward_norm_->maybe_build(input_shape);
-  gate_->maybe_build(input_shape);
-  up_->maybe_build(input_shape);
-  Shape ff = input_shape;
-  ff.back() = gate_->compute_output_shape(input_shape).back();
-  down_->maybe_build(ff);
+  feedforward_->maybe_build(input_shape);
 }
 
 Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start,
@@ -153,39 +109,25 @@ Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start,
   // The residual sums and the gating are computed into the fresh outputs they consume.
   const Array h = attention_->call_plus(n, x, cache, start, max_length);
   const Array m = feedforward_norm_->call_on(h);
-  // silu(m·W_gate)·(m·W_up) in one pass (swiglu), as in forward_for_training.
-  const Array ff = swiglu(matmul(m, gate_->kernel()->value()), matmul(m, up_->kernel()->value()));
   // The residual is fused into the down projection: with a row-parallel kernel it joins one
   // partial sum per block instead of being added to every replica of the output.
-  return matmul(ff, down_->kernel()->value(), {.add_to_output = &h});
+  return feedforward_->forward(m, &h);
 }
 
 Array LlamaDecoderLayer::forward_for_training(const Array& x, Saved& saved) {
   NameScope scope = open_name_scope();
   saved.h.emplace(attention_->call_plus(attention_norm_->call_on(x), x));
   const Array m = feedforward_norm_->call_on(*saved.h);
-  saved.gate.emplace(matmul(m, gate_->kernel()->value()));
-  saved.up.emplace(matmul(m, up_->kernel()->value()));
-  return add(matmul(swiglu(*saved.gate, *saved.up), down_->kernel()->value()), *saved.h);
+  return add(feedforward_->forward_for_training(m, saved.feedforward), *saved.h);
 }
 
 Array LlamaDecoderLayer::backward_saved(const Array& x, const Saved& saved, const Array& dy,
                                         Gradients& grads) {
   NameScope scope = open_name_scope();
   const Array& h = *saved.h;
-  // y = h + ff · W_down, ff = silu(z_gate) · z_up, z = m · W, m = norm(h).
-  const Array ff = swiglu(*saved.gate, *saved.up);
-  const Array& w_down = down_->kernel()->value();
-  grads.accumulate(*down_->kernel(), matmul_backward_weight(ff, dy, w_down.layout()));
-  const SwigluGrads dz =
-      swiglu_backward(*saved.gate, *saved.up, matmul_backward_input(dy, w_down, ff.layout()));
+  // y = h + ff(m), m = norm(h).
   const Array m = feedforward_norm_->call_on(h);
-  const Array& w_gate = gate_->kernel()->value();
-  const Array& w_up = up_->kernel()->value();
-  grads.accumulate(*gate_->kernel(), matmul_backward_weight(m, dz.dg, w_gate.layout()));
-  grads.accumulate(*up_->kernel(), matmul_backward_weight(m, dz.du, w_up.layout()));
-  Array dm = add(matmul_backward_input(dz.dg, w_gate, m.layout()),
-                 matmul_backward_input(dz.du, w_up, m.layout()));
+  const Array dm = feedforward_->backward_saved(m, saved.feedforward, dy, grads);
   // h = x + attn(n), n = norm(x).
   const Array dh = add(feedforward_norm_->backward(h, dm, grads), dy);
   const Array n = attention_norm_->call_on(x);

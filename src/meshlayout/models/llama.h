@@ -36,9 +36,10 @@
 #include "meshlayout/layout_map/layout_map.h"
 #include "meshlayout/models/hf_llama_config.h"
 #include "meshlayout/nn/distribution.h"
-#include "meshlayout/nn/embedding.h"
+#include "meshlayout/nn/gated_feed_forward.h"
 #include "meshlayout/nn/model.h"
 #include "meshlayout/nn/multi_head_attention.h"
+#include "meshlayout/nn/reversible_embedding.h"
 #include "meshlayout/nn/rms_normalization.h"
 
 namespace meshlayout {
@@ -47,31 +48,6 @@ namespace meshlayout {
 /// rules (search mode). ValueError if either name is not an axis of the mesh.
 LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
                            const std::string& data_dim = "batch");
-
-/// keras-hub's token embedding (ReversibleEmbedding): the lookup, and the reverse projection to
-/// logits with the table transposed (tied) or its own reverse_embeddings (d, V).
-class ReversibleEmbedding : public Embedding {
- public:
-  ReversibleEmbedding(int64_t vocab, int64_t hidden, bool tie_weights, std::string name);
-  const VariablePtr& reverse_embeddings() const { return reverse_; }
-  /// The (d, V) matrix reverse() multiplies by: reverse_embeddings' value, or (tied) the table
-  /// transposed shard by shard into `storage`. Collective when tied.
-  const Array& reverse_kernel(std::optional<Array>& storage) const;
-  /// x (…, d) → logits (…, V). Collective.
-  Array reverse(const Array& x) const;
-  /// The backward of reverse(): dL/dx in x's layout; accumulates the table's gradient (tied: added
-  /// to the lookup's) or reverse_embeddings'. `kernel`: the reverse_kernel() the forward used
-  /// (null: made again). Collective.
-  Array reverse_backward(const Array& x, const Array& dlogits, Gradients& grads,
-                         const Array* kernel = nullptr) const;
-
- protected:
-  void build(const Shape& input_shape) override;
-
- private:
-  bool tie_;
-  VariablePtr reverse_;
-};
 
 /// One keras-hub LlamaTransformerDecoder block, named transformer_layer_{i}.
 class LlamaDecoderLayer : public Layer {
@@ -84,8 +60,8 @@ class LlamaDecoderLayer : public Layer {
 
   /// What backward_saved needs from the forward, in the activations' layouts.
   struct Saved {
-    std::optional<Array> h;         // x + attention(norm(x))
-    std::optional<Array> gate, up;  // the feed-forward projections before the SwiGLU gate
+    std::optional<Array> h;               // x + attention(norm(x))
+    GatedFeedForward::Saved feedforward;  // its projections before the SwiGLU gate
   };
   /// The block's forward (as call) keeping `saved`. Collective.
   Array forward_for_training(const Array& x, Saved& saved);
@@ -102,7 +78,8 @@ class LlamaDecoderLayer : public Layer {
  private:
   std::shared_ptr<RMSNormalization> attention_norm_, feedforward_norm_;
   std::shared_ptr<MultiHeadAttention> attention_;
-  std::shared_ptr<Dense> gate_, up_, down_;
+  // SwiGLU, flat: its feedforward_{gate,intermediate,output}_dense are tracked by the block.
+  std::shared_ptr<GatedFeedForward> feedforward_;
 };
 
 struct LlamaOptions {
