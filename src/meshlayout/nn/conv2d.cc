@@ -2,12 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cstring>
-
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
-#include "meshlayout/kernels/cpu/blas.h"
+#include "meshlayout/kernels/bias.h"
+#include "meshlayout/kernels/conv2d.h"
 #include "meshlayout/nn/conv_geometry.h"
 #include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
@@ -80,60 +78,6 @@ void Conv2D::build(const Shape& input_shape) {
   internal_nn::check_compute_dtype("Conv2D", name(), kernel_->dtype());
 }
 
-namespace {
-
-struct ConvGeometry {
-  int64_t H, W, C, kh, kw, sh, sw, OH, OW, top, left;
-  int64_t patch() const { return kh * kw * C; }
-};
-
-// im2col of one image (H, W, C): row (oh, ow) of `columns` holds the patch (i, j, c) in the
-// kernel's row-major order, zeros where it reads padding. E: float (F32) or double (F64).
-template <typename E>
-void im2col(const ConvGeometry& g, const E* image, E* columns) {
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    for (int64_t ow = 0; ow < g.OW; ++ow) {
-      E* row = columns + (oh * g.OW + ow) * g.patch();
-      for (int64_t di = 0; di < g.kh; ++di) {
-        const int64_t ih = oh * g.sh + di - g.top;
-        for (int64_t dj = 0; dj < g.kw; ++dj) {
-          const int64_t iw = ow * g.sw + dj - g.left;
-          E* dst = row + (di * g.kw + dj) * g.C;
-          if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
-            std::fill(dst, dst + g.C, E{0});
-          } else {
-            std::memcpy(dst, image + (ih * g.W + iw) * g.C, static_cast<size_t>(g.C) * sizeof(E));
-          }
-        }
-      }
-    }
-  }
-}
-
-// The adjoint of im2col: each patch element of `columns` is added to the image element it was
-// read from (padding reads are dropped). `image` (H, W, C) must be zeroed first.
-template <typename E>
-void col2im_add(const ConvGeometry& g, const E* columns, E* image) {
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    for (int64_t ow = 0; ow < g.OW; ++ow) {
-      const E* row = columns + (oh * g.OW + ow) * g.patch();
-      for (int64_t di = 0; di < g.kh; ++di) {
-        const int64_t ih = oh * g.sh + di - g.top;
-        if (ih < 0 || ih >= g.H) continue;
-        for (int64_t dj = 0; dj < g.kw; ++dj) {
-          const int64_t iw = ow * g.sw + dj - g.left;
-          if (iw < 0 || iw >= g.W) continue;
-          const E* src = row + (di * g.kw + dj) * g.C;
-          E* dst = image + (ih * g.W + iw) * g.C;
-          for (int64_t c = 0; c < g.C; ++c) dst[c] += src[c];
-        }
-      }
-    }
-  }
-}
-
-}  // namespace
-
 DimSharding Conv2D::batch_axes_for(const Array& x) const {
   const Array& kernel_value = kernel_->value();
   const DimSharding filter_axes = kernel_value.layout().axes()[3];
@@ -175,52 +119,33 @@ Array Conv2D::pre_activation(const Array& x, const Array& kernel_value) const {
   const DType dtype = kernel_value.dtype();
   Array y = Array::allocate(TensorLayout({batch_axes, None, None, filter_axes}, mesh), out_shape,
                             dtype, in.runtime_ptr());
-  const ConvGeometry g{.H = x.shape()[1],
-                       .W = x.shape()[2],
-                       .C = x.shape()[3],
-                       .kh = options_.kernel_size[0],
-                       .kw = options_.kernel_size[1],
-                       .sh = options_.strides[0],
-                       .sw = options_.strides[1],
-                       .OH = out_shape[1],
-                       .OW = out_shape[2],
-                       .top = pad_before(x.shape()[1], 0),
-                       .left = pad_before(x.shape()[2], 1)};
-  const int64_t patch = g.patch();
-  cpu_kernels::use_single_threaded_blas();
-  // E: float (F32) or double (F64), the element type of x, the kernel, the bias and y.
-  const auto convolve = [&]<typename E>(size_t i, E* /*tag*/) {
-    Array::Shard& out = y.local_shards()[i];
-    const Array::Shard* xs = in.shard_at(out.position);
-    const Array::Shard* ks = k.shard_at(out.position);
-    const int64_t images = out.box.shape[0], nf = out.box.shape[3];
-    if (images == 0 || nf == 0 || g.OH * g.OW == 0) return;
-    std::vector<E> columns(static_cast<size_t>(g.OH * g.OW * patch));
-    for (int64_t b = 0; b < images; ++b) {
-      im2col(g, reinterpret_cast<const E*>(xs->buffer.data()) + b * g.H * g.W * g.C,
-             columns.data());
-      E* result = reinterpret_cast<E*>(out.buffer.data()) + b * g.OH * g.OW * nf;
-      cpu_kernels::gemm<E>(g.OH * g.OW, nf, patch, columns.data(), patch,
-                           reinterpret_cast<const E*>(ks->buffer.data()), nf, result, nf);
-    }
-  };
+  const Conv2DGeometry g{.H = x.shape()[1],
+                         .W = x.shape()[2],
+                         .C = x.shape()[3],
+                         .kh = options_.kernel_size[0],
+                         .kw = options_.kernel_size[1],
+                         .sh = options_.strides[0],
+                         .sw = options_.strides[1],
+                         .OH = out_shape[1],
+                         .OW = out_shape[2],
+                         .top = pad_before(x.shape()[1], 0),
+                         .left = pad_before(x.shape()[2], 1)};
+  const DeviceKind kind = kind_of(y);
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
-    internal_nn::dispatch_float(dtype, [&](auto* tag) { convolve(i, tag); });
+    Array::Shard& out = y.local_shards()[i];
+    conv2d_forward(kind, {.y = &out,
+                          .x = in.shard_at(out.position),
+                          .kernel = k.shard_at(out.position),
+                          .g = g,
+                          .dtype = dtype});
   });
   if (bias_) {
     Array bias = distribute_tensor(bias_->value(), TensorLayout({filter_axes}, mesh));
-    const auto add_bias = [&]<typename E>(size_t i, E* /*tag*/) {
-      Array::Shard& s = y.local_shards()[i];
-      const int64_t nf = s.box.shape[3];
-      if (nf == 0) return;
-      const E* b = reinterpret_cast<const E*>(bias.shard_at(s.position)->buffer.data());
-      E* p = reinterpret_cast<E*>(s.buffer.data());
-      for (int64_t r = 0; r < s.box.num_elements() / nf; ++r) {
-        for (int64_t c = 0; c < nf; ++c) p[r * nf + c] += b[c];
-      }
-    };
     y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
-      internal_nn::dispatch_float(dtype, [&](auto* tag) { add_bias(i, tag); });
+      Array::Shard& s = y.local_shards()[i];
+      add_bias(
+          kind,
+          {.y = &s, .bias = bias.shard_at(s.position), .inner = s.box.shape[3], .dtype = dtype});
     });
   }
   return y;
@@ -248,6 +173,7 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   const DeviceMesh& mesh = kernel_value.mesh();
   const DimSharding filter_axes = kernel_value.layout().axes()[3];
   const DimSharding batch_axes = batch_axes_for(x);
+  const DeviceKind kind = kind_of(kernel_value);
   const TensorLayout out_layout({batch_axes, None, None, filter_axes}, mesh);
   const TensorLayout in_layout4({batch_axes, None, None, None}, mesh);
   // dz = dy through the activation (z recomputed), in the call's output layout.
@@ -258,17 +184,17 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
                               options_.activation, pre_activation(x, kernel_value), dy));
   if (bias_ && bias_->trainable())
     grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
-  const ConvGeometry g{.H = x.shape()[1],
-                       .W = x.shape()[2],
-                       .C = x.shape()[3],
-                       .kh = options_.kernel_size[0],
-                       .kw = options_.kernel_size[1],
-                       .sh = options_.strides[0],
-                       .sw = options_.strides[1],
-                       .OH = out_shape[1],
-                       .OW = out_shape[2],
-                       .top = pad_before(x.shape()[1], 0),
-                       .left = pad_before(x.shape()[2], 1)};
+  const Conv2DGeometry g{.H = x.shape()[1],
+                         .W = x.shape()[2],
+                         .C = x.shape()[3],
+                         .kh = options_.kernel_size[0],
+                         .kw = options_.kernel_size[1],
+                         .sh = options_.strides[0],
+                         .sw = options_.strides[1],
+                         .OH = out_shape[1],
+                         .OW = out_shape[2],
+                         .top = pad_before(x.shape()[1], 0),
+                         .left = pad_before(x.shape()[2], 1)};
   const int64_t patch = g.patch(), filters = filters_;
   const Shape columns_shape{x.shape()[0], g.OH, g.OW, patch};
   // The kernel as the (patch, filters) matrix of the im2col product.
@@ -281,16 +207,9 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
     // axes, completed by matmul_backward_weight's collective.
     const Array in = distribute_tensor(x, in_layout4);
     Array columns = allocate_agreed(in_layout4, columns_shape, dtype, in.runtime_ptr());
-    const auto unfold = [&]<typename E>(size_t i, E* /*tag*/) {
-      Array::Shard& s = columns.local_shards()[i];
-      const E* image = reinterpret_cast<const E*>(in.shard_at(s.position)->buffer.data());
-      E* col = reinterpret_cast<E*>(s.buffer.data());
-      for (int64_t b = 0; b < s.box.shape[0]; ++b) {
-        im2col(g, image + b * g.H * g.W * g.C, col + b * g.OH * g.OW * patch);
-      }
-    };
     columns.runtime().pool().parallel_for(columns.local_shards().size(), [&](size_t i) {
-      internal_nn::dispatch_float(dtype, [&](auto* tag) { unfold(i, tag); });
+      Array::Shard& s = columns.local_shards()[i];
+      conv2d_unfold(kind, {.columns = &s, .x = in.shard_at(s.position), .g = g, .dtype = dtype});
     });
     Array dk =
         reshaped(matmul_backward_weight(columns, dz, TensorLayout({None, filter_axes}, mesh)),
@@ -302,17 +221,9 @@ Array Conv2D::backward(const Array& x, const Array& dy, Gradients& grads) {
   // col2im adds each patch element back to the input element it was read from.
   const Array dcols = matmul_backward_input(dz, k2, in_layout4);
   Array dx = allocate_agreed(in_layout4, x.shape(), dtype, dcols.runtime_ptr());
-  const auto fold = [&]<typename E>(size_t i, E* /*tag*/) {
-    Array::Shard& s = dx.local_shards()[i];
-    E* image = reinterpret_cast<E*>(s.buffer.data());
-    std::fill(image, image + s.box.num_elements(), E{0});
-    const E* col = reinterpret_cast<const E*>(dcols.shard_at(s.position)->buffer.data());
-    for (int64_t b = 0; b < s.box.shape[0]; ++b) {
-      col2im_add(g, col + b * g.OH * g.OW * patch, image + b * g.H * g.W * g.C);
-    }
-  };
   dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
-    internal_nn::dispatch_float(dtype, [&](auto* tag) { fold(i, tag); });
+    Array::Shard& s = dx.local_shards()[i];
+    conv2d_fold(kind, {.dx = &s, .columns = dcols.shard_at(s.position), .g = g, .dtype = dtype});
   });
   if (dx.layout() == x.layout()) return dx;
   return distribute_tensor(dx, x.layout());

@@ -16,9 +16,9 @@
 // [Partial sums] in partial_sum.h), so replicas of a block agree bit for bit.
 //
 // Devices run in parallel on the runtime's thread pool; OpenBLAS is set to one thread per call
-// (NOTE [BLAS threads] in kernels/cpu/blas.h). In one process, a block that several devices hold (replicas)
-// is computed once and copied to the others; a large block is cut into row chunks so every
-// pool thread works.
+// (NOTE [BLAS threads] in kernels/cpu/blas.h). In one process, a block that several devices hold
+// (replicas) is computed once and copied to the others; a large block is cut into row chunks so
+// every pool thread works.
 //
 // Example:
 //   DeviceMesh mesh({2, 4}, {"data", "model"});
