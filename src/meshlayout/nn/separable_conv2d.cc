@@ -2,11 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <vector>
-
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/bias.h"
+#include "meshlayout/kernels/separable_conv2d.h"
 #include "meshlayout/nn/conv_geometry.h"
 #include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
@@ -14,33 +13,6 @@
 #include "meshlayout/ops/matmul_backward.h"
 
 namespace meshlayout {
-namespace {
-
-struct Geometry {
-  int64_t H, W, C, M, kh, kw, sh, sw, OH, OW, top, left;
-};
-
-// Calls f(oh, ow, i, j, ih, iw) for every output position and kernel tap reading the image
-// (padding reads skipped).
-template <typename F>
-void for_each_tap(const Geometry& g, F&& f) {
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    for (int64_t ow = 0; ow < g.OW; ++ow) {
-      for (int64_t i = 0; i < g.kh; ++i) {
-        const int64_t ih = oh * g.sh + i - g.top;
-        if (ih < 0 || ih >= g.H) continue;
-        for (int64_t j = 0; j < g.kw; ++j) {
-          const int64_t iw = ow * g.sw + j - g.left;
-          if (iw < 0 || iw >= g.W) continue;
-          f(oh, ow, i, j, ih, iw);
-        }
-      }
-    }
-  }
-}
-
-}  // namespace
-
 SeparableConv2D::SeparableConv2D(int64_t filters, SeparableConv2DOptions options)
     : Layer("separable_conv2d", options.name), filters_(filters), options_(std::move(options)) {
   if (options_.depth_multiplier < 1) {
@@ -128,45 +100,29 @@ Array SeparableConv2D::depthwise_input(const Array& x) const {
 
 Array SeparableConv2D::depthwise(const Array& in) const {
   const Shape& xs = in.shape();
-  const Geometry g{.H = xs[1],
-                   .W = xs[2],
-                   .C = xs[3],
-                   .M = options_.depth_multiplier,
-                   .kh = options_.kernel_size[0],
-                   .kw = options_.kernel_size[1],
-                   .sh = options_.strides[0],
-                   .sw = options_.strides[1],
-                   .OH = out_extent(xs[1], 0),
-                   .OW = out_extent(xs[2], 1),
-                   .top = pad_before(xs[1], 0),
-                   .left = pad_before(xs[2], 1)};
+  const DepthwiseConv2DGeometry g{.H = xs[1],
+                                  .W = xs[2],
+                                  .C = xs[3],
+                                  .M = options_.depth_multiplier,
+                                  .kh = options_.kernel_size[0],
+                                  .kw = options_.kernel_size[1],
+                                  .sh = options_.strides[0],
+                                  .sw = options_.strides[1],
+                                  .OH = out_extent(xs[1], 0),
+                                  .OW = out_extent(xs[2], 1),
+                                  .top = pad_before(xs[1], 0),
+                                  .left = pad_before(xs[2], 1)};
   const Array dk = distribute_tensor(depthwise_->value(), TensorLayout::replicated(4, in.mesh()));
   Array d =
       allocate_agreed(in.layout(), {xs[0], g.OH, g.OW, g.C * g.M}, in.dtype(), in.runtime_ptr());
+  const DeviceKind kind = kind_of(d);
   d.runtime().pool().parallel_for(d.local_shards().size(), [&](size_t s) {
     Array::Shard& out = d.local_shards()[s];
-    internal_nn::dispatch_float(in.dtype(), [&]<typename E>(E* /*tag*/) {
-      E* o = reinterpret_cast<E*>(out.buffer.data());
-      const E* x = reinterpret_cast<const E*>(in.shard_at(out.position)->buffer.data());
-      const E* k = reinterpret_cast<const E*>(dk.shard_at(out.position)->buffer.data());
-      const int64_t cm = g.C * g.M;
-      std::vector<double> acc(static_cast<size_t>(g.OH * g.OW * cm));
-      for (int64_t b = 0; b < out.box.shape[0]; ++b) {
-        std::fill(acc.begin(), acc.end(), 0.0);
-        const E* image = x + b * g.H * g.W * g.C;
-        for_each_tap(g, [&](int64_t oh, int64_t ow, int64_t i, int64_t j, int64_t ih, int64_t iw) {
-          double* a = acc.data() + (oh * g.OW + ow) * cm;
-          const E* px = image + (ih * g.W + iw) * g.C;
-          const E* pk = k + (i * g.kw + j) * cm;  // depthwise[i, j, c, m] at c·M + m
-          for (int64_t c = 0; c < g.C; ++c) {
-            for (int64_t m = 0; m < g.M; ++m)
-              a[c * g.M + m] += static_cast<double>(px[c]) * pk[c * g.M + m];
-          }
-        });
-        E* dst = o + b * g.OH * g.OW * cm;
-        for (size_t t = 0; t < acc.size(); ++t) dst[t] = static_cast<E>(acc[t]);
-      }
-    });
+    depthwise_conv2d_forward(kind, {.y = &out,
+                                    .x = in.shard_at(out.position),
+                                    .kernel = dk.shard_at(out.position),
+                                    .g = g,
+                                    .dtype = in.dtype()});
   });
   return d;
 }
@@ -182,17 +138,13 @@ Array SeparableConv2D::pointwise_plus_bias(const Array& d, const Array& pw) cons
     // Bias laid out like y's last dimension, so each device holds the filters it adds to.
     const Array b =
         distribute_tensor(bias_->value(), TensorLayout({y.layout().axes().back()}, y.mesh()));
+    const DeviceKind kind = kind_of(y);
     y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
       Array::Shard& s = y.local_shards()[i];
-      const int64_t nf = s.box.shape.back();
-      if (nf == 0) return;
-      internal_nn::dispatch_float(y.dtype(), [&]<typename E>(E* /*tag*/) {
-        E* p = reinterpret_cast<E*>(s.buffer.data());
-        const E* bias = reinterpret_cast<const E*>(b.shard_at(s.position)->buffer.data());
-        for (int64_t r = 0; r < s.box.num_elements() / nf; ++r) {
-          for (int64_t c = 0; c < nf; ++c) p[r * nf + c] += bias[c];
-        }
-      });
+      add_bias(kind, {.y = &s,
+                      .bias = b.shard_at(s.position),
+                      .inner = s.box.shape.back(),
+                      .dtype = y.dtype()});
     });
   }
   return y;
@@ -239,19 +191,18 @@ Array SeparableConv2D::backward(const Array& x, const Array& dy, Gradients& grad
   const Array dd = matmul_backward_input(dz, pw, d.layout());  // (B, OH, OW, C·M) in d's layout
   // The depthwise step's backward, per device for its images.
   const Shape& xs = x.shape();
-  const Geometry g{.H = xs[1],
-                   .W = xs[2],
-                   .C = xs[3],
-                   .M = options_.depth_multiplier,
-                   .kh = options_.kernel_size[0],
-                   .kw = options_.kernel_size[1],
-                   .sh = options_.strides[0],
-                   .sw = options_.strides[1],
-                   .OH = out_extent(xs[1], 0),
-                   .OW = out_extent(xs[2], 1),
-                   .top = pad_before(xs[1], 0),
-                   .left = pad_before(xs[2], 1)};
-  const int64_t cm = g.C * g.M;
+  const DepthwiseConv2DGeometry g{.H = xs[1],
+                                  .W = xs[2],
+                                  .C = xs[3],
+                                  .M = options_.depth_multiplier,
+                                  .kh = options_.kernel_size[0],
+                                  .kw = options_.kernel_size[1],
+                                  .sh = options_.strides[0],
+                                  .sw = options_.strides[1],
+                                  .OH = out_extent(xs[1], 0),
+                                  .OW = out_extent(xs[2], 1),
+                                  .top = pad_before(xs[1], 0),
+                                  .left = pad_before(xs[2], 1)};
   const Array dk = distribute_tensor(depthwise_->value(), TensorLayout::replicated(4, mesh));
   const bool train_depthwise = depthwise_->trainable();
   const TensorLayout batch_layout5({in.layout().axes()[0], None, None, None, None}, mesh);
@@ -261,44 +212,17 @@ Array SeparableConv2D::backward(const Array& x, const Array& dy, Gradients& grad
         allocate_agreed(batch_layout5, {xs[0], g.kh, g.kw, g.C, g.M}, dtype, in.runtime_ptr()));
   }
   Array dx = allocate_agreed(in.layout(), xs, dtype, in.runtime_ptr());
+  const DeviceKind kind = kind_of(dx);
   dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t s) {
     Array::Shard& out = dx.local_shards()[s];
-    internal_nn::dispatch_float(dtype, [&]<typename E>(E* /*tag*/) {
-      E* dxo = reinterpret_cast<E*>(out.buffer.data());
-      const E* xi = reinterpret_cast<const E*>(in.shard_at(out.position)->buffer.data());
-      const E* gd = reinterpret_cast<const E*>(dd.shard_at(out.position)->buffer.data());
-      const E* k = reinterpret_cast<const E*>(dk.shard_at(out.position)->buffer.data());
-      E* part = partials ? reinterpret_cast<E*>(partials->shard_at(out.position)->buffer.data())
-                         : nullptr;
-      std::vector<double> acc_x(static_cast<size_t>(g.H * g.W * g.C)),
-          acc_k(static_cast<size_t>(g.kh * g.kw * cm));
-      for (int64_t b = 0; b < out.box.shape[0]; ++b) {
-        std::fill(acc_x.begin(), acc_x.end(), 0.0);
-        std::fill(acc_k.begin(), acc_k.end(), 0.0);
-        const E* image = xi + b * g.H * g.W * g.C;
-        const E* grad = gd + b * g.OH * g.OW * cm;
-        for_each_tap(g, [&](int64_t oh, int64_t ow, int64_t i, int64_t j, int64_t ih, int64_t iw) {
-          const E* gv = grad + (oh * g.OW + ow) * cm;
-          const E* pk = k + (i * g.kw + j) * cm;
-          const E* px = image + (ih * g.W + iw) * g.C;
-          double* ax = acc_x.data() + (ih * g.W + iw) * g.C;
-          double* ak = acc_k.data() + (i * g.kw + j) * cm;
-          for (int64_t c = 0; c < g.C; ++c) {
-            for (int64_t m = 0; m < g.M; ++m) {
-              const double gm = gv[c * g.M + m];
-              ax[c] += gm * pk[c * g.M + m];
-              ak[c * g.M + m] += gm * px[c];
-            }
-          }
-        });
-        E* dst = dxo + b * g.H * g.W * g.C;
-        for (size_t t = 0; t < acc_x.size(); ++t) dst[t] = static_cast<E>(acc_x[t]);
-        if (part) {
-          E* pd = part + b * g.kh * g.kw * cm;
-          for (size_t t = 0; t < acc_k.size(); ++t) pd[t] = static_cast<E>(acc_k[t]);
-        }
-      }
-    });
+    depthwise_conv2d_backward(
+        kind, {.dx = &out,
+               .kernel_partials = partials ? partials->shard_at(out.position) : nullptr,
+               .x = in.shard_at(out.position),
+               .dy = dd.shard_at(out.position),
+               .kernel = dk.shard_at(out.position),
+               .g = g,
+               .dtype = dtype});
   });
   if (partials) {
     // Σ over the images: a partial sum over the batch axes, completed by the collective.
