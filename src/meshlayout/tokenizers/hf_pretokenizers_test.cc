@@ -1,0 +1,119 @@
+#include "meshlayout/tokenizers/hf_pretokenizers.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "meshlayout/core/errors.h"
+
+namespace meshlayout::tokenizers {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr std::string_view kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::vector<std::string> split(std::string_view pattern, std::string_view text) {
+  HfRegex re(pattern, "test");
+  std::vector<std::string> out;
+  for (auto [s, e] : re.find_all(text)) out.emplace_back(text.substr(s, e - s));
+  return out;
+}
+
+std::vector<std::string> texts(const std::vector<Piece>& pieces) {
+  std::vector<std::string> out;
+  for (const Piece& p : pieces) out.push_back(p.text);
+  return out;
+}
+
+TEST(HfPreTokenizersTest, Llama3PatternWithTheLookaheadByHand) {
+  EXPECT_THAT(split(kLlama3Pattern, "Hello  world"), ElementsAre("Hello", " ", " world"));
+  EXPECT_THAT(split(kLlama3Pattern, "a   \n\n b  "), ElementsAre("a", "   \n\n", " b", "  "));
+  EXPECT_THAT(split(kLlama3Pattern, "I'LL 12345"), ElementsAre("I", "'LL", " ", "123", "45"));
+  EXPECT_THAT(split(kLlama3Pattern, "x\u3000\u3000y"), ElementsAre("x", "\u3000", "\u3000y"));
+}
+
+TEST(HfPreTokenizersTest, InvalidBytesMatchAsPunctuation) {
+  EXPECT_THAT(split(kLlama3Pattern, "a \xFF\xFE b"), ElementsAre("a", " \xFF\xFE", " b"));
+}
+
+TEST(HfPreTokenizersTest, OtherLookaroundIsRefusedNamingThePattern) {
+  try {
+    HfRegex("a(?=b)", "pre_tokenizer.pattern.Regex");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the regex 'a(?=b)' at pre_tokenizer.pattern.Regex does not "
+                                    "compile on RE2"));
+  }
+}
+
+TEST(HfPreTokenizersTest, ByteLevelAlphabet) {
+  EXPECT_EQ(byte_level_alphabet()[' '], "\xC4\xA0");  // Ġ
+  EXPECT_EQ(byte_level_alphabet()['A'], "A");
+  EXPECT_EQ(byte_level_byte(U'Ġ'), ' ');
+  EXPECT_EQ(byte_level_byte(U'€'), std::nullopt);
+}
+
+TEST(HfPreTokenizersTest, SequenceOfSplitAndByteLevel) {
+  auto pre = parse_pre_tokenizer(nlohmann::json::parse(R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "\\s+(?!\\S)|\\s+"}, "behavior": "Isolated",
+       "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+       "use_regex": false}]})"),
+                                 "pre_tokenizer");
+  ASSERT_TRUE(pre->byte_level());
+  std::vector<Piece> pieces = {{"a  b", true}};
+  pre->apply(pieces);
+  EXPECT_THAT(texts(pieces), ElementsAre("a", "\xC4\xA0", "\xC4\xA0", "b"));
+}
+
+TEST(HfPreTokenizersTest, MetaspaceFirstPrependsOnlyAtTheStart) {
+  auto pre = parse_pre_tokenizer(
+      nlohmann::json::parse(
+          R"({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false})"),
+      "pre_tokenizer");
+  std::vector<Piece> pieces = {{"a b", true}, {"c", false}};
+  pre->apply(pieces);
+  EXPECT_THAT(texts(pieces), ElementsAre("▁a▁b", "c"));
+}
+
+TEST(HfPreTokenizersTest, NormalizersPrependAndReplace) {
+  auto norm = parse_normalizer(nlohmann::json::parse(R"({"type": "Sequence", "normalizers": [
+      {"type": "Prepend", "prepend": "▁"},
+      {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]})"),
+                               "normalizer");
+  EXPECT_EQ(norm->apply("a b"), "▁a▁b");
+  EXPECT_EQ(norm->apply(""), "");
+}
+
+TEST(HfPreTokenizersTest, UnknownTypesAreErrorsNamingTypeAndPath) {
+  try {
+    parse_normalizer(
+        nlohmann::json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFC"}]})"),
+        "normalizer");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("normalizer type \"NFC\" at normalizer.normalizers[0].type is "
+                                    "not supported"));
+  }
+  try {
+    parse_pre_tokenizer(nlohmann::json::parse(R"({"type": "BertPreTokenizer"})"), "pre_tokenizer");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("\"BertPreTokenizer\" at pre_tokenizer.type"));
+  }
+  EXPECT_THROW(parse_pre_tokenizer(nlohmann::json::parse(R"({"type": "Split", "pattern": {"X": 1},
+      "behavior": "Isolated"})"),
+                                   "p"),
+               ValueError);
+  EXPECT_THROW(parse_pre_tokenizer(nlohmann::json::parse(R"({"type": "Split", "pattern":
+      {"String": "x"}, "behavior": "Sideways"})"),
+                                   "p"),
+               ValueError);
+  EXPECT_THROW(parse_pre_tokenizer(nlohmann::json::parse(R"({"replacement": "x"})"), "p"),
+               ValueError);
+}
+
+}  // namespace
+}  // namespace meshlayout::tokenizers
