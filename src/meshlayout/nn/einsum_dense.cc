@@ -7,6 +7,7 @@
 #include "meshlayout/array/array_view.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/bias.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/gradient_ops.h"
@@ -197,23 +198,12 @@ Array EinsumDense::pre_activation(const Array& x, const Array& kernel,
     const int nb = static_cast<int>(bias_->shape().size());
     std::vector<DimSharding> axes(y.layout().axes().end() - nb, y.layout().axes().end());
     const Array b = distribute_tensor(bias_->value(), TensorLayout(axes, y.mesh()));
+    const DeviceKind kind = kind_of(y);
     y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
       Array::Shard& s = y.local_shards()[i];
-      const Array::Shard* bs = b.shard_at(s.position);
       const int64_t inner =
           num_elements(Shape(s.box.shape.begin() + (rank - nb), s.box.shape.end()));
-      if (inner == 0) return;
-      const auto add_bias = [&]<typename E>(E* p) {
-        const E* bias = reinterpret_cast<const E*>(bs->buffer.data());
-        for (int64_t r = 0; r < s.box.num_elements() / inner; ++r) {
-          for (int64_t c = 0; c < inner; ++c) p[r * inner + c] += bias[c];
-        }
-      };
-      if (y.dtype() == DType::kF32) {
-        add_bias(reinterpret_cast<float*>(s.buffer.data()));
-      } else {
-        add_bias(reinterpret_cast<double*>(s.buffer.data()));
-      }
+      add_bias(kind, {.y = &s, .bias = b.shard_at(s.position), .inner = inner, .dtype = y.dtype()});
     });
   }
   return y;
