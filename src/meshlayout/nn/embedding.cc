@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <limits>
 #include <map>
@@ -12,31 +11,12 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/embedding.h"
 #include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/ops/partial_sum.h"
 
 namespace meshlayout {
 namespace {
-
-int64_t id_at(const Array::Shard& s, DType dtype, int64_t k) {
-  return dtype == DType::kI32 ? reinterpret_cast<const int32_t*>(s.buffer.data())[k]
-                              : reinterpret_cast<const int64_t*>(s.buffer.data())[k];
-}
-
-/// Global row-major index of local element `k` of `box` in a tensor of `shape`.
-int64_t global_index(const Box& box, const Shape& shape, int64_t k) {
-  const int rank = static_cast<int>(shape.size());
-  Shape coords(static_cast<size_t>(rank));
-  for (int d = rank - 1; d >= 0; --d) {
-    const auto i = static_cast<size_t>(d);
-    coords[i] = box.offset[i] + (box.shape[i] == 0 ? 0 : k % box.shape[i]);
-    if (box.shape[i] != 0) k /= box.shape[i];
-  }
-  int64_t g = 0;
-  for (int d = 0; d < rank; ++d)
-    g = g * shape[static_cast<size_t>(d)] + coords[static_cast<size_t>(d)];
-  return g;
-}
 
 std::string position_text(int64_t g, const Shape& shape) {
   Shape coords(shape.size());
@@ -56,19 +36,18 @@ void check_ids(const Array& x, int64_t input_dim, const std::string& layer_name)
   };
   const auto& shards = x.local_shards();
   std::vector<Bad> found(shards.size());
+  const DeviceKind kind = kind_of(x);
   x.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
     const Array::Shard& s = shards[i];
     for (size_t j = 0; j < i; ++j) {
       if (shards[j].box == s.box) return;  // a replica: checked once
     }
-    const int64_t n = s.box.num_elements();
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t id = id_at(s, x.dtype(), k);
-      if (id < 0 || id >= input_dim) {
-        found[i] = {global_index(s.box, x.shape(), k), id};
-        return;  // row-major: the first in the box is its smallest global index
-      }
-    }
+    embedding_find_bad_id(kind, {.tokens = &s,
+                                 .id_dtype = x.dtype(),
+                                 .input_dim = input_dim,
+                                 .shape = &x.shape(),
+                                 .bad_index = &found[i].index,
+                                 .bad_id = &found[i].id});
   });
   Bad mine;
   for (const Bad& b : found) {
@@ -93,32 +72,20 @@ void check_ids(const Array& x, int64_t input_dim, const std::string& layer_name)
 struct Lookup {
   const Array::Shard* tokens;
   const Array::Shard* table;
-  std::byte* out;
-  std::vector<std::byte*> replicas;
+  Array::Shard* out;
+  std::vector<Array::Shard*> replicas;
 };
 
-void run_lookups(ThreadPool& pool, DType id_dtype, size_t element_size,
+void run_lookups(ThreadPool& pool, DeviceKind kind, DType id_dtype, size_t element_size,
                  const std::vector<Lookup>& lookups) {
   pool.parallel_for(lookups.size(), [&](size_t i) {
     const Lookup& l = lookups[i];
-    const int64_t r0 = l.table->box.offset[0], r1 = r0 + l.table->box.shape[0];
-    const int64_t cols = l.table->box.shape[1];
-    const int64_t n = l.tokens->box.num_elements();
-    const size_t row_bytes = static_cast<size_t>(cols) * element_size;
-    const std::byte* table = l.table->buffer.data();
-    for (int64_t t = 0; cols > 0 && t < n; ++t) {
-      const int64_t id = id_at(*l.tokens, id_dtype, t);
-      std::byte* dst = l.out + static_cast<size_t>(t) * row_bytes;
-      if (id >= r0 && id < r1) {
-        std::memcpy(dst, table + static_cast<size_t>(id - r0) * row_bytes, row_bytes);
-      } else {
-        std::memset(dst, 0, row_bytes);
-      }
-    }
-    const size_t bytes = static_cast<size_t>(n) * row_bytes;
-    for (std::byte* r : l.replicas) {
-      if (bytes > 0) std::memcpy(r, l.out, bytes);
-    }
+    embedding_lookup(kind, {.tokens = l.tokens,
+                            .id_dtype = id_dtype,
+                            .table = l.table,
+                            .out = l.out,
+                            .replicas = l.replicas,
+                            .element_size = element_size});
   });
 }
 
@@ -144,25 +111,6 @@ TensorLayout token_layout_for(const Array& x, const Array& table) {
     }
   }
   return TensorLayout(token_axes, mesh);
-}
-
-/// One scatter-add: the dy rows (tokens × the table shard's columns) of the tokens whose ids lie
-/// in the table shard's rows, added into `out` (the table shard's box, zeroed first). E: float
-/// (F32) or double (F64), the table's element type.
-template <typename E>
-void scatter_add(DType id_dtype, const Array::Shard& tokens, const Array::Shard& dy,
-                 const Box& table_box, E* out) {
-  const int64_t r0 = table_box.offset[0], r1 = r0 + table_box.shape[0], cols = table_box.shape[1];
-  std::fill(out, out + table_box.num_elements(), E(0));
-  const E* g = reinterpret_cast<const E*>(dy.buffer.data());
-  const int64_t n = tokens.box.num_elements();
-  for (int64_t t = 0; cols > 0 && t < n; ++t) {
-    const int64_t id = id_at(tokens, id_dtype, t);
-    if (id < r0 || id >= r1) continue;
-    E* row = out + (id - r0) * cols;
-    const E* src = g + t * cols;
-    for (int64_t c = 0; c < cols; ++c) row[c] += src[c];
-  }
 }
 
 }  // namespace
@@ -225,13 +173,12 @@ Array Embedding::call(const Array& x) {
     for (Array::Shard& s : out.local_shards()) {
       auto [it, added] = first.emplace(block_of(out.geometry(), s.position), lookups.size());
       if (added) {
-        lookups.push_back(
-            Lookup{tokens.shard_at(s.position), table.shard_at(s.position), s.buffer.data(), {}});
+        lookups.push_back(Lookup{tokens.shard_at(s.position), table.shard_at(s.position), &s, {}});
       } else {
-        lookups[it->second].replicas.push_back(s.buffer.data());
+        lookups[it->second].replicas.push_back(&s);
       }
     }
-    run_lookups(rt.pool(), tokens.dtype(), elem, lookups);
+    run_lookups(rt.pool(), kind_of(table), tokens.dtype(), elem, lookups);
     return out;
   }
 
@@ -240,12 +187,13 @@ Array Embedding::call(const Array& x) {
   for (const std::string& a : vocab.axes()) k_axes.push_back(*mesh.axis_index(a));
   internal_ops::PartialLayout layout{ShardGeometry(product_layout, out_shape), k_axes, input_dim_};
   internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, table, elem);
+  std::vector<Array::Shard> views;  // the partials as shards for the kernel
+  for (internal_ops::LocalPartial& p : partials) views.push_back(internal_ops::shard_view(p));
   std::vector<Lookup> lookups;
-  for (internal_ops::LocalPartial& p : partials) {
-    lookups.push_back(
-        Lookup{tokens.shard_at(p.position), table.shard_at(p.position), p.buffer.data(), {}});
+  for (Array::Shard& v : views) {
+    lookups.push_back(Lookup{tokens.shard_at(v.position), table.shard_at(v.position), &v, {}});
   }
-  run_lookups(rt.pool(), tokens.dtype(), elem, lookups);
+  run_lookups(rt.pool(), kind_of(table), tokens.dtype(), elem, lookups);
   Array out = allocate_agreed(product_layout, out_shape, dtype, table.runtime_ptr());
   internal_ops::ReductionPlan reduction =
       internal_ops::plan_reduction(layout, out.geometry(), elem, rt.local_device_count());
@@ -293,15 +241,14 @@ Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
   layout.k_extent = layout.k_blocks();  // one K block per token block, none empty
   internal_ops::LocalPartials partials =
       internal_ops::allocate_local_partials(layout, tokens, elem);
+  const DeviceKind kind = kind_of(table);
   table.runtime().pool().parallel_for(partials.size(), [&](size_t i) {
-    internal_ops::LocalPartial& p = partials[i];
-    if (dtype == DType::kF32) {
-      scatter_add(tokens.dtype(), *tokens.shard_at(p.position), *g.shard_at(p.position), p.box,
-                  reinterpret_cast<float*>(p.buffer.data()));
-    } else {
-      scatter_add(tokens.dtype(), *tokens.shard_at(p.position), *g.shard_at(p.position), p.box,
-                  reinterpret_cast<double*>(p.buffer.data()));
-    }
+    Array::Shard view = internal_ops::shard_view(partials[i]);
+    embedding_scatter_add(kind, {.table_grad = &view,
+                                 .tokens = tokens.shard_at(view.position),
+                                 .id_dtype = tokens.dtype(),
+                                 .dy = g.shard_at(view.position),
+                                 .dtype = dtype});
   });
   Array d_table = allocate_agreed(table.layout(), table.shape(), dtype, rt);
   const internal_ops::ReductionPlan plan = internal_ops::plan_reduction(

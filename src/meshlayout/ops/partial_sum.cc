@@ -416,7 +416,7 @@ LocalPartials allocate_local_partials(const PartialLayout& layout, const Array& 
       if (known) continue;
       Box box = layout.product.box(s.position);
       const size_t bytes = static_cast<size_t>(box.num_elements()) * element_size;
-      partials.push_back(LocalPartial{std::move(block), kb, s.position, std::move(box),
+      partials.push_back(LocalPartial{std::move(block), kb, s.position, s.device_id, std::move(box),
                                       DeviceBuffer(rt.device(s.device_id).memory(), bytes)});
     }
   } catch (...) {

@@ -96,10 +96,18 @@ struct LocalPartial {
   std::vector<int64_t> block;
   int64_t k_block;
   int64_t position;
+  int64_t device_id;  // global: the device the buffer is charged to
   Box box;
   DeviceBuffer buffer;
 };
 using LocalPartials = std::vector<LocalPartial>;
+
+/// The partial as a shard of the product (position, device, box, its bytes borrowed: valid
+/// while the partial lives), to hand a kernel (kernels/) that fills it.
+inline Array::Shard shard_view(LocalPartial& p) {
+  return Array::Shard{p.position, p.device_id, p.box,
+                      DeviceBuffer::borrowed(p.buffer.data(), p.buffer.size())};
+}
 
 /// One uninitialised buffer per distinct (product block, contracted block) that a local device
 /// of `operand` computes, charged to that device (replicas of a block share one). Allocation
