@@ -3,57 +3,14 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
-#include "meshlayout/kernels/cpu/blas.h"
+#include "meshlayout/kernels/lstm.h"
+#include "meshlayout/kernels/memory.h"
 
 namespace meshlayout {
-namespace {
-
-template <typename T>
-T sigmoid(T v) {
-  return T(1) / (T(1) + std::exp(-v));
-}
-
-/// One device's rows: x (rows, steps, features) → out (rows, steps, u) or (rows, u).
-template <typename T>
-void run_rows(const T* x, int64_t rows, int64_t steps, int64_t features, const T* kernel,
-              const T* recurrent, const T* bias, int64_t u, bool sequences, T* out) {
-  const int64_t g = 4 * u;
-  std::vector<T> xz(static_cast<size_t>(rows * steps * g));
-  cpu_kernels::gemm<T>(rows * steps, g, features, x, features, kernel, g, xz.data(), g);
-  std::vector<T> h(static_cast<size_t>(rows * u), T(0)), c(h.size(), T(0));
-  std::vector<T> hz(static_cast<size_t>(rows * g));
-  for (int64_t t = 0; t < steps; ++t) {
-    cpu_kernels::gemm<T>(rows, g, u, h.data(), u, recurrent, g, hz.data(), g);
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* zx = &xz[static_cast<size_t>((r * steps + t) * g)];
-      const T* zh = &hz[static_cast<size_t>(r * g)];
-      for (int64_t j = 0; j < u; ++j) {
-        auto z = [&](int64_t gate) {
-          const int64_t k = gate * u + j;
-          return zx[k] + zh[k] + (bias ? bias[k] : T(0));
-        };
-        const T i = sigmoid(z(0)), f = sigmoid(z(1)), cand = std::tanh(z(2)), o = sigmoid(z(3));
-        T& cell = c[static_cast<size_t>(r * u + j)];
-        cell = f * cell + i * cand;
-        h[static_cast<size_t>(r * u + j)] = o * std::tanh(cell);
-      }
-      if (sequences) {
-        std::memcpy(out + (r * steps + t) * u, &h[static_cast<size_t>(r * u)],
-                    sizeof(T) * static_cast<size_t>(u));
-      }
-    }
-  }
-  if (!sequences) std::memcpy(out, h.data(), sizeof(T) * h.size());
-}
-
-}  // namespace
-
 LSTMCell::LSTMCell(int64_t units, LSTMOptions options)
     : Layer("lstm_cell", "lstm_cell"), units_(units), options_(std::move(options)) {}
 
@@ -135,7 +92,6 @@ Array LSTM::call(const Array& x) {
   out_axes[0] = data_axes[0];
   Array out = allocate_agreed(TensorLayout(out_axes, mesh), compute_output_shape(x.shape()),
                               x.dtype(), xs.runtime_ptr());
-  cpu_kernels::use_single_threaded_blas();
   std::vector<Array::Shard>& shards = out.local_shards();
   // Replicas of one batch box compute it once; the others copy it.
   std::vector<size_t> leaders, first(shards.size());
@@ -146,29 +102,26 @@ Array LSTM::call(const Array& x) {
     }
     if (first[i] == i) leaders.push_back(i);
   }
+  const DeviceKind kind = kind_of(out);
   out.runtime().pool().parallel_for(leaders.size(), [&](size_t n) {
     Array::Shard& o = shards[leaders[n]];
-    const int64_t rows = o.box.shape[0];
-    if (rows == 0 || u == 0) return;
-    const auto ptr = [&](const Array& a) { return a.shard_at(o.position)->buffer.data(); };
-    if (x.dtype() == DType::kF32) {
-      run_rows<float>(reinterpret_cast<const float*>(ptr(xs)), rows, steps, features,
-                      reinterpret_cast<const float*>(ptr(k)),
-                      reinterpret_cast<const float*>(ptr(r)),
-                      b ? reinterpret_cast<const float*>(ptr(*b)) : nullptr, u, seq,
-                      reinterpret_cast<float*>(o.buffer.data()));
-    } else {
-      run_rows<double>(reinterpret_cast<const double*>(ptr(xs)), rows, steps, features,
-                       reinterpret_cast<const double*>(ptr(k)),
-                       reinterpret_cast<const double*>(ptr(r)),
-                       b ? reinterpret_cast<const double*>(ptr(*b)) : nullptr, u, seq,
-                       reinterpret_cast<double*>(o.buffer.data()));
-    }
+    lstm_forward(kind, {.out = &o,
+                        .x = xs.shard_at(o.position),
+                        .kernel = k.shard_at(o.position),
+                        .recurrent = r.shard_at(o.position),
+                        .bias = b ? b->shard_at(o.position) : nullptr,
+                        .steps = steps,
+                        .features = features,
+                        .units = u,
+                        .return_sequences = seq,
+                        .dtype = x.dtype()});
   });
+  const size_t elem = dtype_size(x.dtype());
   out.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
-    if (first[i] != i && shards[i].buffer.size() > 0) {
-      std::memcpy(shards[i].buffer.data(), shards[first[i]].buffer.data(), shards[i].buffer.size());
-    }
+    if (first[i] == i) return;
+    copy_runs(kind, {.dst = &shards[i],
+                     .src = &shards[first[i]],
+                     .run_bytes = static_cast<size_t>(shards[i].box.num_elements()) * elem});
   });
   return out;
 }
