@@ -71,6 +71,22 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
       throw ValueError(fmt::format("--batch-size must be at least 1, got {}", options.batch_size));
     if (options.steps < 1)
       throw ValueError(fmt::format("--steps must be at least 1, got {}", options.steps));
+    if (options.checkpoint_every < 0 || options.keep_last < 0) {
+      throw ValueError(
+          fmt::format("--checkpoint-every and --keep-last must be at least 1, got {} and {}",
+                      options.checkpoint_every, options.keep_last));
+    }
+    if ((options.checkpoint_every > 0) != !options.checkpoint_dir.empty() ||
+        (options.keep_last > 0 && options.checkpoint_every == 0)) {
+      throw ValueError(
+          "--checkpoint-every N and --checkpoint-dir DIR go together (a training state every N "
+          "steps in DIR/step-<iterations>), and --keep-last K needs them");
+    }
+    if (!options.checkpoint_dir.empty() && fs::exists(options.checkpoint_dir) &&
+        !fs::is_directory(options.checkpoint_dir)) {
+      throw ValueError(
+          fmt::format("--checkpoint-dir {} is not a directory", quote(options.checkpoint_dir)));
+    }
     OptimizerOptions optimizer_options;
     // A fixed name (not Keras 3.15's numbered one): saved state is found by its paths.
     optimizer_options.name = stable_optimizer_name(options.optimizer);
@@ -154,6 +170,12 @@ int run_train(const TrainCommandOptions& options, std::ostream& out) {
   LlamaTrainOptions train_options{.batch_size = options.batch_size,
                                   .steps = options.steps,
                                   .first_step = position ? position->next_batch : 0};
+  if (options.checkpoint_every > 0) {
+    train_options.callbacks.push_back(std::make_shared<TrainingCheckpoint>(
+        options.checkpoint_dir, llama_files(model, config),
+        TrainingCheckpointOptions{.every_steps = options.checkpoint_every,
+                                  .keep_last = options.keep_last}));
+  }
   train_options.on_step = [&](int64_t step, double loss) {
     if (options.json) {
       if (leader)
@@ -274,6 +296,13 @@ void add_train_command(CLI::App& app, int* exit_code) {
   cmd->add_option(
       "--save", o->save_dir,
       "new or empty directory: writes config.json, model.safetensors and optimizer.safetensors");
+  cmd->add_option("--checkpoint-every", o->checkpoint_every,
+                  "save a training state after every N-th step (with --checkpoint-dir)");
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
+                  "directory of the training states: DIR/step-<iterations>, each resumable with "
+                  "--model");
+  cmd->add_option("--keep-last", o->keep_last,
+                  "keep only the newest K training states in --checkpoint-dir (default: all)");
   cmd->add_flag("--json", o->json, "print one JSON object per step: {\"step\", \"loss\"}");
   cmd->callback([o, exit_code] { *exit_code = run_train(*o, std::cout); });
 }

@@ -23,6 +23,11 @@
 // a new temporary directory, and the error says where. Under mpirun the processes first
 // agree on every option and on digests of config.json, the rules, the weights' headers, the
 // data and the optimizer state (command_agreement.h).
+// --checkpoint-every N --checkpoint-dir DIR [--keep-last K] saves a training state after every
+// N-th step (the optimizer's iterations a multiple of N) into DIR/step-<iterations> (8 digits),
+// each directory a complete --save (config.json, model.safetensors, optimizer.safetensors and
+// the marker with iterations and next_batch) that --model resumes from; --keep-last K removes
+// all but the newest K (train/training_state.h TrainingCheckpoint).
 // --zero1: ZeRO-1, each optimizer slot sharded further over the distribution's batch axis
 // (optimizer.h's shard_slots_over): the same updates with 1/batch-size of the slots of
 // batch-replicated weights per device. Slots keep their Keras paths, so a state saved with
@@ -54,6 +59,9 @@ struct TrainCommandOptions {
   std::optional<double> weight_decay;   // the optimizer's default when unset
   bool zero1 = false;                   // slots sharded further over the batch axis (ZeRO-1)
   std::string save_dir;                 // empty: nothing saved
+  int64_t checkpoint_every = 0;         // > 0: a training state every N steps
+  std::string checkpoint_dir;           // where: <dir>/step-<iterations>
+  int64_t keep_last = 0;                // > 0: keep only the newest K of them
   bool json = false;
 };
 

@@ -87,13 +87,15 @@ LlamaTrainResult train_llama(LlamaModel& model, const TokenDataset& data, Optimi
        .loss_options = {.from_logits = true}});
   LlamaTrainResult result;
   auto steps = std::make_shared<StepRecorder>(result.losses, options.on_step);
+  std::vector<std::shared_ptr<Callback>> callbacks = {steps};
+  callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
   const auto start = std::chrono::steady_clock::now();
   trainer.fit(data, {.batch_size = options.batch_size,
                      .epochs = 1,
                      .verbose = 0,
                      .steps_per_epoch = options.steps,
                      .first_batch = options.first_step,
-                     .callbacks = {steps}});
+                     .callbacks = callbacks});
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // rows_needed <= rows and rows * (seq + 1) elements fit the file: no overflow.
   result.tokens = options.steps * options.batch_size * data.sequence_length();

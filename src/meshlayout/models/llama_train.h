@@ -24,6 +24,7 @@
 #include "meshlayout/models/llama.h"
 #include "meshlayout/train/optimizer.h"
 #include "meshlayout/train/token_dataset.h"
+#include "meshlayout/train/trainer.h"
 
 namespace meshlayout {
 
@@ -41,6 +42,8 @@ struct LlamaTrainOptions {
   int64_t first_step = 0;
   /// Called on every process after each step with (step index k, loss before its update).
   std::function<void(int64_t, double)> on_step;
+  /// More of fit's callbacks (e.g. a TrainingCheckpoint), after on_step's.
+  std::vector<std::shared_ptr<Callback>> callbacks;
 };
 
 struct LlamaTrainResult {
