@@ -9,6 +9,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/shape.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/floatx.h"
 #include "meshlayout/nn/materialize.h"
@@ -29,15 +30,18 @@ Array last_position(const Array& h) {
   const Array& src = h.layout() == layout ? h : moved.emplace(distribute_tensor(h, layout));
   const int64_t T = h.shape()[1];
   Array out = allocate_agreed(layout, {h.shape()[0], 1, h.shape()[2]}, h.dtype(), h.runtime_ptr());
+  const DeviceKind kind = kind_of(out);
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& d = out.local_shards()[i];
-    const Array::Shard& s = *src.shard_at(d.position);
     const int64_t row = d.box.shape[2] * static_cast<int64_t>(dtype_size(h.dtype()));
-    for (int64_t b = 0; b < d.box.shape[0]; ++b) {
-      if (row > 0)
-        std::memcpy(d.buffer.data() + b * row, s.buffer.data() + (b * T + T - 1) * row,
-                    static_cast<size_t>(row));
-    }
+    // Row b of the output is row T - 1 of sequence b.
+    copy_runs(kind, {.dst = &d,
+                     .dst_stride = static_cast<size_t>(row),
+                     .src = src.shard_at(d.position),
+                     .src_offset = static_cast<size_t>((T - 1) * row),
+                     .src_stride = static_cast<size_t>(T * row),
+                     .runs = d.box.shape[0],
+                     .run_bytes = static_cast<size_t>(row)});
   });
   return out;
 }
