@@ -1,4 +1,5 @@
 #include "meshlayout/nn/batch_normalization.h"
+#include "meshlayout/nn/dense.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -8,6 +8,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/model.h"
 #include "meshlayout/nn/multi_head_attention.h"

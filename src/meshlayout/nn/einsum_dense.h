@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 
+#include "meshlayout/nn/activation.h"
 #include "meshlayout/nn/layer.h"
 
 namespace meshlayout {

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/layer.h"
 #include "meshlayout/ops/swiglu.h"
 

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -18,9 +17,7 @@
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/distribution.h"
 #include "meshlayout/nn/floatx.h"
-#include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/nn/materialize.h"
-#include "meshlayout/ops/matmul.h"
 
 namespace meshlayout {
 
@@ -319,193 +316,6 @@ std::vector<double> Layer::losses() const {
     if (v->trainable() && v->regularizer()) out.push_back(v->regularization_loss());
   }
   return out;
-}
-
-Activation parse_activation(std::string_view name) {
-  if (name == "linear" || name.empty()) return Activation::kLinear;
-  if (name == "relu") return Activation::kRelu;
-  if (name == "gelu") return Activation::kGelu;
-  if (name == "tanh") return Activation::kTanh;
-  if (name == "softmax") return Activation::kSoftmax;
-  if (name == "silu" || name == "swish") return Activation::kSilu;
-  throw ValueError(
-      fmt::format("unknown activation {}; expected one of 'linear', 'relu', "
-                  "'gelu', 'tanh', 'softmax', 'silu'",
-                  quote(name)));
-}
-
-namespace {
-
-// Applies `activation` to y's local shards in place (softmax: y's last dimension is whole), in
-// E: float (F32, as before F64 existed) or double (F64).
-template <typename E>
-void activate_in_place(Activation activation, Array& y) {
-  const int64_t row = y.shape().empty() ? 1 : y.shape().back();
-  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
-    Array::Shard& s = y.local_shards()[i];
-    E* p = reinterpret_cast<E*>(s.buffer.data());
-    const int64_t n = s.box.num_elements();
-    switch (activation) {
-      case Activation::kRelu:
-        for (int64_t k = 0; k < n; ++k) p[k] = p[k] > 0 ? p[k] : E(0);
-        break;
-      case Activation::kTanh:
-        for (int64_t k = 0; k < n; ++k) p[k] = std::tanh(p[k]);
-        break;
-      case Activation::kGelu:  // exact GELU, as keras.activations.gelu(approximate=False)
-        for (int64_t k = 0; k < n; ++k) {
-          p[k] = static_cast<E>(0.5 * p[k] * (1.0 + std::erf(p[k] / std::sqrt(2.0))));
-        }
-        break;
-      case Activation::kSoftmax:
-        for (int64_t r = 0; row > 0 && r < n / row; ++r) {
-          E* v = p + r * row;
-          E m = v[0];
-          for (int64_t k = 1; k < row; ++k) m = std::max(m, v[k]);
-          double sum = 0;
-          for (int64_t k = 0; k < row; ++k) sum += (v[k] = std::exp(v[k] - m));
-          for (int64_t k = 0; k < row; ++k) v[k] = static_cast<E>(v[k] / sum);
-        }
-        break;
-      case Activation::kSilu:  // x · sigmoid(x) in E (float, as keras-hub runs it in fp32)
-        for (int64_t k = 0; k < n; ++k) p[k] = p[k] / (E(1) + std::exp(-p[k]));
-        break;
-      case Activation::kLinear:
-        break;
-    }
-  });
-}
-
-void activate_in_place(Activation activation, Array& y) {
-  if (activation == Activation::kLinear) return;
-  if (y.dtype() == DType::kF32) {
-    activate_in_place<float>(activation, y);
-  } else {
-    activate_in_place<double>(activation, y);
-  }
-}
-
-void check_activation_dtype(Activation activation, const Array& x) {
-  if (activation != Activation::kLinear && x.dtype() != DType::kF32 && x.dtype() != DType::kF64) {
-    throw ValueError(
-        fmt::format("activations run on F32 or F64 tensors, got {}", dtype_name(x.dtype())));
-  }
-}
-
-// Softmax needs whole rows: the layout with the last dimension gathered if it is split.
-TensorLayout activation_layout(Activation activation, const Array& x) {
-  TensorLayout layout = x.layout();
-  if (activation == Activation::kSoftmax && layout.rank() > 0 &&
-      layout.axes().back().is_sharded()) {
-    std::vector<DimSharding> axes = layout.axes();
-    axes.back() = DimSharding();
-    layout = TensorLayout(axes, x.mesh());
-  }
-  return layout;
-}
-
-}  // namespace
-
-Array apply_activation(Activation activation, const Array& x) {
-  check_activation_dtype(activation, x);
-  Array y = distribute_tensor(x, activation_layout(activation, x));
-  activate_in_place(activation, y);
-  return y;
-}
-
-Array apply_activation(Activation activation, Array&& x) {
-  check_activation_dtype(activation, x);
-  const TensorLayout layout = activation_layout(activation, x);
-  if (layout != x.layout()) return apply_activation(activation, static_cast<const Array&>(x));
-  Array y = std::move(x);
-  activate_in_place(activation, y);
-  return y;
-}
-
-Dense::Dense(int64_t units, DenseOptions options)
-    : Layer("dense", options.name), units_(units), options_(std::move(options)) {
-  if (units < 1) throw ValueError(fmt::format("Dense units must be at least 1, got {}", units));
-}
-
-Shape Dense::compute_output_shape(const Shape& input_shape) const {
-  Shape out = input_shape;
-  out.back() = units_;
-  return out;
-}
-
-void Dense::build(const Shape& input_shape) {
-  if (input_shape.empty()) {
-    throw ValueError(fmt::format("Dense layer {} needs inputs of rank >= 1, got shape {}",
-                                 quote(name()), shape_to_string(input_shape)));
-  }
-  kernel_ = add_weight({.name = "kernel",
-                        .shape = {input_shape.back(), units_},
-                        .initializer = options_.kernel_initializer,
-                        .regularizer = options_.kernel_regularizer,
-                        .layout = options_.kernel_layout});
-  if (options_.use_bias) {
-    bias_ = add_weight({.name = "bias",
-                        .shape = {units_},
-                        .initializer = options_.bias_initializer,
-                        .regularizer = options_.bias_regularizer,
-                        .layout = options_.bias_layout});
-  }
-}
-
-const Array& Dense::on_kernel_mesh(const Array& x, std::optional<Array>& storage) const {
-  const DeviceMesh& mesh = kernel_->value().mesh();
-  if (x.mesh() == mesh) return x;
-  // An input on another mesh of the same devices follows the kernel's mesh.
-  return storage.emplace(
-      distribute_tensor(x, TensorLayout::replicated(static_cast<int>(x.shape().size()), mesh)));
-}
-
-void Dense::enable_lora(int64_t rank, std::optional<double> lora_alpha,
-                        const Initializer& a_initializer, const Initializer& b_initializer) {
-  lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer,
-                           options_.kernel_regularizer);
-}
-
-const Array& Dense::effective_kernel(std::optional<Array>& storage) const {
-  if (!lora_.enabled()) return kernel_->value();
-  return storage.emplace(lora_effective_kernel(kernel_->value(), lora_));
-}
-
-Array Dense::call(const Array& x) {
-  std::optional<Array> effective;
-  Array y = pre_activation(x, effective_kernel(effective));
-  if (options_.activation == Activation::kLinear) return y;
-  return apply_activation(options_.activation, std::move(y));
-}
-
-// Dense::backward and apply_activation_backward: dense_backward.cc.
-
-Array Dense::pre_activation(const Array& x, const Array& kernel) const {
-  check_input_dtype("Dense", name(), x.dtype(), kernel.dtype());
-  std::optional<Array> moved;
-  Array y = matmul(on_kernel_mesh(x, moved), kernel);
-  if (bias_) {
-    // Bias laid out like y's last dimension, so each device holds the columns it adds to.
-    Array b = distribute_tensor(bias_->value(), TensorLayout({y.layout().axes().back()}, y.mesh()));
-    y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
-      Array::Shard& s = y.local_shards()[i];
-      const Array::Shard* bs = b.shard_at(s.position);
-      const int64_t cols = s.box.shape.back();
-      if (cols == 0) return;
-      const auto add_bias = [&]<typename E>(E* p) {
-        const E* bias = reinterpret_cast<const E*>(bs->buffer.data());
-        for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
-          for (int64_t c = 0; c < cols; ++c) p[r * cols + c] += bias[c];
-        }
-      };
-      if (y.dtype() == DType::kF32) {
-        add_bias(reinterpret_cast<float*>(s.buffer.data()));
-      } else {
-        add_bias(reinterpret_cast<double*>(s.buffer.data()));
-      }
-    });
-  }
-  return y;
 }
 
 }  // namespace meshlayout

@@ -11,7 +11,9 @@
 // built in build() are "<parent>/<layer>/<var>" while weights added in a constructor are
 // "<enclosing scope>/<layer>/<var>" (usually just "<layer>/<var>").
 //
-// Example:
+// Layers live in their own files (dense.h, embedding.h, …); activations in activation.h.
+//
+// Example (Dense: dense.h):
 //   Tensor inputs = Input({10}, /*batch_size=*/10);
 //   auto d1 = std::make_shared<Dense>(20, DenseOptions{.name = "d1"});
 //   Tensor x = (*d1)(inputs);            // builds d1: kernel (10, 20), bias (20,)
@@ -227,80 +229,5 @@ std::string auto_name(std::string_view prefix);
 /// Forgets automatic layer and optimizer names (keras.backend.clear_session()): every counter
 /// of auto_name starts again at 0.
 void clear_session();
-
-/// Activations, applied shard by shard (softmax first gathers its last dimension), in x's dtype
-/// (F32 or F64; any dtype for linear).
-enum class Activation { kLinear, kRelu, kGelu, kTanh, kSoftmax, kSilu };
-Activation parse_activation(std::string_view name);
-/// A new array; x is unchanged.
-Array apply_activation(Activation activation, const Array& x);
-/// The same, computed in x's own buffers when the layout stays (every activation but a
-/// softmax over a split last dimension): no copy.
-Array apply_activation(Activation activation, Array&& x);
-/// The backward of y = apply_activation(activation, z): dL/dz from dy = dL/dy, in z's layout
-/// (dy is brought to it). relu: dy·[z > 0]; gelu (exact, erf): dy·(Φ(z) + z·φ(z)); tanh:
-/// dy·(1 - tanh²z); silu: dy·σ(z)·(1 + z·(1 - σ(z))); softmax over the last dim (gathered if
-/// split, as the forward): y·(dy - Σ dy·y), the row sums in double; linear: dy. Collective.
-/// \error ValueError naming both if z and dy differ in shape or dtype or are not F32 or F64.
-Array apply_activation_backward(Activation activation, const Array& z, const Array& dy);
-
-struct DenseOptions {
-  std::string name;  // automatic ("dense", "dense_1", …) when empty
-  Activation activation = Activation::kLinear;
-  bool use_bias = true;
-  Initializer kernel_initializer = Initializer::glorot_uniform();
-  Initializer bias_initializer = Initializer::zeros();
-  std::optional<Regularizer> kernel_regularizer;
-  std::optional<Regularizer> bias_regularizer;
-  // Keras 2 DTensor per-layer layouts (explicit: they win over LayoutMap rules and
-  // distributions; a layout without a mesh takes the model's).
-  std::optional<TensorLayout> kernel_layout, bias_layout;
-};
-
-/// keras.layers.Dense: y = activation(x @ kernel + bias); kernel (in, units), bias (units,).
-/// With LoRA (enable_lora, lora.h) the kernel is kernel + (alpha / rank) · A @ B.
-class Dense : public Layer {
- public:
-  explicit Dense(int64_t units, DenseOptions options = {});
-  int64_t units() const { return units_; }
-  const VariablePtr& kernel() const { return kernel_; }
-  const VariablePtr& bias() const { return bias_; }
-  const VariablePtr& lora_kernel_a() const { return lora_.a; }
-  const VariablePtr& lora_kernel_b() const { return lora_.b; }
-  const LoraWeights& lora() const { return lora_; }
-  /// keras Dense.enable_lora (after build, once): lora_kernel_a (input_dim, rank) and
-  /// lora_kernel_b (rank, units) with the kernel's regulariser; the kernel frozen; lora_alpha
-  /// defaults to rank. ValueError if not built, already enabled, or rank < 1.
-  void enable_lora(int64_t rank, std::optional<double> lora_alpha = std::nullopt,
-                   const Initializer& a_initializer = Initializer::he_uniform(),
-                   const Initializer& b_initializer = Initializer::zeros());
-  Shape compute_output_shape(const Shape& input_shape) const override;
-  /// dx = dz·kernelᵀ in x's layout, d kernel = xᵀ·dz in the kernel's layout (summed over the
-  /// batch: a partial sum over 'data' for a batch-split x), d bias = dz summed over every
-  /// leading dimension in the bias's layout, where dz = dy through the activation (z = x·kernel
-  /// + bias recomputed when the activation is not linear). Column- and row-parallel kernels
-  /// run through matmul_backward's conjugate collectives. A non-trainable weight gets no
-  /// gradient. With LoRA the kernel is the effective one and d kernel goes to A and B (lora.h).
-  /// \error ValueError if x or dy is not in the kernel's dtype, or dy not of the
-  /// call's output shape.
-  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
-
- protected:
-  void build(const Shape& input_shape) override;
-  Array call(const Array& x) override;
-
- private:
-  /// x on the kernel's mesh (replicated onto it when x is on another mesh, as the call does).
-  const Array& on_kernel_mesh(const Array& x, std::optional<Array>& storage) const;
-  /// The kernel the layer computes with: the variable's value, or with LoRA the effective
-  /// kernel kept in `storage`.
-  const Array& effective_kernel(std::optional<Array>& storage) const;
-  /// x·kernel + bias, before the activation.
-  Array pre_activation(const Array& x, const Array& kernel) const;
-  int64_t units_;
-  DenseOptions options_;
-  VariablePtr kernel_, bias_;
-  LoraWeights lora_;
-};
 
 }  // namespace meshlayout

@@ -10,6 +10,7 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/nn/backward_test_util.h"
 #include "meshlayout/nn/batch_normalization.h"
+#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/embedding.h"
 #include "meshlayout/nn/layer.h"
 

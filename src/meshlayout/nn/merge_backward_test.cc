@@ -7,6 +7,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/backward_test_util.h"
+#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/dropout.h"
 #include "meshlayout/nn/merge.h"
 #include "meshlayout/nn/model.h"

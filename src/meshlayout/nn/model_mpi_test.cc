@@ -4,6 +4,7 @@
 
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/batch_normalization.h"
+#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/embedding.h"
 #include "meshlayout/nn/layer_normalization.h"
 #include "meshlayout/nn/lstm.h"

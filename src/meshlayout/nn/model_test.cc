@@ -1,4 +1,5 @@
 #include "meshlayout/nn/model.h"
+#include "meshlayout/nn/dense.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

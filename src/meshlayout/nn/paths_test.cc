@@ -8,6 +8,7 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/nn/conv2d.h"
+#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/dropout.h"
 #include "meshlayout/nn/embedding.h"
 #include "meshlayout/nn/layer_normalization.h"

@@ -1,4 +1,5 @@
 #include "meshlayout/nn/reshape.h"
+#include "meshlayout/nn/dense.h"
 
 #include <gtest/gtest.h>
 

@@ -34,6 +34,7 @@
 #include <optional>
 #include <string>
 
+#include "meshlayout/nn/activation.h"
 #include "meshlayout/nn/layer.h"
 
 namespace meshlayout {

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/nn/batch_normalization.h"
+#include "meshlayout/nn/dense.h"
 
 #include <sstream>
 

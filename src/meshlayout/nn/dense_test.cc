@@ -1,13 +1,14 @@
-// Dense::backward, apply_activation_backward and Sequential's backward against float64 central
-// differences of float64 references written from the formulas (y = act(x·K + b)), under
-// replicated, batch-split, column-parallel, row-parallel and 2-D layouts on the 2x4 mesh; every
-// gradient in its variable's layout, dx in x's.
+// Dense (its backward through its forward), apply_activation_backward and Sequential's backward
+// against float64 central differences of float64 references written from the formulas
+// (y = act(x·K + b)), under replicated, batch-split, column-parallel, row-parallel and 2-D
+// layouts on the 2x4 mesh; every gradient in its variable's layout, dx in x's.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/backward_test_util.h"
+#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/model.h"
 #include "meshlayout/nn/nn_test_util.h"
 

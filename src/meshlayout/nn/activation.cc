@@ -1,18 +1,121 @@
-// dense_backward.cc — the backward of the activations and of Dense, whose forwards are in
-// layer.cc (split off to keep layer.cc short); declared beside them in layer.h.
+// activation.cc — see activation.h: the activations' forward and backward.
+#include "meshlayout/nn/activation.h"
+
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <optional>
+#include <vector>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/nn/gradient_ops.h"
-#include "meshlayout/nn/layer.h"
-#include "meshlayout/ops/matmul_backward.h"
 
 namespace meshlayout {
+
+Activation parse_activation(std::string_view name) {
+  if (name == "linear" || name.empty()) return Activation::kLinear;
+  if (name == "relu") return Activation::kRelu;
+  if (name == "gelu") return Activation::kGelu;
+  if (name == "tanh") return Activation::kTanh;
+  if (name == "softmax") return Activation::kSoftmax;
+  if (name == "silu" || name == "swish") return Activation::kSilu;
+  throw ValueError(
+      fmt::format("unknown activation {}; expected one of 'linear', 'relu', "
+                  "'gelu', 'tanh', 'softmax', 'silu'",
+                  quote(name)));
+}
+
+namespace {
+
+// Applies `activation` to y's local shards in place (softmax: y's last dimension is whole), in
+// E: float (F32, as before F64 existed) or double (F64).
+template <typename E>
+void activate_in_place(Activation activation, Array& y) {
+  const int64_t row = y.shape().empty() ? 1 : y.shape().back();
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    Array::Shard& s = y.local_shards()[i];
+    E* p = reinterpret_cast<E*>(s.buffer.data());
+    const int64_t n = s.box.num_elements();
+    switch (activation) {
+      case Activation::kRelu:
+        for (int64_t k = 0; k < n; ++k) p[k] = p[k] > 0 ? p[k] : E(0);
+        break;
+      case Activation::kTanh:
+        for (int64_t k = 0; k < n; ++k) p[k] = std::tanh(p[k]);
+        break;
+      case Activation::kGelu:  // exact GELU, as keras.activations.gelu(approximate=False)
+        for (int64_t k = 0; k < n; ++k) {
+          p[k] = static_cast<E>(0.5 * p[k] * (1.0 + std::erf(p[k] / std::sqrt(2.0))));
+        }
+        break;
+      case Activation::kSoftmax:
+        for (int64_t r = 0; row > 0 && r < n / row; ++r) {
+          E* v = p + r * row;
+          E m = v[0];
+          for (int64_t k = 1; k < row; ++k) m = std::max(m, v[k]);
+          double sum = 0;
+          for (int64_t k = 0; k < row; ++k) sum += (v[k] = std::exp(v[k] - m));
+          for (int64_t k = 0; k < row; ++k) v[k] = static_cast<E>(v[k] / sum);
+        }
+        break;
+      case Activation::kSilu:  // x · sigmoid(x) in E (float, as keras-hub runs it in fp32)
+        for (int64_t k = 0; k < n; ++k) p[k] = p[k] / (E(1) + std::exp(-p[k]));
+        break;
+      case Activation::kLinear:
+        break;
+    }
+  });
+}
+
+void activate_in_place(Activation activation, Array& y) {
+  if (activation == Activation::kLinear) return;
+  if (y.dtype() == DType::kF32) {
+    activate_in_place<float>(activation, y);
+  } else {
+    activate_in_place<double>(activation, y);
+  }
+}
+
+void check_activation_dtype(Activation activation, const Array& x) {
+  if (activation != Activation::kLinear && x.dtype() != DType::kF32 && x.dtype() != DType::kF64) {
+    throw ValueError(
+        fmt::format("activations run on F32 or F64 tensors, got {}", dtype_name(x.dtype())));
+  }
+}
+
+// Softmax needs whole rows: the layout with the last dimension gathered if it is split.
+TensorLayout activation_layout(Activation activation, const Array& x) {
+  TensorLayout layout = x.layout();
+  if (activation == Activation::kSoftmax && layout.rank() > 0 &&
+      layout.axes().back().is_sharded()) {
+    std::vector<DimSharding> axes = layout.axes();
+    axes.back() = DimSharding();
+    layout = TensorLayout(axes, x.mesh());
+  }
+  return layout;
+}
+
+}  // namespace
+
+Array apply_activation(Activation activation, const Array& x) {
+  check_activation_dtype(activation, x);
+  Array y = distribute_tensor(x, activation_layout(activation, x));
+  activate_in_place(activation, y);
+  return y;
+}
+
+Array apply_activation(Activation activation, Array&& x) {
+  check_activation_dtype(activation, x);
+  const TensorLayout layout = activation_layout(activation, x);
+  if (layout != x.layout()) return apply_activation(activation, static_cast<const Array&>(x));
+  Array y = std::move(x);
+  activate_in_place(activation, y);
+  return y;
+}
+
 namespace {
 
 // dz = dy · f'(z) in place in `g` (holding dy), z in the same layout; softmax rows whole. E: float
@@ -104,49 +207,6 @@ Array apply_activation_backward(Activation activation, const Array& z, const Arr
   activation_backward_in_place(activation, zl, g);
   if (g.layout() == z.layout()) return g;
   return distribute_tensor(g, z.layout());
-}
-
-Array Dense::backward(const Array& x, const Array& dy, Gradients& grads) {
-  if (!kernel_) {
-    throw FailedPreconditionError(
-        fmt::format("Dense layer {} is not built: call it before its backward", quote(name())));
-  }
-  const DType dtype = kernel_->dtype();
-  if (x.dtype() != dtype || x.shape().empty() || x.shape().back() != kernel_->shape()[0]) {
-    throw ValueError(
-        fmt::format("backward of Dense layer {}: x must be {} (…, {}) (the kernel's dtype), "
-                    "got {} {}",
-                    quote(name()), dtype_name(dtype), kernel_->shape()[0], dtype_name(x.dtype()),
-                    shape_to_string(x.shape())));
-  }
-  check_output_gradient(name(), dy, compute_output_shape(x.shape()), dtype);
-  std::optional<Array> effective;
-  const Array& kernel = effective_kernel(effective);
-  std::optional<Array> moved;
-  const Array& xk = on_kernel_mesh(x, moved);
-  std::optional<Array> dz_store;
-  if (options_.activation != Activation::kLinear) {
-    dz_store.emplace(apply_activation_backward(options_.activation, pre_activation(x, kernel), dy));
-  }
-  std::optional<Array> dy_on_mesh;
-  const Array& dz = dz_store
-                        ? *dz_store
-                        : (dy.mesh() == kernel.mesh()
-                               ? dy
-                               : dy_on_mesh.emplace(distribute_tensor(
-                                     dy, TensorLayout::replicated(
-                                             static_cast<int>(dy.shape().size()), kernel.mesh()))));
-  if (kernel_->trainable() || lora_.enabled()) {
-    Array dk = matmul_backward_weight(xk, dz, kernel.layout());
-    if (lora_.enabled()) accumulate_lora_gradients(dk, lora_, grads);  // the frozen kernel: nothing
-    if (kernel_->trainable()) grads.accumulate(*kernel_, std::move(dk));
-  }
-  if (bias_ && bias_->trainable()) {
-    grads.accumulate(*bias_, sum_over_leading(dz, 1, bias_->value().layout()));
-  }
-  Array dx = matmul_backward_input(dz, kernel, xk.layout());
-  if (dx.layout() == x.layout()) return dx;
-  return distribute_tensor(dx, x.layout());
 }
 
 }  // namespace meshlayout
