@@ -1,16 +1,16 @@
 // optimizer.h — the per-shard kernels of the optimizers (train/optimizer.h and one file per
 // optimizer): the sums of squares behind clipnorm (and Adafactor's RMS), the preparation of a
 // shard's step (the gradient cast to the variable's dtype and clipped, decoupled weight decay), one
-// update per optimizer (its per-element rule, after that preparation, on the variable's shard and
-// its slots' shards), and the scalar writes of the iteration and learning-rate variables. The
-// optimizers' own parameters are the small structs below (train/ sits above kernels/: its options
-// structs are turned into these).
+// update per optimizer (kernels/<name>_update.h: its per-element rule, after that preparation, on
+// the variable's shard and its slots' shards), and the scalar writes of the iteration and
+// learning-rate variables. The optimizers' own parameters are the small structs below (train/ sits
+// above kernels/: its options structs are turned into these).
 //
 // Example (per local shard x of a variable, in train/optimizer.cc and train/adam.cc):
 //   const OptimizerShardStep step{.theta = &x, .dtype = DType::kF32, .grad = g.shard_at(…),
 //                                 .grad_dtype = DType::kF32, .slots = slot_shards, .lr = 1e-3f,
 //                                 .iterations = 0};
-//   adam_update(kind_of(value), {step, AdamParams{0.9, 0.999, 1e-7, false}});
+//   adam_update(kind_of(value), {step, AdamParams{0.9, 0.999, 1e-7, false}});   // adam_update.h
 #pragma once
 
 #include <cstddef>
@@ -64,37 +64,6 @@ struct OptimizerUpdate {
   Params params;
 };
 
-/// keras.optimizers.SGD: slots [momentum] when momentum != 0, else none.
-struct SgdParams {
-  double momentum;
-  bool nesterov;
-};
-/// keras.optimizers.Adam / AdamW: slots [momentum, velocity] (+ velocity_hat with amsgrad).
-struct AdamParams {
-  double beta_1, beta_2, epsilon;
-  bool amsgrad;
-};
-/// keras.optimizers.RMSprop: slots [velocity] (+ momentum when momentum > 0) (+
-/// average_gradient when centered).
-struct RmspropParams {
-  double rho, momentum, epsilon;
-  bool centered;
-};
-/// keras.optimizers.Adagrad: slots [accumulator].
-struct AdagradParams {
-  double epsilon;
-};
-/// keras.optimizers.Lion: slots [momentum].
-struct LionParams {
-  double beta_1, beta_2;
-};
-
-using SgdUpdate = OptimizerUpdate<SgdParams>;
-using AdamUpdate = OptimizerUpdate<AdamParams>;
-using RmspropUpdate = OptimizerUpdate<RmspropParams>;
-using AdagradUpdate = OptimizerUpdate<AdagradParams>;
-using LionUpdate = OptimizerUpdate<LionParams>;
-
 /// `bytes` bytes from host memory into the start of a shard (a scalar variable's value).
 struct WriteScalar {
   Array::Shard* shard;
@@ -104,21 +73,11 @@ struct WriteScalar {
 
 void sum_of_squares_cpu(const SumOfSquares& args);
 void optimizer_prepare_cpu(const OptimizerPrepare& args);
-void sgd_update_cpu(const SgdUpdate& args);
-void adam_update_cpu(const AdamUpdate& args);
-void rmsprop_update_cpu(const RmspropUpdate& args);
-void adagrad_update_cpu(const AdagradUpdate& args);
-void lion_update_cpu(const LionUpdate& args);
 void write_scalar_cpu(const WriteScalar& args);
 
 inline KernelOp<void(const SumOfSquares&)> sum_of_squares{"sum_of_squares", &sum_of_squares_cpu};
 inline KernelOp<void(const OptimizerPrepare&)> optimizer_prepare{"optimizer_prepare",
                                                                  &optimizer_prepare_cpu};
-inline KernelOp<void(const SgdUpdate&)> sgd_update{"sgd_update", &sgd_update_cpu};
-inline KernelOp<void(const AdamUpdate&)> adam_update{"adam_update", &adam_update_cpu};
-inline KernelOp<void(const RmspropUpdate&)> rmsprop_update{"rmsprop_update", &rmsprop_update_cpu};
-inline KernelOp<void(const AdagradUpdate&)> adagrad_update{"adagrad_update", &adagrad_update_cpu};
-inline KernelOp<void(const LionUpdate&)> lion_update{"lion_update", &lion_update_cpu};
 inline KernelOp<void(const WriteScalar&)> write_scalar{"write_scalar", &write_scalar_cpu};
 
 }  // namespace meshlayout

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/kernels/adagrad_update.h"
 
 namespace meshlayout {
 

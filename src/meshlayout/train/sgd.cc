@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/kernels/sgd_update.h"
 
 namespace meshlayout {
 
