@@ -46,8 +46,45 @@ std::string mesh_repr(const DeviceMesh& mesh) {
                      repr_list(mesh.axis_names()));
 }
 
-DeviceMesh make_mesh(const std::vector<int64_t>& shape, const std::vector<std::string>& axis_names,
+// Keras takes any sequence for shape and axis_names (tuples, lists, numpy arrays and integers)
+// and checks emptiness first: "Shape and axis_names cannot be empty."
+std::vector<int64_t> mesh_shape_from_python(const py::object& shape) {
+  std::vector<int64_t> out;
+  if (py::isinstance<py::str>(shape) || !py::isinstance<py::iterable>(shape)) {
+    throw py::type_error(fmt::format("DeviceMesh shape must be a sequence of integers, got {}",
+                                     std::string(py::repr(shape))));
+  }
+  for (py::handle e : shape) {
+    if (py::isinstance<py::bool_>(e) || !py::hasattr(e, "__index__")) {
+      throw py::type_error(fmt::format("DeviceMesh shape must hold integers, got {} in {}",
+                                       std::string(py::repr(e)), std::string(py::repr(shape))));
+    }
+    out.push_back(py::cast<int64_t>(e.attr("__index__")()));
+  }
+  return out;
+}
+
+std::vector<std::string> axis_names_from_python(const py::object& axis_names) {
+  std::vector<std::string> out;
+  if (!py::isinstance<py::iterable>(axis_names)) {
+    throw py::type_error(fmt::format("DeviceMesh axis_names must be a sequence of strings, got {}",
+                                     std::string(py::repr(axis_names))));
+  }
+  for (py::handle e : axis_names) {  // a str is a sequence of its characters, as in Keras
+    if (!py::isinstance<py::str>(e)) {
+      throw py::type_error(fmt::format("DeviceMesh axis_names must hold strings, got {} in {}",
+                                       std::string(py::repr(e)),
+                                       std::string(py::repr(axis_names))));
+    }
+    out.push_back(py::cast<std::string>(e));
+  }
+  return out;
+}
+
+DeviceMesh make_mesh(const py::object& shape_arg, const py::object& axis_names_arg,
                      const py::object& devices) {
+  const std::vector<int64_t> shape = mesh_shape_from_python(shape_arg);
+  const std::vector<std::string> axis_names = axis_names_from_python(axis_names_arg);
   if (devices.is_none()) return DeviceMesh(shape, axis_names);
   // Keras: np.array(devices), any shape; only the element count must match.
   py::object flat = py::module_::import("numpy").attr("asarray")(devices).attr("ravel")();

@@ -38,6 +38,25 @@ def test_device_mesh_errors():
         ml.DeviceMesh((3,), ["data"], devices=["cpu:0", "cpu:1"])
 
 
+def test_device_mesh_takes_any_sequence_as_keras_does():
+    devices = [f"cpu:{i}" for i in range(4)]
+    # Keras' own test: an empty axis_names string is its ValueError, not a TypeError.
+    with pytest.raises(ValueError, match="Shape and axis_names cannot be empty"):
+        ml.DeviceMesh((4,), "", devices)
+    with pytest.raises(ValueError, match="Shape and axis_names cannot be empty"):
+        ml.DeviceMesh(np.array([], dtype=np.int64), ["data"])
+    mesh = ml.DeviceMesh(np.array([2, 2]), ("data", "model"), devices)
+    assert mesh.shape == (2, 2)
+    assert ml.DeviceMesh((np.int32(4),), ["data"], devices).shape == (4,)
+    assert ml.DeviceMesh(range(2, 3), "d", devices[:2]).axis_names == ["d"]
+    with pytest.raises(TypeError, match="shape must hold integers, got 2.5"):
+        ml.DeviceMesh((2.5,), ["data"])
+    with pytest.raises(TypeError, match="axis_names must hold strings, got 3"):
+        ml.DeviceMesh((4,), [3])
+    with pytest.raises(TypeError, match="shape must be a sequence of integers"):
+        ml.DeviceMesh(4, ["data"])
+
+
 def test_tensor_layout_axes_and_mesh():
     layout = ml.TensorLayout((None, "model"))
     assert layout.axes == (None, "model") and layout.device_mesh is None
