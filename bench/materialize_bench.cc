@@ -8,7 +8,7 @@
 
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 #include "meshlayout/nn/model.h"
 
 using namespace meshlayout;

@@ -9,7 +9,7 @@
 #include "example_check.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 #include "meshlayout/nn/model.h"
 
 using namespace meshlayout;

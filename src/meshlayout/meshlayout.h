@@ -25,7 +25,7 @@
 #include "meshlayout/layout_map/layout_map.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
 #include "meshlayout/layout_map/rules_file.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 #include "meshlayout/nn/model.h"
 #include "meshlayout/nn/model_checkpoint.h"
 #include "meshlayout/ops/matmul.h"

@@ -1,9 +1,9 @@
-// conv2d.h — the per-shard kernels of keras.layers.Conv2D (nn/conv2d.h), NHWC images through
-// im2col: a patch row per output position (the kernel's (i, j, c) row-major order, zeros where
-// it reads padding) times the kernel as a (patch, filters) matrix; the backward's unfold
-// (im2col into a shard) and fold (col2im, its adjoint). The bias is kernels/bias.h's.
+// conv2d.h — the per-shard kernels of keras.layers.Conv2D (nn/layers/convolutional/conv2d.h), NHWC
+// images through im2col: a patch row per output position (the kernel's (i, j, c) row-major order,
+// zeros where it reads padding) times the kernel as a (patch, filters) matrix; the backward's
+// unfold (im2col into a shard) and fold (col2im, its adjoint). The bias is kernels/bias.h's.
 //
-// Example (per local shard s of y, in nn/conv2d.cc):
+// Example (per local shard s of y, in nn/layers/convolutional/conv2d.cc):
 //   conv2d_forward(kind, {.y = &s, .x = in.shard_at(s.position), .kernel = k.shard_at(s.position),
 //                         .g = g, .dtype = dtype});
 #pragma once

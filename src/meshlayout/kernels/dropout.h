@@ -1,6 +1,7 @@
-// dropout.h — the per-shard kernel of keras.layers.Dropout (nn/dropout.h): each element of the
-// global tensor keeps (scaled by 1 / (1 − rate)) or drops by its own Philox word, keyed by the
-// seed and the step, so a mask does not depend on the layout or the process count.
+// dropout.h — the per-shard kernel of keras.layers.Dropout (nn/layers/regularization/dropout.h):
+// each element of the global tensor keeps (scaled by 1 / (1 − rate)) or drops by its own Philox
+// word, keyed by the seed and the step, so a mask does not depend on the layout or the process
+// count.
 //
 // Example (per local shard s of y):
 //   dropout_mask(kind_of(y), {.y = &s, .shape = &y.shape(), .dtype = y.dtype(), .rate = 0.5,

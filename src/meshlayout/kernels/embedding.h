@@ -1,8 +1,8 @@
-// embedding.h — the per-shard kernels of keras.layers.Embedding (nn/embedding.h): the id check,
-// the row lookup (a table shard's rows for the tokens whose ids it holds, zeros for the others)
-// and the backward's scatter-add of dy rows into a table block.
+// embedding.h — the per-shard kernels of keras.layers.Embedding (nn/layers/core/embedding.h): the
+// id check, the row lookup (a table shard's rows for the tokens whose ids it holds, zeros for the
+// others) and the backward's scatter-add of dy rows into a table block.
 //
-// Example (per lookup, in nn/embedding.cc):
+// Example (per lookup, in nn/layers/core/embedding.cc):
 //   embedding_lookup(kind, {.tokens = t, .id_dtype = DType::kI32, .table = table.shard_at(pos),
 //                           .out = &out_shard, .replicas = {}, .element_size = 4});
 #pragma once

@@ -10,7 +10,7 @@
 //   // kernels/prelu.h
 //   void prelu_forward_cpu(const PreluForward& args);
 //   inline KernelOp<void(const PreluForward&)> prelu_forward{"prelu_forward", &prelu_forward_cpu};
-//   // nn/prelu.cc
+//   // nn/layers/activations/prelu.cc
 //   prelu_forward(kind_of(y), PreluForward{&shard, alpha.shard_at(shard.position), …});
 //   // kernels/cuda/prelu.cu (later)
 //   static const bool defined = (prelu_forward.define(DeviceKind::kCuda, &prelu_forward_cuda),

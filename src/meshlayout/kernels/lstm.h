@@ -1,8 +1,8 @@
-// lstm.h — the per-shard kernel of keras.layers.LSTM (nn/lstm.h): one device's rows through the
-// whole recurrence (gates i, f, c, o; the input projection for every step in one matrix
+// lstm.h — the per-shard kernel of keras.layers.LSTM (nn/layers/rnn/lstm.h): one device's rows
+// through the whole recurrence (gates i, f, c, o; the input projection for every step in one matrix
 // product, then one product with the recurrent kernel per step).
 //
-// Example (per distinct batch block o of the output, in nn/lstm.cc):
+// Example (per distinct batch block o of the output, in nn/layers/rnn/lstm.cc):
 //   lstm_forward(kind, {.out = &o, .x = xs.shard_at(o.position), .kernel = …, .recurrent = …,
 //                       .bias = nullptr, .steps = 6, .features = 3, .units = 5,
 //                       .return_sequences = false, .dtype = DType::kF32});

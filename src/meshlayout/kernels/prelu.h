@@ -1,7 +1,8 @@
-// prelu.h — the per-shard kernels of keras.layers.PReLU (nn/prelu.h): y = x for x >= 0, α·x
-// otherwise; α indexed through per-dimension strides (0 on the batch and the shared axes).
+// prelu.h — the per-shard kernels of keras.layers.PReLU (nn/layers/activations/prelu.h): y = x for
+// x >= 0, α·x otherwise; α indexed through per-dimension strides (0 on the batch and the shared
+// axes).
 //
-// Example (per local shard s of y, in nn/prelu.cc):
+// Example (per local shard s of y, in nn/layers/activations/prelu.cc):
 //   prelu_forward(kind_of(y), {.y = &s, .alpha = alpha.shard_at(s.position),
 //                              .alpha_strides = strides, .dtype = y.dtype()});
 #pragma once

@@ -1,10 +1,10 @@
 // separable_conv2d.h — the per-shard kernels of the depthwise step of
-// keras.layers.SeparableConv2D (nn/separable_conv2d.h): each input channel c convolved with M
-// filters of its own (output channel c·M + m), accumulated in double; and its backward (dx and
-// each image's share of the depthwise kernel's gradient). The pointwise step is a matmul, the
-// bias kernels/bias.h's.
+// keras.layers.SeparableConv2D (nn/layers/convolutional/separable_conv2d.h): each input channel c
+// convolved with M filters of its own (output channel c·M + m), accumulated in double; and its
+// backward (dx and each image's share of the depthwise kernel's gradient). The pointwise step is a
+// matmul, the bias kernels/bias.h's.
 //
-// Example (per local shard s of d, in nn/separable_conv2d.cc):
+// Example (per local shard s of d, in nn/layers/convolutional/separable_conv2d.cc):
 //   depthwise_conv2d_forward(kind, {.y = &s, .x = in.shard_at(s.position),
 //                                   .kernel = dk.shard_at(s.position), .g = g, .dtype = dtype});
 #pragma once

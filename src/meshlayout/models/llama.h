@@ -36,11 +36,11 @@
 #include "meshlayout/layout_map/layout_map.h"
 #include "meshlayout/models/hf_llama_config.h"
 #include "meshlayout/nn/distribution.h"
-#include "meshlayout/nn/gated_feed_forward.h"
+#include "meshlayout/nn/layers/attention/multi_head_attention.h"
+#include "meshlayout/nn/layers/core/gated_feed_forward.h"
+#include "meshlayout/nn/layers/core/reversible_embedding.h"
+#include "meshlayout/nn/layers/normalization/rms_normalization.h"
 #include "meshlayout/nn/model.h"
-#include "meshlayout/nn/multi_head_attention.h"
-#include "meshlayout/nn/reversible_embedding.h"
-#include "meshlayout/nn/rms_normalization.h"
 
 namespace meshlayout {
 

@@ -8,10 +8,10 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/distribution.h"
+#include "meshlayout/nn/layers/attention/multi_head_attention.h"
+#include "meshlayout/nn/layers/core/dense.h"
 #include "meshlayout/nn/model.h"
-#include "meshlayout/nn/multi_head_attention.h"
 #include "meshlayout/nn/nn_test_util.h"
 
 namespace meshlayout {

@@ -2,7 +2,7 @@
 // take from them, the refusal of a non-float type; a Dense in F64 computing in double (against
 // float64 formulas, sharded) and refusing an F32 input, naming both dtypes.
 #include "meshlayout/nn/floatx.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 
 #include <gtest/gtest.h>
 

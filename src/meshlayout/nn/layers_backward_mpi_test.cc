@@ -9,10 +9,10 @@
 
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/nn/backward_test_util.h"
-#include "meshlayout/nn/batch_normalization.h"
-#include "meshlayout/nn/dense.h"
-#include "meshlayout/nn/embedding.h"
 #include "meshlayout/nn/layer.h"
+#include "meshlayout/nn/layers/core/dense.h"
+#include "meshlayout/nn/layers/core/embedding.h"
+#include "meshlayout/nn/layers/normalization/batch_normalization.h"
 
 namespace meshlayout {
 namespace {

@@ -9,9 +9,9 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/backward_test_util.h"
-#include "meshlayout/nn/conv2d.h"
-#include "meshlayout/nn/dense.h"
 #include "meshlayout/nn/floatx.h"
+#include "meshlayout/nn/layers/convolutional/conv2d.h"
+#include "meshlayout/nn/layers/core/dense.h"
 #include "meshlayout/nn/nn_test_util.h"
 
 namespace meshlayout {

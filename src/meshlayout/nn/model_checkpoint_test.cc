@@ -1,5 +1,5 @@
 #include "meshlayout/nn/model_checkpoint.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>

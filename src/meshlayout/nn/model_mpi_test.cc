@@ -3,15 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/batch_normalization.h"
-#include "meshlayout/nn/dense.h"
-#include "meshlayout/nn/embedding.h"
-#include "meshlayout/nn/layer_normalization.h"
-#include "meshlayout/nn/lstm.h"
-#include "meshlayout/nn/lstm_test_util.h"
-#include "meshlayout/nn/merge_test_util.h"
+#include "meshlayout/nn/layers/core/dense.h"
+#include "meshlayout/nn/layers/core/embedding.h"
+#include "meshlayout/nn/layers/merging/merge_test_util.h"
+#include "meshlayout/nn/layers/normalization/batch_normalization.h"
+#include "meshlayout/nn/layers/normalization/layer_normalization.h"
+#include "meshlayout/nn/layers/reshaping/reshape.h"
+#include "meshlayout/nn/layers/rnn/lstm.h"
+#include "meshlayout/nn/layers/rnn/lstm_test_util.h"
 #include "meshlayout/nn/model.h"
-#include "meshlayout/nn/reshape.h"
 
 namespace meshlayout {
 namespace {

@@ -1,12 +1,12 @@
 #include "meshlayout/nn/model_summary.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/dropout.h"
+#include "meshlayout/nn/layers/regularization/dropout.h"
 #include "meshlayout/nn/model.h"
 
 namespace meshlayout {

@@ -1,5 +1,5 @@
 #include "meshlayout/nn/model.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -11,9 +11,9 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/backward_test_util.h"
 #include "meshlayout/nn/floatx.h"
-#include "meshlayout/nn/layer_normalization.h"
+#include "meshlayout/nn/layers/normalization/layer_normalization.h"
+#include "meshlayout/nn/layers/normalization/rms_normalization.h"
 #include "meshlayout/nn/nn_test_util.h"
-#include "meshlayout/nn/rms_normalization.h"
 #include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {

@@ -1,5 +1,5 @@
 #include "meshlayout/nn/regularizer.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 
 #include <gtest/gtest.h>
 

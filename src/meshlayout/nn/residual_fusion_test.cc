@@ -7,9 +7,9 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/einsum_dense.h"
+#include "meshlayout/nn/layers/attention/multi_head_attention.h"
+#include "meshlayout/nn/layers/core/einsum_dense.h"
 #include "meshlayout/nn/model.h"
-#include "meshlayout/nn/multi_head_attention.h"
 #include "meshlayout/nn/nn_test_util.h"
 #include "meshlayout/ops/elementwise.h"
 

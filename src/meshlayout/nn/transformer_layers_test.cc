@@ -9,11 +9,11 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
-#include "meshlayout/nn/einsum_dense.h"
+#include "meshlayout/nn/layers/attention/multi_head_attention.h"
+#include "meshlayout/nn/layers/core/einsum_dense.h"
+#include "meshlayout/nn/layers/normalization/rms_normalization.h"
 #include "meshlayout/nn/model.h"
-#include "meshlayout/nn/multi_head_attention.h"
 #include "meshlayout/nn/nn_test_util.h"
-#include "meshlayout/nn/rms_normalization.h"
 #include "meshlayout/nn/transformer_reference.h"
 #include "meshlayout/testing/test_util.h"
 

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "meshlayout/nn/batch_normalization.h"
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
+#include "meshlayout/nn/layers/normalization/batch_normalization.h"
 
 #include <sstream>
 

@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-#include "meshlayout/nn/dense.h"
+#include "meshlayout/nn/layers/core/dense.h"
 #include "meshlayout/nn/model.h"
 #include "meshlayout/train/optimizer_test_util.h"
 

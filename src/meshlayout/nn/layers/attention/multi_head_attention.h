@@ -1,0 +1,97 @@
+// multi_head_attention.h — keras.layers.MultiHeadAttention (self-attention) with grouped
+// key/value heads (keras GroupedQueryAttention / keras-hub LlamaAttention), optional rotary
+// position embedding, and a key/value cache for generation.
+//
+// Sub-layers are EinsumDense, named as Keras names them: `query` (d, heads, head_dim), `key` and
+// `value` (d, kv_heads, head_dim), `attention_output` (heads, head_dim, d), each with a bias
+// when use_bias (Keras' MHA default; keras-hub's Llama has none). Keras 3 paths:
+// "multi_head_attention/query/kernel"; Keras 2 attribute keys: "_query_dense", "_key_dense",
+// "_value_dense", "_output_dense" (multi_head_attention._query_dense.kernel).
+//
+// Sharded (Megatron): with q/k/v kernels split on heads over an axis and the output kernel on
+// its heads, every device projects its own heads (column-parallel, no communication), runs
+// attention for them (ops/attention.h), and the output projection is row-parallel: partial
+// sums completed by one reduction. Other layouts are resharded the cheapest way by the ops.
+// Key/value heads that do not split like the query heads are replicated over the head axes.
+//
+// Example:
+//   auto attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
+//       .num_heads = 8, .key_dim = 64, .num_key_value_heads = 2, .use_bias = false,
+//       .rope_theta = 10000.0, .name = "self_attention"});
+//   Tensor y = (*attn)(x);                                   // causal self-attention
+//   KVCache cache;                                           // generation:
+//   Array y0 = attn->call_cached(prompt, cache, 0, /*max_length=*/64);
+//   Array y1 = attn->call_cached(next_token, cache, prompt_len, 64);
+//   Gradients grads;                                         // training (uncached):
+//   Array dx = attn->backward(x, dy, grads);                 //
+//   grads.find(*attn->query()->kernel())
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "meshlayout/nn/layers/core/einsum_dense.h"
+
+namespace meshlayout {
+
+struct MultiHeadAttentionOptions {
+  int64_t num_heads = 0;
+  int64_t key_dim = 0;              // head_dim
+  int64_t num_key_value_heads = 0;  // 0: num_heads (plain MHA); fewer: grouped-query attention
+  bool use_bias = true;
+  bool causal = true;       // use_causal_mask
+  double rope_theta = 0.0;  // > 0: rotary embedding of q and k (rotate-half)
+  std::string name;         // automatic ("multi_head_attention", …) when empty
+  Initializer kernel_initializer = Initializer::glorot_uniform();
+};
+
+/// Keys and values seen so far, per layer: (batch, max_length, kv_heads, head_dim) each, laid
+/// out like the heads (attention_kv_layout), allocated once and written in place per step.
+struct KVCache {
+  std::optional<Array> key, value;
+  int64_t length = 0;  // positions filled
+};
+
+class MultiHeadAttention : public Layer {
+ public:
+  /// ValueError for non-positive heads or key_dim, or heads not a multiple of kv heads.
+  explicit MultiHeadAttention(MultiHeadAttentionOptions options);
+  const std::shared_ptr<EinsumDense>& query() const { return query_; }
+  const std::shared_ptr<EinsumDense>& key() const { return key_; }
+  const std::shared_ptr<EinsumDense>& value() const { return value_; }
+  const std::shared_ptr<EinsumDense>& attention_output() const { return output_; }
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+
+  /// Self-attention of x (batch, seq, d) at positions start, start+1, … over the cache's keys
+  /// then x's: writes x's keys and values into `cache` at [start, start + seq) (allocating it
+  /// for `max_length` positions on first use) and returns (batch, seq, d). ValueError if
+  /// start != cache.length or the positions pass max_length.
+  Array call_cached(const Array& x, KVCache& cache, int64_t start, int64_t max_length);
+  /// attention(x) + residual (a pre-norm block's h = x + attn(norm(x))), the residual fused into
+  /// the output projection (EinsumDense::call_plus); with a cache as call_cached, without as
+  /// a call. Collective. Errors as those and for a residual not of x's shape.
+  Array call_plus(const Array& x, const Array& residual, KVCache* cache = nullptr,
+                  int64_t start = 0, int64_t max_length = 0);
+
+  /// The backward of an uncached self-attention call (Layer::backward): recomputes the q, k, v
+  /// projections (and RoPE) and the attention from x, then backpropagates through the output
+  /// projection, attention (ops/attention_backward.h: GQA sums, replicated KV heads' partial
+  /// sums over the head axes), RoPE and the three projections (EinsumDense::backward: kernel and
+  /// bias gradients in their variables' layouts into `grads`). Returns dL/dx in x's layout: the
+  /// sum of the three projections' input gradients. Collective.
+  /// \error FailedPreconditionError if not built; ValueError naming the shapes if x is not of the
+  ///   layer's dtype (F32 or F64) and (batch, seq, features) of the built features, or dy not x's.
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override;
+
+ protected:
+  void build(const Shape& input_shape) override;
+  Array call(const Array& x) override;
+
+ private:
+  Array attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length,
+               const Array* residual = nullptr);
+  MultiHeadAttentionOptions options_;
+  std::shared_ptr<EinsumDense> query_, key_, value_, output_;
+};
+
+}  // namespace meshlayout
