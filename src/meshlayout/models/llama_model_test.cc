@@ -16,6 +16,7 @@
 #include "meshlayout/models/llama_test_util.h"
 #include "meshlayout/models/llama_train.h"
 #include "meshlayout/models/random_llama.h"
+#include "meshlayout/nn/model_checkpoint.h"
 #include "meshlayout/ops/cross_entropy.h"
 #include "meshlayout/train/trainer.h"
 
@@ -191,6 +192,31 @@ TEST_F(LlamaModelTest, IsAModelWithKerasHubPathsAndASummary) {
     commas += digits[i];
   }
   EXPECT_THAT(summary, HasSubstr("Total params: " + commas + " ("));
+}
+
+TEST_F(LlamaModelTest, TheModelCheckpointCodeSavesAndLoadsItAcrossLayouts) {
+  // save_model / load_model (nn/model_checkpoint.h), by keras-hub's Keras 3 paths, from
+  // keras-hub rules on 2x4 into Megatron rules on 4x2: the same logits (the same weights; the
+  // sums run in another order across layouts, hence 1e-5).
+  const std::shared_ptr<LlamaModel> saved =
+      load(llama_layout_map(DeviceMesh({2, 4}, {"batch", "model"})));
+  const std::string path = (dir_ / "llama.safetensors").string();
+  save_model(*saved, path, {.path_style = VariablePathStyle::kScope});
+  const Checkpoint checkpoint = Checkpoint::open(path);
+  EXPECT_EQ(checkpoint.tensors().size(), saved->variables().size());
+  clear_session();
+  auto loaded = std::make_shared<LlamaModel>(
+      tiny(), testing::megatron_rules(DeviceMesh({4, 2}, {"batch", "model"})));
+  const ModelLoadReport report =
+      load_model(*loaded, checkpoint, {.path_style = VariablePathStyle::kScope});
+  EXPECT_EQ(report.loaded, saved->variables().size());
+  const HostTensor tokens = random_token_rows(4, 6, tiny().vocab_size, 11);
+  const std::vector<double> want =
+      doubles(saved->logits(saved->distribution()->distribute_input(tokens)).gather());
+  const std::vector<double> got =
+      doubles(loaded->logits(loaded->distribution()->distribute_input(tokens)).gather());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
 }  // namespace
