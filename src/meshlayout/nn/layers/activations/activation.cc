@@ -3,14 +3,12 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
-#include <numbers>
 #include <optional>
 #include <vector>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/activation.h"
 #include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout {
@@ -30,53 +28,36 @@ Activation parse_activation(std::string_view name) {
 
 namespace {
 
-// Applies `activation` to y's local shards in place (softmax: y's last dimension is whole), in
-// E: float (F32, as before F64 existed) or double (F64).
-template <typename E>
-void activate_in_place(Activation activation, Array& y) {
-  const int64_t row = y.shape().empty() ? 1 : y.shape().back();
-  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
-    Array::Shard& s = y.local_shards()[i];
-    E* p = reinterpret_cast<E*>(s.buffer.data());
-    const int64_t n = s.box.num_elements();
-    switch (activation) {
-      case Activation::kRelu:
-        for (int64_t k = 0; k < n; ++k) p[k] = p[k] > 0 ? p[k] : E(0);
-        break;
-      case Activation::kTanh:
-        for (int64_t k = 0; k < n; ++k) p[k] = std::tanh(p[k]);
-        break;
-      case Activation::kGelu:  // exact GELU, as keras.activations.gelu(approximate=False)
-        for (int64_t k = 0; k < n; ++k) {
-          p[k] = static_cast<E>(0.5 * p[k] * (1.0 + std::erf(p[k] / std::sqrt(2.0))));
-        }
-        break;
-      case Activation::kSoftmax:
-        for (int64_t r = 0; row > 0 && r < n / row; ++r) {
-          E* v = p + r * row;
-          E m = v[0];
-          for (int64_t k = 1; k < row; ++k) m = std::max(m, v[k]);
-          double sum = 0;
-          for (int64_t k = 0; k < row; ++k) sum += (v[k] = std::exp(v[k] - m));
-          for (int64_t k = 0; k < row; ++k) v[k] = static_cast<E>(v[k] / sum);
-        }
-        break;
-      case Activation::kSilu:  // x · sigmoid(x) in E (float, as keras-hub runs it in fp32)
-        for (int64_t k = 0; k < n; ++k) p[k] = p[k] / (E(1) + std::exp(-p[k]));
-        break;
-      case Activation::kLinear:
-        break;
-    }
-  });
+// The kernels' name of `activation`.
+ActivationFunction kernel_function(Activation activation) {
+  switch (activation) {
+    case Activation::kRelu:
+      return ActivationFunction::kRelu;
+    case Activation::kGelu:
+      return ActivationFunction::kGelu;
+    case Activation::kTanh:
+      return ActivationFunction::kTanh;
+    case Activation::kSoftmax:
+      return ActivationFunction::kSoftmax;
+    case Activation::kSilu:
+      return ActivationFunction::kSilu;
+    case Activation::kLinear:
+      break;
+  }
+  return ActivationFunction::kLinear;
 }
 
+// Applies `activation` to y's local shards in place (softmax: y's last dimension is whole), in
+// y's dtype (F32 or F64).
 void activate_in_place(Activation activation, Array& y) {
   if (activation == Activation::kLinear) return;
-  if (y.dtype() == DType::kF32) {
-    activate_in_place<float>(activation, y);
-  } else {
-    activate_in_place<double>(activation, y);
-  }
+  const ActivationFunction function = kernel_function(activation);
+  const int64_t row = y.shape().empty() ? 1 : y.shape().back();
+  const DeviceKind kind = kind_of(y);
+  y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
+    activation_forward(
+        kind, {.y = &y.local_shards()[i], .function = function, .row = row, .dtype = y.dtype()});
+  });
 }
 
 void check_activation_dtype(Activation activation, const Array& x) {
@@ -118,67 +99,20 @@ Array apply_activation(Activation activation, Array&& x) {
 
 namespace {
 
-// dz = dy · f'(z) in place in `g` (holding dy), z in the same layout; softmax rows whole. E: float
-// (F32) or double (F64), the element type of z and g; the derivatives in double either way.
-template <typename E>
+// dz = dy · f'(z) in place in `g` (holding dy), z in the same layout; softmax rows whole.
 void activation_backward_in_place(Activation activation, const Array& z, Array& g) {
+  if (activation == Activation::kLinear) return;  // dz = dy
+  const ActivationFunction function = kernel_function(activation);
   const int64_t row = z.shape().empty() ? 1 : z.shape().back();
+  const DeviceKind kind = kind_of(g);
   g.runtime().pool().parallel_for(g.local_shards().size(), [&](size_t i) {
     Array::Shard& s = g.local_shards()[i];
-    E* d = reinterpret_cast<E*>(s.buffer.data());
-    const E* v = reinterpret_cast<const E*>(z.shard_at(s.position)->buffer.data());
-    const int64_t n = s.box.num_elements();
-    switch (activation) {
-      case Activation::kRelu:
-        for (int64_t k = 0; k < n; ++k) d[k] = v[k] > 0 ? d[k] : E(0);
-        break;
-      case Activation::kTanh:
-        for (int64_t k = 0; k < n; ++k) {
-          const double t = std::tanh(static_cast<double>(v[k]));
-          d[k] = static_cast<E>(d[k] * (1.0 - t * t));
-        }
-        break;
-      case Activation::kGelu:  // exact GELU: Φ(z) + z·φ(z)
-        for (int64_t k = 0; k < n; ++k) {
-          const double x = v[k];
-          const double cdf = 0.5 * (1.0 + std::erf(x / std::numbers::sqrt2));
-          const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
-          d[k] = static_cast<E>(d[k] * (cdf + x * pdf));
-        }
-        break;
-      case Activation::kSilu:
-        for (int64_t k = 0; k < n; ++k) {
-          const double x = v[k], sig = 1.0 / (1.0 + std::exp(-x));
-          d[k] = static_cast<E>(d[k] * sig * (1.0 + x * (1.0 - sig)));
-        }
-        break;
-      case Activation::kSoftmax:
-        for (int64_t r = 0; row > 0 && r < n / row; ++r) {
-          const E* zr = v + r * row;
-          E* dr = d + r * row;
-          double m = zr[0];
-          for (int64_t k = 1; k < row; ++k) m = std::max(m, static_cast<double>(zr[k]));
-          double sum = 0;
-          for (int64_t k = 0; k < row; ++k) sum += std::exp(zr[k] - m);
-          double dot = 0;  // Σ dy·y
-          for (int64_t k = 0; k < row; ++k) dot += dr[k] * (std::exp(zr[k] - m) / sum);
-          for (int64_t k = 0; k < row; ++k) {
-            dr[k] = static_cast<E>(std::exp(zr[k] - m) / sum * (dr[k] - dot));
-          }
-        }
-        break;
-      case Activation::kLinear:
-        break;
-    }
+    activation_backward(kind, {.g = &s,
+                               .z = z.shard_at(s.position),
+                               .function = function,
+                               .row = row,
+                               .dtype = g.dtype()});
   });
-}
-
-void activation_backward_in_place(Activation activation, const Array& z, Array& g) {
-  if (g.dtype() == DType::kF32) {
-    activation_backward_in_place<float>(activation, z, g);
-  } else {
-    activation_backward_in_place<double>(activation, z, g);
-  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/bias.h"
 #include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/nn/lora.h"
 #include "meshlayout/ops/matmul.h"
@@ -78,22 +79,13 @@ Array Dense::pre_activation(const Array& x, const Array& kernel) const {
   if (bias_) {
     // Bias laid out like y's last dimension, so each device holds the columns it adds to.
     Array b = distribute_tensor(bias_->value(), TensorLayout({y.layout().axes().back()}, y.mesh()));
+    const DeviceKind kind = kind_of(y);
     y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
       Array::Shard& s = y.local_shards()[i];
-      const Array::Shard* bs = b.shard_at(s.position);
-      const int64_t cols = s.box.shape.back();
-      if (cols == 0) return;
-      const auto add_bias = [&]<typename E>(E* p) {
-        const E* bias = reinterpret_cast<const E*>(bs->buffer.data());
-        for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
-          for (int64_t c = 0; c < cols; ++c) p[r * cols + c] += bias[c];
-        }
-      };
-      if (y.dtype() == DType::kF32) {
-        add_bias(reinterpret_cast<float*>(s.buffer.data()));
-      } else {
-        add_bias(reinterpret_cast<double*>(s.buffer.data()));
-      }
+      add_bias(kind, {.y = &s,
+                      .bias = b.shard_at(s.position),
+                      .inner = s.box.shape.back(),
+                      .dtype = y.dtype()});
     });
   }
   return y;
