@@ -2,21 +2,18 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
-
 #include "meshlayout/core/errors.h"
-#include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/normalization.h"
 #include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
+#include "meshlayout/nn/layers/normalization/normalization_core.h"
 
 namespace meshlayout {
 
 BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
     : Layer("batch_normalization", options.name), options_(std::move(options)) {
-  if (!std::isfinite(options_.epsilon) || options_.epsilon <= 0) {
-    throw ValueError(
-        fmt::format("BatchNormalization epsilon must be finite and > 0, got {}", options_.epsilon));
-  }
+  internal_nn::check_epsilon("BatchNormalization", options_.epsilon, /*positive=*/true);
   if (!(options_.momentum >= 0 && options_.momentum <= 1)) {
     throw ValueError(
         fmt::format("BatchNormalization momentum must be in [0, 1], got {}", options_.momentum));
@@ -24,12 +21,7 @@ BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
 }
 
 void BatchNormalization::build(const Shape& input_shape) {
-  if (input_shape.empty()) {
-    throw ValueError(
-        fmt::format("BatchNormalization layer {} needs inputs of rank >= 1, got shape {}",
-                    quote(name()), shape_to_string(input_shape)));
-  }
-  features_ = input_shape.back();
+  features_ = internal_nn::normalized_features("BatchNormalization", name(), input_shape);
   const Shape shape{features_};
   if (options_.scale) {
     gamma_ = add_weight({.name = "gamma",
@@ -56,26 +48,6 @@ void BatchNormalization::build(const Shape& input_shape) {
   internal_nn::check_compute_dtype("BatchNormalization", name(), moving_mean_->dtype());
 }
 
-namespace {
-
-// The elements of a's shard at s's position, as E (float for F32, double for F64).
-template <typename E>
-const E* data(const Array& a, const Array::Shard& s) {
-  return reinterpret_cast<const E*>(a.shard_at(s.position)->buffer.data());
-}
-
-}  // namespace
-
-void BatchNormalization::check_call_input(const Array& x) const {
-  check_input_dtype("BatchNormalization", name(), x.dtype(), moving_mean_->dtype());
-  if (x.shape().empty() || x.shape().back() != features_) {
-    throw ValueError(
-        fmt::format("BatchNormalization layer {} was built for {} features (the last "
-                    "dimension), got an input of shape {}",
-                    quote(name()), features_, shape_to_string(x.shape())));
-  }
-}
-
 TensorLayout BatchNormalization::data_layout(const Array& x) const {
   // The data go to the weights' mesh when it differs, else keep their layout.
   const DeviceMesh mesh = moving_mean_->value().mesh();
@@ -91,58 +63,42 @@ BatchNormalization::Moments BatchNormalization::moments(const Array& xs) const {
   }
   // Batch statistics over every axis but the last, across the global batch: the sums run
   // through sum_over_leading, whose contraction over a batch split (over devices or processes)
-  // is completed by matmul's collective. Two passes: mean, then the mean of (x - mean)².
-  // E: float (F32) or double (F64), the element type of xs and of the statistics.
+  // is completed by matmul's collective. Two passes: mean, then the mean of (x - mean)², each
+  // sum scaled by 1/n in xs's dtype, the deviations squared in double (kernels/normalization.h).
   const int64_t n = features_ == 0 ? 0 : num_elements(xs.shape()) / features_;
   const double inv_n = n == 0 ? 0.0 : 1.0 / static_cast<double>(n);
-  const auto scale = [&]<typename E>(Array& a, E* /*tag*/) {
-    const E factor = static_cast<E>(inv_n);
+  const DeviceKind kind = kind_of(xs);
+  const auto scale = [&](Array& a) {
     for (Array::Shard& s : a.local_shards()) {
-      E* p = reinterpret_cast<E*>(s.buffer.data());
-      for (int64_t k = 0; k < s.box.num_elements(); ++k) p[k] *= factor;
-    }
-  };
-  const auto deviations = [&]<typename E>(Array& squares, const Array& mean, size_t i, E* /*tag*/) {
-    Array::Shard& s = squares.local_shards()[i];
-    const int64_t cols = s.box.shape.back();
-    if (cols == 0 || s.box.num_elements() == 0) return;
-    const E* v = data<E>(xs, s);
-    const E* m = data<E>(mean, s);
-    E* p = reinterpret_cast<E*>(s.buffer.data());
-    for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const double d = static_cast<double>(v[r * cols + c]) - m[c];
-        p[r * cols + c] = static_cast<E>(d * d);
-      }
+      scale_elements(kind, {.a = &s, .factor = inv_n, .dtype = xs.dtype()});
     }
   };
   Array mean = sum_over_leading(xs, 1, feature_layout);
-  internal_nn::dispatch_float(xs.dtype(), [&](auto* tag) { scale(mean, tag); });
+  scale(mean);
   Array squares = allocate_agreed(xs.layout(), xs.shape(), xs.dtype(), xs.runtime_ptr());
   squares.runtime().pool().parallel_for(squares.local_shards().size(), [&](size_t i) {
-    internal_nn::dispatch_float(xs.dtype(), [&](auto* tag) { deviations(squares, mean, i, tag); });
+    Array::Shard& s = squares.local_shards()[i];
+    squared_deviations(kind, {.squares = &s,
+                              .x = xs.shard_at(s.position),
+                              .mean = mean.shard_at(s.position),
+                              .dtype = xs.dtype()});
   });
   Array variance = sum_over_leading(squares, 1, feature_layout);
-  internal_nn::dispatch_float(xs.dtype(), [&](auto* tag) { scale(variance, tag); });
+  scale(variance);
   return {std::move(mean), std::move(variance)};
 }
 
 void BatchNormalization::update_moving(const Moments& batch) {
   // Keras: moving = moving × momentum + batch × (1 - momentum) (the biased batch variance).
-  const double momentum = options_.momentum;
-  // E: float (F32) or double (F64), the moving statistics' element type.
-  const auto update_shards = [&]<typename E>(Array& moved, const Array& stat, E* /*tag*/) {
-    for (Array::Shard& s : moved.local_shards()) {
-      E* p = reinterpret_cast<E*>(s.buffer.data());
-      const E* b = data<E>(stat, s);
-      for (int64_t k = 0; k < s.box.num_elements(); ++k) {
-        p[k] = static_cast<E>(p[k] * momentum + b[k] * (1.0 - momentum));
-      }
-    }
-  };
   auto update = [&](const VariablePtr& v, const Array& stat) {
     Array moved = distribute_tensor(v->value(), stat.layout());
-    internal_nn::dispatch_float(moved.dtype(), [&](auto* tag) { update_shards(moved, stat, tag); });
+    const DeviceKind kind = kind_of(moved);
+    for (Array::Shard& s : moved.local_shards()) {
+      moving_average_update(kind, {.moving = &s,
+                                   .batch = stat.shard_at(s.position),
+                                   .momentum = options_.momentum,
+                                   .dtype = moved.dtype()});
+    }
     v->assign(moved);
   };
   update(moving_mean_, batch.mean);
@@ -150,7 +106,8 @@ void BatchNormalization::update_moving(const Moments& batch) {
 }
 
 Array BatchNormalization::call(const Array& x) {
-  check_call_input(x);
+  internal_nn::check_normalized_input("BatchNormalization", name(), x, moving_mean_->dtype(),
+                                      features_);
   Array y = distribute_tensor(x, data_layout(x));
   const DeviceMesh mesh = y.mesh();
   const TensorLayout weight_layout({y.layout().axes().back()}, mesh);
@@ -160,29 +117,17 @@ Array BatchNormalization::call(const Array& x) {
   };
   const std::optional<Array> gamma = local(gamma_), beta = local(beta_);
   const Moments stats = moments(y);
-  const double epsilon = options_.epsilon;
-  // E: float (F32) or double (F64), the element type of x, the weights and y; in double within.
-  const auto normalize = [&]<typename E>(size_t i, E* /*tag*/) {
-    Array::Shard& s = y.local_shards()[i];
-    const int64_t cols = s.box.shape.empty() ? 0 : s.box.shape.back();
-    if (cols == 0 || s.box.num_elements() == 0) return;
-    const E* g = gamma ? data<E>(*gamma, s) : nullptr;
-    const E* b = beta ? data<E>(*beta, s) : nullptr;
-    const E* m = data<E>(stats.mean, s);
-    const E* v = data<E>(stats.variance, s);
-    E* p = reinterpret_cast<E*>(s.buffer.data());
-    for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        double out = (p[r * cols + c] - static_cast<double>(m[c])) /
-                     std::sqrt(static_cast<double>(v[c]) + epsilon);
-        if (g) out *= g[c];
-        if (b) out += b[c];
-        p[r * cols + c] = static_cast<E>(out);
-      }
-    }
-  };
+  // In y's dtype (x's, the weights' and the statistics'), in double within.
+  const DeviceKind kind = kind_of(y);
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
-    internal_nn::dispatch_float(y.dtype(), [&](auto* tag) { normalize(i, tag); });
+    Array::Shard& s = y.local_shards()[i];
+    batch_norm_forward(kind, {.y = &s,
+                              .gamma = gamma ? gamma->shard_at(s.position) : nullptr,
+                              .beta = beta ? beta->shard_at(s.position) : nullptr,
+                              .mean = stats.mean.shard_at(s.position),
+                              .variance = stats.variance.shard_at(s.position),
+                              .epsilon = options_.epsilon,
+                              .dtype = y.dtype()});
   });
   if (training_ && update_moving_) update_moving(stats);
   return y;
@@ -198,14 +143,8 @@ Array BatchNormalization::recompute(const Array& x) {
 }
 
 Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& grads) {
-  if (!built()) {
-    throw FailedPreconditionError(
-        fmt::format("BatchNormalization layer {} is not built: call it "
-                    "before its backward",
-                    quote(name())));
-  }
-  check_call_input(x);
-  check_output_gradient(name(), dy, x.shape(), x.dtype());
+  internal_nn::check_normalized_backward("BatchNormalization", name(), built(), x, dy,
+                                         built() ? moving_mean_->dtype() : x.dtype(), features_);
   const TensorLayout target = data_layout(x);
   const DeviceMesh mesh = target.device_mesh().value();
   const TensorLayout feature_layout({target.axes().back()}, mesh);
@@ -221,27 +160,18 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
   if (training_ || want_dgamma)
     xhat_dy.emplace(allocate_agreed(target, x.shape(), dtype, xs.runtime_ptr()));
   const double epsilon = options_.epsilon;
-  // E: float (F32) or double (F64), the element type of x, dy, the weights and the statistics.
-  const auto inv_std = [&]<typename E>(const E* v, int64_t c) {
-    return 1.0 / std::sqrt(static_cast<double>(v[c]) + epsilon);
-  };
-  const auto xhat_times_dy = [&]<typename E>(size_t i, E* /*tag*/) {
-    Array::Shard& s = xhat_dy->local_shards()[i];
-    const int64_t cols = s.box.shape.back();
-    if (cols == 0 || s.box.num_elements() == 0) return;
-    const E *v = data<E>(xs, s), *dv = data<E>(d, s), *m = data<E>(stats.mean, s),
-            *var = data<E>(stats.variance, s);
-    E* p = reinterpret_cast<E*>(s.buffer.data());
-    for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t k = r * cols + c;
-        p[k] = static_cast<E>(dv[k] * ((v[k] - static_cast<double>(m[c])) * inv_std(var, c)));
-      }
-    }
-  };
+  // In x's dtype (dy's, the weights' and the statistics'), in double within.
+  const DeviceKind kind = kind_of(xs);
   if (xhat_dy) {
     xhat_dy->runtime().pool().parallel_for(xhat_dy->local_shards().size(), [&](size_t i) {
-      internal_nn::dispatch_float(dtype, [&](auto* tag) { xhat_times_dy(i, tag); });
+      Array::Shard& s = xhat_dy->local_shards()[i];
+      batch_norm_xhat_dy(kind, {.xhat_dy = &s,
+                                .x = xs.shard_at(s.position),
+                                .dy = d.shard_at(s.position),
+                                .mean = stats.mean.shard_at(s.position),
+                                .variance = stats.variance.shard_at(s.position),
+                                .epsilon = epsilon,
+                                .dtype = dtype});
     });
     sum_xhat_dy.emplace(sum_over_leading(*xhat_dy, 1, feature_layout));
   }
@@ -250,31 +180,20 @@ Array BatchNormalization::backward(const Array& x, const Array& dy, Gradients& g
   // depend on x), gamma / σ · dy with the moving statistics.
   const int64_t n = num_elements(x.shape()) / features_;
   Array dx = allocate_agreed(target, x.shape(), dtype, xs.runtime_ptr());
-  const auto input_gradient = [&]<typename E>(size_t i, E* /*tag*/) {
-    Array::Shard& s = dx.local_shards()[i];
-    const int64_t cols = s.box.shape.back();
-    if (cols == 0 || s.box.num_elements() == 0) return;
-    const E *v = data<E>(xs, s), *dv = data<E>(d, s), *m = data<E>(stats.mean, s),
-            *var = data<E>(stats.variance, s);
-    const E* g = gamma ? data<E>(*gamma, s) : nullptr;
-    const E* sd = training_ ? data<E>(*sum_dy, s) : nullptr;
-    const E* sx = training_ ? data<E>(*sum_xhat_dy, s) : nullptr;
-    E* p = reinterpret_cast<E*>(s.buffer.data());
-    for (int64_t r = 0; r < s.box.num_elements() / cols; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t k = r * cols + c;
-        const double inv = inv_std(var, c), scale = g ? g[c] * inv : inv;
-        double out = dv[k];
-        if (training_) {
-          const double xhat = (v[k] - static_cast<double>(m[c])) * inv;
-          out -= (sd[c] + xhat * sx[c]) / static_cast<double>(n);
-        }
-        p[k] = static_cast<E>(scale * out);
-      }
-    }
-  };
   dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {
-    internal_nn::dispatch_float(dtype, [&](auto* tag) { input_gradient(i, tag); });
+    Array::Shard& s = dx.local_shards()[i];
+    batch_norm_backward(kind,
+                        {.dx = &s,
+                         .x = xs.shard_at(s.position),
+                         .dy = d.shard_at(s.position),
+                         .mean = stats.mean.shard_at(s.position),
+                         .variance = stats.variance.shard_at(s.position),
+                         .gamma = gamma ? gamma->shard_at(s.position) : nullptr,
+                         .sum_dy = training_ ? sum_dy->shard_at(s.position) : nullptr,
+                         .sum_xhat_dy = training_ ? sum_xhat_dy->shard_at(s.position) : nullptr,
+                         .count = n,
+                         .epsilon = epsilon,
+                         .dtype = dtype});
   });
   if (want_dgamma) grads.accumulate(*gamma_, std::move(*sum_xhat_dy));
   if (want_dbeta) grads.accumulate(*beta_, std::move(*sum_dy));

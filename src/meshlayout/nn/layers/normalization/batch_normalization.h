@@ -91,7 +91,6 @@ class BatchNormalization : public Layer {
   struct Moments {
     Array mean, variance;  // (features,) in x's dtype, laid out as the data's last dimension
   };
-  void check_call_input(const Array& x) const;
   /// x's layout when x is on the weights' mesh, else replicated on it.
   TensorLayout data_layout(const Array& x) const;
   /// The batch statistics of xs (training) or the moving ones (inference). Collective.

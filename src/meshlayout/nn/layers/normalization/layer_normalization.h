@@ -61,9 +61,10 @@ class LayerNormalization : public Layer {
   Array call(const Array& x) override;
 
  private:
-  void check_input(const Array& x) const;
   /// The weights' dtype (gamma's, else beta's), else the layer's dtype().
   DType compute_dtype() const;
+  /// The weights' mesh (where the layer runs), else x's when it has neither gamma nor beta.
+  DeviceMesh weights_mesh(const Array& x) const;
   LayerNormalizationOptions options_;
   int64_t features_ = 0;
   VariablePtr gamma_, beta_;

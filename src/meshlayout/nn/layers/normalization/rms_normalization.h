@@ -48,7 +48,6 @@ class RMSNormalization : public Layer {
   Array call(const Array& x) override;
 
  private:
-  void check_input(const Array& x) const;
   RMSNormalizationOptions options_;
   int64_t features_ = 0;
   VariablePtr scale_;
