@@ -33,6 +33,67 @@ inline Vec ref_matmul(const Vec& a, const Vec& b, int64_t rows, int64_t k, int64
 }
 
 /// x (B, T, H, D) rotated in place at positions start + t (HF rotate_half).
+/// Llama 3's rope_scaling in the reference's words (Hugging Face _compute_llama3_parameters).
+struct RefLlama3Scaling {
+  double factor = 8, low_freq_factor = 1, high_freq_factor = 4, original_max_positions = 8192;
+};
+
+/// The D/2 rotary inverse frequencies theta^(−2i/D), rescaled by `scaling` when given: a
+/// wavelength 2π/f above original/low_freq_factor divides f by the factor, one below
+/// original/high_freq_factor keeps it, the others blend the two.
+inline Vec ref_inverse_frequencies(int64_t D, double theta,
+                                   const RefLlama3Scaling* scaling = nullptr) {
+  Vec f(static_cast<size_t>(D / 2));
+  for (int64_t i = 0; i < D / 2; ++i) {
+    double inv = 1.0 / std::pow(theta, static_cast<double>(2 * i) / static_cast<double>(D));
+    if (scaling != nullptr) {
+      const RefLlama3Scaling& s = *scaling;
+      const double wavelength = 2.0 * 3.14159265358979323846 / inv;
+      if (wavelength > s.original_max_positions / s.low_freq_factor) {
+        inv = inv / s.factor;
+      } else if (wavelength >= s.original_max_positions / s.high_freq_factor) {
+        const double smooth = (s.original_max_positions / wavelength - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        inv = (1 - smooth) * inv / s.factor + smooth * inv;
+      }
+    }
+    f[static_cast<size_t>(i)] = inv;
+  }
+  return f;
+}
+
+/// Rotate-half RoPE of x (B, T, H, D) at positions start + t with the given inverse frequencies.
+inline void ref_rope_frequencies(Vec& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t start,
+                                 const Vec& inverse_frequencies) {
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        double* v = x.data() + ((b * T + t) * H + h) * D;
+        for (int64_t i = 0; i < D / 2; ++i) {
+          const double a =
+              static_cast<double>(start + t) * inverse_frequencies[static_cast<size_t>(i)];
+          const double x1 = v[i], x2 = v[i + D / 2];
+          v[i] = x1 * std::cos(a) - x2 * std::sin(a);
+          v[i + D / 2] = x2 * std::cos(a) + x1 * std::sin(a);
+        }
+      }
+    }
+  }
+}
+
+/// RMS normalisation of every run of D values of x (each head of each position: Qwen 3's
+/// q_norm/k_norm), times scale (D,): v · (mean(v²) + eps)^(−1/2) · scale.
+inline void ref_rms_norm_rows(Vec& x, int64_t D, const Vec& scale, double eps) {
+  for (size_t r = 0; r + static_cast<size_t>(D) <= x.size(); r += static_cast<size_t>(D)) {
+    double sq = 0;
+    for (int64_t i = 0; i < D; ++i)
+      sq += x[r + static_cast<size_t>(i)] * x[r + static_cast<size_t>(i)];
+    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(D) + eps);
+    for (int64_t i = 0; i < D; ++i)
+      x[r + static_cast<size_t>(i)] *= inv * scale[static_cast<size_t>(i)];
+  }
+}
+
 inline void ref_rope(Vec& x, int64_t B, int64_t T, int64_t H, int64_t D, int64_t start,
                      double theta) {
   for (int64_t b = 0; b < B; ++b) {

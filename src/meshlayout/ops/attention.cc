@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numbers>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,6 +34,7 @@ T* data(Array::Shard& s) {
 using internal_ops::in_layout;
 using internal_ops::mask_value;
 using internal_ops::RotaryDirection;
+using internal_ops::window_start;
 
 }  // namespace
 
@@ -94,6 +96,10 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
   if (o.key_length < -1 || o.key_length > k.shape()[1]) {
     throw ValueError(fmt::format("{}: key_length {} is outside [0, {}] (the keys of k {})", op,
                                  o.key_length, k.shape()[1], shape_to_string(k.shape())));
+  }
+  if (o.sliding_window < 0) {
+    throw ValueError(fmt::format("{}: sliding_window must be >= 0 (0: no window), got {}", op,
+                                 o.sliding_window));
   }
   if (o.query_offset < 0) {
     throw ValueError(fmt::format("{}: query_offset must be >= 0, got {}", op, o.query_offset));
@@ -226,15 +232,18 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
         const int64_t visible =
             options.causal ? std::max<int64_t>(0, std::min(L, t + options.query_offset + 1)) : L;
         std::fill(row + visible, row + keys, E(0));
+        // Keys before the sliding window (s <= position - window) are masked too.
+        const int64_t first = window_start(options, t, visible);
+        std::fill(row, row + first, kMinusInf);
         E m = kMinusInf;
         if (ms) {
-          for (int64_t s = 0; s < visible; ++s) {
+          for (int64_t s = first; s < visible; ++s) {
             row[s] =
                 mask_value(*ms, mt->dtype(), task.b * S + s) != 0 ? row[s] * fscale : kMinusInf;
             m = std::max(m, row[s]);
           }
         } else {
-          for (int64_t s = 0; s < visible; ++s) m = std::max(m, row[s] *= fscale);
+          for (int64_t s = first; s < visible; ++s) m = std::max(m, row[s] *= fscale);
         }
         if (m == kMinusInf) {  // nothing to attend: zeros
           std::fill(row, row + visible, E(0));
@@ -258,9 +267,60 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
   return out;
 }
 
+void Rope::validate() const {
+  if (!(theta > 0) || !std::isfinite(theta)) {
+    throw ValueError(fmt::format("rotary embedding needs theta > 0, got {}", theta));
+  }
+  if (!llama3) return;
+  const Llama3RopeScaling& s = *llama3;
+  if (!(s.factor >= 1) || !std::isfinite(s.factor)) {
+    throw ValueError(fmt::format("llama3 rope scaling needs factor >= 1, got factor={}", s.factor));
+  }
+  if (!(s.low_freq_factor > 0) || !(s.high_freq_factor > s.low_freq_factor) ||
+      !std::isfinite(s.high_freq_factor)) {
+    throw ValueError(
+        fmt::format("llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor, got "
+                    "low_freq_factor={} and high_freq_factor={}",
+                    s.low_freq_factor, s.high_freq_factor));
+  }
+  if (s.original_max_position_embeddings <= 0) {
+    throw ValueError(
+        fmt::format("llama3 rope scaling needs original_max_position_embeddings > 0, got {}",
+                    s.original_max_position_embeddings));
+  }
+}
+
+std::vector<double> Rope::inverse_frequencies(int64_t head_dim) const {
+  validate();
+  const int64_t half = head_dim / 2;
+  std::vector<double> f(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    f[static_cast<size_t>(i)] =
+        std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  }
+  if (!llama3) return f;
+  const Llama3RopeScaling& s = *llama3;
+  const double original = static_cast<double>(s.original_max_position_embeddings);
+  const double low_wavelength = original / s.low_freq_factor;
+  const double high_wavelength = original / s.high_freq_factor;
+  for (double& inv : f) {
+    const double wavelength = 2.0 * std::numbers::pi / inv;
+    if (wavelength < high_wavelength) continue;  // high frequencies: kept
+    if (wavelength > low_wavelength) {           // low frequencies: divided by the factor
+      inv /= s.factor;
+      continue;
+    }
+    const double smooth =
+        (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+    inv = (1.0 - smooth) * inv / s.factor + smooth * inv;
+  }
+  return f;
+}
+
 namespace {
 
-void check_rotary(const Array& x, int64_t start_position, double theta, RotaryDirection direction) {
+void check_rotary(const Array& x, int64_t start_position, const Rope& rope,
+                  RotaryDirection direction) {
   const bool backward = direction == RotaryDirection::kBackward;
   const std::string_view op = backward ? "rotary embedding backward" : "rotary embedding";
   if (x.shape().size() != 4 || (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) ||
@@ -270,10 +330,11 @@ void check_rotary(const Array& x, int64_t start_position, double theta, RotaryDi
         "head_dim, got {} {}",
         op, backward ? "gradient" : "tensor", shape_to_string(x.shape()), dtype_name(x.dtype())));
   }
-  if (!(theta > 0) || start_position < 0) {
+  if (!(rope.theta > 0) || start_position < 0) {
     throw ValueError(fmt::format("{} needs theta > 0 and start_position >= 0, got {} and {}", op,
-                                 theta, start_position));
+                                 rope.theta, start_position));
   }
+  rope.validate();
 }
 
 // Rotates y (head_dim whole on every device) in place by +angle, (x1·cos − x2·sin,
@@ -281,7 +342,8 @@ void check_rotary(const Array& x, int64_t start_position, double theta, RotaryDi
 // the forward's rotation (the sines negated: the same floats as writing the signs out).
 // E: float (F32, the cos and sin rounded to float) or double (F64).
 template <typename E>
-void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirection direction) {
+void rotate_in_place(Array& y, int64_t start_position, const Rope& rope,
+                     RotaryDirection direction) {
   const bool backward = direction == RotaryDirection::kBackward;
   const Array& x = y;
   const int64_t D = x.shape()[3], half = D / 2;
@@ -295,8 +357,9 @@ void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirec
   const int64_t positions = std::max<int64_t>(0, last - first);
   std::vector<E> cs(static_cast<size_t>(positions * half)),
       sn(static_cast<size_t>(positions * half));
+  const std::vector<double> inverse_frequencies = rope.inverse_frequencies(D);
   for (int64_t i = 0; i < half; ++i) {  // angle in double, rotation in E
-    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+    const double inv_freq = inverse_frequencies[static_cast<size_t>(i)];
     for (int64_t t = 0; t < positions; ++t) {
       const double angle = static_cast<double>(start_position + first + t) * inv_freq;
       const E sine = static_cast<E>(std::sin(angle));
@@ -326,11 +389,12 @@ void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirec
   });
 }
 
-void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirection direction) {
+void rotate_in_place(Array& y, int64_t start_position, const Rope& rope,
+                     RotaryDirection direction) {
   if (y.dtype() == DType::kF32) {
-    rotate_in_place<float>(y, start_position, theta, direction);
+    rotate_in_place<float>(y, start_position, rope, direction);
   } else {
-    rotate_in_place<double>(y, start_position, theta, direction);
+    rotate_in_place<double>(y, start_position, rope, direction);
   }
 }
 
@@ -338,34 +402,35 @@ void rotate_in_place(Array& y, int64_t start_position, double theta, RotaryDirec
 
 namespace internal_ops {
 
-Array rotary_embedding(const Array& x, int64_t start_position, double theta,
+Array rotary_embedding(const Array& x, int64_t start_position, const Rope& rope,
                        RotaryDirection direction) {
-  check_rotary(x, start_position, theta, direction);
+  check_rotary(x, start_position, rope, direction);
   std::vector<DimSharding> axes = x.layout().axes();
   axes[3] = DimSharding();
   Array y = distribute_tensor(x, TensorLayout(axes, x.mesh()));
-  rotate_in_place(y, start_position, theta, direction);
+  rotate_in_place(y, start_position, rope, direction);
   return y;
 }
 
-Array rotary_embedding(Array&& x, int64_t start_position, double theta, RotaryDirection direction) {
-  check_rotary(x, start_position, theta, direction);
+Array rotary_embedding(Array&& x, int64_t start_position, const Rope& rope,
+                       RotaryDirection direction) {
+  check_rotary(x, start_position, rope, direction);
   if (x.layout().axes()[3].is_sharded()) {
-    return rotary_embedding(static_cast<const Array&>(x), start_position, theta, direction);
+    return rotary_embedding(static_cast<const Array&>(x), start_position, rope, direction);
   }
   Array y = std::move(x);
-  rotate_in_place(y, start_position, theta, direction);
+  rotate_in_place(y, start_position, rope, direction);
   return y;
 }
 
 }  // namespace internal_ops
 
-Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta) {
-  return internal_ops::rotary_embedding(x, start_position, theta, RotaryDirection::kForward);
+Array apply_rotary_embedding(const Array& x, int64_t start_position, const Rope& rope) {
+  return internal_ops::rotary_embedding(x, start_position, rope, RotaryDirection::kForward);
 }
 
-Array apply_rotary_embedding(Array&& x, int64_t start_position, double theta) {
-  return internal_ops::rotary_embedding(std::move(x), start_position, theta,
+Array apply_rotary_embedding(Array&& x, int64_t start_position, const Rope& rope) {
+  return internal_ops::rotary_embedding(std::move(x), start_position, rope,
                                         RotaryDirection::kForward);
 }
 

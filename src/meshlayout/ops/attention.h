@@ -23,6 +23,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include "meshlayout/array/array.h"
 
@@ -39,6 +42,10 @@ struct AttentionOptions {
   const Array* key_mask = nullptr;
   /// Scores are scaled by this; 0: 1 / sqrt(D).
   double scale = 0.0;
+  /// > 0: sliding-window attention (Mistral, Gemma's local layers; Hugging Face's
+  /// sliding_window): query t also masks keys s <= t + query_offset − sliding_window, so it sees
+  /// at most sliding_window keys, itself included. 0: no window.
+  int64_t sliding_window = 0;
 };
 
 /// softmax(q · kᵀ · scale + mask) · v per batch and query head. F32 or F64 (q, k, v of one
@@ -55,13 +62,45 @@ Array attention(const Array& q, const Array& k, const Array& v,
 TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_heads,
                                  int64_t kv_heads, bool* heads_replicated = nullptr);
 
+/// Llama 3's "llama3" rope_scaling (Hugging Face's _compute_llama3_parameters): with
+/// wavelength λ = 2π / f of each frequency f = theta^(−2i/D), frequencies with
+/// λ > original_max_position_embeddings / low_freq_factor are divided by `factor`, those with
+/// λ < original_max_position_embeddings / high_freq_factor are kept, and the ones between are
+/// blended: (1 − s)·f/factor + s·f, s = (original / λ − low_freq_factor) / (high_freq_factor −
+/// low_freq_factor).
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+  friend bool operator==(const Llama3RopeScaling&, const Llama3RopeScaling&) = default;
+};
+
+/// The rotary embedding's frequencies: theta^(−2i/D) (i < D/2), optionally rescaled. Converts
+/// from a plain theta, so apply_rotary_embedding(x, p, 10000.0) reads as before.
+struct Rope {
+  double theta = 10000.0;
+  std::optional<Llama3RopeScaling> llama3;  // Llama 3 / 3.1 rope_scaling
+
+  Rope(double theta = 10000.0) : theta(theta) {}  // NOLINT(google-explicit-constructor)
+  Rope(double theta, std::optional<Llama3RopeScaling> scaling)
+      : theta(theta), llama3(std::move(scaling)) {}
+  /// The D/2 inverse frequencies, in double. ValueError naming the value for theta <= 0, a
+  /// factor < 1, low_freq_factor >= high_freq_factor, low_freq_factor <= 0 or an
+  /// original_max_position_embeddings <= 0.
+  std::vector<double> inverse_frequencies(int64_t head_dim) const;
+  /// The same checks without computing anything.
+  void validate() const;
+  friend bool operator==(const Rope&, const Rope&) = default;
+};
+
 /// x (B, T, H, D) rotated at positions start_position + t: the first and second halves of D are
-/// (x1·cos − x2·sin, x2·cos + x1·sin) with angle (position) · theta^(−2i/D), i < D/2 (angles
+/// (x1·cos − x2·sin, x2·cos + x1·sin) with angle (position) · rope's frequency i, i < D/2 (angles
 /// and their cos/sin in double, the rotation in x's dtype: F32 or F64). Keeps x's layout (D
 /// gathered first if split). ValueError if D is odd or x is neither F32 nor F64.
-Array apply_rotary_embedding(const Array& x, int64_t start_position, double theta);
+Array apply_rotary_embedding(const Array& x, int64_t start_position, const Rope& rope);
 /// The same, in x's own buffers when head_dim is whole on every device (no copy). `x` must own
 /// its buffers, not borrow another array's shards (array_view.h).
-Array apply_rotary_embedding(Array&& x, int64_t start_position, double theta);
+Array apply_rotary_embedding(Array&& x, int64_t start_position, const Rope& rope);
 
 }  // namespace meshlayout

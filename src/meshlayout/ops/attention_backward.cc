@@ -25,6 +25,7 @@ using internal_ops::in_layout;
 using internal_ops::mask_value;
 using internal_ops::rotary_embedding;
 using internal_ops::RotaryDirection;
+using internal_ops::window_start;
 
 template <typename E>
 const E* data(const Array::Shard& s) {
@@ -115,8 +116,10 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
                             : L;
       std::fill(row + visible, row + L, E(0));
       std::fill(drow + visible, drow + L, E(0));
+      const int64_t first = window_start(*d.options, t, visible);  // sliding window: masked keys
+      std::fill(row, row + first, kMinusInf);
       E m = kMinusInf;
-      for (int64_t s = 0; s < visible; ++s) {
+      for (int64_t s = first; s < visible; ++s) {
         const bool keep = !ms || mask_value(*ms, mt->dtype(), b * S + s) != 0;
         row[s] = keep ? row[s] * scale : kMinusInf;
         m = std::max(m, row[s]);
@@ -280,12 +283,12 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
   return AttentionGrads{std::move(dq), std::move(dk), std::move(dv)};
 }
 
-Array apply_rotary_embedding_backward(const Array& dy, int64_t start_position, double theta) {
-  return rotary_embedding(dy, start_position, theta, RotaryDirection::kBackward);
+Array apply_rotary_embedding_backward(const Array& dy, int64_t start_position, const Rope& rope) {
+  return rotary_embedding(dy, start_position, rope, RotaryDirection::kBackward);
 }
 
-Array apply_rotary_embedding_backward(Array&& dy, int64_t start_position, double theta) {
-  return rotary_embedding(std::move(dy), start_position, theta, RotaryDirection::kBackward);
+Array apply_rotary_embedding_backward(Array&& dy, int64_t start_position, const Rope& rope) {
+  return rotary_embedding(std::move(dy), start_position, rope, RotaryDirection::kBackward);
 }
 
 }  // namespace meshlayout

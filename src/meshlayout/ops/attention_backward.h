@@ -51,9 +51,9 @@ AttentionGrads attention_backward(const Array& q, const Array& k, const Array& v
 
 /// dL/dx of y = apply_rotary_embedding(x, start_position, theta) given dy = dL/dy: dy rotated
 /// by −angle. Keeps dy's layout (D gathered first if split). ValueError as the forward's.
-Array apply_rotary_embedding_backward(const Array& dy, int64_t start_position, double theta);
+Array apply_rotary_embedding_backward(const Array& dy, int64_t start_position, const Rope& rope);
 /// The same, in dy's own buffers when head_dim is whole on every device (no copy). `dy` must
 /// own its buffers, not borrow another array's shards (array_view.h).
-Array apply_rotary_embedding_backward(Array&& dy, int64_t start_position, double theta);
+Array apply_rotary_embedding_backward(Array&& dy, int64_t start_position, const Rope& rope);
 
 }  // namespace meshlayout

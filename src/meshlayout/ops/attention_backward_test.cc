@@ -65,6 +65,7 @@ Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Sizes& z,
         std::vector<int64_t> keys;
         for (int64_t s = 0; s < L; ++s) {
           if (o.causal && s > t + o.query_offset) continue;
+          if (o.sliding_window > 0 && s <= t + o.query_offset - o.sliding_window) continue;
           if (mask && (*mask)[static_cast<size_t>(b * z.S + s)] == 0) continue;
           double dot = 0;
           for (int64_t d = 0; d < z.D; ++d)
@@ -180,9 +181,10 @@ double check_all(const std::shared_ptr<Runtime>& rt, const std::vector<GradCase>
     for (const LayoutCase& l : layouts) {
       const std::string what = fmt::format(
           "{} B{} T{} S{} Hq{} Hkv{} D{} causal {} offset {} key_length {} "
-          "mask {} scale {}; {}",
+          "mask {} scale {} window {}; {}",
           dtype_name(dtype), z.B, z.T, z.S, z.Hq, z.Hkv, z.D, c.options.causal,
-          c.options.query_offset, c.options.key_length, c.masked, c.options.scale, l.what);
+          c.options.query_offset, c.options.key_length, c.masked, c.options.scale,
+          c.options.sliding_window, l.what);
       const DistributeOptions d{.runtime = rt};
       const Array qa = distribute_tensor(q, TensorLayout(l.q, mesh), d);
       const Array ka = distribute_tensor(k, TensorLayout(l.k, mesh), d);
@@ -251,6 +253,10 @@ TEST_F(AttentionBackwardTest, GradientsMatchFiniteDifferencesOnEveryLayout) {
       {{2, 3, 8, 4, 2, 6}, {.causal = true, .query_offset = 3, .key_length = 6}},  // decode-like
       {{2, 4, 6, 8, 2, 4},
        {.causal = true, .query_offset = 2, .key_length = 5, .scale = 0.3},
+       true},
+      {{2, 6, 6, 4, 2, 4}, {.causal = true, .sliding_window = 3}},  // Mistral's window
+      {{2, 3, 8, 4, 2, 4},
+       {.causal = true, .query_offset = 3, .key_length = 6, .sliding_window = 3},
        true},
   };
   const double worst = check_all(Runtime::single_process(8), cases, every_layout(), 11);

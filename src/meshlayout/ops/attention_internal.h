@@ -19,6 +19,14 @@ const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional
 // Element `index` of a key_mask shard (I32, I64, U8 or BOOL) as an integer.
 int64_t mask_value(const Array::Shard& s, DType dtype, int64_t index);
 
+// The first key query row t sees under options.sliding_window (0 when there is none): keys
+// s <= t + query_offset − window are masked; never past `visible`.
+inline int64_t window_start(const AttentionOptions& options, int64_t t, int64_t visible) {
+  if (options.sliding_window <= 0) return 0;
+  const int64_t first = t + options.query_offset - options.sliding_window + 1;
+  return first <= 0 ? 0 : (first < visible ? first : visible);
+}
+
 // The checks of attention's arguments, errors prefixed with `op` ("attention" or
 // "attention_backward"); with `d_out` (the backward) also its dtype, shape (q's) and mesh.
 void check_attention(std::string_view op, const Array& q, const Array& k, const Array& v,
@@ -29,9 +37,10 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
 enum class RotaryDirection { kForward, kBackward };
 
 // x rotated per (position, frequency) pair with head_dim made whole; the checks first.
-Array rotary_embedding(const Array& x, int64_t start_position, double theta,
+Array rotary_embedding(const Array& x, int64_t start_position, const Rope& rope,
                        RotaryDirection direction);
 // The same, rotating x's own buffers when its head_dim is already whole.
-Array rotary_embedding(Array&& x, int64_t start_position, double theta, RotaryDirection direction);
+Array rotary_embedding(Array&& x, int64_t start_position, const Rope& rope,
+                       RotaryDirection direction);
 
 }  // namespace meshlayout::internal_ops

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "meshlayout/core/errors.h"
@@ -53,6 +54,7 @@ std::vector<double> reference_attention(const HostTensor& q, const HostTensor& k
         double m = -INFINITY;
         for (int64_t s = 0; s < L; ++s) {
           const bool keep = (!o.causal || s <= t + o.query_offset) &&
+                            (o.sliding_window == 0 || s > t + o.query_offset - o.sliding_window) &&
                             (!mask || (*mask)[static_cast<size_t>(b * S + s)] != 0);
           if (!keep) {
             w[static_cast<size_t>(s)] = -INFINITY;
@@ -243,6 +245,109 @@ TEST(AttentionTest, MixedOrNonFloatDtypesAreNamed) {
                           "got q I32, k I32, v I32"));
   EXPECT_TRUE(testing_has(attention_error([&] { (void)apply_rotary_embedding(i32, 0, 1e4); }),
                           "needs an F32 or F64 (batch, seq, heads, head_dim) tensor"));
+}
+
+// Mistral's sliding window (Hugging Face: key s visible from query position p when
+// p − window < s <= p): prefill in several causal blocks, a decode step at an offset with a cache,
+// and a window wider than the sequence (the plain causal result), F32 and F64, on head- and
+// batch-split layouts.
+TEST(AttentionTest, SlidingWindowMatchesFloat64) {
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DeviceMesh mesh({2, 4}, {"batch", "model"});
+    HostTensor q = HostTensor::random(DType::kF32, {2, 70, 4, 8}, 21);
+    HostTensor k = HostTensor::random(DType::kF32, {2, 80, 2, 8}, 22);
+    HostTensor v = HostTensor::random(DType::kF32, {2, 80, 2, 8}, 23);
+    if (dtype == DType::kF64) q = widened(q), k = widened(k), v = widened(v);
+    for (const TensorLayout& hl : {TensorLayout({"batch", None, "model", None}, mesh),
+                                   TensorLayout({None, "model", None, None}, mesh)}) {
+      const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl),
+                  va = distribute_tensor(v, hl);
+      for (const int64_t window : {1, 5, 40, 200}) {
+        for (const int64_t offset : {0, 10}) {
+          const AttentionOptions o{.causal = true,
+                                   .query_offset = offset,
+                                   .key_length = 70 + offset,
+                                   .sliding_window = window};
+          expect_close(attention(qa, ka, va, o).gather(), reference_attention(q, k, v, o, nullptr),
+                       fmt::format("{} window {} offset {}", hl.to_string(), window, offset));
+        }
+      }
+    }
+    const AttentionOptions wide{.causal = true, .key_length = 70, .sliding_window = 200};
+    const AttentionOptions plain{.causal = true, .key_length = 70};
+    const TensorLayout hl({"batch", None, "model", None}, mesh);
+    const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl),
+                va = distribute_tensor(v, hl);
+    const HostTensor a = attention(qa, ka, va, wide).gather(),
+                     b = attention(qa, ka, va, plain).gather();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.num_bytes()), 0) << "a window wider than T";
+  }
+  DeviceMesh mesh({2, 4}, {"batch", "model"});
+  const Array x = distribute_tensor(HostTensor::random(DType::kF32, {1, 3, 2, 4}, 1),
+                                    TensorLayout({None, None, None, None}, mesh));
+  EXPECT_TRUE(testing_has(attention_error([&] { attention(x, x, x, {.sliding_window = -2}); }),
+                          "sliding_window must be >= 0 (0: no window), got -2"));
+}
+
+// Llama 3's rope_scaling, written from Hugging Face's _compute_llama3_parameters: the three
+// bands of wavelengths (kept, divided by the factor, blended), then the rotation by them.
+TEST(RotaryEmbeddingTest, Llama3ScalingMatchesHuggingFaceFormula) {
+  const Llama3RopeScaling scaling{.factor = 8.0,
+                                  .low_freq_factor = 1.0,
+                                  .high_freq_factor = 4.0,
+                                  .original_max_position_embeddings = 64};
+  const Rope rope(500000.0, scaling);
+  const int64_t D = 32;
+  const std::vector<double> got = rope.inverse_frequencies(D);
+  ASSERT_EQ(got.size(), 16u);
+  int kept = 0, divided = 0, blended = 0;
+  for (int64_t i = 0; i < 16; ++i) {
+    const double f = 1.0 / std::pow(500000.0, static_cast<double>(2 * i) / D);
+    const double wavelength = 2 * M_PI / f;
+    double want = f;
+    if (wavelength > 64.0 / 1.0) {
+      want = f / 8.0, ++divided;
+    } else if (wavelength >= 64.0 / 4.0) {
+      const double smooth = (64.0 / wavelength - 1.0) / (4.0 - 1.0);
+      want = (1 - smooth) * f / 8.0 + smooth * f, ++blended;
+    } else {
+      ++kept;
+    }
+    EXPECT_NEAR(got[static_cast<size_t>(i)], want, 1e-15 * want) << i;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(blended, 0);
+  // Without scaling the frequencies are theta^(-2i/D) exactly (the pre-scaling code's values).
+  const std::vector<double> plain = Rope(10000.0).inverse_frequencies(8);
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(plain[static_cast<size_t>(i)], std::pow(10000.0, -2.0 * static_cast<double>(i) / 8));
+  }
+  // The rotation uses them: position 5 of a one-head vector.
+  DeviceMesh mesh({2, 4}, {"batch", "model"});
+  HostTensor x = widened(HostTensor::random(DType::kF32, {1, 6, 1, D}, 3));
+  const HostTensor y =
+      apply_rotary_embedding(distribute_tensor(x, TensorLayout({None, "model", None, None}, mesh)),
+                             0, rope)
+          .gather();
+  for (int64_t i = 0; i < D; ++i) {
+    const int64_t j = i % 16;
+    const double angle = 5.0 * got[static_cast<size_t>(j)];
+    const double rotated = i < 16 ? -at(x, 0, 5, 0, i + 16) : at(x, 0, 5, 0, i - 16);
+    EXPECT_NEAR(at(y, 0, 5, 0, i), at(x, 0, 5, 0, i) * std::cos(angle) + rotated * std::sin(angle),
+                1e-12);
+  }
+  // Bad scalings are named.
+  EXPECT_TRUE(
+      testing_has(attention_error([] { Rope(1e4, Llama3RopeScaling{.factor = 0.5}).validate(); }),
+                  "factor >= 1, got factor=0.5"));
+  EXPECT_TRUE(testing_has(
+      attention_error([] {
+        Rope(1e4, Llama3RopeScaling{.low_freq_factor = 4, .high_freq_factor = 1}).validate();
+      }),
+      "low_freq_factor=4 and high_freq_factor=1"));
+  EXPECT_TRUE(testing_has(attention_error([] { Rope(-1.0).validate(); }), "theta > 0, got -1"));
 }
 
 TEST(RotaryEmbeddingTest, RotateHalfMatchesFloat64) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "meshlayout/core/errors.h"
@@ -63,8 +64,29 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
                            .bias_axes = options_.use_bias ? "nh" : "",
                            .kernel_initializer = options_.kernel_initializer});
   };
+  if (options_.rope_theta > 0) Rope(options_.rope_theta, options_.rope_scaling).validate();
+  if (options_.sliding_window < 0) {
+    throw ValueError(
+        fmt::format("MultiHeadAttention sliding_window must be >= 0 (0: no window), got {}",
+                    options_.sliding_window));
+  }
+  if (!(options_.qk_norm_epsilon >= 0) || !std::isfinite(options_.qk_norm_epsilon)) {
+    throw ValueError(fmt::format(
+        "MultiHeadAttention qk_norm_epsilon must be >= 0 (0: no query/key norm), got {}",
+        options_.qk_norm_epsilon));
+  }
   query_ = track("_query_dense", projection("query", options_.num_heads));
+  if (options_.qk_norm_epsilon > 0) {
+    query_norm_ = track("_query_dense_layer_norm",
+                        std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                            .name = "query_dense_layernorm", .epsilon = options_.qk_norm_epsilon}));
+  }
   key_ = track("_key_dense", projection("key", options_.num_key_value_heads));
+  if (options_.qk_norm_epsilon > 0) {
+    key_norm_ = track("_key_dense_layer_norm",
+                      std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                          .name = "key_dense_layernorm", .epsilon = options_.qk_norm_epsilon}));
+  }
   value_ = track("_value_dense", projection("value", options_.num_key_value_heads));
 }
 
@@ -75,15 +97,22 @@ void MultiHeadAttention::build(const Shape& input_shape) {
                     "got shape {}",
                     quote(name()), shape_to_string(input_shape)));
   }
-  output_ = track("_output_dense",
-                  std::make_shared<EinsumDense>(
-                      "btnh,nhd->btd", Shape{-1, input_shape[2]},
-                      EinsumDenseOptions{.name = "attention_output",
-                                         .bias_axes = options_.use_bias ? "d" : "",
-                                         .kernel_initializer = options_.kernel_initializer}));
+  output_ = track(
+      "_output_dense",
+      std::make_shared<EinsumDense>(
+          "btnh,nhd->btd", Shape{-1, input_shape[2]},
+          EinsumDenseOptions{.name = "attention_output",
+                             .bias_axes = options_.use_bias && options_.use_output_bias ? "d" : "",
+                             .kernel_initializer = options_.kernel_initializer}));
   query_->maybe_build(input_shape);
   key_->maybe_build(input_shape);
   value_->maybe_build(input_shape);
+  if (query_norm_) {
+    query_norm_->maybe_build(
+        {input_shape[0], input_shape[1], options_.num_heads, options_.key_dim});
+    key_norm_->maybe_build(
+        {input_shape[0], input_shape[1], options_.num_key_value_heads, options_.key_dim});
+  }
   output_->maybe_build({input_shape[0], input_shape[1], options_.num_heads, options_.key_dim});
 }
 
@@ -119,16 +148,11 @@ Array MultiHeadAttention::call_plus(const Array& x, const Array& residual, KVCac
 
 Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length,
                                  const Array* residual) {
-  Array q = query_->call_on(x);
-  Array k = key_->call_on(x);
+  auto [q, k] = project_query_key(x, start);
   Array v = value_->call_on(x);
-  if (options_.rope_theta > 0) {
-    q = apply_rotary_embedding(std::move(q), start, options_.rope_theta);
-    k = apply_rotary_embedding(std::move(k), start, options_.rope_theta);
-  }
   const int64_t t = x.shape()[1];
   Array o = [&] {
-    if (cache == nullptr) return attention(q, k, v, {.causal = options_.causal});
+    if (cache == nullptr) return attention(q, k, v, attention_options());
     const TensorLayout q_layout({q.layout().axes()[0], None, q.layout().axes()[2], None}, q.mesh());
     const TensorLayout kv_layout =
         attention_kv_layout(q_layout, options_.num_heads, options_.num_key_value_heads);
@@ -149,10 +173,26 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
     write_rows(k, *cache->key, start);
     write_rows(v, *cache->value, start);
     cache->length = start + t;
-    return attention(q, *cache->key, *cache->value,
-                     {.causal = options_.causal, .query_offset = start, .key_length = start + t});
+    AttentionOptions cached = attention_options();
+    cached.query_offset = start;
+    cached.key_length = start + t;
+    return attention(q, *cache->key, *cache->value, cached);
   }();
   return residual != nullptr ? output_->call_plus(o, *residual) : output_->call_on(o);
+}
+
+std::pair<Array, Array> MultiHeadAttention::project_query_key(const Array& x, int64_t start) {
+  Array q = query_->call_on(x);
+  Array k = key_->call_on(x);
+  if (query_norm_) {
+    q = query_norm_->call_on(q);
+    k = key_norm_->call_on(k);
+  }
+  if (options_.rope_theta > 0) {
+    q = apply_rotary_embedding(std::move(q), start, rope());
+    k = apply_rotary_embedding(std::move(k), start, rope());
+  }
+  return {std::move(q), std::move(k)};
 }
 
 Array MultiHeadAttention::backward(const Array& x, const Array& dy, Gradients& grads) {
@@ -180,23 +220,34 @@ Array MultiHeadAttention::backward(const Array& x, const Array& dy, Gradients& g
   }
   NameScope scope = open_name_scope();
   // The forward again (attend without a cache), keeping what the backward needs.
+  std::optional<Array> q_projected, k_projected;  // before the head norms (their backward's x)
   Array q = query_->call_on(x);
   Array k = key_->call_on(x);
-  const Array v = value_->call_on(x);
-  const double theta = options_.rope_theta;
-  if (theta > 0) {
-    q = apply_rotary_embedding(std::move(q), 0, theta);
-    k = apply_rotary_embedding(std::move(k), 0, theta);
+  if (query_norm_) {
+    q_projected.emplace(std::move(q));
+    k_projected.emplace(std::move(k));
+    q = query_norm_->call_on(*q_projected);
+    k = key_norm_->call_on(*k_projected);
   }
-  const AttentionOptions attention_options{.causal = options_.causal};
+  const Array v = value_->call_on(x);
+  const bool rotary = options_.rope_theta > 0;
+  if (rotary) {
+    q = apply_rotary_embedding(std::move(q), 0, rope());
+    k = apply_rotary_embedding(std::move(k), 0, rope());
+  }
+  const AttentionOptions options = attention_options();
   const Array d_o = [&] {
-    const Array o = attention(q, k, v, attention_options);
+    const Array o = attention(q, k, v, options);
     return output_->backward(o, dy, grads);
   }();
-  AttentionGrads g = attention_backward(q, k, v, d_o, attention_options);
-  if (theta > 0) {
-    g.dq = apply_rotary_embedding_backward(std::move(g.dq), 0, theta);
-    g.dk = apply_rotary_embedding_backward(std::move(g.dk), 0, theta);
+  AttentionGrads g = attention_backward(q, k, v, d_o, options);
+  if (rotary) {
+    g.dq = apply_rotary_embedding_backward(std::move(g.dq), 0, rope());
+    g.dk = apply_rotary_embedding_backward(std::move(g.dk), 0, rope());
+  }
+  if (query_norm_) {
+    g.dq = query_norm_->backward(*q_projected, g.dq, grads);
+    g.dk = key_norm_->backward(*k_projected, g.dk, grads);
   }
   Array dx = query_->backward(x, g.dq, grads);
   dx = add(std::move(dx), key_->backward(x, g.dk, grads));

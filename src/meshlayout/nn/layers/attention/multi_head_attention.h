@@ -29,8 +29,11 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "meshlayout/nn/layers/core/einsum_dense.h"
+#include "meshlayout/nn/layers/normalization/rms_normalization.h"
+#include "meshlayout/ops/attention.h"
 
 namespace meshlayout {
 
@@ -39,9 +42,17 @@ struct MultiHeadAttentionOptions {
   int64_t key_dim = 0;              // head_dim
   int64_t num_key_value_heads = 0;  // 0: num_heads (plain MHA); fewer: grouped-query attention
   bool use_bias = true;
-  bool causal = true;       // use_causal_mask
-  double rope_theta = 0.0;  // > 0: rotary embedding of q and k (rotate-half)
-  std::string name;         // automatic ("multi_head_attention", …) when empty
+  /// With use_bias, whether attention_output has one too (Qwen 2 has q/k/v biases only).
+  bool use_output_bias = true;
+  bool causal = true;                             // use_causal_mask
+  double rope_theta = 0.0;                        // > 0: rotary embedding of q and k (rotate-half)
+  std::optional<Llama3RopeScaling> rope_scaling;  // Llama 3's frequency rescaling
+  int64_t sliding_window = 0;  // > 0: each query sees at most this many keys (Mistral)
+  /// > 0: each query and key head is RMS-normalised over head_dim with this epsilon before the
+  /// rotary embedding (Qwen 3's q_norm/k_norm): sub-layers `query_dense_layernorm` and
+  /// `key_dense_layernorm`, scale (head_dim,) each.
+  double qk_norm_epsilon = 0.0;
+  std::string name;  // automatic ("multi_head_attention", …) when empty
   Initializer kernel_initializer = Initializer::glorot_uniform();
 };
 
@@ -60,6 +71,9 @@ class MultiHeadAttention : public Layer {
   const std::shared_ptr<EinsumDense>& key() const { return key_; }
   const std::shared_ptr<EinsumDense>& value() const { return value_; }
   const std::shared_ptr<EinsumDense>& attention_output() const { return output_; }
+  /// The query and key heads' RMS normalisations (qk_norm_epsilon > 0), else null.
+  const std::shared_ptr<RMSNormalization>& query_norm() const { return query_norm_; }
+  const std::shared_ptr<RMSNormalization>& key_norm() const { return key_norm_; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
 
   /// Self-attention of x (batch, seq, d) at positions start, start+1, … over the cache's keys
@@ -90,8 +104,15 @@ class MultiHeadAttention : public Layer {
  private:
   Array attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length,
                const Array* residual = nullptr);
+  // q and k projected (and head-normalised, rotated at positions start…) from x.
+  std::pair<Array, Array> project_query_key(const Array& x, int64_t start);
+  Rope rope() const { return Rope(options_.rope_theta, options_.rope_scaling); }
+  AttentionOptions attention_options() const {
+    return {.causal = options_.causal, .sliding_window = options_.sliding_window};
+  }
   MultiHeadAttentionOptions options_;
   std::shared_ptr<EinsumDense> query_, key_, value_, output_;
+  std::shared_ptr<RMSNormalization> query_norm_, key_norm_;
 };
 
 }  // namespace meshlayout

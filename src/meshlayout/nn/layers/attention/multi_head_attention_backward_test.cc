@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
@@ -40,8 +41,10 @@ void add_bias(Vec& y, const Vec& bias) {
   for (size_t i = 0; i < y.size(); ++i) y[i] += bias[i % bias.size()];
 }
 
-// softmax(q kᵀ / √D) v per query head (KV head h / (H / Hkv)), keys s <= t when causal.
-Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Dims& z, bool causal) {
+// softmax(q kᵀ / √D) v per query head (KV head h / (H / Hkv)), keys s <= t when causal, and
+// s > t − window with a sliding window.
+Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Dims& z, bool causal,
+                  int64_t window) {
   Vec o(static_cast<size_t>(z.B * z.T * z.H * z.D), 0.0);
   const auto at = [&](int64_t b, int64_t t, int64_t heads, int64_t h) {
     return static_cast<size_t>(((b * z.T + t) * heads + h) * z.D);
@@ -54,6 +57,10 @@ Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Dims& z, bool 
         Vec w(static_cast<size_t>(keys));
         double mx = -INFINITY, sum = 0;
         for (int64_t s = 0; s < keys; ++s) {
+          if (window > 0 && s <= t - window) {
+            w[static_cast<size_t>(s)] = -INFINITY;
+            continue;
+          }
           double dot = 0;
           for (int64_t e = 0; e < z.D; ++e)
             dot += q[at(b, t, z.H, h) + static_cast<size_t>(e)] *
@@ -73,8 +80,26 @@ Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Dims& z, bool 
   return o;
 }
 
-// y = attention_output(attention(rope(x·wq + bq), rope(x·wk + bk), x·wv + bv)) in double.
-Vec ref_forward(const Params& p, const Dims& z, bool bias, double theta, bool causal) {
+struct MhaCase {
+  Dims z;
+  bool bias, causal;
+  double theta;
+  std::vector<std::pair<std::string, TensorLayout>> rules;
+  std::string what;
+  // The families' variations: no output bias (Qwen 2), per-head q/k RMS norms (Qwen 3), a
+  // sliding window (Mistral), Llama 3's rope scaling.
+  bool output_bias = true;
+  double qk_norm_epsilon = 0.0;
+  int64_t window = 0;
+  std::optional<Llama3RopeScaling> scaling;
+};
+
+// y = attention_output(attention(rope(x·wq + bq), rope(x·wk + bk), x·wv + bv)) in double
+// (with c.qk_norm_epsilon, each q and k head RMS-normalised before the rope).
+Vec ref_forward(const Params& p, const MhaCase& c) {
+  const Dims& z = c.z;
+  const bool bias = c.bias;
+  const double theta = c.theta;
   const int64_t rows = z.B * z.T;
   Vec q = ref_matmul(p.at("x"), p.at("wq"), rows, z.d, z.H * z.D);
   Vec k = ref_matmul(p.at("x"), p.at("wk"), rows, z.d, z.Hkv * z.D);
@@ -84,22 +109,25 @@ Vec ref_forward(const Params& p, const Dims& z, bool bias, double theta, bool ca
     add_bias(k, p.at("bk"));
     add_bias(v, p.at("bv"));
   }
-  if (theta > 0) {
-    ref_rope(q, z.B, z.T, z.H, z.D, 0, theta);
-    ref_rope(k, z.B, z.T, z.Hkv, z.D, 0, theta);
+  if (c.qk_norm_epsilon > 0) {
+    testing::ref_rms_norm_rows(q, z.D, p.at("gq"), c.qk_norm_epsilon);
+    testing::ref_rms_norm_rows(k, z.D, p.at("gk"), c.qk_norm_epsilon);
   }
-  Vec y = ref_matmul(ref_attention(q, k, v, z, causal), p.at("wo"), rows, z.H * z.D, z.d);
-  if (bias) add_bias(y, p.at("bo"));
+  if (theta > 0) {
+    testing::RefLlama3Scaling s;
+    if (c.scaling) {
+      s = {c.scaling->factor, c.scaling->low_freq_factor, c.scaling->high_freq_factor,
+           static_cast<double>(c.scaling->original_max_position_embeddings)};
+    }
+    const Vec f = testing::ref_inverse_frequencies(z.D, theta, c.scaling ? &s : nullptr);
+    testing::ref_rope_frequencies(q, z.B, z.T, z.H, z.D, 0, f);
+    testing::ref_rope_frequencies(k, z.B, z.T, z.Hkv, z.D, 0, f);
+  }
+  Vec y =
+      ref_matmul(ref_attention(q, k, v, z, c.causal, c.window), p.at("wo"), rows, z.H * z.D, z.d);
+  if (bias && c.output_bias) add_bias(y, p.at("bo"));
   return y;
 }
-
-struct MhaCase {
-  Dims z;
-  bool bias, causal;
-  double theta;
-  std::vector<std::pair<std::string, TensorLayout>> rules;
-  std::string what;
-};
 
 class MultiHeadAttentionBackwardTest : public NnTest {
  protected:
@@ -123,8 +151,12 @@ class MultiHeadAttentionBackwardTest : public NnTest {
                                     .key_dim = z.D,
                                     .num_key_value_heads = z.Hkv,
                                     .use_bias = c.bias,
+                                    .use_output_bias = c.output_bias,
                                     .causal = c.causal,
-                                    .rope_theta = c.theta});
+                                    .rope_theta = c.theta,
+                                    .rope_scaling = c.scaling,
+                                    .sliding_window = c.window,
+                                    .qk_norm_epsilon = c.qk_norm_epsilon});
       (void)Model::functional(in, (*attn)(in));
     }
     // Every weight (biases too) random, so no gradient term is hidden by a zero.
@@ -140,10 +172,19 @@ class MultiHeadAttentionBackwardTest : public NnTest {
       const auto& [n, layer] = dense[i];
       p["w" + n] = testing::random_values(layer->kernel()->shape(), seed + 1 + i);
       layer->kernel()->assign(testing::to_dtype(layer->kernel()->shape(), p["w" + n], dtype));
-      if (c.bias) {
+      if (layer->bias()) {
         p["b" + n] = testing::random_values(layer->bias()->shape(), seed + 11 + i, 0.5);
         layer->bias()->assign(testing::to_dtype(layer->bias()->shape(), p["b" + n], dtype));
       }
+    }
+    const std::pair<std::string, std::shared_ptr<RMSNormalization>> norms[] = {
+        {"gq", attn->query_norm()}, {"gk", attn->key_norm()}};
+    for (size_t i = 0; i < 2; ++i) {
+      const auto& [n, norm] = norms[i];
+      if (!norm) continue;
+      p[n] = testing::random_values(norm->scale()->shape(), seed + 30 + i, 0.5);
+      for (double& e : p[n]) e += 1.0;  // around the ones a norm starts with
+      norm->scale()->assign(testing::to_dtype(norm->scale()->shape(), p[n], dtype));
     }
     const std::vector<double> w = testing::random_values(x_shape, seed + 20);  // dL/dy
     const TensorLayout x_layout({"data", None, None}, mesh_);
@@ -154,9 +195,7 @@ class MultiHeadAttentionBackwardTest : public NnTest {
       return f64 ? numeric_gradient(fwd, params, name, w, 1e-3, true)
                  : numeric_gradient(fwd, params, name, w);
     };
-    const auto forward = [&](const Params& q) {
-      return ref_forward(q, z, c.bias, c.theta, c.causal);
-    };
+    const auto forward = [&](const Params& q) { return ref_forward(q, c); };
     // The forward itself first: the reference must describe the layer.
     const Array y = attn->call_on(x);
     EXPECT_EQ(y.dtype(), dtype);
@@ -167,7 +206,14 @@ class MultiHeadAttentionBackwardTest : public NnTest {
     EXPECT_EQ(dx.layout(), x_layout);
     EXPECT_EQ(dx.dtype(), dtype);
     expect_close(gathered_f64(dx), numeric(forward, p, "x"), "dx", tolerance);
-    EXPECT_EQ(grads.size(), c.bias ? 8u : 4u);
+    EXPECT_EQ(grads.size(),
+              (c.bias ? (c.output_bias ? 8u : 7u) : 4u) + (c.qk_norm_epsilon > 0 ? 2u : 0u));
+    for (const auto& [n, norm] : norms) {
+      if (!norm) continue;
+      const Array* g = grads.find(*norm->scale());
+      ASSERT_NE(g, nullptr) << norm->scale()->path();
+      expect_close(gathered_f64(*g), numeric(forward, p, n), norm->scale()->path(), tolerance);
+    }
     for (const auto& [n, layer] : dense) {
       for (const auto& [key, var] :
            {std::pair{"w" + n, layer->kernel()}, std::pair{"b" + n, layer->bias()}}) {
@@ -177,7 +223,7 @@ class MultiHeadAttentionBackwardTest : public NnTest {
         EXPECT_EQ(g->layout(), var->value().layout()) << var->path();
         EXPECT_EQ(g->dtype(), dtype) << var->path();
         const std::vector<double> want = numeric(forward, p, key);
-        if (key == "bk" && c.theta == 0) {
+        if (key == "bk" && c.theta == 0 && c.qk_norm_epsilon == 0) {
           // Without RoPE a key bias adds q·b to every score of a row: the softmax ignores it.
           for (size_t i = 0; i < want.size(); ++i) {
             EXPECT_NEAR(want[i], 0.0, 1e-8);
@@ -222,6 +268,43 @@ TEST_F(MultiHeadAttentionBackwardTest, GradientsMatchFiniteDifferencesOnEveryLay
   };
   uint64_t seed = 100;
   for (const MhaCase& c : cases) check(c, seed += 50);
+  std::printf("[ info     ] max relative error against central differences: %.3g\n",
+              testing::max_relative_error_seen());
+}
+
+// What the model families add: Qwen 2's q/k/v biases without an output bias, Qwen 3's q/k head
+// norms (and their paths), Mistral's sliding window, Llama 3's rope scaling; F32 and F64.
+TEST_F(MultiHeadAttentionBackwardTest, FamilyVariantsMatchFiniteDifferences) {
+  const Llama3RopeScaling scaling{.factor = 4.0,
+                                  .low_freq_factor = 1.0,
+                                  .high_freq_factor = 4.0,
+                                  .original_max_position_embeddings = 4};
+  const MhaCase cases[] = {
+      {{2, 5, 8, 4, 2, 4}, true, true, 100.0, megatron(), "Qwen 2: q/k/v biases", false},
+      {{2, 5, 8, 4, 2, 4}, false, true, 100.0, megatron(), "Qwen 3: q/k norms", true, 1e-6},
+      {{2, 6, 8, 4, 2, 4}, false, true, 100.0, megatron(), "Mistral: window 2", true, 0.0, 2},
+      {{2, 5, 8, 4, 4, 8}, false, true, 500.0, {}, "Llama 3 rope scaling", true, 0.0, 0, scaling},
+  };
+  uint64_t seed = 900;
+  for (const MhaCase& c : cases) {
+    check(c, seed += 50);
+    check(c, seed += 50, DType::kF64);
+  }
+  // The head norms sit under the attention's path, as keras-hub's Qwen 3 names them.
+  clear_session();
+  LayoutMap rules(mesh_);
+  LayoutMapScope scope = rules.scope();
+  Tensor in = Input({3, 8}, 2);
+  auto attn =
+      std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 2,
+                                                                     .key_dim = 4,
+                                                                     .use_bias = false,
+                                                                     .qk_norm_epsilon = 1e-6,
+                                                                     .name = "self_attention"});
+  (void)Model::functional(in, (*attn)(in));
+  EXPECT_EQ(attn->query_norm()->scale()->path(), "self_attention/query_dense_layernorm/scale");
+  EXPECT_EQ(attn->key_norm()->scale()->path(), "self_attention/key_dense_layernorm/scale");
+  EXPECT_EQ(attn->query_norm()->scale()->shape(), (Shape{4}));
   std::printf("[ info     ] max relative error against central differences: %.3g\n",
               testing::max_relative_error_seen());
 }
