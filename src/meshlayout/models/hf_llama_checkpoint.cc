@@ -150,10 +150,24 @@ std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
       add(k + "self_attention/" + name + "/kernel", h + "self_attn." + proj + "_proj.weight",
           {heads * hd, d}, {heads, hd, d}, {2, 0, 1},
           fmt::format("({}*head_dim, hidden_size) = ({}*{}, {})", heads_field, heads, hd, d));
+      if (c.qkv_bias()) {  // (heads*head_dim,) → keras (heads, head_dim)
+        add(k + "self_attention/" + name + "/bias", h + "self_attn." + proj + "_proj.bias",
+            {heads * hd}, {heads, hd}, {0, 1},
+            fmt::format("({}*head_dim,) = ({}*{},)", heads_field, heads, hd));
+      }
+      if (c.qk_norm() && proj[0] != 'v') {  // Qwen 3: q_norm / k_norm over head_dim
+        add(k + "self_attention/" + name + "_dense_layernorm/scale",
+            h + "self_attn." + proj + "_norm.weight", {hd}, {hd}, {0},
+            fmt::format("(head_dim,) = ({},)", hd));
+      }
     }
     add(k + "self_attention/attention_output/kernel", h + "self_attn.o_proj.weight", {d, hq * hd},
         {d, hq, hd}, {1, 2, 0},
         fmt::format("(hidden_size, num_attention_heads*head_dim) = ({}, {}*{})", d, hq, hd));
+    if (c.output_bias()) {
+      add(k + "self_attention/attention_output/bias", h + "self_attn.o_proj.bias", {d}, {d}, {0},
+          d_fields);
+    }
     add(k + "feedforward_layernorm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
         d_fields);
     const std::string ff_d = fmt::format("(intermediate_size, hidden_size) = ({}, {})", ff, d);

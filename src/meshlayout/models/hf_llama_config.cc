@@ -42,8 +42,8 @@ class FieldReader {
     const json* v = find(field);
     if (v == nullptr) {
       if (fallback) return *fallback;
-      throw ValueError(fmt::format("{} has no {}, a required field of a LlamaForCausalLM config",
-                                   source_, quote(field)));
+      throw ValueError(
+          fmt::format("{} has no {}, a required field of a decoder config", source_, quote(field)));
     }
     if (v->is_number_unsigned() && v->get<uint64_t>() > 0 &&
         v->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)) {
@@ -95,12 +95,45 @@ std::string rope_type_of(const FieldReader& outer, std::string_view field, const
   return "default";
 }
 
-void refuse_rope_scaling(std::string_view source, std::string_view field, const std::string& type) {
-  if (type == "default" || type == "none") return;
-  throw ValueError(fmt::format(
-      "{}: {} has rope type {}, which is not supported: meshlayout's Llama uses plain RoPE "
-      "(rope_scaling null, or rope_type 'default')",
-      source, quote(field), quote(type)));
+// The Hugging Face class of each family, in kLlamaFamilies' order.
+constexpr std::string_view kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM",
+                                               "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+
+std::string supported_families() {
+  std::string out;
+  for (size_t i = 0; i < std::size(kArchitectures); ++i) {
+    out +=
+        fmt::format("{}{} (model_type '{}')", i ? ", " : "", kArchitectures[i], kLlamaFamilies[i]);
+  }
+  return out;
+}
+
+// Llama 3's rope_scaling from a rope_scaling / rope_parameters object of type "llama3"; no
+// scaling for "default"; ValueError for every other type, or a llama3 object lacking a field.
+std::optional<Llama3RopeScaling> read_rope_scaling(std::string_view source, std::string_view field,
+                                                   const std::string& type, const json& rope) {
+  if (type == "default" || type == "none") return std::nullopt;
+  if (type != "llama3") {
+    throw ValueError(fmt::format(
+        "{}: {} has rope type {}, which is not supported: meshlayout supports plain RoPE "
+        "(rope_type 'default' or no rope_scaling) and Llama 3's 'llama3' scaling",
+        source, quote(field), quote(type)));
+  }
+  const FieldReader r(rope, fmt::format("{}: {}", source, field));
+  Llama3RopeScaling s;
+  for (std::string_view required :
+       {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    if (r.find(required) == nullptr) {
+      throw ValueError(fmt::format("{}: {} of type 'llama3' has no {}, which that type needs",
+                                   source, quote(field), quote(required)));
+    }
+  }
+  s.factor = r.positive_number("factor", s.factor);
+  s.low_freq_factor = r.positive_number("low_freq_factor", s.low_freq_factor);
+  s.high_freq_factor = r.positive_number("high_freq_factor", s.high_freq_factor);
+  s.original_max_position_embeddings =
+      r.positive_int("original_max_position_embeddings", s.original_max_position_embeddings);
+  return s;
 }
 
 }  // namespace
@@ -118,38 +151,46 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
   }
   const FieldReader f(j, std::string(source));
 
+  // The family: model_type, which `architectures` (when present) must agree with.
+  const std::string model_type = f.string("model_type", "llama");
+  const auto family_index = [&]() -> size_t {
+    for (size_t i = 0; i < std::size(kLlamaFamilies); ++i) {
+      if (kLlamaFamilies[i] == model_type) return i;
+    }
+    throw ValueError(fmt::format("{}: unsupported model_type {}, expected one of {}", source,
+                                 quote(model_type), supported_families()));
+  }();
   if (const json* arch = f.find("architectures")) {
     if (!arch->is_array()) f.fail("architectures", *arch, "a list of class names");
-    const bool llama = std::any_of(arch->begin(), arch->end(), [](const json& a) {
-      return a.is_string() && a.get<std::string>() == "LlamaForCausalLM";
+    const bool found = std::any_of(arch->begin(), arch->end(), [&](const json& a) {
+      return a.is_string() && a.get<std::string>() == kArchitectures[family_index];
     });
-    if (!llama) {
-      throw ValueError(
-          fmt::format("{}: unsupported architecture {} (architectures), expected "
-                      "LlamaForCausalLM",
-                      source, json_excerpt(*arch)));
+    if (!found) {
+      throw ValueError(fmt::format(
+          "{}: unsupported architecture {} (architectures) for model_type {}, expected {}; "
+          "meshlayout reads {}",
+          source, json_excerpt(*arch), quote(model_type), kArchitectures[family_index],
+          supported_families()));
     }
-  }
-  const std::string model_type = f.string("model_type", "llama");
-  if (model_type != "llama") {
-    throw ValueError(
-        fmt::format("{}: unsupported model_type {}, expected 'llama'", source, quote(model_type)));
   }
   const std::string act = f.string("hidden_act", "silu");
   if (act != "silu") {
     throw ValueError(
         fmt::format("{}: hidden_act {} is not supported, expected 'silu'", source, quote(act)));
   }
-  for (std::string_view bias : {"attention_bias", "mlp_bias"}) {
-    if (f.boolean(bias, false)) {
-      throw ValueError(
-          fmt::format("{}: {} is true, which is not supported (keras-hub's Llama "
-                      "has no biases), expected false",
-                      source, quote(bias)));
-    }
+  if (f.boolean("mlp_bias", false)) {
+    throw ValueError(
+        fmt::format("{}: 'mlp_bias' is true, which is not supported (keras-hub's gated "
+                    "feed-forward has no biases), expected false",
+                    source));
   }
-  if (const json* scaling = f.find("rope_scaling")) {
-    refuse_rope_scaling(source, "rope_scaling", rope_type_of(f, "rope_scaling", *scaling));
+  if (model_type == "qwen2" || model_type == "qwen3") {
+    if (f.boolean("use_sliding_window", false)) {
+      throw ValueError(fmt::format(
+          "{}: 'use_sliding_window' is true, which is not supported for {} (sliding windows on "
+          "the layers from max_window_layers on), expected false",
+          source, quote(model_type)));
+    }
   }
 
   LlamaConfig c;
@@ -159,16 +200,35 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
   c.num_hidden_layers = f.positive_int("num_hidden_layers", std::nullopt);
   c.num_attention_heads = f.positive_int("num_attention_heads", std::nullopt);
   c.num_key_value_heads = f.positive_int("num_key_value_heads", c.num_attention_heads);
-  c.head_dim = f.positive_int("head_dim", c.hidden_size / c.num_attention_heads);
+  // transformers' defaults: Qwen3Config's head_dim is 128, the others derive it.
+  c.head_dim = f.positive_int("head_dim",
+                              model_type == "qwen3" ? 128 : c.hidden_size / c.num_attention_heads);
   c.rms_norm_eps = f.positive_number("rms_norm_eps", 1e-6);
+  c.family = model_type;
   c.rope_theta = f.positive_number("rope_theta", 10000.0);
+  if (const json* scaling = f.find("rope_scaling")) {
+    c.rope_scaling = read_rope_scaling(source, "rope_scaling",
+                                       rope_type_of(f, "rope_scaling", *scaling), *scaling);
+  }
   if (const json* rope = f.find("rope_parameters")) {  // transformers v5 keeps rope_theta here
-    refuse_rope_scaling(source, "rope_parameters", rope_type_of(f, "rope_parameters", *rope));
+    if (auto s = read_rope_scaling(source, "rope_parameters",
+                                   rope_type_of(f, "rope_parameters", *rope), *rope)) {
+      c.rope_scaling = s;
+    }
     const FieldReader r(*rope, fmt::format("{}: rope_parameters", source));
     c.rope_theta = r.positive_number("rope_theta", c.rope_theta);
   }
+  // Qwen 2 has q/k/v biases by construction (no attention_bias field in its config).
+  if (model_type != "qwen2") c.attention_bias = f.boolean("attention_bias", false);
+  if (model_type == "mistral") {  // transformers' MistralConfig: 4096 when absent, null: none
+    c.sliding_window =
+        j.contains("sliding_window") ? f.positive_int("sliding_window", 0) : int64_t{4096};
+  }
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.max_position_embeddings = f.positive_int("max_position_embeddings", 2048);
+  c.max_position_embeddings =
+      f.positive_int("max_position_embeddings", model_type == "llama"     ? 2048
+                                                : model_type == "mistral" ? 4096 * 32
+                                                                          : 32768);
   c.torch_dtype = f.string("torch_dtype", f.string("dtype", ""));
   try {
     c.validate();
@@ -203,18 +263,23 @@ void LlamaConfig::validate() const {
         "head must serve the same number of query heads",
         num_attention_heads, num_key_value_heads));
   }
-  if (hidden_size % num_attention_heads != 0) {
+  if (std::find(std::begin(kLlamaFamilies), std::end(kLlamaFamilies), family) ==
+      std::end(kLlamaFamilies)) {
     throw ValueError(
-        fmt::format("'hidden_size' ({}) is not a multiple of "
-                    "'num_attention_heads' ({})",
-                    hidden_size, num_attention_heads));
+        fmt::format("'model_type' is {}, expected one of {}", quote(family), supported_families()));
   }
-  if (head_dim != hidden_size / num_attention_heads) {
-    throw ValueError(fmt::format(
-        "'head_dim' is {}, expected hidden_size / num_attention_heads = {} / {} = {}: keras-hub "
-        "derives head_dim = hidden_size / num_attention_heads",
-        head_dim, hidden_size, num_attention_heads, hidden_size / num_attention_heads));
+  if (sliding_window < 0 || (sliding_window > 0 && family != "mistral")) {
+    throw ValueError(fmt::format("'sliding_window' is {}, expected 0 (none){}", sliding_window,
+                                 family == "mistral" ? " or a positive number of keys"
+                                                     : " for model_type " + quote(family)));
   }
+  if (head_dim % 2 != 0) {
+    throw ValueError(
+        fmt::format("'head_dim' is {}, expected an even number (the rotary embedding rotates "
+                    "pairs)",
+                    head_dim));
+  }
+  Rope(rope_theta, rope_scaling).validate();
   if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) {
     throw ValueError(fmt::format("'rms_norm_eps' is {}, expected a positive number", rms_norm_eps));
   }
@@ -226,8 +291,8 @@ void LlamaConfig::validate() const {
 std::string LlamaConfig::to_json() const {
   validate();
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {architecture()};
+  j["model_type"] = family;
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
@@ -238,13 +303,34 @@ std::string LlamaConfig::to_json() const {
   j["hidden_act"] = "silu";
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
-  j["rope_scaling"] = nullptr;
-  j["attention_bias"] = false;
+  if (rope_scaling) {
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", rope_scaling->factor},
+        {"low_freq_factor", rope_scaling->low_freq_factor},
+        {"high_freq_factor", rope_scaling->high_freq_factor},
+        {"original_max_position_embeddings", rope_scaling->original_max_position_embeddings}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  if (family != "qwen2") j["attention_bias"] = attention_bias;
   j["mlp_bias"] = false;
+  if (family == "mistral") {
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+  }
+  if (family == "qwen2" || family == "qwen3") j["use_sliding_window"] = false;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["max_position_embeddings"] = max_position_embeddings;
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";
+}
+
+std::string LlamaConfig::architecture() const {
+  for (size_t i = 0; i < std::size(kLlamaFamilies); ++i) {
+    if (kLlamaFamilies[i] == family) return std::string(kArchitectures[i]);
+  }
+  throw ValueError(
+      fmt::format("'model_type' is {}, expected one of {}", quote(family), supported_families()));
 }
 
 }  // namespace meshlayout

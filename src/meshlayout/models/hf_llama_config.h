@@ -1,10 +1,18 @@
-// hf_llama_config.h — LlamaConfig: the Hugging Face config.json of a LlamaForCausalLM, read
-// strictly (defaults as transformers' LlamaConfig; anything meshlayout's keras-hub-style Llama
-// cannot run is refused with the field, its value and what is supported) and written back.
+// hf_llama_config.h — LlamaConfig: the Hugging Face config.json of a Llama-style decoder, read
+// strictly (defaults as transformers' config classes; anything meshlayout cannot run is refused
+// with the field, its value and what is supported) and written back. The families it covers
+// share keras-hub's Llama block and differ by a few fields:
+//   llama   LlamaForCausalLM   (Llama 2, Llama 3/3.1 with rope_scaling type "llama3";
+//                               attention_bias: q/k/v/o biases)
+//   mistral MistralForCausalLM (sliding_window)
+//   qwen2   Qwen2ForCausalLM   (Qwen 2 / 2.5: q/k/v biases, no output bias)
+//   qwen3   Qwen3ForCausalLM   (Qwen 3: per-head RMS norms of q and k; attention_bias)
+// head_dim may differ from hidden_size / num_attention_heads (Qwen 3, Mistral Nemo).
 //
 // Example:
 //   LlamaConfig c = LlamaConfig::from_file("llama/config.json");
 //   c.num_key_value_heads;          // num_attention_heads when the file does not say
+//   c.family == "qwen2";            // from `architectures` / `model_type`
 //   LlamaConfig tiny{.vocab_size = 64, .hidden_size = 16, .intermediate_size = 32,
 //                    .num_hidden_layers = 2, .num_attention_heads = 4,
 //                    .num_key_value_heads = 2, .head_dim = 4};
@@ -13,10 +21,16 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "meshlayout/kernels/rope.h"
+
 namespace meshlayout {
+
+/// The Llama-style families LlamaConfig reads, as config.json's model_type names them.
+inline constexpr std::string_view kLlamaFamilies[] = {"llama", "mistral", "qwen2", "qwen3"};
 
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -31,13 +45,31 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 2048;
   std::string torch_dtype;  // informational ("bfloat16", …); empty when absent
+  /// model_type: "llama", "mistral", "qwen2" or "qwen3" (kLlamaFamilies).
+  std::string family = "llama";
+  /// Llama 3's rope_scaling (rope_type "llama3"), when the file has one.
+  std::optional<Llama3RopeScaling> rope_scaling;
+  /// attention_bias (llama, qwen3): biases on q, k, v and o. Qwen 2 always has q/k/v biases.
+  bool attention_bias = false;
+  /// Mistral's sliding_window (0: none, also for a null in the file).
+  int64_t sliding_window = 0;
+
+  /// q/k/v projections with biases: attention_bias, or the qwen2 family.
+  bool qkv_bias() const { return attention_bias || family == "qwen2"; }
+  /// The output projection with a bias: attention_bias (never for qwen2).
+  bool output_bias() const { return attention_bias && family != "qwen2"; }
+  /// Per-head RMS norms of q and k (qwen3).
+  bool qk_norm() const { return family == "qwen3"; }
+  /// The Hugging Face class of the family: "LlamaForCausalLM", "Qwen2ForCausalLM", …
+  std::string architecture() const;
 
   /// Parses config.json text. `source` names the file in messages. ValueError (naming the
-  /// field, its value and what is expected) for: an `architectures` list without
-  /// "LlamaForCausalLM", a `model_type` other than "llama", a missing required size, a size
-  /// that is not a positive integer, num_attention_heads not a multiple of num_key_value_heads,
-  /// a head_dim other than hidden_size / num_attention_heads, rope scaling, attention or MLP
-  /// biases, a hidden_act other than "silu", and fields of the wrong JSON type.
+  /// field, its value and what is expected) for: an `architectures` list naming none of the
+  /// families' classes, a `model_type` that is not one of kLlamaFamilies or contradicts
+  /// `architectures`, a missing required size, a size that is not a positive integer,
+  /// num_attention_heads not a multiple of num_key_value_heads, a rope scaling other than
+  /// "llama3" (or one lacking a field), MLP biases, Qwen's use_sliding_window, a hidden_act
+  /// other than "silu", and fields of the wrong JSON type.
   static LlamaConfig from_json(std::string_view text, std::string_view source = "config.json");
   /// Reads and parses `path`. NotFoundError naming the path when it does not exist.
   static LlamaConfig from_file(const std::string& path);

@@ -72,12 +72,61 @@ TEST(LlamaConfigTest, RopeThetaFromRopeParameters) {
 }
 
 TEST(LlamaConfigTest, RefusesOtherArchitecturesAndModelTypes) {
-  std::string m = refusal(R"("architectures": ["MistralForCausalLM"])");
-  EXPECT_TRUE(HasSubstr(m, "unsupported architecture [\"MistralForCausalLM\"]"));
+  std::string m = refusal(R"("architectures": ["GemmaForCausalLM"])");
+  EXPECT_TRUE(HasSubstr(m, "unsupported architecture [\"GemmaForCausalLM\"]"));
   EXPECT_TRUE(HasSubstr(m, "expected LlamaForCausalLM"));
   m = refusal(R"("model_type": "gemma")");
   EXPECT_TRUE(HasSubstr(m, "model_type 'gemma'"));
-  EXPECT_TRUE(HasSubstr(m, "expected 'llama'"));
+  EXPECT_TRUE(HasSubstr(m, "Qwen3ForCausalLM (model_type 'qwen3')"));
+  // architectures and model_type must agree.
+  m = refusal(R"("architectures": ["MistralForCausalLM"], "model_type": "qwen2")");
+  EXPECT_TRUE(HasSubstr(m, "for model_type 'qwen2', expected Qwen2ForCausalLM"));
+}
+
+// The families: what each reads from its config.json (transformers' defaults where absent).
+TEST(LlamaConfigTest, ReadsEveryFamily) {
+  LlamaConfig c = LlamaConfig::from_json(
+      config_text(R"("architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                     "sliding_window": 6)"));
+  EXPECT_EQ(c.family, "mistral");
+  EXPECT_EQ(c.sliding_window, 6);
+  EXPECT_FALSE(c.qkv_bias());
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_EQ(LlamaConfig::from_json(config_text(R"("model_type": "mistral")")).sliding_window, 4096);
+  EXPECT_EQ(
+      LlamaConfig::from_json(config_text(R"("model_type": "mistral", "sliding_window": null)"))
+          .sliding_window,
+      0);
+  c = LlamaConfig::from_json(config_text(R"("architectures": ["Qwen2ForCausalLM"],
+                     "model_type": "qwen2", "use_sliding_window": false,
+                     "sliding_window": 32768, "tie_word_embeddings": true)"));
+  EXPECT_EQ(c.family, "qwen2");
+  EXPECT_TRUE(c.qkv_bias());
+  EXPECT_FALSE(c.output_bias());
+  EXPECT_FALSE(c.qk_norm());
+  EXPECT_EQ(c.sliding_window, 0);  // Qwen's window is off unless use_sliding_window
+  c = LlamaConfig::from_json(
+      config_text(R"("architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3")"));
+  EXPECT_EQ(c.head_dim, 128);  // Qwen3Config's default, independent of hidden_size / heads
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_FALSE(c.qkv_bias());
+  c = LlamaConfig::from_json(config_text(R"("model_type": "qwen3", "attention_bias": true)"));
+  EXPECT_TRUE(c.qkv_bias());
+  EXPECT_TRUE(c.output_bias());
+  c = LlamaConfig::from_json(config_text(R"("attention_bias": true)"));  // Llama's own biases
+  EXPECT_TRUE(c.qkv_bias() && c.output_bias());
+  // Llama 3.1's rope_scaling, in both of its places.
+  c = LlamaConfig::from_json(config_text(
+      R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"));
+  ASSERT_TRUE(c.rope_scaling.has_value());
+  EXPECT_EQ(*c.rope_scaling, (Llama3RopeScaling{8.0, 1.0, 4.0, 8192}));
+  c = LlamaConfig::from_json(config_text(
+      R"("rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192})"));
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling->factor, 32.0);
 }
 
 TEST(LlamaConfigTest, RefusesMissingAndNonPositiveSizes) {
@@ -107,30 +156,36 @@ TEST(LlamaConfigTest, RefusesHeadsNotDividedByKvHeads) {
                         "'num_key_value_heads' (3)"));
 }
 
-TEST(LlamaConfigTest, RefusesAHeadDimKerasHubDoesNotDerive) {
-  const std::string m = refusal(R"("head_dim": 8)");
-  EXPECT_TRUE(HasSubstr(m,
-                        "'head_dim' is 8, expected hidden_size / num_attention_heads = "
-                        "16 / 4 = 4"));
-  EXPECT_TRUE(HasSubstr(m, "keras-hub derives head_dim"));
+TEST(LlamaConfigTest, AcceptsAHeadDimOfItsOwnButNotAnOddOne) {
+  EXPECT_EQ(LlamaConfig::from_json(config_text(R"("head_dim": 8)")).head_dim, 8);
+  EXPECT_TRUE(HasSubstr(refusal(R"("head_dim": 7)"), "'head_dim' is 7, expected an even number"));
 }
 
-TEST(LlamaConfigTest, RefusesRopeScaling) {
+TEST(LlamaConfigTest, RefusesOtherRopeScalings) {
   std::string m = refusal(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})");
-  EXPECT_TRUE(HasSubstr(m, "'rope_scaling' has rope type 'llama3', which is not supported"));
+  EXPECT_TRUE(HasSubstr(m, "'rope_scaling' of type 'llama3' has no 'low_freq_factor'"));
   m = refusal(R"("rope_scaling": {"type": "linear", "factor": 2.0})");
   EXPECT_TRUE(HasSubstr(m, "rope type 'linear'"));
+  EXPECT_TRUE(HasSubstr(m, "Llama 3's 'llama3' scaling"));
   m = refusal(R"("rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0})");
   EXPECT_TRUE(HasSubstr(m, "'rope_parameters' has rope type 'yarn'"));
+  m = refusal(
+      R"("rope_scaling": {"rope_type": "llama3", "factor": 0.5, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})");
+  EXPECT_TRUE(HasSubstr(m, "factor >= 1, got factor=0.5"));
 }
 
-TEST(LlamaConfigTest, RefusesBiasesAndOtherActivations) {
-  std::string m = refusal(R"("attention_bias": true)");
-  EXPECT_TRUE(HasSubstr(m, "'attention_bias' is true, which is not supported"));
-  m = refusal(R"("mlp_bias": true)");
+TEST(LlamaConfigTest, RefusesMlpBiasesQwenWindowsAndOtherActivations) {
+  std::string m = refusal(R"("mlp_bias": true)");
   EXPECT_TRUE(HasSubstr(m, "'mlp_bias' is true"));
   m = refusal(R"("hidden_act": "gelu")");
   EXPECT_TRUE(HasSubstr(m, "hidden_act 'gelu' is not supported, expected 'silu'"));
+  m = refusal(R"("model_type": "qwen2", "use_sliding_window": true)");
+  EXPECT_TRUE(HasSubstr(m, "'use_sliding_window' is true, which is not supported for 'qwen2'"));
+  LlamaConfig c = LlamaConfig::from_json(config_text());
+  c.sliding_window = 8;  // a window on a family without one
+  EXPECT_TRUE(HasSubstr(ValueErrorMessage([&] { c.validate(); }),
+                        "'sliding_window' is 8, expected 0 (none) for model_type 'llama'"));
 }
 
 TEST(LlamaConfigTest, RefusesMalformedJson) {
@@ -165,6 +220,16 @@ TEST(LlamaConfigTest, ToJsonReadsBackEqual) {
   const std::string json = c.to_json();
   EXPECT_TRUE(HasSubstr(json, "\"architectures\": [\n    \"LlamaForCausalLM\"\n  ]"));
   EXPECT_EQ(LlamaConfig::from_json(json), c);
+  // Every family's fields read back.
+  for (const char* family : {"mistral", "qwen2", "qwen3"}) {
+    LlamaConfig f = c;
+    f.family = family;
+    f.sliding_window = f.family == "mistral" ? 64 : 0;
+    f.attention_bias = f.family == "qwen3";
+    f.rope_scaling = Llama3RopeScaling{.factor = 4.0, .original_max_position_embeddings = 128};
+    EXPECT_EQ(LlamaConfig::from_json(f.to_json()), f) << family;
+    EXPECT_TRUE(HasSubstr(f.to_json(), f.architecture())) << family;
+  }
   c.head_dim = 0;  // a hand-built config is validated before it is written
   EXPECT_TRUE(HasSubstr(ValueErrorMessage([&] { (void)c.to_json(); }), "'head_dim' is 0"));
 }

@@ -79,9 +79,13 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
                                   .num_heads = config.num_attention_heads,
                                   .key_dim = config.head_dim,
                                   .num_key_value_heads = config.num_key_value_heads,
-                                  .use_bias = false,
+                                  .use_bias = config.qkv_bias(),
+                                  .use_output_bias = config.output_bias(),
                                   .causal = true,
                                   .rope_theta = config.rope_theta,
+                                  .rope_scaling = config.rope_scaling,
+                                  .sliding_window = config.sliding_window,
+                                  .qk_norm_epsilon = config.qk_norm() ? config.rms_norm_eps : 0.0,
                                   .name = "self_attention"}));
   feedforward_norm_ = track("feedforward_layernorm",
                             std::make_shared<RMSNormalization>(RMSNormalizationOptions{

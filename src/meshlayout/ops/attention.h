@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/kernels/rope.h"
 
 namespace meshlayout {
 
@@ -61,38 +62,6 @@ Array attention(const Array& q, const Array& k, const Array& v,
 /// block); `heads_replicated` tells which case it is.
 TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_heads,
                                  int64_t kv_heads, bool* heads_replicated = nullptr);
-
-/// Llama 3's "llama3" rope_scaling (Hugging Face's _compute_llama3_parameters): with
-/// wavelength λ = 2π / f of each frequency f = theta^(−2i/D), frequencies with
-/// λ > original_max_position_embeddings / low_freq_factor are divided by `factor`, those with
-/// λ < original_max_position_embeddings / high_freq_factor are kept, and the ones between are
-/// blended: (1 − s)·f/factor + s·f, s = (original / λ − low_freq_factor) / (high_freq_factor −
-/// low_freq_factor).
-struct Llama3RopeScaling {
-  double factor = 8.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
-  friend bool operator==(const Llama3RopeScaling&, const Llama3RopeScaling&) = default;
-};
-
-/// The rotary embedding's frequencies: theta^(−2i/D) (i < D/2), optionally rescaled. Converts
-/// from a plain theta, so apply_rotary_embedding(x, p, 10000.0) reads as before.
-struct Rope {
-  double theta = 10000.0;
-  std::optional<Llama3RopeScaling> llama3;  // Llama 3 / 3.1 rope_scaling
-
-  Rope(double theta = 10000.0) : theta(theta) {}  // NOLINT(google-explicit-constructor)
-  Rope(double theta, std::optional<Llama3RopeScaling> scaling)
-      : theta(theta), llama3(std::move(scaling)) {}
-  /// The D/2 inverse frequencies, in double. ValueError naming the value for theta <= 0, a
-  /// factor < 1, low_freq_factor >= high_freq_factor, low_freq_factor <= 0 or an
-  /// original_max_position_embeddings <= 0.
-  std::vector<double> inverse_frequencies(int64_t head_dim) const;
-  /// The same checks without computing anything.
-  void validate() const;
-  friend bool operator==(const Rope&, const Rope&) = default;
-};
 
 /// x (B, T, H, D) rotated at positions start_position + t: the first and second halves of D are
 /// (x1·cos − x2·sin, x2·cos + x1·sin) with angle (position) · rope's frequency i, i < D/2 (angles

@@ -1,0 +1,231 @@
+// hf_decoder_reference.h — (test-only) the float64 forward of the Llama-style families written
+// from Hugging Face's modelling code (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py,
+// modeling_qwen3.py), on the Hugging Face tensors themselves (names and (out, in) layouts as in
+// the safetensors file), independent of meshlayout's keras-hub mapping and of its layers:
+//   h = embed_tokens[ids]
+//   per layer i:  n = rmsnorm(h) · input_layernorm;  q = n·q_projᵀ (+ q_proj.bias), k, v alike
+//                 (qwen3: q, k ← rmsnorm over head_dim · q_norm / k_norm)
+//                 q, k rotated (rotate_half, inv_freq with Llama 3's scaling when configured)
+//                 a = softmax(q·kᵀ/√head_dim + causal (and sliding-window) mask) · v, GQA by
+//                 repeat_kv; h = h + a·o_projᵀ (+ o_proj.bias)
+//                 m = rmsnorm(h) · post_attention_layernorm; h = h + down(silu(gate(m)) · up(m))
+//   logits = rmsnorm(h) · norm · lm_headᵀ (embed_tokens when tied).
+//
+// Example:
+//   std::map<std::string, HostTensor> hf = random_hf_tensors(config, 7);
+//   Vec logits = hf_reference_logits(config, hf, tokens, /*B=*/2, /*T=*/5);   // (B, T, V)
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "meshlayout/array/host_tensor.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
+
+namespace meshlayout::testing {
+
+using HfVec = std::vector<double>;
+
+/// Every tensor of `config`'s Hugging Face checkpoint with random F32 values: matrices and
+/// biases in [-1, 1), norm weights in [0.5, 1.5) (so no term hides behind a one or a zero).
+inline std::map<std::string, HostTensor> random_hf_tensors(const LlamaConfig& config,
+                                                           uint64_t seed) {
+  std::map<std::string, HostTensor> out;
+  for (const HfWeightMapping& m : hf_llama_weight_mappings(config)) {
+    HostTensor t = HostTensor::random(DType::kF32, m.hf_shape, seed++);
+    if (m.hf_name.find("norm") != std::string::npos) {
+      float* v = t.data_as<float>();
+      for (int64_t i = 0; i < t.num_elements(); ++i) v[i] = 1.0f + 0.5f * v[i];
+    }
+    out.emplace(m.hf_name, std::move(t));
+  }
+  return out;
+}
+
+namespace hf_reference_internal {
+
+inline HfVec values(const std::map<std::string, HostTensor>& hf, const std::string& name) {
+  const HostTensor& t = hf.at(name);
+  HfVec out(static_cast<size_t>(t.num_elements()));
+  for (int64_t i = 0; i < t.num_elements(); ++i)
+    out[static_cast<size_t>(i)] = t.data_as<float>()[i];
+  return out;
+}
+
+// nn.Linear: x (rows, in) · Wᵀ with W (out, in), plus the bias when given.
+inline HfVec linear(const HfVec& x, const HfVec& w, int64_t rows, int64_t in, int64_t out,
+                    const HfVec* bias = nullptr) {
+  HfVec y(static_cast<size_t>(rows * out), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = bias ? (*bias)[static_cast<size_t>(o)] : 0.0;
+      for (int64_t i = 0; i < in; ++i) {
+        acc += x[static_cast<size_t>(r * in + i)] * w[static_cast<size_t>(o * in + i)];
+      }
+      y[static_cast<size_t>(r * out + o)] = acc;
+    }
+  }
+  return y;
+}
+
+// LlamaRMSNorm over runs of `n`: x · rsqrt(mean(x²) + eps) · weight.
+inline HfVec rms_norm(const HfVec& x, int64_t n, const HfVec& weight, double eps) {
+  HfVec y(x.size());
+  for (size_t r = 0; r < x.size(); r += static_cast<size_t>(n)) {
+    double sq = 0;
+    for (int64_t i = 0; i < n; ++i)
+      sq += x[r + static_cast<size_t>(i)] * x[r + static_cast<size_t>(i)];
+    const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      y[r + static_cast<size_t>(i)] =
+          x[r + static_cast<size_t>(i)] * inv * weight[static_cast<size_t>(i)];
+    }
+  }
+  return y;
+}
+
+// LlamaRotaryEmbedding's inv_freq, with _compute_llama3_parameters when rope_scaling is llama3.
+inline HfVec inv_freq(const LlamaConfig& c) {
+  const int64_t dim = c.head_dim;
+  HfVec f;
+  for (int64_t i = 0; i < dim; i += 2) {
+    f.push_back(1.0 / std::pow(c.rope_theta, static_cast<double>(i) / static_cast<double>(dim)));
+  }
+  if (!c.rope_scaling) return f;
+  const double factor = c.rope_scaling->factor, low = c.rope_scaling->low_freq_factor,
+               high = c.rope_scaling->high_freq_factor,
+               old_len = static_cast<double>(c.rope_scaling->original_max_position_embeddings);
+  const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+  for (double& inv : f) {
+    const double wavelen = 2 * M_PI / inv;
+    const double llama = wavelen > low_freq_wavelen ? inv / factor : inv;
+    const double smooth = (old_len / wavelen - low) / (high - low);
+    const double smoothed = (1 - smooth) * llama / factor + smooth * llama;
+    const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+    inv = medium ? smoothed : llama;
+  }
+  return f;
+}
+
+// apply_rotary_pos_emb on x (B, T, heads, D): x·cos + rotate_half(x)·sin at positions t.
+inline void rotate(HfVec& x, int64_t B, int64_t T, int64_t heads, int64_t D, const HfVec& freq) {
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        double* v = x.data() + ((b * T + t) * heads + h) * D;
+        HfVec out(static_cast<size_t>(D));
+        for (int64_t i = 0; i < D; ++i) {
+          const double angle = static_cast<double>(t) * freq[static_cast<size_t>(i % (D / 2))];
+          const double rotated = i < D / 2 ? -v[i + D / 2] : v[i - D / 2];
+          out[static_cast<size_t>(i)] = v[i] * std::cos(angle) + rotated * std::sin(angle);
+        }
+        std::copy(out.begin(), out.end(), v);
+      }
+    }
+  }
+}
+
+}  // namespace hf_reference_internal
+
+/// The logits (B, T, vocab) of `tokens` (B·T ids, row-major) under the HF tensors `hf`.
+inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::string, HostTensor>& hf,
+                                 const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+  using namespace hf_reference_internal;
+  const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
+                D = c.head_dim, ff = c.intermediate_size, V = c.vocab_size, N = B * T;
+  const double eps = c.rms_norm_eps;
+  const HfVec embed = values(hf, "model.embed_tokens.weight");
+  HfVec h(static_cast<size_t>(N * d));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t i = 0; i < d; ++i) {
+      h[static_cast<size_t>(n * d + i)] =
+          embed[static_cast<size_t>(tokens[static_cast<size_t>(n)] * d + i)];
+    }
+  }
+  const HfVec freq = inv_freq(c);
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    const HfVec n = rms_norm(h, d, values(hf, p + "input_layernorm.weight"), eps);
+    const auto proj = [&](const char* name, int64_t out) {
+      const std::string w = p + "self_attn." + name + "_proj.";
+      const bool bias = hf.count(w + "bias") > 0;
+      const HfVec b = bias ? values(hf, w + "bias") : HfVec();
+      return linear(n, values(hf, w + "weight"), N, d, out, bias ? &b : nullptr);
+    };
+    HfVec q = proj("q", H * D), k = proj("k", Hkv * D), v = proj("v", Hkv * D);
+    if (hf.count(p + "self_attn.q_norm.weight")) {  // Qwen 3
+      q = rms_norm(q, D, values(hf, p + "self_attn.q_norm.weight"), eps);
+      k = rms_norm(k, D, values(hf, p + "self_attn.k_norm.weight"), eps);
+    }
+    rotate(q, B, T, H, D, freq);
+    rotate(k, B, T, Hkv, D, freq);
+    HfVec a(static_cast<size_t>(N * H * D), 0.0);
+    const int64_t groups = H / Hkv;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t head = 0; head < H; ++head) {
+        const int64_t kv = head / groups;  // repeat_kv
+        for (int64_t t = 0; t < T; ++t) {
+          HfVec w(static_cast<size_t>(T), -INFINITY);
+          double m = -INFINITY;
+          for (int64_t s = 0; s <= t; ++s) {
+            if (c.sliding_window > 0 && t - s >= c.sliding_window) continue;
+            double dot = 0;
+            for (int64_t i = 0; i < D; ++i) {
+              dot += q[static_cast<size_t>(((b * T + t) * H + head) * D + i)] *
+                     k[static_cast<size_t>(((b * T + s) * Hkv + kv) * D + i)];
+            }
+            w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D));
+            m = std::max(m, w[static_cast<size_t>(s)]);
+          }
+          double sum = 0;
+          for (double& e : w) sum += (e = std::exp(e - m));
+          for (int64_t s = 0; s <= t; ++s) {
+            for (int64_t i = 0; i < D; ++i) {
+              a[static_cast<size_t>(((b * T + t) * H + head) * D + i)] +=
+                  w[static_cast<size_t>(s)] / sum *
+                  v[static_cast<size_t>(((b * T + s) * Hkv + kv) * D + i)];
+            }
+          }
+        }
+      }
+    }
+    const std::string o = p + "self_attn.o_proj.";
+    const bool o_bias = hf.count(o + "bias") > 0;
+    const HfVec ob = o_bias ? values(hf, o + "bias") : HfVec();
+    const HfVec attn = linear(a, values(hf, o + "weight"), N, H * D, d, o_bias ? &ob : nullptr);
+    for (size_t i = 0; i < h.size(); ++i) h[i] += attn[i];
+    const HfVec mlp_in = rms_norm(h, d, values(hf, p + "post_attention_layernorm.weight"), eps);
+    HfVec gate = linear(mlp_in, values(hf, p + "mlp.gate_proj.weight"), N, d, ff);
+    const HfVec up = linear(mlp_in, values(hf, p + "mlp.up_proj.weight"), N, d, ff);
+    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
+    const HfVec down = linear(gate, values(hf, p + "mlp.down_proj.weight"), N, ff, d);
+    for (size_t i = 0; i < h.size(); ++i) h[i] += down[i];
+  }
+  const HfVec f = rms_norm(h, d, values(hf, "model.norm.weight"), eps);
+  return linear(f, c.tie_word_embeddings ? embed : values(hf, "lm_head.weight"), N, d, V);
+}
+
+/// Greedy continuation of one prompt by the reference (argmax of the last position's logits,
+/// ties to the lowest id), recomputing the whole sequence each step.
+inline std::vector<int32_t> hf_reference_greedy(const LlamaConfig& c,
+                                                const std::map<std::string, HostTensor>& hf,
+                                                std::vector<int32_t> sequence, int64_t steps) {
+  std::vector<int32_t> out;
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t T = static_cast<int64_t>(sequence.size());
+    const HfVec logits = hf_reference_logits(c, hf, sequence, 1, T);
+    const double* last = logits.data() + (T - 1) * c.vocab_size;
+    int32_t best = 0;
+    for (int32_t i = 1; i < c.vocab_size; ++i) {
+      if (last[i] > last[best]) best = i;
+    }
+    out.push_back(best);
+    sequence.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace meshlayout::testing

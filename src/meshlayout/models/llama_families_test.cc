@@ -1,0 +1,201 @@
+// The Llama-style families from their Hugging Face directories: Llama 2, Llama 3 (rope_scaling
+// "llama3"), Mistral (sliding window), Qwen 2 (q/k/v biases, tied embeddings) and Qwen 3 (q/k
+// head norms, head_dim independent of hidden_size / heads). Each is a small model with random
+// weights (biases and norm weights too) written in Hugging Face format by hand, loaded sharded
+// under replicated, keras-hub and Megatron rules on a 2x4 mesh; its logits are checked within
+// 1e-4 relative of a float64 reference written from Hugging Face's modelling code on the HF
+// tensors (hf_decoder_reference.h), and its greedy tokens against the reference's.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/models/hf_decoder_reference.h"
+#include "meshlayout/models/hf_llama_test_util.h"
+#include "meshlayout/models/llama.h"
+#include "meshlayout/models/llama_test_util.h"
+#include "meshlayout/testing/test_util.h"
+
+namespace meshlayout {
+namespace {
+
+struct Family {
+  std::string what;
+  LlamaConfig config;
+};
+
+LlamaConfig base(std::string family) {
+  LlamaConfig c{.vocab_size = 64,
+                .hidden_size = 32,
+                .intermediate_size = 48,
+                .num_hidden_layers = 2,
+                .num_attention_heads = 4,
+                .num_key_value_heads = 2,
+                .head_dim = 8,
+                .rms_norm_eps = 1e-5,
+                .rope_theta = 10000.0,
+                .max_position_embeddings = 64};
+  c.family = std::move(family);
+  return c;
+}
+
+std::vector<Family> families() {
+  std::vector<Family> out;
+  LlamaConfig llama2 = base("llama");
+  llama2.num_key_value_heads = 4;
+  out.push_back({"Llama 2 (MHA)", llama2});
+  LlamaConfig llama3 = base("llama");
+  // head_dim 8, theta 1e4: wavelengths 6.3, 63, 628, 6283 against 64/1 and 64/4: every band.
+  llama3.rope_scaling = Llama3RopeScaling{.factor = 8.0,
+                                          .low_freq_factor = 1.0,
+                                          .high_freq_factor = 4.0,
+                                          .original_max_position_embeddings = 64};
+  llama3.tie_word_embeddings = true;
+  out.push_back({"Llama 3 (rope scaling, tied)", llama3});
+  LlamaConfig mistral = base("mistral");
+  mistral.sliding_window = 3;
+  out.push_back({"Mistral (window 3)", mistral});
+  LlamaConfig qwen2 = base("qwen2");
+  qwen2.tie_word_embeddings = true;
+  out.push_back({"Qwen 2 (q/k/v biases, tied)", qwen2});
+  LlamaConfig qwen3 = base("qwen3");
+  qwen3.head_dim = 12;  // 4 heads x 12 = 48, hidden 32
+  out.push_back({"Qwen 3 (q/k norms, head_dim 12)", qwen3});
+  LlamaConfig llama_bias = base("llama");
+  llama_bias.attention_bias = true;
+  out.push_back({"Llama with attention_bias", llama_bias});
+  return out;
+}
+
+class LlamaFamiliesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_device_count(8);
+    clear_session();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("meshlayout_families_" + std::to_string(::getpid()));
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    reset_device_count();
+  }
+  DeviceMesh mesh_{{2, 4}, {"batch", "model"}};
+  std::filesystem::path dir_;
+};
+
+double max_relative_error(const HostTensor& got, const std::vector<double>& want) {
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(got.data_as<float>()[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return worst / scale;
+}
+
+TEST_F(LlamaFamiliesTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquations) {
+  const std::vector<int32_t> tokens = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8, 11, 2, 7, 60};  // (2, 7)
+  uint64_t seed = 1;
+  for (const Family& f : families()) {
+    SCOPED_TRACE(f.what);
+    const std::map<std::string, HostTensor> hf = testing::random_hf_tensors(f.config, seed += 100);
+    const std::filesystem::path dir = dir_ / std::to_string(seed);
+    testing::write_hf_by_hand(dir, f.config, hf);
+    const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open(dir.string());
+    ASSERT_EQ(checkpoint.config(), f.config);
+    const std::vector<double> want = testing::hf_reference_logits(f.config, hf, tokens, 2, 7);
+    const std::vector<int32_t> want_greedy =
+        testing::hf_reference_greedy(f.config, hf, {3, 17, 42}, 4);
+    LayoutMap megatron_biases = testing::megatron_rules(mesh_);
+    megatron_biases["(query|key|value)/bias"] = TensorLayout({"model", None});
+    megatron_biases["dense_layernorm/scale"] = TensorLayout({"model"});  // split, gathered
+    const std::pair<std::string, LayoutMap> rule_sets[] = {
+        {"replicated", LayoutMap(mesh_)},
+        {"keras-hub", llama_layout_map(mesh_, "model", "batch")},
+        {"Megatron", testing::megatron_rules(mesh_)},
+        {"Megatron, biases and norms split", megatron_biases}};
+    for (const auto& [name, rules] : rule_sets) {
+      SCOPED_TRACE(name);
+      clear_session();
+      LlamaModel model(f.config, rules);
+      const HfLoadReport report = load_hf_llama(checkpoint, model.variables_by_path());
+      EXPECT_EQ(report.tensors_loaded, static_cast<int64_t>(model.variables().size()));
+      HostTensor t(DType::kI32, {2, 7});
+      std::copy(tokens.begin(), tokens.end(), t.data_as<int32_t>());
+      const Array logits = model.logits(distribute_tensor(t, TensorLayout({"batch", None}, mesh_)));
+      EXPECT_LT(max_relative_error(logits.gather(), want), 1e-4);
+      const GenerateResult r = generate(model, {{3, 17, 42}}, {.max_new_tokens = 4});
+      EXPECT_EQ(r.tokens[0], want_greedy);
+    }
+  }
+}
+
+// The variables each family adds, under keras-hub's paths, and their HF names.
+TEST_F(LlamaFamiliesTest, KerasHubPathsOfWhatTheFamiliesAdd) {
+  const std::vector<Family> all = families();
+  const auto paths = [&](const LlamaConfig& c) {
+    clear_session();
+    LlamaModel model(c, LayoutMap(mesh_));
+    std::map<std::string, Shape> out;
+    for (const VariablePtr& v : model.variables()) out.emplace(v->path(), v->shape());
+    return out;
+  };
+  const auto qwen2 = paths(all[3].config);
+  EXPECT_EQ(qwen2.at("transformer_layer_0/self_attention/query/bias"), (Shape{4, 8}));
+  EXPECT_EQ(qwen2.at("transformer_layer_1/self_attention/key/bias"), (Shape{2, 8}));
+  EXPECT_EQ(qwen2.count("transformer_layer_0/self_attention/attention_output/bias"), 0u);
+  const auto qwen3 = paths(all[4].config);
+  EXPECT_EQ(qwen3.at("transformer_layer_0/self_attention/query/kernel"), (Shape{32, 4, 12}));
+  EXPECT_EQ(qwen3.at("transformer_layer_0/self_attention/attention_output/kernel"),
+            (Shape{4, 12, 32}));
+  EXPECT_EQ(qwen3.at("transformer_layer_0/self_attention/query_dense_layernorm/scale"),
+            (Shape{12}));
+  EXPECT_EQ(qwen3.at("transformer_layer_1/self_attention/key_dense_layernorm/scale"), (Shape{12}));
+  const auto biased = paths(all[5].config);
+  EXPECT_EQ(biased.at("transformer_layer_0/self_attention/attention_output/bias"), (Shape{32}));
+  // Every variable has an HF tensor and the other way round.
+  for (const Family& f : all) {
+    const auto keras = paths(f.config);
+    const std::vector<HfWeightMapping> mappings = hf_llama_weight_mappings(f.config);
+    EXPECT_EQ(mappings.size(), keras.size()) << f.what;
+    for (const HfWeightMapping& m : mappings) {
+      ASSERT_TRUE(keras.count(m.keras_path)) << f.what << ": " << m.keras_path;
+      EXPECT_EQ(keras.at(m.keras_path), m.keras_shape) << m.keras_path;
+    }
+  }
+  const std::vector<HfWeightMapping> m = hf_llama_weight_mappings(all[4].config);
+  EXPECT_TRUE(std::any_of(m.begin(), m.end(), [](const HfWeightMapping& x) {
+    return x.hf_name == "model.layers.0.self_attn.q_norm.weight" &&
+           x.keras_path == "transformer_layer_0/self_attention/query_dense_layernorm/scale";
+  }));
+}
+
+// A checkpoint whose config contradicts its weights is refused before anything is read: a
+// Qwen 2 config over a Llama's tensors lacks the biases; a Llama config over a Qwen 3's has
+// unexpected norm tensors.
+TEST_F(LlamaFamiliesTest, AConfigThatContradictsTheWeightsIsNamed) {
+  const std::vector<Family> all = families();
+  const std::filesystem::path dir = dir_ / "mismatch";
+  testing::write_hf_by_hand(dir, all[3].config, testing::random_hf_tensors(all[0].config, 5));
+  std::string m;
+  try {
+    (void)HfLlamaCheckpoint::open(dir.string());
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("model.layers.0.self_attn.q_proj.bias"), std::string::npos) << m;
+  const std::filesystem::path dir2 = dir_ / "mismatch2";
+  LlamaConfig llama = all[4].config;
+  llama.family = "llama";
+  testing::write_hf_by_hand(dir2, llama, testing::random_hf_tensors(all[4].config, 5));
+  m.clear();
+  try {
+    (void)HfLlamaCheckpoint::open(dir2.string());
+  } catch (const Error& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("q_norm.weight"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace meshlayout
