@@ -130,6 +130,74 @@ TEST_F(LlamaFamiliesTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquations) {
   }
 }
 
+// Training: in float64, every family's loss gradient (LlamaModel::loss_and_gradients, the
+// Trainer's fused path) against central differences of its loss, for every weight the families
+// add (biases, head-norm scales) and a few entries of every other kind, under Megatron rules
+// with the biases and norms split.
+TEST_F(LlamaFamiliesTest, GradientsMatchCentralDifferencesInFloat64) {
+  const std::vector<int32_t> inputs = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8};  // (2, 5)
+  const std::vector<int32_t> targets = {17, 42, 5, 9, 2, 0, 63, 30, 8, 11};
+  LayoutMap rules = testing::megatron_rules(mesh_);
+  rules["(query|key|value)/bias"] = TensorLayout({"model", None});
+  rules["dense_layernorm/scale"] = TensorLayout({"model"});
+  uint64_t seed = 7;
+  for (const Family& f : families()) {
+    SCOPED_TRACE(f.what);
+    clear_session();
+    LlamaModel model(f.config, rules, {.dtype = DType::kF64});
+    // Random values everywhere (norm scales around 1, so no gradient term multiplies a zero).
+    for (const VariablePtr& v : model.variables()) {
+      HostTensor t = HostTensor::random(DType::kF64, v->shape(), seed++);
+      if (v->path().find("norm") != std::string::npos) {
+        for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<double>()[i] += 1.0;
+      }
+      v->assign(t);
+    }
+    HostTensor x(DType::kI32, {2, 5}), y(DType::kI32, {2, 5});
+    std::copy(inputs.begin(), inputs.end(), x.data_as<int32_t>());
+    std::copy(targets.begin(), targets.end(), y.data_as<int32_t>());
+    const TensorLayout data({"batch", None}, mesh_);
+    const Array xa = distribute_tensor(x, data), ya = distribute_tensor(y, data);
+    Gradients grads;
+    (void)model.loss_and_gradients(xa, ya, grads);
+    int checked = 0;
+    for (const VariablePtr& v : model.variables()) {
+      const bool added = v->path().find("bias") != std::string::npos ||
+                         v->path().find("dense_layernorm") != std::string::npos;
+      const Array* g = grads.find(*v);
+      ASSERT_NE(g, nullptr) << v->path();
+      EXPECT_EQ(g->layout(), v->value().layout()) << v->path();
+      const HostTensor gathered = g->gather();
+      HostTensor w = v->value().gather();
+      const int64_t n = w.num_elements();
+      // Every element of what the families add; three spread entries of the others.
+      std::vector<int64_t> entries;
+      if (added) {
+        for (int64_t i = 0; i < n; ++i) entries.push_back(i);
+      } else {
+        entries = {0, n / 2, n - 1};
+      }
+      for (const int64_t i : entries) {
+        double& e = w.data_as<double>()[i];
+        const double e0 = e, h = 1e-5;
+        e = e0 + h;
+        v->assign(w);
+        const double up = model.loss(xa, ya);
+        e = e0 - h;
+        v->assign(w);
+        const double down = model.loss(xa, ya);
+        e = e0;
+        v->assign(w);
+        const double numeric = (up - down) / (2 * h);
+        EXPECT_NEAR(gathered.data_as<double>()[i], numeric, 1e-7 * (1 + std::abs(numeric)))
+            << v->path() << "[" << i << "]";
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 40);
+  }
+}
+
 // The variables each family adds, under keras-hub's paths, and their HF names.
 TEST_F(LlamaFamiliesTest, KerasHubPathsOfWhatTheFamiliesAdd) {
   const std::vector<Family> all = families();
