@@ -14,59 +14,16 @@
 #include "meshlayout/models/hf_decoder_reference.h"
 #include "meshlayout/models/hf_llama_test_util.h"
 #include "meshlayout/models/llama.h"
+#include "meshlayout/models/llama_families_test_util.h"
 #include "meshlayout/models/llama_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
 
-struct Family {
-  std::string what;
-  LlamaConfig config;
-};
-
-LlamaConfig base(std::string family) {
-  LlamaConfig c{.vocab_size = 64,
-                .hidden_size = 32,
-                .intermediate_size = 48,
-                .num_hidden_layers = 2,
-                .num_attention_heads = 4,
-                .num_key_value_heads = 2,
-                .head_dim = 8,
-                .rms_norm_eps = 1e-5,
-                .rope_theta = 10000.0,
-                .max_position_embeddings = 64};
-  c.family = std::move(family);
-  return c;
-}
-
-std::vector<Family> families() {
-  std::vector<Family> out;
-  LlamaConfig llama2 = base("llama");
-  llama2.num_key_value_heads = 4;
-  out.push_back({"Llama 2 (MHA)", llama2});
-  LlamaConfig llama3 = base("llama");
-  // head_dim 8, theta 1e4: wavelengths 6.3, 63, 628, 6283 against 64/1 and 64/4: every band.
-  llama3.rope_scaling = Llama3RopeScaling{.factor = 8.0,
-                                          .low_freq_factor = 1.0,
-                                          .high_freq_factor = 4.0,
-                                          .original_max_position_embeddings = 64};
-  llama3.tie_word_embeddings = true;
-  out.push_back({"Llama 3 (rope scaling, tied)", llama3});
-  LlamaConfig mistral = base("mistral");
-  mistral.sliding_window = 3;
-  out.push_back({"Mistral (window 3)", mistral});
-  LlamaConfig qwen2 = base("qwen2");
-  qwen2.tie_word_embeddings = true;
-  out.push_back({"Qwen 2 (q/k/v biases, tied)", qwen2});
-  LlamaConfig qwen3 = base("qwen3");
-  qwen3.head_dim = 12;  // 4 heads x 12 = 48, hidden 32
-  out.push_back({"Qwen 3 (q/k norms, head_dim 12)", qwen3});
-  LlamaConfig llama_bias = base("llama");
-  llama_bias.attention_bias = true;
-  out.push_back({"Llama with attention_bias", llama_bias});
-  return out;
-}
+using testing::families;
+using testing::Family;
+using testing::max_relative_error;
 
 class LlamaFamiliesTest : public ::testing::Test {
  protected:
@@ -83,15 +40,6 @@ class LlamaFamiliesTest : public ::testing::Test {
   DeviceMesh mesh_{{2, 4}, {"batch", "model"}};
   std::filesystem::path dir_;
 };
-
-double max_relative_error(const HostTensor& got, const std::vector<double>& want) {
-  double worst = 0, scale = 1e-30;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::abs(got.data_as<float>()[i] - want[i]));
-    scale = std::max(scale, std::abs(want[i]));
-  }
-  return worst / scale;
-}
 
 TEST_F(LlamaFamiliesTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquations) {
   const std::vector<int32_t> tokens = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8, 11, 2, 7, 60};  // (2, 7)
