@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/hf_decoder_reference.h"
 #include "meshlayout/models/hf_llama_test_util.h"
 #include "meshlayout/models/llama.h"
@@ -37,6 +38,13 @@ class LlamaFamiliesTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
     reset_device_count();
   }
+  // A rules file of examples/rules/ on this mesh.
+  LayoutMap rules_file(const std::string& name) const {
+    RulesFile file =
+        load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/" + name);
+    file.mesh = mesh_;
+    return file.to_layout_map();
+  }
   DeviceMesh mesh_{{2, 4}, {"batch", "model"}};
   std::filesystem::path dir_;
 };
@@ -61,7 +69,10 @@ TEST_F(LlamaFamiliesTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquations) {
         {"replicated", LayoutMap(mesh_)},
         {"keras-hub", llama_layout_map(mesh_, "model", "batch")},
         {"Megatron", testing::megatron_rules(mesh_)},
-        {"Megatron, biases and norms split", megatron_biases}};
+        {"Megatron, biases and norms split", megatron_biases},
+        {"examples/rules/mistral_keras_hub.json", rules_file("mistral_keras_hub.json")},
+        {"examples/rules/qwen_keras_hub.json", rules_file("qwen_keras_hub.json")},
+        {"examples/rules/qwen_megatron.json", rules_file("qwen_megatron.json")}};
     for (const auto& [name, rules] : rule_sets) {
       SCOPED_TRACE(name);
       clear_session();
@@ -167,6 +178,18 @@ TEST_F(LlamaFamiliesTest, KerasHubPathsOfWhatTheFamiliesAdd) {
   EXPECT_EQ(qwen3.at("transformer_layer_0/self_attention/query_dense_layernorm/scale"),
             (Shape{12}));
   EXPECT_EQ(qwen3.at("transformer_layer_1/self_attention/key_dense_layernorm/scale"), (Shape{12}));
+  // keras-hub's Qwen rules (examples/rules/qwen_keras_hub.json): key/value kernels split on
+  // their input dimension only, the biases and head norms replicated.
+  clear_session();
+  LlamaModel qwen(all[3].config, rules_file("qwen_keras_hub.json"));
+  std::map<std::string, TensorLayout> layouts;
+  for (const VariablePtr& v : qwen.variables()) layouts.emplace(v->path(), v->value().layout());
+  EXPECT_EQ(layouts.at("transformer_layer_0/self_attention/key/kernel"),
+            TensorLayout({"model", None, None}, mesh_));
+  EXPECT_EQ(layouts.at("transformer_layer_0/self_attention/query/kernel"),
+            TensorLayout({"model", "batch", None}, mesh_));
+  EXPECT_EQ(layouts.at("transformer_layer_0/self_attention/query/bias"),
+            TensorLayout({None, None}, mesh_));
   const auto biased = paths(all[5].config);
   EXPECT_EQ(biased.at("transformer_layer_0/self_attention/attention_output/bias"), (Shape{32}));
   // Every variable has an HF tensor and the other way round.
