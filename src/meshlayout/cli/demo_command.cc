@@ -34,25 +34,49 @@ using Clock = std::chrono::steady_clock;
 // A small Llama: grouped-query attention (8 query heads share 2 key/value heads), tied
 // embeddings (as Llama 3.2 1B), two blocks. Every dimension the keras-hub rules split divides
 // its axis on the 2x4 mesh; the Megatron reload splits the 2 key/value heads over 4 devices.
-LlamaConfig demo_config() {
-  return LlamaConfig{.vocab_size = 512,
-                     .hidden_size = 128,
-                     .intermediate_size = 256,
-                     .num_hidden_layers = 2,
-                     .num_attention_heads = 8,
-                     .num_key_value_heads = 2,
-                     .head_dim = 16,
-                     .rms_norm_eps = 1e-5,
-                     .rope_theta = 10000.0,
-                     .tie_word_embeddings = true,
-                     .max_position_embeddings = 64};
+// The other families change what distinguishes them: Mistral a sliding window shorter than the
+// prompt, Qwen 2 q/k/v biases, Qwen 3 q/k head norms and a head_dim of its own (24, not 128/8).
+LlamaConfig demo_config(const std::string& family) {
+  LlamaConfig c{.vocab_size = 512,
+                .hidden_size = 128,
+                .intermediate_size = 256,
+                .num_hidden_layers = 2,
+                .num_attention_heads = 8,
+                .num_key_value_heads = 2,
+                .head_dim = 16,
+                .rms_norm_eps = 1e-5,
+                .rope_theta = 10000.0,
+                .tie_word_embeddings = true,
+                .max_position_embeddings = 64};
+  c.family = family;
+  if (family == "mistral") c.sliding_window = 4;
+  if (family == "qwen3") c.head_dim = 24;
+  c.validate();
+  return c;
+}
+
+// What the demo says of the family's model.
+std::string family_story(const LlamaConfig& c) {
+  if (c.family == "mistral") {
+    return fmt::format("Mistral (MistralForCausalLM), sliding window of {} keys", c.sliding_window);
+  }
+  if (c.family == "qwen2") return "Qwen 2 (Qwen2ForCausalLM), q/k/v biases";
+  if (c.family == "qwen3") {
+    return fmt::format("Qwen 3 (Qwen3ForCausalLM), q/k head norms, head_dim {} != {} / {}",
+                       c.head_dim, c.hidden_size, c.num_attention_heads);
+  }
+  return "Llama (LlamaForCausalLM)";
 }
 constexpr int64_t kBatch = 2, kPromptLength = 8, kNewTokens = 8;
 
 // Megatron tensor parallelism for the Llama (examples/rules/llama_megatron.json): vocab-parallel
 // embeddings, column-parallel q/k/v, gate and up projections, row-parallel output projections.
-LayoutMap megatron_rules(const DeviceMesh& mesh) {
+// With q/k/v biases (Qwen 2, examples/rules/qwen_megatron.json) they are split on their heads.
+LayoutMap megatron_rules(const DeviceMesh& mesh, const LlamaConfig& config) {
   LayoutMap rules(mesh, MatchMode::kSearch);
+  if (config.qkv_bias()) {
+    rules["transformer_layer.*self_attention.*(query|key|value).bias"] = {"model", None};
+  }
   rules["token_embedding/embeddings"] = {"model", None};
   rules["token_embedding/reverse_embeddings"] = {None, "model"};
   rules["transformer_layer.*self_attention.*(query|key|value).kernel"] = {None, "model", None};
@@ -148,7 +172,7 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
     out << fmt::format("   check: {}: {}\n", what, ok ? "ok" : "FAILED");
     if (!ok) ++failures;
   };
-  const LlamaConfig config = demo_config();
+  const LlamaConfig config = demo_config(options.family);
   const DeviceMesh mesh({2, 4}, {"batch", "model"},
                         std::vector<std::string>(devices.begin(), devices.begin() + 8));
   out << "1. A 2x4 mesh of virtual devices: " << mesh << "\n\n";
@@ -159,9 +183,9 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
       keep ? fs::path(options.keep_dir)
            : fs::temp_directory_path() / fmt::format("meshlayout-demo-{}", ::getpid());
   const RemoveOnExit cleanup{keep ? fs::path() : dir};
-  const fs::path model_dir = dir / "llama";
-  out << fmt::format("2. A small random Llama written in Hugging Face format to {}\n",
-                     model_dir.string());
+  const fs::path model_dir = dir / (config.family == "llama" ? "llama" : config.family);
+  out << fmt::format("2. A small random {} written in Hugging Face format to {}\n",
+                     family_story(config), model_dir.string());
   out << fmt::format(
       "   vocab {}, hidden {}, {} layers, {} query heads sharing {} key/value heads of {}, "
       "feed-forward {}, tied embeddings; BF16 in 2 files with an index\n",
@@ -176,10 +200,14 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   out << fmt::format("   {} tensors in {} files, {}\n", checkpoint.mappings().size(),
                      checkpoint.checkpoint().files().size(), format_bytes(file_bytes));
 
-  const LayoutMap rules = llama_layout_map(mesh, "model", "batch");
+  const LayoutMap rules = family_layout_map(config, mesh, "model", "batch");
+  const bool qwen = config.family == "qwen2" || config.family == "qwen3";
   out << fmt::format(
-      "\n3. keras-hub's LlamaBackbone.get_layout_map(mesh, \"model\", \"batch\"): {} rules, "
+      "\n3. keras-hub's {}Backbone.get_layout_map(mesh, \"model\", \"batch\"): {} rules, "
       "keyed by variable path (search mode, as Keras 3):\n",
+      qwen                         ? "Qwen"
+      : config.family == "mistral" ? "Mistral"
+                                   : "Llama",
       rules.size());
   for (size_t i = 0; i < rules.size(); ++i) {
     out << fmt::format("   [{}] {:<60} -> {}\n", i, rules.rule(i).pattern,
@@ -303,7 +331,7 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   out << fmt::format("   {} written in {:.1f} ms\n", format_bytes(saved.file_bytes),
                      ms_since(start));
 
-  const LayoutMap megatron = megatron_rules(mesh);
+  const LayoutMap megatron = megatron_rules(mesh, config);
   out << "\n10. Reload it into another sharding, Megatron's tensor parallelism "
          "(examples/rules/llama_megatron.json):\n";
   const CheckpointPlan megatron_plan = plan_tensors(spec_ptrs, megatron);
@@ -352,6 +380,10 @@ void add_demo_command(CLI::App& app, int* exit_code) {
       "checked against one device, saved and reloaded into Megatron's sharding.");
   auto options = std::make_shared<DemoOptions>();
   options->progress = stderr_is_terminal();
+  cmd->add_option("--family", options->family,
+                  "The model family: llama (default), mistral (sliding window), qwen2 (q/k/v "
+                  "biases) or qwen3 (q/k head norms); its Hugging Face format and keras-hub rules")
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3"}));
   cmd->add_option("--keep", options->keep_dir,
                   "Write the model and the checkpoint into this directory and keep them "
                   "(default: a temporary directory, removed)");

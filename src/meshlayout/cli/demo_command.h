@@ -9,6 +9,7 @@
 //
 // Example:
 //   meshlayout demo                          # MESHLAYOUT_CPU_DEVICES=8 is the default
+//   meshlayout demo --family qwen3           # the same story for a Qwen 3
 //   meshlayout demo --keep /tmp/demo         # keep /tmp/demo/llama/ and
 //   /tmp/demo/llama.safetensors
 #pragma once
@@ -23,6 +24,8 @@ struct DemoOptions {
   std::string keep_dir;   // where to write the model and checkpoint; empty: a temporary
                           // directory, removed at the end
   bool progress = false;  // progress bars on stderr
+  /// The model family (LlamaConfig::family): "llama", "mistral", "qwen2" or "qwen3".
+  std::string family = "llama";
 };
 
 /// Runs the demo; returns the process exit code (non-zero if a check fails).

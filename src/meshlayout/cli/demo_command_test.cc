@@ -61,6 +61,39 @@ TEST(DemoCommandTest, RunsTheLlamaShardedAndPassesEveryCheck) {
 
 // --keep never replaces what the user had: a non-empty directory or a file is refused before
 // anything is written.
+// demo --family: each family's story end to end, every check passing, with the family's
+// Hugging Face class and keras-hub rules named, and the model written under its family's name.
+TEST(DemoCommandTest, EveryFamilyPassesEveryCheck) {
+  set_device_count(8);
+  const std::pair<std::string, std::string> families[] = {
+      {"mistral", "Mistral (MistralForCausalLM), sliding window of 4 keys"},
+      {"qwen2", "Qwen 2 (Qwen2ForCausalLM), q/k/v biases"},
+      {"qwen3", "Qwen 3 (Qwen3ForCausalLM), q/k head norms, head_dim 24 != 128 / 8"}};
+  std::string llama_tokens;
+  {
+    std::ostringstream out;
+    ASSERT_EQ(run_demo(out, {}), 0) << out.str();
+    llama_tokens = out.str().substr(out.str().find("   prompt "), 120);
+  }
+  for (const auto& [family, story] : families) {
+    SCOPED_TRACE(family);
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                      ("demo_family_" + family + std::to_string(::getpid()));
+    std::ostringstream out;
+    EXPECT_EQ(run_demo(out, {.keep_dir = dir.string(), .family = family}), 0) << out.str();
+    const std::string text = out.str();
+    EXPECT_THAT(text, HasSubstr(story));
+    EXPECT_THAT(text, HasSubstr("all checks passed"));
+    EXPECT_THAT(text, Not(HasSubstr("FAILED")));
+    EXPECT_THAT(text, HasSubstr(family == "mistral" ? "MistralBackbone.get_layout_map"
+                                                    : "QwenBackbone.get_layout_map"));
+    EXPECT_TRUE(std::filesystem::exists(dir / family / "config.json"));
+    // What distinguishes the family changes the tokens (the window, the biases, the norms).
+    EXPECT_NE(text.substr(text.find("   prompt "), 120), llama_tokens);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST(DemoCommandTest, RefusesAKeepPathThatIsNotANewOrEmptyDirectory) {
   set_device_count(8);
   const std::filesystem::path dir =

@@ -48,15 +48,25 @@ Array last_position(const Array& h) {
 
 }  // namespace
 
-LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
-                           const std::string& data_dim) {
+namespace {
+
+// ValueError naming `function` unless both names are axes of the mesh (keras-hub's check).
+void check_layout_map_axes(std::string_view function, const DeviceMesh& mesh,
+                           const std::string& model_dim, const std::string& data_dim) {
   for (const std::string* name : {&model_dim, &data_dim}) {
     const auto& names = mesh.axis_names();
     if (std::find(names.begin(), names.end(), *name) == names.end()) {
-      throw ValueError(fmt::format("llama_layout_map: {} is not an axis of {} (its axes: {})",
+      throw ValueError(fmt::format("{}: {} is not an axis of {} (its axes: {})", function,
                                    quote(*name), mesh.to_string(), fmt::join(names, ", ")));
     }
   }
+}
+
+}  // namespace
+
+LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
+                           const std::string& data_dim) {
+  check_layout_map_axes("llama_layout_map", mesh, model_dim, data_dim);
   const DimSharding model(model_dim), data(data_dim);
   LayoutMap rules(mesh);
   rules["token_embedding/embeddings"] = TensorLayout({model, data});
@@ -67,6 +77,30 @@ LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
   rules["transformer_layer.*feedforward_gate_dense.kernel"] = TensorLayout({data, model});
   rules["transformer_layer.*feedforward_output_dense.kernel"] = TensorLayout({model, data});
   return rules;
+}
+
+LayoutMap qwen_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
+                          const std::string& data_dim) {
+  check_layout_map_axes("qwen_layout_map", mesh, model_dim, data_dim);
+  const DimSharding model(model_dim), data(data_dim);
+  LayoutMap out(mesh);
+  out["token_embedding/embeddings"] = TensorLayout({model, data});
+  out["token_embedding/reverse_embeddings"] = TensorLayout({model, data});
+  out["transformer_layer.*self_attention.*query.kernel"] = TensorLayout({model, data, None});
+  out["transformer_layer.*self_attention.*(key|value).kernel"] = TensorLayout({model, None, None});
+  out["transformer_layer.*attention_output.kernel"] = TensorLayout({model, None, data});
+  out["transformer_layer.*feedforward_intermediate_dense.kernel"] = TensorLayout({data, model});
+  out["transformer_layer.*feedforward_gate_dense.kernel"] = TensorLayout({data, model});
+  out["transformer_layer.*feedforward_output_dense.kernel"] = TensorLayout({model, data});
+  return out;
+}
+
+LayoutMap family_layout_map(const LlamaConfig& config, const DeviceMesh& mesh,
+                            const std::string& model_dim, const std::string& data_dim) {
+  if (config.family == "qwen2" || config.family == "qwen3") {
+    return qwen_layout_map(mesh, model_dim, data_dim);
+  }
+  return llama_layout_map(mesh, model_dim, data_dim);
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)

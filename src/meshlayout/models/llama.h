@@ -49,6 +49,19 @@ namespace meshlayout {
 LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
                            const std::string& data_dim = "batch");
 
+/// keras-hub's QwenBackbone / Qwen3Backbone.get_layout_map rules: the Llama's, except that the
+/// key/value kernels are split on their input dimension only (model, None, None: few KV heads
+/// rarely divide the data axis) and the reverse embeddings follow the embeddings (model, batch).
+/// ValueError if either name is not an axis of the mesh.
+LayoutMap qwen_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
+                          const std::string& data_dim = "batch");
+
+/// keras-hub's get_layout_map of `config`'s family: qwen_layout_map for qwen2 / qwen3,
+/// llama_layout_map for llama and mistral (MistralBackbone's rules are the Llama's).
+LayoutMap family_layout_map(const LlamaConfig& config, const DeviceMesh& mesh,
+                            const std::string& model_dim = "model",
+                            const std::string& data_dim = "batch");
+
 /// One keras-hub LlamaTransformerDecoder block, named transformer_layer_{i}.
 class LlamaDecoderLayer : public Layer {
  public:

@@ -190,6 +190,25 @@ TEST_F(LlamaFamiliesTest, KerasHubPathsOfWhatTheFamiliesAdd) {
             TensorLayout({"model", "batch", None}, mesh_));
   EXPECT_EQ(layouts.at("transformer_layer_0/self_attention/query/bias"),
             TensorLayout({None, None}, mesh_));
+  // qwen_layout_map (family_layout_map of a Qwen) is the rules file's map, variable by variable.
+  clear_session();
+  LlamaModel from_code(all[4].config, family_layout_map(all[4].config, mesh_, "model", "batch"));
+  clear_session();
+  LlamaModel from_file(all[4].config, rules_file("qwen_keras_hub.json"));
+  ASSERT_EQ(from_code.variables().size(), from_file.variables().size());
+  for (size_t i = 0; i < from_code.variables().size(); ++i) {
+    EXPECT_EQ(from_code.variables()[i]->value().layout(),
+              from_file.variables()[i]->value().layout())
+        << from_code.variables()[i]->path();
+  }
+  try {
+    (void)qwen_layout_map(mesh_, "model", "data");
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("qwen_layout_map: 'data' is not an axis"),
+              std::string::npos)
+        << e.what();
+  }
   const auto biased = paths(all[5].config);
   EXPECT_EQ(biased.at("transformer_layer_0/self_attention/attention_output/bias"), (Shape{32}));
   // Every variable has an HF tensor and the other way round.

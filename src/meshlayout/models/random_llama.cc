@@ -25,6 +25,13 @@ void write_random_hf_llama(const std::string& dir, const LlamaConfig& config,
   std::map<std::string, Array> scaled;
   for (const auto& [path, array] : model.variables_by_path()) {
     HostTensor t = array->gather();
+    if (path.ends_with("/bias")) {  // biases start at zero: draw them, so that they matter
+      uint64_t seed = 1469598103934665603ull;  // FNV-1a of the path: the same on every run
+      for (const char c : path) seed = (seed ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+      t = HostTensor::random(DType::kF32, t.shape(), seed);
+      float* p = t.data_as<float>();
+      for (int64_t i = 0; i < t.num_elements(); ++i) p[i] *= 0.5f;
+    }
     if (path.find("/scale") == std::string::npos && options.kernel_scale != 1) {
       float* p = t.data_as<float>();
       for (int64_t i = 0; i < t.num_elements(); ++i) p[i] *= options.kernel_scale;

@@ -3,7 +3,8 @@
 //
 // The weights are LlamaModel(config)'s own initial values, drawn on one device; kernels and
 // embeddings may be scaled up so that the logits are far from uniform (greedy choices then
-// have margins far above float rounding, on any layout). Norm scales stay 1.
+// have margins far above float rounding, on any layout). Norm scales stay 1; biases (Qwen 2's,
+// attention_bias) are drawn in [-0.5, 0.5) before that scaling, so that they matter.
 //
 // Example:
 //   write_random_hf_llama("/tmp/llama", config, {.kernel_scale = 8, .file_dtype = DType::kBF16});
