@@ -19,6 +19,7 @@
 #include "meshlayout/layout/layout_grid.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama.h"
+#include "meshlayout/models/llama_split_notes.h"
 #include "meshlayout/models/random_llama.h"
 #include "meshlayout/nn/layer.h"
 #include "meshlayout/plan/checkpoint_plan.h"
@@ -337,6 +338,9 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   const CheckpointPlan megatron_plan = plan_tensors(spec_ptrs, megatron);
   for (const PlanIssue& issue : megatron_plan.issues) {
     out << fmt::format("   plan {}: {}\n", plan_issue_kind_name(issue.kind), issue.message);
+  }
+  for (const std::string& note : llama_split_notes(config, megatron)) {
+    out << fmt::format("   plan model_split: {}\n", note);
   }
   {
     LlamaModel resharded(config, megatron);

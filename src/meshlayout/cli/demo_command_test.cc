@@ -37,6 +37,8 @@ TEST(DemoCommandTest, RunsTheLlamaShardedAndPassesEveryCheck) {
       text, HasSubstr("check: the process read at most 1.1x the bytes of its devices' boxes: ok"));
   EXPECT_THAT(text, ContainsRegex("check: 8-device logits equal the 1-device logits .*: ok"));
   EXPECT_THAT(text, HasSubstr("check: the greedy tokens are the same on 8 devices and on 1: ok"));
+  EXPECT_THAT(text, HasSubstr("plan model_split: the 2 key/value heads do not split like the 8 "
+                              "query heads over 'model' (4)"));
   EXPECT_THAT(text, ContainsRegex("check: its logits equal the 1-device logits .*: ok"));
   EXPECT_THAT(text, HasSubstr("check: so do its greedy tokens: ok"));
   // Megatron's rules split 2 key/value heads over 4 devices: the plan says so.

@@ -12,6 +12,7 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/models/llama_split_notes.h"
 #include "meshlayout/plan/plan_render.h"
 #include "meshlayout/plan/training_plan.h"
 
@@ -82,6 +83,12 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
       CheckpointPlan p = plan_tensors(pointers, map, plan_options);
       p.source = options.path;
       p.num_files = llama.checkpoint().files().size();
+      // What the model's forward does with the splits it cannot honour exactly.
+      for (std::string& note : llama_split_notes(llama.config(), map)) {
+        p.add_issue(PlanIssue{.severity = PlanIssue::Severity::kWarning,
+                              .kind = PlanIssue::Kind::kModelSplit,
+                              .message = std::move(note)});
+      }
       return p;
     }
     checkpoint = Checkpoint::open(options.path);
@@ -113,7 +120,10 @@ void add_plan_command(CLI::App& app, int* exit_code) {
       "file, and the bytes per device; reads the header(s) only.");
   cmd->footer(
       "Per tensor: rule, layout, largest shard and its bytes. Warnings: rules that match "
-      "nothing, uneven splits, large tensors no rule matches. Errors (exit code 2, the plan is "
+      "nothing, uneven splits, large tensors no rule matches, and for a Hugging Face model "
+      "directory every split its forward cannot honour exactly (heads, key/value heads, "
+      "head_dim, vocabulary, feed-forward width) with what meshlayout does instead. Errors (exit "
+      "code 2, the plan is "
       "still printed): ambiguous paths, layouts of the wrong rank, uneven splits with --strict.");
   cmd->add_option("file", options->path,
                   "a .safetensors file, a *.safetensors.index.json, or a directory holding "

@@ -324,6 +324,13 @@ TEST_F(PlanCommandTest, LlamaDirectoryIsPlannedByKerasPaths) {
   EXPECT_EQ(j["tensors"][2]["path"], "transformer_layer_0/self_attention/query/kernel");
   EXPECT_EQ(j["tensors"][2]["layout"], json::parse(R"([null, "model", null])"));
   EXPECT_EQ(j["tensors"][2]["dtype"], "F32");
+  // The model's own check: its 2 key/value heads cannot follow the 4 query heads over 4 devices.
+  o.json = false;
+  EXPECT_EQ(run(o), 0);
+  EXPECT_THAT(out_, HasSubstr("model_split: the 2 key/value heads do not split like the 4 query "
+                              "heads over 'model' (4)"));
+  EXPECT_THAT(out_, HasSubstr("(and the same in 1 more layers)"));
+  o.json = true;
   // As written in the file, the same rules match nothing.
   o.names = "file";
   EXPECT_EQ(run(o), 0);

@@ -66,6 +66,8 @@ std::string_view plan_issue_kind_name(PlanIssue::Kind kind) {
       return "large_replicated";
     case PlanIssue::Kind::kUnusedRule:
       return "unused_rule";
+    case PlanIssue::Kind::kModelSplit:
+      return "model_split";
   }
   return "unknown";
 }

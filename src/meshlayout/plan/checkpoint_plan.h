@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "meshlayout/core/shape.h"
@@ -81,7 +82,17 @@ struct PlannedTensor {
 
 struct PlanIssue {
   enum class Severity { kWarning, kError };
-  enum class Kind { kAmbiguous, kRankMismatch, kOtherMesh, kUneven, kLargeReplicated, kUnusedRule };
+  /// kModelSplit: a split the model's forward cannot honour exactly, and what it does instead
+  /// (added by the model's own checks, e.g. models/llama_split_notes.h, not by plan_tensors).
+  enum class Kind {
+    kAmbiguous,
+    kRankMismatch,
+    kOtherMesh,
+    kUneven,
+    kLargeReplicated,
+    kUnusedRule,
+    kModelSplit
+  };
   Severity severity = Severity::kWarning;
   Kind kind = Kind::kUneven;
   std::optional<size_t> tensor;  // index into CheckpointPlan::tensors
@@ -119,6 +130,11 @@ struct CheckpointPlan {
   size_t num_warnings = 0;
 
   bool ok() const { return num_errors == 0; }
+  /// Appends an issue found outside plan_tensors (e.g. a model's kModelSplit notes), counting it.
+  void add_issue(PlanIssue issue) {
+    (issue.severity == PlanIssue::Severity::kError ? num_errors : num_warnings)++;
+    issues.push_back(std::move(issue));
+  }
 };
 
 /// Plans `tensors` (which must outlive the plan) on the map's mesh. ValueError if the map
