@@ -14,6 +14,9 @@
 // rules' mesh; every layout is checked before anything is allocated, then each device fills
 // only its box. Block: h = x + attn(norm(x)); y = h + down(silu(gate(n)) · up(n)), n = norm(h)
 // (RMSNorm with config.rms_norm_eps, RoPE with config.rope_theta, grouped key/value heads).
+// The same block serves every family LlamaConfig reads (hf_llama_config.h): Llama 3's rope
+// scaling, q/k/v (and o) biases at self_attention/{query,key,value,attention_output}/bias,
+// Qwen 3's head norms at self_attention/{query,key}_dense_layernorm/scale, Mistral's window.
 //
 // Example:
 //   LayoutMap rules = llama_layout_map(mesh, "model", "batch");   // keras-hub's rules
