@@ -2,7 +2,7 @@
 // (examples/rules/llama_megatron.json, mesh batch=1,model=8), against raw cblas_sgemm of the
 // same per-device matmuls in the same run.
 //
-//   build/bench/llama_bench [--reps R] [--prompt T] [--new N] [--layers L]
+//   build/bench/llama_bench [--reps R] [--prompt T] [--new N] [--layers L] [--family qwen2]
 //
 // Model: d=1024, 8 layers, 16 heads (8 key-value heads, head_dim 64), ff 2816, vocab 32000,
 // untied embeddings, its own random initial weights (159M parameters, 636 MB F32). One
@@ -144,6 +144,14 @@ int arg(int argc, char** argv, const std::string& name, int fallback) {
   return fallback;
 }
 
+std::string string_arg(int argc, char** argv, const std::string& name,
+                       const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (argv[i] == name) return argv[i + 1];
+  }
+  return fallback;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -152,17 +160,23 @@ int main(int argc, char** argv) {
   const int new_tokens = arg(argc, argv, "--new", 16);
   const int layers = arg(argc, argv, "--layers", 8);
   set_device_count(kDevices);
-  const LlamaConfig config{.vocab_size = 32000,
-                           .hidden_size = 1024,
-                           .intermediate_size = 2816,
-                           .num_hidden_layers = layers,
-                           .num_attention_heads = 16,
-                           .num_key_value_heads = 8,
-                           .head_dim = 64,
-                           .rms_norm_eps = 1e-5,
-                           .max_position_embeddings = 2048};
+  // --family qwen2: the Qwen-class model of issue 27 (q/k/v biases, split on their heads under
+  // examples/rules/qwen_megatron.json); the matmuls, and so the baseline, are the same.
+  const std::string family = string_arg(argc, argv, "--family", "llama");
+  LlamaConfig config{.vocab_size = 32000,
+                     .hidden_size = 1024,
+                     .intermediate_size = 2816,
+                     .num_hidden_layers = layers,
+                     .num_attention_heads = 16,
+                     .num_key_value_heads = 8,
+                     .head_dim = 64,
+                     .rms_norm_eps = 1e-5,
+                     .max_position_embeddings = 2048};
+  config.family = family;
+  config.validate();
   RulesFile file =
-      load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/llama_megatron.json");
+      load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/" +
+                      (config.qkv_bias() ? "qwen_megatron.json" : "llama_megatron.json"));
   file.mesh = DeviceMesh({1, kDevices}, {"batch", "model"});
   const LayoutMap rules = file.to_layout_map();
 
@@ -171,11 +185,11 @@ int main(int argc, char** argv) {
   int64_t params = 0;
   for (const VariablePtr& v : model->variables()) params += num_elements(v->shape());
   fmt::print(
-      "llama: d={} layers={} heads={} kv_heads={} ff={} vocab={} ({:.1f}M parameters, F32), "
+      "{}: d={} layers={} heads={} kv_heads={} ff={} vocab={} ({:.1f}M parameters, F32), "
       "mesh[batch=1,model={}] Megatron rules; built and initialised sharded in {:.2f} s\n",
-      config.hidden_size, layers, config.num_attention_heads, config.num_key_value_heads,
-      config.intermediate_size, config.vocab_size, static_cast<double>(params) / 1e6, kDevices,
-      build);
+      config.family, config.hidden_size, layers, config.num_attention_heads,
+      config.num_key_value_heads, config.intermediate_size, config.vocab_size,
+      static_cast<double>(params) / 1e6, kDevices, build);
   fmt::print(
       "runtime thread pool: {} threads; OpenBLAS 1 thread per call (meshlayout and baseline)\n",
       default_runtime()->pool().size());

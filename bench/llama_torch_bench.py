@@ -2,12 +2,14 @@
 """The Llama of bench/llama_bench.cc in PyTorch (Debian's python3-torch, 1.13), for comparison.
 
     /usr/bin/python3 bench/llama_torch_bench.py [--reps R] [--prompt T] [--new N] [--layers L]
+                                                [--family qwen2]
 
 Same shape: d=1024, 8 layers, 16 heads (8 key-value heads, head_dim 64), ff 2816, vocab 32000,
 untied embeddings, random weights, F32, torch.set_num_threads(2), no_grad. Greedy generation
 with a preallocated key/value cache: prefill of a T-token prompt (default 128, batch 1; logits
 of the last position only, as meshlayout's generate()), then N new tokens (default 16). Best of
-R runs (default 3). Last line, for bench/llama_bench.sh:
+R runs (default 3). --family qwen2: the Qwen-class model (q/k/v projections with biases).
+Last line, for bench/llama_bench.sh:
     RESULT torch_prefill_tokens_per_s=... torch_decode_tokens_per_s=...
 """
 import argparse
@@ -17,7 +19,7 @@ import torch
 
 
 class Llama(torch.nn.Module):
-    def __init__(self, vocab, d, layers, heads, kv_heads, ff, eps=1e-5, theta=10000.0):
+    def __init__(self, vocab, d, layers, heads, kv_heads, ff, eps=1e-5, theta=10000.0, qkv_bias=False):
         super().__init__()
         self.h, self.kv, self.hd, self.eps = heads, kv_heads, d // heads, eps
         lin = lambda i, o: torch.nn.Linear(i, o, bias=False)
@@ -25,7 +27,8 @@ class Llama(torch.nn.Module):
         self.layers = torch.nn.ModuleList()
         for _ in range(layers):
             m = torch.nn.Module()
-            m.q, m.k, m.v, m.o = lin(d, heads * self.hd), lin(d, kv_heads * self.hd), lin(d, kv_heads * self.hd), lin(heads * self.hd, d)
+            qkv = lambda i, o: torch.nn.Linear(i, o, bias=qkv_bias)
+            m.q, m.k, m.v, m.o = qkv(d, heads * self.hd), qkv(d, kv_heads * self.hd), qkv(d, kv_heads * self.hd), lin(heads * self.hd, d)
             m.gate, m.up, m.down = lin(d, ff), lin(d, ff), lin(ff, d)
             m.n1, m.n2 = torch.nn.Parameter(torch.ones(d)), torch.nn.Parameter(torch.ones(d))
             self.layers.append(m)
@@ -74,11 +77,12 @@ def main():
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new", type=int, default=16)
     p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--family", default="llama", choices=["llama", "qwen2"])
     args = p.parse_args()
     torch.set_num_threads(2)
     torch.manual_seed(0)
     vocab, d, heads, kv_heads, ff = 32000, 1024, 16, 8, 2816
-    model = Llama(vocab, d, args.layers, heads, kv_heads, ff).eval()
+    model = Llama(vocab, d, args.layers, heads, kv_heads, ff, qkv_bias=args.family == "qwen2").eval()
     with torch.no_grad():
         for prm in model.parameters():
             if prm.dim() > 1:
