@@ -14,6 +14,7 @@
 #include "meshlayout/ops/elementwise.h"
 #include "meshlayout/ops/matmul.h"
 #include "meshlayout/ops/matmul_backward.h"
+#include "meshlayout/ops/permute.h"
 
 namespace meshlayout {
 
@@ -95,13 +96,30 @@ EinsumDense::EinsumDense(std::string equation, Shape output_shape, EinsumDenseOp
   const std::string prefix =
       input_spec_.substr(0, input_spec_.size() - static_cast<size_t>(contracted_));
   const std::string contracted = input_spec_.substr(prefix.size());
-  if (contracted_ == 0 || !kernel_spec_.starts_with(contracted)) {
-    throw unsupported("the input's trailing letters are not the kernel's leading ones");
+  if (contracted_ == 0) throw unsupported("no trailing letter of the input is in the kernel");
+  // The kernel's other letters, in the order the output has them after the input's prefix.
+  std::string kernel_free;
+  for (const char c : kernel_spec_) {
+    if (contracted.find(c) == std::string::npos) kernel_free += c;
   }
-  const std::string free = kernel_spec_.substr(contracted.size());
-  if (free.empty() || output_spec_ != prefix + free) {
-    throw unsupported(fmt::format("the output must be {}", quote(prefix + free)));
+  const std::string free =
+      output_spec_.starts_with(prefix) ? output_spec_.substr(prefix.size()) : std::string();
+  if (kernel_free.empty() || free.size() != kernel_free.size() ||
+      !std::is_permutation(free.begin(), free.end(), kernel_free.begin()) ||
+      kernel_spec_.size() != contracted.size() + kernel_free.size()) {
+    throw unsupported(
+        fmt::format("the output must be {} followed by the kernel's letters {} in some order",
+                    quote(prefix), quote(kernel_free)));
   }
+  // The kernel as the product reads it: contracted letters first (in the input's order), then
+  // the output's. When the kernel is stored otherwise (Gemma's "btd,ndh->btnh": kernel
+  // (heads, d, head_dim)), each call permutes it (ops/permute.h) to that order.
+  const std::string product_spec = contracted + free;
+  for (const char c : product_spec) kernel_perm_.push_back(static_cast<int>(kernel_spec_.find(c)));
+  bool identity = true;
+  for (size_t i = 0; i < kernel_perm_.size(); ++i)
+    identity = identity && kernel_perm_[i] == static_cast<int>(i);
+  if (identity) kernel_perm_.clear();
   const size_t expected = ellipsis ? output_spec_.size() : output_spec_.size() - 1;
   if (output_shape_.size() != expected) {
     throw ValueError(
@@ -145,6 +163,13 @@ void EinsumDense::build(const Shape& input_shape) {
   Shape kernel_shape(input_shape.end() - contracted_, input_shape.end());
   const size_t free = kernel_spec_.size() - static_cast<size_t>(contracted_);
   kernel_shape.insert(kernel_shape.end(), out.end() - static_cast<int64_t>(free), out.end());
+  if (!kernel_perm_.empty()) {  // stored in the equation's order: product dim i is dim perm[i]
+    Shape stored(kernel_shape.size());
+    for (size_t i = 0; i < kernel_perm_.size(); ++i) {
+      stored[static_cast<size_t>(kernel_perm_[i])] = kernel_shape[i];
+    }
+    kernel_shape = stored;
+  }
   kernel_ = add_weight({.name = "kernel",
                         .shape = kernel_shape,
                         .initializer = options_.kernel_initializer,
@@ -160,11 +185,18 @@ void EinsumDense::build(const Shape& input_shape) {
 
 void EinsumDense::enable_lora(int64_t rank, std::optional<double> lora_alpha,
                               Initializer a_initializer, Initializer b_initializer) {
+  if (!kernel_perm_.empty()) {
+    throw ValueError(fmt::format(
+        "EinsumDense layer {} ({}): LoRA needs a kernel whose contracted letters come first "
+        "(as 'btd,dnh->btnh'); this kernel is {}",
+        quote(name()), quote(equation_), quote(kernel_spec_)));
+  }
   lora_ = add_lora_weights(kernel_, lora_, rank, lora_alpha, a_initializer, b_initializer,
                            std::nullopt);
 }
 
 const Array& EinsumDense::effective_kernel(std::optional<Array>& storage) const {
+  if (!kernel_perm_.empty()) return storage.emplace(permute_dims(kernel_->value(), kernel_perm_));
   if (!lora_.enabled()) return kernel_->value();
   // kernel + (alpha / rank) · A @ B, in the kernel's layout
   return storage.emplace(lora_effective_kernel(kernel_->value(), lora_));
@@ -216,7 +248,11 @@ Array EinsumDense::backward(const Array& x, const Array& dy, Gradients& grads) {
                     "backward",
                     quote(name())));
   }
-  const Shape& ks = kernel_->shape();
+  // The kernel's shape as the product reads it (permuted when stored in another order).
+  Shape ks = kernel_->shape();
+  for (size_t i = 0; i < kernel_perm_.size(); ++i) {
+    ks[i] = kernel_->shape()[static_cast<size_t>(kernel_perm_[i])];
+  }
   const int xr = static_cast<int>(x.shape().size());
   const DType dtype = kernel_->dtype();
   if (x.dtype() != dtype || xr < contracted_ ||
@@ -257,6 +293,12 @@ Array EinsumDense::backward(const Array& x, const Array& dy, Gradients& grads) {
   const Array dzv = reshaped_view(dz, dz2, dz_view_store);
   if (kernel_->trainable() || lora_.enabled()) {
     Array dk = reshaped(matmul_backward_weight(xv, dzv, wv.layout()), ks);
+    if (!kernel_perm_.empty()) {  // back to the stored order, in the kernel's layout
+      dk = permute_dims(dk, inverse_permutation(kernel_perm_));
+      if (dk.layout() != kernel_->value().layout()) {
+        dk = distribute_tensor(dk, kernel_->value().layout());
+      }
+    }
     // K + s·A@B: dA = s · dK·Bᵀ, dB = s · Aᵀ·dK
     if (lora_.enabled()) accumulate_lora_gradients(dk, lora_, grads);
     if (kernel_->trainable()) grads.accumulate(*kernel_, std::move(dk));

@@ -1,11 +1,13 @@
 // einsum_dense.h — keras.layers.EinsumDense for the equations transformers use, whose kernel
 // contracts the input's trailing dimensions: "btd,dnh->btnh" (a query projection, kernel
 // (d, heads, head_dim)), "btnh,nhd->btd" (the attention output, kernel (heads, head_dim, d)),
-// "ab,bc->ac", "...b,bc->...c". The kernel is `kernel` (contracted sizes from the input, the
-// others from output_shape); an optional bias over a suffix of the output letters (bias_axes);
-// and LoRA (enable_lora: `lora_kernel_a` kernel.shape[:-1] + (rank,), `lora_kernel_b`
-// (rank, kernel.shape[-1]); effective kernel = kernel + (alpha / rank) · A @ B, the base kernel
-// frozen), as Keras (lora.h, shared with Dense and Conv2D).
+// "ab,bc->ac", "...b,bc->...c", and kernels that store their letters in another order, as
+// Gemma's "btd,ndh->btnh" (kernel (heads, d, head_dim)): permuted for the product each call,
+// the gradient permuted back into the kernel's layout (no LoRA on those). The kernel is `kernel`
+// (contracted sizes from the input, the others from output_shape); an optional bias over a suffix
+// of the output letters (bias_axes); and LoRA (enable_lora: `lora_kernel_a` kernel.shape[:-1] +
+// (rank,), `lora_kernel_b` (rank, kernel.shape[-1]); effective kernel = kernel + (alpha / rank) · A
+// @ B, the base kernel frozen), as Keras (lora.h, shared with Dense and Conv2D).
 //
 // Sharded: the kernel is seen as the matrix (contracted, output) without moving data when its
 // splits allow (array_view.h: heads split evenly), and the product is the distributed matmul
@@ -24,6 +26,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "meshlayout/nn/layer.h"
 #include "meshlayout/nn/layers/activations/activation.h"
@@ -85,7 +88,10 @@ class EinsumDense : public Layer {
   Array pre_activation(const Array& x, const Array& kernel, const Array* residual = nullptr) const;
   std::string equation_;
   std::string input_spec_, kernel_spec_, output_spec_;
-  int contracted_ = 0;  // input's trailing dims contracted with the kernel's leading ones
+  int contracted_ = 0;  // input's trailing dims contracted with the kernel's
+  // Empty when the kernel is stored as the product reads it (contracted letters first, then the
+  // output's); else product dimension i is stored dimension kernel_perm_[i].
+  std::vector<int> kernel_perm_;
   Shape output_shape_;
   EinsumDenseOptions options_;
   VariablePtr kernel_, bias_;

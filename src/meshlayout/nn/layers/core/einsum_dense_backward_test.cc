@@ -153,6 +153,80 @@ TEST_F(EinsumDenseBackwardTest, QueryProjectionUnderEveryLayout) {
   check(two_d);
 }
 
+// Gemma's query projection, "btd,ndh->btnh": the kernel stored (heads, d, head_dim) as
+// keras-hub's GemmaBackbone has it, split as its get_layout_map says ((model, batch, None)) and
+// in other layouts; forward and every gradient against a float64 reference of the equation
+// itself, y[b,t,n,h] = Σ_d x[b,t,d]·K[n,d,h] + bias[n,h]; LoRA on such a kernel is refused.
+TEST_F(EinsumDenseBackwardTest, GemmaKernelWithHeadsFirst) {
+  const int64_t B = 2, T = 3, d = 8, N = 4, H = 2;
+  const std::vector<std::vector<DimSharding>> kernel_layouts = {{kNone, kNone, kNone},
+                                                                {{"model"}, {"data"}, kNone},
+                                                                {kNone, {"model"}, kNone},
+                                                                {{"data"}, kNone, {"model"}}};
+  for (const auto& kl : kernel_layouts) {
+    SCOPED_TRACE(layout(kl).to_string());
+    auto layer = std::make_shared<EinsumDense>(
+        "btd,ndh->btnh", Shape{-1, N, H},
+        EinsumDenseOptions{
+            .name = "query",
+            .bias_axes = "nh",
+            .kernel_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 3}),
+            .bias_initializer = Initializer::random_normal({.stddev = 0.5, .seed = 4}),
+            .kernel_layout = layout(kl),
+            .bias_layout = layout({kl[0], kl[2]})});
+    const Shape x_shape{B, T, d};
+    const std::vector<double> xv = testing::random_values(x_shape, 11);
+    const Array x =
+        distribute_tensor(testing::to_f32(x_shape, xv), layout({{"data"}, kNone, kNone}));
+    const Tensor y_tensor = (*layer)(Tensor(distribute_tensor(x, x.layout())));
+    const Array& y = y_tensor.value();
+    ASSERT_EQ(layer->kernel()->shape(), (Shape{N, d, H}));
+    EXPECT_EQ(layer->kernel()->value().layout(), layout(kl));
+    ASSERT_EQ(y.shape(), (Shape{B, T, N, H}));
+    Params p{{"x", xv},
+             {"kernel", gathered_f64(layer->kernel()->value())},
+             {"bias", gathered_f64(layer->bias()->value())}};
+    const auto forward = [&](const Params& q) {
+      std::vector<double> out(static_cast<size_t>(B * T * N * H));
+      for (int64_t r = 0; r < B * T; ++r) {
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t h = 0; h < H; ++h) {
+            double acc = q.at("bias")[static_cast<size_t>(n * H + h)];
+            for (int64_t k = 0; k < d; ++k) {
+              acc += q.at("x")[static_cast<size_t>(r * d + k)] *
+                     q.at("kernel")[static_cast<size_t>((n * d + k) * H + h)];
+            }
+            out[static_cast<size_t>((r * N + n) * H + h)] = acc;
+          }
+        }
+      }
+      return out;
+    };
+    expect_close(gathered_f64(y), forward(p), "forward y");
+    const std::vector<double> w = testing::random_values(y.shape(), 12);
+    const Array dy = distribute_tensor(testing::to_f32(y.shape(), w), y.layout());
+    Gradients grads;
+    const Array dx = layer->backward(x, dy, grads);
+    EXPECT_EQ(dx.layout(), x.layout());
+    expect_close(gathered_f64(dx), numeric_gradient(forward, p, "x", w), "dx");
+    const Array* dk = grads.find(*layer->kernel());
+    ASSERT_NE(dk, nullptr);
+    EXPECT_EQ(dk->layout(), layer->kernel()->value().layout());
+    testing::expect_weight_gradients(grads, {{layer->kernel(), "kernel"}, {layer->bias(), "bias"}},
+                                     forward, p, w);
+    EXPECT_THROW(layer->enable_lora(2), ValueError);
+  }
+  // Letters the output does not have are still refused, naming what is expected.
+  try {
+    EinsumDense("btd,ndh->btnx", Shape{-1, N, H});
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("followed by the kernel's letters 'nh' in some order"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(EinsumDenseBackwardTest, OutputProjectionRowParallel) {
   // btnh,nhd->btd: x (2, 3, 4, 2), kernel (4, 2, 8) split on heads: row-parallel.
   const EinsumCase c{.equation = "btnh,nhd->btd",
