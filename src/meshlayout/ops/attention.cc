@@ -97,6 +97,10 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
     throw ValueError(fmt::format("{}: key_length {} is outside [0, {}] (the keys of k {})", op,
                                  o.key_length, k.shape()[1], shape_to_string(k.shape())));
   }
+  if (!(o.logit_soft_cap >= 0) || !std::isfinite(o.logit_soft_cap)) {
+    throw ValueError(
+        fmt::format("{}: logit_soft_cap must be >= 0 (0: none), got {}", op, o.logit_soft_cap));
+  }
   if (o.sliding_window < 0) {
     throw ValueError(fmt::format("{}: sliding_window must be >= 0 (0: no window), got {}", op,
                                  o.sliding_window));
@@ -214,6 +218,7 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
     const Array::Shard* ms = mt ? mt->shard_at(os.position) : nullptr;
     constexpr E kMinusInf = -std::numeric_limits<E>::infinity();
     const E fscale = static_cast<E>(scale);
+    const E fcap = static_cast<E>(options.logit_soft_cap);
     for (int64_t t0 = 0; t0 < T; t0 += block) {
       const int64_t rows = std::min(block, T - t0);
       const int64_t keys =
@@ -248,6 +253,13 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
         if (m == kMinusInf) {  // nothing to attend: zeros
           std::fill(row, row + visible, E(0));
           continue;
+        }
+        if (fcap > 0) {  // Gemma 2's soft-capping of the scaled scores
+          m = kMinusInf;
+          for (int64_t s = first; s < visible; ++s) {
+            if (row[s] != kMinusInf) row[s] = fcap * std::tanh(row[s] / fcap);
+            m = std::max(m, row[s]);
+          }
         }
         E sum = 0;
         for (int64_t s = 0; s < visible; ++s) sum += (row[s] = std::exp(row[s] - m));

@@ -47,6 +47,9 @@ struct AttentionOptions {
   /// sliding_window): query t also masks keys s <= t + query_offset − sliding_window, so it sees
   /// at most sliding_window keys, itself included. 0: no window.
   int64_t sliding_window = 0;
+  /// > 0: Gemma 2's attention logit soft-capping, each scaled score z becomes
+  /// cap · tanh(z / cap) before the softmax (Hugging Face's attn_logit_softcapping). 0: none.
+  double logit_soft_cap = 0.0;
 };
 
 /// softmax(q · kᵀ · scale + mask) · v per batch and query head. F32 or F64 (q, k, v of one

@@ -102,6 +102,8 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
   std::vector<E> doc(static_cast<size_t>(nT * D)), qc(static_cast<size_t>(nT * D));
   constexpr E kMinusInf = -std::numeric_limits<E>::infinity();
   const E scale = static_cast<E>(d.scale);
+  const E cap = static_cast<E>(d.options->logit_soft_cap);
+  std::vector<E> tanh_row(cap > 0 ? static_cast<size_t>(L) : 0);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t hl = h0 + i - u.q_box.offset[2];
     const E* qp = data<E>(qs) + (b * T * nh + hl) * D;
@@ -122,6 +124,10 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
       for (int64_t s = first; s < visible; ++s) {
         const bool keep = !ms || mask_value(*ms, mt->dtype(), b * S + s) != 0;
         row[s] = keep ? row[s] * scale : kMinusInf;
+        if (cap > 0 && row[s] != kMinusInf) {  // soft-capping: c = cap·tanh(z/cap), keep tanh
+          tanh_row[static_cast<size_t>(s)] = std::tanh(row[s] / cap);
+          row[s] = cap * tanh_row[static_cast<size_t>(s)];
+        }
         m = std::max(m, row[s]);
       }
       if (m == kMinusInf) {  // nothing attended: zero probabilities, zero gradient
@@ -136,6 +142,12 @@ void backward_task(const Unit& u, int64_t b, int64_t j, const Dims& d, const Arr
       for (int64_t s = 0; s < visible; ++s) delta += static_cast<double>(row[s] *= inv) * drow[s];
       const E fdelta = static_cast<E>(delta);
       for (int64_t s = 0; s < visible; ++s) drow[s] = scale * row[s] * (drow[s] - fdelta);
+      if (cap > 0) {  // dz = dc · (1 − tanh²(z/cap)); masked keys have P = 0 already
+        for (int64_t s = first; s < visible; ++s) {
+          const E t = tanh_row[static_cast<size_t>(s)];
+          if (row[s] != E(0)) drow[s] *= E(1) - t * t;
+        }
+      }
     }
     gemm<E>(T, D, L, dp.data(), L, kp, nkh * D, dq_base + hl * D, nh * D);  // dq = dS·k
     for (int64_t t = 0; t < T; ++t) {

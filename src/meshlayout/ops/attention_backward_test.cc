@@ -71,7 +71,9 @@ Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Sizes& z,
           for (int64_t d = 0; d < z.D; ++d)
             dot += q[qi(b, t, h) + static_cast<size_t>(d)] *
                    k[ki(b, s, h / r) + static_cast<size_t>(d)];
-          w.push_back(dot * scale);
+          w.push_back(o.logit_soft_cap > 0
+                          ? o.logit_soft_cap * std::tanh(dot * scale / o.logit_soft_cap)
+                          : dot * scale);
           keys.push_back(s);
         }
         if (w.empty()) continue;
@@ -181,10 +183,10 @@ double check_all(const std::shared_ptr<Runtime>& rt, const std::vector<GradCase>
     for (const LayoutCase& l : layouts) {
       const std::string what = fmt::format(
           "{} B{} T{} S{} Hq{} Hkv{} D{} causal {} offset {} key_length {} "
-          "mask {} scale {} window {}; {}",
+          "mask {} scale {} window {} cap {}; {}",
           dtype_name(dtype), z.B, z.T, z.S, z.Hq, z.Hkv, z.D, c.options.causal,
           c.options.query_offset, c.options.key_length, c.masked, c.options.scale,
-          c.options.sliding_window, l.what);
+          c.options.sliding_window, c.options.logit_soft_cap, l.what);
       const DistributeOptions d{.runtime = rt};
       const Array qa = distribute_tensor(q, TensorLayout(l.q, mesh), d);
       const Array ka = distribute_tensor(k, TensorLayout(l.k, mesh), d);
@@ -254,7 +256,9 @@ TEST_F(AttentionBackwardTest, GradientsMatchFiniteDifferencesOnEveryLayout) {
       {{2, 4, 6, 8, 2, 4},
        {.causal = true, .query_offset = 2, .key_length = 5, .scale = 0.3},
        true},
-      {{2, 6, 6, 4, 2, 4}, {.causal = true, .sliding_window = 3}},  // Mistral's window
+      {{2, 6, 6, 4, 2, 4}, {.causal = true, .sliding_window = 3}},    // Mistral's window
+      {{2, 5, 5, 4, 2, 4}, {.causal = true, .logit_soft_cap = 0.7}},  // Gemma 2's soft cap
+      {{2, 6, 6, 4, 4, 4}, {.causal = true, .sliding_window = 4, .logit_soft_cap = 2.0}, true},
       {{2, 3, 8, 4, 2, 4},
        {.causal = true, .query_offset = 3, .key_length = 6, .sliding_window = 3},
        true},

@@ -63,6 +63,10 @@ std::vector<double> reference_attention(const HostTensor& q, const HostTensor& k
           double dot = 0;
           for (int64_t d = 0; d < D; ++d) dot += at(q, b, t, h, d) * at(k, b, s, j, d);
           w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D));
+          if (o.logit_soft_cap > 0) {
+            w[static_cast<size_t>(s)] =
+                o.logit_soft_cap * std::tanh(w[static_cast<size_t>(s)] / o.logit_soft_cap);
+          }
           m = std::max(m, w[static_cast<size_t>(s)]);
         }
         if (m == -INFINITY) continue;
@@ -274,6 +278,16 @@ TEST(AttentionTest, SlidingWindowMatchesFloat64) {
         }
       }
     }
+    // Gemma 2: the window with the scores soft-capped (a cap small enough to bite).
+    for (const double cap : {0.5, 3.0}) {
+      const TensorLayout hl({"batch", None, "model", None}, mesh);
+      const Array qa = distribute_tensor(q, hl), ka = distribute_tensor(k, hl),
+                  va = distribute_tensor(v, hl);
+      const AttentionOptions o{
+          .causal = true, .key_length = 70, .sliding_window = 9, .logit_soft_cap = cap};
+      expect_close(attention(qa, ka, va, o).gather(), reference_attention(q, k, v, o, nullptr),
+                   fmt::format("soft cap {}", cap));
+    }
     const AttentionOptions wide{.causal = true, .key_length = 70, .sliding_window = 200};
     const AttentionOptions plain{.causal = true, .key_length = 70};
     const TensorLayout hl({"batch", None, "model", None}, mesh);
@@ -288,6 +302,8 @@ TEST(AttentionTest, SlidingWindowMatchesFloat64) {
                                     TensorLayout({None, None, None, None}, mesh));
   EXPECT_TRUE(testing_has(attention_error([&] { attention(x, x, x, {.sliding_window = -2}); }),
                           "sliding_window must be >= 0 (0: no window), got -2"));
+  EXPECT_TRUE(testing_has(attention_error([&] { attention(x, x, x, {.logit_soft_cap = -1}); }),
+                          "logit_soft_cap must be >= 0 (0: none), got -1"));
 }
 
 // Llama 3's rope_scaling, written from Hugging Face's _compute_llama3_parameters: the three

@@ -70,6 +70,13 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
         fmt::format("MultiHeadAttention sliding_window must be >= 0 (0: no window), got {}",
                     options_.sliding_window));
   }
+  if (!(options_.attention_scale >= 0) || !std::isfinite(options_.attention_scale) ||
+      !(options_.logit_soft_cap >= 0) || !std::isfinite(options_.logit_soft_cap)) {
+    throw ValueError(fmt::format(
+        "MultiHeadAttention attention_scale and logit_soft_cap must be >= 0 (0: the default "
+        "1/sqrt(key_dim), no cap), got {} and {}",
+        options_.attention_scale, options_.logit_soft_cap));
+  }
   if (!(options_.qk_norm_epsilon >= 0) || !std::isfinite(options_.qk_norm_epsilon)) {
     throw ValueError(fmt::format(
         "MultiHeadAttention qk_norm_epsilon must be >= 0 (0: no query/key norm), got {}",

@@ -52,6 +52,10 @@ struct MultiHeadAttentionOptions {
   /// rotary embedding (Qwen 3's q_norm/k_norm): sub-layers `query_dense_layernorm` and
   /// `key_dense_layernorm`, scale (head_dim,) each.
   double qk_norm_epsilon = 0.0;
+  /// The scores' scale; 0: 1 / sqrt(key_dim) (Gemma: query_pre_attn_scalar^(−1/2)).
+  double attention_scale = 0.0;
+  /// > 0: Gemma 2's attention logit soft-capping (ops/attention.h's logit_soft_cap).
+  double logit_soft_cap = 0.0;
   std::string name;  // automatic ("multi_head_attention", …) when empty
   Initializer kernel_initializer = Initializer::glorot_uniform();
 };
@@ -108,7 +112,10 @@ class MultiHeadAttention : public Layer {
   std::pair<Array, Array> project_query_key(const Array& x, int64_t start);
   Rope rope() const { return Rope(options_.rope_theta, options_.rope_scaling); }
   AttentionOptions attention_options() const {
-    return {.causal = options_.causal, .sliding_window = options_.sliding_window};
+    return {.causal = options_.causal,
+            .scale = options_.attention_scale,
+            .sliding_window = options_.sliding_window,
+            .logit_soft_cap = options_.logit_soft_cap};
   }
   MultiHeadAttentionOptions options_;
   std::shared_ptr<EinsumDense> query_, key_, value_, output_;

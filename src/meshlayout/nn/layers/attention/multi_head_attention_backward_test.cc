@@ -44,7 +44,8 @@ void add_bias(Vec& y, const Vec& bias) {
 // softmax(q kᵀ / √D) v per query head (KV head h / (H / Hkv)), keys s <= t when causal, and
 // s > t − window with a sliding window.
 Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Dims& z, bool causal,
-                  int64_t window) {
+                  int64_t window, double scale = 0, double cap = 0) {
+  if (scale == 0) scale = 1 / std::sqrt(static_cast<double>(z.D));
   Vec o(static_cast<size_t>(z.B * z.T * z.H * z.D), 0.0);
   const auto at = [&](int64_t b, int64_t t, int64_t heads, int64_t h) {
     return static_cast<size_t>(((b * z.T + t) * heads + h) * z.D);
@@ -65,7 +66,9 @@ Vec ref_attention(const Vec& q, const Vec& k, const Vec& v, const Dims& z, bool 
           for (int64_t e = 0; e < z.D; ++e)
             dot += q[at(b, t, z.H, h) + static_cast<size_t>(e)] *
                    k[at(b, s, z.Hkv, j) + static_cast<size_t>(e)];
-          mx = std::max(mx, w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(z.D)));
+          double score = dot * scale;
+          if (cap > 0) score = cap * std::tanh(score / cap);
+          mx = std::max(mx, w[static_cast<size_t>(s)] = score);
         }
         for (double& e : w) sum += (e = std::exp(e - mx));
         for (int64_t s = 0; s < keys; ++s) {
@@ -92,6 +95,7 @@ struct MhaCase {
   double qk_norm_epsilon = 0.0;
   int64_t window = 0;
   std::optional<Llama3RopeScaling> scaling;
+  double attention_scale = 0.0, logit_soft_cap = 0.0;  // Gemma
 };
 
 // y = attention_output(attention(rope(x·wq + bq), rope(x·wk + bk), x·wv + bv)) in double
@@ -124,7 +128,8 @@ Vec ref_forward(const Params& p, const MhaCase& c) {
     testing::ref_rope_frequencies(k, z.B, z.T, z.Hkv, z.D, 0, f);
   }
   Vec y =
-      ref_matmul(ref_attention(q, k, v, z, c.causal, c.window), p.at("wo"), rows, z.H * z.D, z.d);
+      ref_matmul(ref_attention(q, k, v, z, c.causal, c.window, c.attention_scale, c.logit_soft_cap),
+                 p.at("wo"), rows, z.H * z.D, z.d);
   if (bias && c.output_bias) add_bias(y, p.at("bo"));
   return y;
 }
@@ -156,7 +161,9 @@ class MultiHeadAttentionBackwardTest : public NnTest {
                                     .rope_theta = c.theta,
                                     .rope_scaling = c.scaling,
                                     .sliding_window = c.window,
-                                    .qk_norm_epsilon = c.qk_norm_epsilon});
+                                    .qk_norm_epsilon = c.qk_norm_epsilon,
+                                    .attention_scale = c.attention_scale,
+                                    .logit_soft_cap = c.logit_soft_cap});
       (void)Model::functional(in, (*attn)(in));
     }
     // Every weight (biases too) random, so no gradient term is hidden by a zero.
@@ -284,6 +291,18 @@ TEST_F(MultiHeadAttentionBackwardTest, FamilyVariantsMatchFiniteDifferences) {
       {{2, 5, 8, 4, 2, 4}, false, true, 100.0, megatron(), "Qwen 3: q/k norms", true, 1e-6},
       {{2, 6, 8, 4, 2, 4}, false, true, 100.0, megatron(), "Mistral: window 2", true, 0.0, 2},
       {{2, 5, 8, 4, 4, 8}, false, true, 500.0, {}, "Llama 3 rope scaling", true, 0.0, 0, scaling},
+      {{2, 6, 8, 4, 2, 4},
+       false,
+       true,
+       100.0,
+       megatron(),
+       "Gemma 2: window, query_pre_attn_scalar, soft cap",
+       true,
+       0.0,
+       3,
+       std::nullopt,
+       0.3,
+       0.8},
   };
   uint64_t seed = 900;
   for (const MhaCase& c : cases) {
