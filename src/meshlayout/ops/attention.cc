@@ -7,6 +7,7 @@
 #include <limits>
 #include <numbers>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -281,8 +282,8 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
 
 namespace {
 
-void check_rotary(const Array& x, int64_t start_position, const Rope& rope,
-                  RotaryDirection direction) {
+void check_rotary(const Array& x, int64_t start_position, std::span<const int64_t> row_starts,
+                  const Rope& rope, RotaryDirection direction) {
   const bool backward = direction == RotaryDirection::kBackward;
   const std::string_view op = backward ? "rotary embedding backward" : "rotary embedding";
   if (x.shape().size() != 4 || (x.dtype() != DType::kF32 && x.dtype() != DType::kF64) ||
@@ -296,6 +297,10 @@ void check_rotary(const Array& x, int64_t start_position, const Rope& rope,
     throw ValueError(fmt::format("{} needs theta > 0 and start_position >= 0, got {} and {}", op,
                                  rope.theta, start_position));
   }
+  if (!row_starts.empty() && static_cast<int64_t>(row_starts.size()) != x.shape()[0]) {
+    throw ValueError(fmt::format("{} needs one start position per batch row: {} rows in {}, got {}",
+                                 op, x.shape()[0], shape_to_string(x.shape()), row_starts.size()));
+  }
   rope.validate();
 }
 
@@ -303,30 +308,41 @@ void check_rotary(const Array& x, int64_t start_position, const Rope& rope,
 // x2·cos + x1·sin), or backward by −angle, (x1·cos + x2·sin, x2·cos − x1·sin), the transpose of
 // the forward's rotation (the sines negated: the same floats as writing the signs out).
 // E: float (F32, the cos and sin rounded to float) or double (F64).
+// With row_starts (one per batch row), row b is rotated at positions row_starts[b] + t instead.
 template <typename E>
-void rotate_in_place(Array& y, int64_t start_position, const Rope& rope,
-                     RotaryDirection direction) {
+void rotate_in_place(Array& y, int64_t start_position, std::span<const int64_t> row_starts,
+                     const Rope& rope, RotaryDirection direction) {
   const bool backward = direction == RotaryDirection::kBackward;
   const Array& x = y;
   const int64_t D = x.shape()[3], half = D / 2;
-  // cos and sin of every position the local shards hold, computed once and shared by them.
+  // cos and sin of every position the local shards hold, computed once per distinct start
+  // and shared by the shards.
   int64_t first = x.shape()[1], last = 0;
+  std::vector<int64_t> starts;  // the distinct starts of the local rows, sorted
   for (const Array::Shard& s : y.local_shards()) {
     if (s.box.empty()) continue;
     first = std::min(first, s.box.offset[1]);
     last = std::max(last, s.box.offset[1] + s.box.shape[1]);
+    for (int64_t b = 0; b < s.box.shape[0] && !row_starts.empty(); ++b) {
+      starts.push_back(row_starts[static_cast<size_t>(s.box.offset[0] + b)]);
+    }
   }
+  if (row_starts.empty()) starts.push_back(start_position);
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
   const int64_t positions = std::max<int64_t>(0, last - first);
-  std::vector<E> cs(static_cast<size_t>(positions * half)),
-      sn(static_cast<size_t>(positions * half));
+  const size_t table = static_cast<size_t>(positions * half);
+  std::vector<E> cs(table * starts.size()), sn(table * starts.size());
   const std::vector<double> inverse_frequencies = rope.inverse_frequencies(D);
-  for (int64_t i = 0; i < half; ++i) {  // angle in double, rotation in E
-    const double inv_freq = inverse_frequencies[static_cast<size_t>(i)];
-    for (int64_t t = 0; t < positions; ++t) {
-      const double angle = static_cast<double>(start_position + first + t) * inv_freq;
-      const E sine = static_cast<E>(std::sin(angle));
-      cs[static_cast<size_t>(t * half + i)] = static_cast<E>(std::cos(angle));
-      sn[static_cast<size_t>(t * half + i)] = backward ? -sine : sine;
+  for (size_t k = 0; k < starts.size(); ++k) {
+    for (int64_t i = 0; i < half; ++i) {  // angle in double, rotation in E
+      const double inv_freq = inverse_frequencies[static_cast<size_t>(i)];
+      for (int64_t t = 0; t < positions; ++t) {
+        const double angle = static_cast<double>(starts[k] + first + t) * inv_freq;
+        const E sine = static_cast<E>(std::sin(angle));
+        cs[k * table + static_cast<size_t>(t * half + i)] = static_cast<E>(std::cos(angle));
+        sn[k * table + static_cast<size_t>(t * half + i)] = backward ? -sine : sine;
+      }
     }
   }
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t n) {
@@ -335,9 +351,18 @@ void rotate_in_place(Array& y, int64_t start_position, const Rope& rope,
     const int64_t nb = s.box.shape[0], nt = s.box.shape[1], nh = s.box.shape[2];
     E* p = data<E>(s);
     for (int64_t b = 0; b < nb; ++b) {
+      const size_t k =
+          row_starts.empty()
+              ? 0
+              : static_cast<size_t>(
+                    std::lower_bound(starts.begin(), starts.end(),
+                                     row_starts[static_cast<size_t>(s.box.offset[0] + b)]) -
+                    starts.begin());
       for (int64_t t = 0; t < nt; ++t) {
-        const E* c = cs.data() + (s.box.offset[1] - first + t) * half;
-        const E* si = sn.data() + (s.box.offset[1] - first + t) * half;
+        const E* c =
+            cs.data() + k * table + static_cast<size_t>((s.box.offset[1] - first + t) * half);
+        const E* si =
+            sn.data() + k * table + static_cast<size_t>((s.box.offset[1] - first + t) * half);
         for (int64_t h = 0; h < nh; ++h) {
           E* v = p + ((b * nt + t) * nh + h) * D;
           for (int64_t i = 0; i < half; ++i) {
@@ -351,12 +376,12 @@ void rotate_in_place(Array& y, int64_t start_position, const Rope& rope,
   });
 }
 
-void rotate_in_place(Array& y, int64_t start_position, const Rope& rope,
-                     RotaryDirection direction) {
+void rotate_in_place(Array& y, int64_t start_position, std::span<const int64_t> row_starts,
+                     const Rope& rope, RotaryDirection direction) {
   if (y.dtype() == DType::kF32) {
-    rotate_in_place<float>(y, start_position, rope, direction);
+    rotate_in_place<float>(y, start_position, row_starts, rope, direction);
   } else {
-    rotate_in_place<double>(y, start_position, rope, direction);
+    rotate_in_place<double>(y, start_position, row_starts, rope, direction);
   }
 }
 
@@ -365,23 +390,24 @@ void rotate_in_place(Array& y, int64_t start_position, const Rope& rope,
 namespace internal_ops {
 
 Array rotary_embedding(const Array& x, int64_t start_position, const Rope& rope,
-                       RotaryDirection direction) {
-  check_rotary(x, start_position, rope, direction);
+                       RotaryDirection direction, std::span<const int64_t> row_starts) {
+  check_rotary(x, start_position, row_starts, rope, direction);
   std::vector<DimSharding> axes = x.layout().axes();
   axes[3] = DimSharding();
   Array y = distribute_tensor(x, TensorLayout(axes, x.mesh()));
-  rotate_in_place(y, start_position, rope, direction);
+  rotate_in_place(y, start_position, row_starts, rope, direction);
   return y;
 }
 
 Array rotary_embedding(Array&& x, int64_t start_position, const Rope& rope,
-                       RotaryDirection direction) {
-  check_rotary(x, start_position, rope, direction);
+                       RotaryDirection direction, std::span<const int64_t> row_starts) {
+  check_rotary(x, start_position, row_starts, rope, direction);
   if (x.layout().axes()[3].is_sharded()) {
-    return rotary_embedding(static_cast<const Array&>(x), start_position, rope, direction);
+    return rotary_embedding(static_cast<const Array&>(x), start_position, rope, direction,
+                            row_starts);
   }
   Array y = std::move(x);
-  rotate_in_place(y, start_position, rope, direction);
+  rotate_in_place(y, start_position, row_starts, rope, direction);
   return y;
 }
 
@@ -394,6 +420,24 @@ Array apply_rotary_embedding(const Array& x, int64_t start_position, const Rope&
 Array apply_rotary_embedding(Array&& x, int64_t start_position, const Rope& rope) {
   return internal_ops::rotary_embedding(std::move(x), start_position, rope,
                                         RotaryDirection::kForward);
+}
+
+Array apply_rotary_embedding(const Array& x, std::span<const int64_t> row_starts,
+                             const Rope& rope) {
+  if (row_starts.empty()) {
+    throw ValueError(
+        fmt::format("rotary embedding needs one start position per batch row: {} "
+                    "rows in {}, got none",
+                    x.shape().empty() ? 0 : x.shape()[0], shape_to_string(x.shape())));
+  }
+  return internal_ops::rotary_embedding(x, 0, rope, RotaryDirection::kForward, row_starts);
+}
+
+Array apply_rotary_embedding(Array&& x, std::span<const int64_t> row_starts, const Rope& rope) {
+  if (row_starts.empty())
+    return apply_rotary_embedding(static_cast<const Array&>(x), row_starts, rope);
+  return internal_ops::rotary_embedding(std::move(x), 0, rope, RotaryDirection::kForward,
+                                        row_starts);
 }
 
 }  // namespace meshlayout

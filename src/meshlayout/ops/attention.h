@@ -20,10 +20,12 @@
 //   Array o1 = attention(q1, k_cache, v_cache,                   // decode step at position p
 //                        {.causal = true, .query_offset = p, .key_length = p + 1});
 //   Array q_rot = apply_rotary_embedding(q, /*start_position=*/p, /*theta=*/10000.0);
+//   Array q_rows = apply_rotary_embedding(q, std::vector<int64_t>{-2, 0}, 10000.0);  // per row
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -74,5 +76,11 @@ Array apply_rotary_embedding(const Array& x, int64_t start_position, const Rope&
 /// The same, in x's own buffers when head_dim is whole on every device (no copy). `x` must own
 /// its buffers, not borrow another array's shards (array_view.h).
 Array apply_rotary_embedding(Array&& x, int64_t start_position, const Rope& rope);
+/// The same with one start position per batch row: row b is rotated at positions
+/// row_starts[b] + t (left-padded batches, models/generation.h: each row's first real token at
+/// position 0, so a start may be negative: the padding slots before it, masked anyway).
+/// ValueError unless row_starts has one entry per batch row.
+Array apply_rotary_embedding(const Array& x, std::span<const int64_t> row_starts, const Rope& rope);
+Array apply_rotary_embedding(Array&& x, std::span<const int64_t> row_starts, const Rope& rope);
 
 }  // namespace meshlayout

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 #include "meshlayout/array/array.h"
@@ -36,11 +37,12 @@ void check_attention(std::string_view op, const Array& q, const Array& k, const 
 // transpose (apply_rotary_embedding_backward; its errors say "rotary embedding backward").
 enum class RotaryDirection { kForward, kBackward };
 
-// x rotated per (position, frequency) pair with head_dim made whole; the checks first.
+// x rotated per (position, frequency) pair with head_dim made whole; the checks first. With
+// row_starts (one per batch row), row b at positions row_starts[b] + t, not start_position + t.
 Array rotary_embedding(const Array& x, int64_t start_position, const Rope& rope,
-                       RotaryDirection direction);
+                       RotaryDirection direction, std::span<const int64_t> row_starts = {});
 // The same, rotating x's own buffers when its head_dim is already whole.
 Array rotary_embedding(Array&& x, int64_t start_position, const Rope& rope,
-                       RotaryDirection direction);
+                       RotaryDirection direction, std::span<const int64_t> row_starts = {});
 
 }  // namespace meshlayout::internal_ops

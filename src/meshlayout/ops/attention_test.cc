@@ -407,3 +407,64 @@ TEST(RotaryEmbeddingTest, RotateHalfMatchesFloat64) {
 
 }  // namespace
 }  // namespace meshlayout
+
+namespace meshlayout {
+namespace {
+
+// Per-row start positions (left-padded generation): row b at positions row_starts[b] + t,
+// negative starts included, on layouts splitting the batch (3 rows on 2: uneven), the sequence
+// and head_dim; rows that share a start give the scalar overload's values bit for bit.
+TEST(RotaryEmbeddingTest, PerRowStartsMatchFloat64) {
+  const std::vector<int64_t> starts{-2, 0, 4};
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    DeviceMesh mesh({2, 4}, {"batch", "model"});
+    HostTensor x = HostTensor::random(DType::kF32, {3, 5, 2, 8}, 11);
+    if (dtype == DType::kF64) x = widened(x);
+    for (const TensorLayout& l :
+         {TensorLayout({"batch", "model", None, None}, mesh),
+          TensorLayout({None, None, "model", "batch"}, mesh), TensorLayout::replicated(4, mesh)}) {
+      // In place (a temporary) and copying (a named input, left unchanged).
+      const Array y = apply_rotary_embedding(distribute_tensor(x, l), starts, 10000.0);
+      const Array input = distribute_tensor(x, l);
+      const Array copied = apply_rotary_embedding(input, starts, 10000.0);
+      std::vector<double> want(static_cast<size_t>(x.num_elements()));
+      for (int64_t b = 0; b < 3; ++b) {
+        for (int64_t t = 0; t < 5; ++t) {
+          for (int64_t h = 0; h < 2; ++h) {
+            for (int64_t i = 0; i < 8; ++i) {
+              const int64_t j = i % 4;
+              const double angle = static_cast<double>(starts[static_cast<size_t>(b)] + t) /
+                                   std::pow(10000.0, 2.0 * static_cast<double>(j) / 8);
+              const double rotated = i < 4 ? -at(x, b, t, h, i + 4) : at(x, b, t, h, i - 4);
+              want[static_cast<size_t>(((b * 5 + t) * 2 + h) * 8 + i)] =
+                  at(x, b, t, h, i) * std::cos(angle) + rotated * std::sin(angle);
+            }
+          }
+        }
+      }
+      expect_close(y.gather(), want, l.to_string());
+      expect_close(copied.gather(), want, l.to_string() + " (copy)");
+      // Every row at 4: the scalar overload's floats exactly.
+      const HostTensor same =
+          apply_rotary_embedding(distribute_tensor(x, l), std::vector<int64_t>{4, 4, 4}, 10000.0)
+              .gather();
+      const HostTensor scalar =
+          apply_rotary_embedding(distribute_tensor(x, l), 4, 10000.0).gather();
+      EXPECT_EQ(std::memcmp(same.data(), scalar.data(), same.num_bytes()), 0) << l.to_string();
+    }
+  }
+  DeviceMesh mesh({2, 4}, {"batch", "model"});
+  const Array x = distribute_tensor(HostTensor::random(DType::kF32, {3, 5, 2, 8}, 11),
+                                    TensorLayout::replicated(4, mesh));
+  EXPECT_TRUE(testing_has(attention_error([&] {
+                            (void)apply_rotary_embedding(x, std::vector<int64_t>{0, 1}, 1e4);
+                          }),
+                          "one start position per batch row: 3 rows in (3, 5, 2, 8), got 2"));
+  EXPECT_TRUE(testing_has(
+      attention_error([&] { (void)apply_rotary_embedding(x, std::vector<int64_t>{}, 1e4); }),
+      "got none"));
+}
+
+}  // namespace
+}  // namespace meshlayout
