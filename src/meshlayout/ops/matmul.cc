@@ -3,12 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <optional>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/kernels/cpu/blas.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/matmul.h"
 #include "meshlayout/ops/partial_sum.h"
 
 namespace meshlayout {
@@ -18,17 +19,17 @@ namespace {
 // chunks keep at least this many rows so the BLAS still runs at full speed.
 constexpr int64_t kMinChunkRows = 64;
 
-/// One local product: x_shard @ w_shard into `out` (a row-major block of shape (batch..., n)),
+/// One local product: x_shard @ w_shard into `out` (the product block, of shape (batch..., n)),
 /// then copied into `replicas` (devices of this process holding the same block).
 struct Product {
   const Array::Shard* x;
   const Array::Shard* w;
-  std::byte* out;
-  std::vector<std::byte*> replicas;
+  Array::Shard* out;
+  std::vector<Array::Shard*> replicas;
 };
 
-template <typename T>
-void run_products(ThreadPool& pool, const std::vector<Product>& products) {
+void run_products(ThreadPool& pool, DeviceKind kind, DType dtype,
+                  const std::vector<Product>& products) {
   struct Chunk {
     const Product* p;
     int64_t m, k, n, row, rows;
@@ -57,42 +58,22 @@ void run_products(ThreadPool& pool, const std::vector<Product>& products) {
   }
   pool.parallel_for(chunks.size(), [&](size_t i) {
     const Chunk& c = chunks[i];
-    const T* a = reinterpret_cast<const T*>(c.p->x->buffer.data()) + c.row * c.k;
-    const T* b = reinterpret_cast<const T*>(c.p->w->buffer.data());
-    T* out = reinterpret_cast<T*>(c.p->out) + c.row * c.n;
-    cpu_kernels::gemm<T>(c.rows, c.n, c.k, a, std::max<int64_t>(1, c.k), b, c.n, out, c.n);
-    for (std::byte* r : c.p->replicas) {  // while the rows are still in cache
-      std::memcpy(reinterpret_cast<T*>(r) + c.row * c.n, out,
-                  static_cast<size_t>(c.rows * c.n) * sizeof(T));
-    }
+    matmul_rows(kind, {.x = c.p->x,
+                       .w = c.p->w,
+                       .out = c.p->out,
+                       .replicas = c.p->replicas,
+                       .k = c.k,
+                       .n = c.n,
+                       .row = c.row,
+                       .rows = c.rows,
+                       .dtype = dtype});
   });
-}
-
-void run_products(ThreadPool& pool, DType dtype, const std::vector<Product>& products) {
-  if (dtype == DType::kF32) {
-    run_products<float>(pool, products);
-  } else {
-    run_products<double>(pool, products);
-  }
 }
 
 std::vector<int64_t> block_of(const ShardGeometry& g, int64_t position) {
   std::vector<int64_t> block(static_cast<size_t>(g.rank()));
   for (int d = 0; d < g.rank(); ++d) block[static_cast<size_t>(d)] = g.block_index(position, d);
   return block;
-}
-
-// dst += src over n elements.
-void add_into(std::byte* dst, const std::byte* src, int64_t n, DType dtype) {
-  if (dtype == DType::kF32) {
-    float* d = reinterpret_cast<float*>(dst);
-    const float* a = reinterpret_cast<const float*>(src);
-    for (int64_t i = 0; i < n; ++i) d[i] += a[i];
-  } else {
-    double* d = reinterpret_cast<double*>(dst);
-    const double* a = reinterpret_cast<const double*>(src);
-    for (int64_t i = 0; i < n; ++i) d[i] += a[i];
-  }
 }
 
 // `addend` in `layout` (itself when it already is).
@@ -111,20 +92,22 @@ Array products_without_partials(const Array& x, const Array& w, const MatmulPlan
   for (Array::Shard& s : out.local_shards()) {
     auto [it, added] = first.emplace(block_of(out.geometry(), s.position), products.size());
     if (added) {
-      products.push_back(
-          Product{x.shard_at(s.position), w.shard_at(s.position), s.buffer.data(), {}});
+      products.push_back(Product{x.shard_at(s.position), w.shard_at(s.position), &s, {}});
     } else {
-      products[it->second].replicas.push_back(s.buffer.data());
+      products[it->second].replicas.push_back(&s);
     }
   }
-  run_products(x.runtime().pool(), plan.dtype, products);
+  const DeviceKind kind = kind_of(out);
+  run_products(x.runtime().pool(), kind, plan.dtype, products);
   if (addend != nullptr) {
     std::optional<Array> holder;
     const Array& a = in_layout(*addend, out.layout(), holder);
     out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
       Array::Shard& s = out.local_shards()[i];
-      add_into(s.buffer.data(), a.shard_at(s.position)->buffer.data(), s.box.num_elements(),
-               plan.dtype);
+      add_into(kind, {.dst = &s,
+                      .src = a.shard_at(s.position),
+                      .n = s.box.num_elements(),
+                      .dtype = plan.dtype});
     });
   }
   return out;
@@ -144,10 +127,10 @@ Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& p
   internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, x, elem);
   std::vector<Product> products;
   for (internal_ops::LocalPartial& p : partials) {
-    products.push_back(
-        Product{x.shard_at(p.position), w.shard_at(p.position), p.buffer.data(), {}});
+    products.push_back(Product{x.shard_at(p.position), w.shard_at(p.position), &p, {}});
   }
-  run_products(rt.pool(), plan.dtype, products);
+  const DeviceKind kind = kind_of(x);
+  run_products(rt.pool(), kind, plan.dtype, products);
   if (addend != nullptr) {
     // Into the first contracted block's partial of each output block: the reduction then adds
     // it exactly once to every element, whatever the replicas.
@@ -156,8 +139,10 @@ Array products_with_partials(const Array& x, const Array& w, const MatmulPlan& p
     rt.pool().parallel_for(partials.size(), [&](size_t i) {
       internal_ops::LocalPartial& p = partials[i];
       if (p.k_block != 0) return;
-      add_into(p.buffer.data(), a.shard_at(p.position)->buffer.data(), p.box.num_elements(),
-               plan.dtype);
+      add_into(kind, {.dst = &p,
+                      .src = a.shard_at(p.position),
+                      .n = p.box.num_elements(),
+                      .dtype = plan.dtype});
     });
   }
 

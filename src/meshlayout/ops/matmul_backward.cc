@@ -8,24 +8,12 @@
 
 #include "meshlayout/array/array_view.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/matmul.h"
 #include "meshlayout/ops/matmul.h"
 
 namespace meshlayout {
 namespace {
-
-template <typename T>
-void transpose_box(const std::byte* src, std::byte* dst, int64_t rows, int64_t cols) {
-  const T* s = reinterpret_cast<const T*>(src);
-  T* d = reinterpret_cast<T*>(dst);
-  constexpr int64_t kTile = 32;  // cache blocking
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-      for (int64_t i = i0; i < std::min(rows, i0 + kTile); ++i) {
-        for (int64_t j = j0; j < std::min(cols, j0 + kTile); ++j) d[j * rows + i] = s[i * cols + j];
-      }
-    }
-  }
-}
 
 // a (…, C) as (M, C) with the leading dims merged: a view when the layout allows it, else a
 // reshard to a viewable layout first.
@@ -48,14 +36,10 @@ Array transpose(const Array& m) {
   }
   const TensorLayout t({m.layout().axes()[1], m.layout().axes()[0]}, m.mesh());
   Array out = allocate_agreed(t, {m.shape()[1], m.shape()[0]}, m.dtype(), m.runtime_ptr());
+  const DeviceKind kind = kind_of(out);
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& o = out.local_shards()[i];
-    const Array::Shard& s = *m.shard_at(o.position);
-    if (m.dtype() == DType::kF32) {
-      transpose_box<float>(s.buffer.data(), o.buffer.data(), s.box.shape[0], s.box.shape[1]);
-    } else {
-      transpose_box<double>(s.buffer.data(), o.buffer.data(), s.box.shape[0], s.box.shape[1]);
-    }
+    transpose_box(kind, {.dst = &o, .src = m.shard_at(o.position), .dtype = m.dtype()});
   });
   return out;
 }

@@ -4,17 +4,15 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <set>
-#include <type_traits>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/matmul.h"
+#include "meshlayout/kernels/message_base.h"
 #include "meshlayout/layout/box_ops.h"
 
 namespace meshlayout::internal_ops {
@@ -26,8 +24,6 @@ constexpr int64_t kMaxMessageBytes = int64_t{1} << 30;
 constexpr int64_t kStreamBytes = int64_t{16} << 20;
 // Work items of the sums: small enough to spread over the pool, large enough to amortise.
 constexpr int64_t kChunkElements = int64_t{1} << 16;
-// The sums run tile by tile so the accumulator stays in L1 while the summands stream through.
-constexpr int64_t kTileElements = 2048;
 
 int process_of(const DeviceMesh& mesh, int64_t position, int64_t local_device_count) {
   return static_cast<int>(mesh.device_ids()[static_cast<size_t>(position)] / local_device_count);
@@ -158,139 +154,16 @@ ReductionPlan plan_reduction(const PartialLayout& partials, const ShardGeometry&
 
 namespace {
 
-struct Source {
-  const std::byte* data;
-  const Box* box;  // the box the buffer holds
-};
-
-// Sums `terms` over `region` into `dst` (holding `dst_box`), and copies the result into the
-// buffers of `also` (replicas holding the same box). Each term is the in-order sum of its
-// sources; the terms are added in order. No terms: zeros.
+// A reduction piece to run: sum_piece's arguments, with the terms and replicas it points to.
 struct Job {
-  std::byte* dst;
-  const Box* dst_box;
+  Array::Shard* dst;
   Box region;
-  std::vector<std::vector<Source>> terms;
-  std::vector<std::byte*> also;
-  bool stream = false;  // non-temporal stores (see store())
+  std::vector<std::vector<const Array::Shard*>> terms;
+  std::vector<Array::Shard*> also;
+  bool stream = false;  // non-temporal stores
 };
 
-// Stores `n` values: with non-temporal stores when `stream` (large outputs: no read for
-// ownership of lines about to be overwritten whole, no eviction of the summands), else memcpy.
-template <typename T>
-void store(T* to, const T* from, int64_t n, bool stream) {
-#if defined(__SSE2__)
-  if (stream) {
-    int64_t i = 0;
-    for (; i < n && (reinterpret_cast<uintptr_t>(to + i) & 15) != 0; ++i) to[i] = from[i];
-    if constexpr (std::is_same_v<T, float>) {
-      for (; i + 4 <= n; i += 4) _mm_stream_ps(to + i, _mm_loadu_ps(from + i));
-    } else {
-      for (; i + 2 <= n; i += 2) _mm_stream_pd(to + i, _mm_loadu_pd(from + i));
-    }
-    for (; i < n; ++i) to[i] = from[i];
-    return;
-  }
-#endif
-  std::memcpy(to, from, static_cast<size_t>(n) * sizeof(T));
-}
-
-// out[i] = a[i] + b[i], and acc[i] += a[i]: the same additions in the same order as any scalar
-// loop (same bits); with the pointers declared unaliased they vectorise (ops builds at -O3).
-template <typename T>
-void add_arrays(T* __restrict out, const T* __restrict a, const T* __restrict b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-}
-
-template <typename T>
-void add_in_place(T* __restrict acc, const T* __restrict a, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += a[i];
-}
-
-// One run of `length` elements, tile by tile: the tile's sum is built in `acc` (L1) and stored
-// to `dst` and every replica in `also`. `tmp` holds the sum of a multi-source term.
-template <typename T>
-void sum_run(T* dst, const std::vector<std::vector<const T*>>& terms, const std::vector<T*>& also,
-             int64_t length, T* acc, T* tmp, bool stream) {
-  for (int64_t at = 0; at < length; at += kTileElements) {
-    const int64_t n = std::min(kTileElements, length - at);
-    if (terms.empty()) std::fill(acc, acc + n, T{0});
-    for (size_t t = 0; t < terms.size(); ++t) {
-      const std::vector<const T*>& s = terms[t];
-      T* sum = t == 0 ? acc : tmp;
-      const T* a = s[0] + at;
-      if (s.size() == 1) {
-        if (t == 0) {
-          std::memcpy(acc, a, static_cast<size_t>(n) * sizeof(T));
-        } else {
-          add_in_place(acc, a, n);
-        }
-        continue;
-      }
-      add_arrays(sum, a, s[1] + at, n);
-      for (size_t j = 2; j < s.size(); ++j) add_in_place(sum, s[j] + at, n);
-      if (t > 0) add_in_place(acc, tmp, n);
-    }
-    store(dst + at, acc, n, stream);
-    for (T* r : also) store(r + at, acc, n, stream);
-  }
-}
-
-// Element offset of `coords` in a row-major buffer holding `box`.
-int64_t offset_in(const Box& box, const std::vector<int64_t>& coords) {
-  int64_t off = 0;
-  for (size_t d = 0; d < coords.size(); ++d) off = off * box.shape[d] + (coords[d] - box.offset[d]);
-  return off;
-}
-
-template <typename T>
-void run_job(const Job& job) {
-  const Box& region = job.region;
-  const size_t rank = region.shape.size();
-  if (region.num_elements() == 0) return;
-  // Dimensions after `j` span every buffer whole, so dims j… form one contiguous run.
-  auto whole_everywhere = [&](size_t d) {
-    if (job.dst_box->shape[d] != region.shape[d]) return false;
-    for (const auto& term : job.terms) {
-      for (const Source& s : term) {
-        if (s.box->shape[d] != region.shape[d]) return false;
-      }
-    }
-    return true;
-  };
-  size_t j = rank - 1;  // rank >= 1: outputs of matmul have rank >= 2
-  while (j > 0 && whole_everywhere(j)) --j;
-  int64_t length = 1, outer = 1;
-  for (size_t d = 0; d < rank; ++d) (d >= j ? length : outer) *= region.shape[d];
-
-  std::vector<std::vector<const T*>> terms(job.terms.size());
-  for (size_t t = 0; t < job.terms.size(); ++t) terms[t].resize(job.terms[t].size());
-  std::vector<T*> also(job.also.size());
-  std::vector<T> acc(static_cast<size_t>(kTileElements)), tmp(static_cast<size_t>(kTileElements));
-  std::vector<int64_t> coords = region.offset;
-  for (int64_t row = 0; row < outer; ++row) {
-    int64_t rest = row;  // coordinates of dims < j, row-major
-    for (size_t d = j; d-- > 0;) {
-      coords[d] = region.offset[d] + rest % region.shape[d];
-      rest /= region.shape[d];
-    }
-    const int64_t dst_off = offset_in(*job.dst_box, coords);
-    T* dst = reinterpret_cast<T*>(job.dst) + dst_off;
-    for (size_t t = 0; t < job.terms.size(); ++t) {
-      for (size_t s = 0; s < job.terms[t].size(); ++s) {
-        const Source& src = job.terms[t][s];
-        terms[t][s] = reinterpret_cast<const T*>(src.data) + offset_in(*src.box, coords);
-      }
-    }
-    for (size_t r = 0; r < also.size(); ++r) also[r] = reinterpret_cast<T*>(job.also[r]) + dst_off;
-    sum_run<T>(dst, terms, also, length, acc.data(), tmp.data(), job.stream);
-  }
-#if defined(__SSE2__)
-  if (job.stream) _mm_sfence();  // order the non-temporal stores before the pool's hand-off
-#endif
-}
-
-void run_jobs(ThreadPool& pool, DType dtype, const std::vector<Job>& jobs,
+void run_jobs(ThreadPool& pool, DeviceKind kind, DType dtype, const std::vector<Job>& jobs,
               const std::function<void()>& first = nullptr) {
   // Cut the jobs into chunks so the pool's threads share big blocks.
   std::vector<Job> chunks;
@@ -306,11 +179,13 @@ void run_jobs(ThreadPool& pool, DType dtype, const std::vector<Job>& jobs,
     }
   }
   auto run = [&](size_t i) {
-    if (dtype == DType::kF32) {
-      run_job<float>(chunks[i]);
-    } else {
-      run_job<double>(chunks[i]);
-    }
+    const Job& c = chunks[i];
+    sum_piece(kind, {.dst = c.dst,
+                     .region = c.region,
+                     .terms = c.terms,
+                     .also = c.also,
+                     .stream = c.stream,
+                     .dtype = dtype});
   };
   if (first) {
     pool.parallel_for_after(first, chunks.size(), run);
@@ -338,38 +213,37 @@ void reduce_partials(const LocalPartials& partials, const ReductionPlan& plan, A
         fmt::format("reduce_partials: process {} has no partial for K block {}", me, kb));
   };
   // Replicas of each local primary: they receive every tile of their primary's sum.
-  std::map<int64_t, std::vector<std::byte*>> replicas;
+  std::map<int64_t, std::vector<Array::Shard*>> replicas;
   for (const auto& [q, primary] : plan.replicas) {
-    if (Array::Shard* s = out.shard_at(q)) replicas[primary].push_back(s->buffer.data());
+    if (Array::Shard* s = out.shard_at(q)) replicas[primary].push_back(s);
   }
-  std::vector<DeviceBuffer> staging;
+  // Staged pieces (received, or several local summands summed before a send): staging memory
+  // held as shards of their piece's box, at stable addresses.
+  std::deque<Array::Shard> staging;
   std::vector<BoxRegion> sends, recvs;
   std::vector<Job> presums, local_jobs, remote_jobs;
   auto sources = [&](const Piece& piece, const Term& term) {
-    std::vector<Source> out_sources;
-    for (int64_t kb : term.k_blocks) {
-      const LocalPartial& p = find(piece.block, kb);
-      out_sources.push_back(Source{p.buffer.data(), &p.box});
-    }
+    std::vector<const Array::Shard*> out_sources;
+    for (int64_t kb : term.k_blocks) out_sources.push_back(&find(piece.block, kb));
     return out_sources;
   };
-  auto stage = [&](const Box& box) {
-    staging.emplace_back(rt.staging(), static_cast<size_t>(box.num_elements()) * elem);
-    return staging.back().data();
+  auto stage = [&](const Box& box) -> Array::Shard& {
+    return staging.emplace_back(Array::Shard{
+        -1, -1, box, DeviceBuffer(rt.staging(), static_cast<size_t>(box.num_elements()) * elem)});
   };
   for (const Piece& piece : plan.pieces) {
     if (piece.process == me) {
       Array::Shard* shard = out.shard_at(piece.target);
-      Job job{shard->buffer.data(), &shard->box, piece.box, {}, {}, stream};
+      Job job{shard, piece.box, {}, {}, stream};
       if (auto r = replicas.find(piece.target); r != replicas.end()) job.also = r->second;
       bool remote = false;
       for (const Term& term : piece.terms) {
         if (term.process == me) {
           job.terms.push_back(sources(piece, term));
         } else {
-          std::byte* buf = stage(piece.box);
-          recvs.push_back(BoxRegion{term.process, buf, piece.box, piece.box});
-          job.terms.push_back({Source{buf, &piece.box}});
+          Array::Shard& buf = stage(piece.box);
+          recvs.push_back(BoxRegion{term.process, message_base(buf), piece.box, piece.box});
+          job.terms.push_back({&buf});
           remote = true;
         }
       }
@@ -380,24 +254,24 @@ void reduce_partials(const LocalPartials& partials, const ReductionPlan& plan, A
       if (term.process != me) continue;
       if (term.k_blocks.size() == 1) {
         const LocalPartial& p = find(piece.block, term.k_blocks[0]);
-        sends.push_back(
-            BoxRegion{piece.process, const_cast<std::byte*>(p.buffer.data()), p.box, piece.box});
+        sends.push_back(BoxRegion{piece.process, message_base(p), p.box, piece.box});
       } else {
-        std::byte* buf = stage(piece.box);
-        presums.push_back(Job{buf, &piece.box, piece.box, {sources(piece, term)}, {}});
-        sends.push_back(BoxRegion{piece.process, buf, piece.box, piece.box});
+        Array::Shard& buf = stage(piece.box);
+        presums.push_back(Job{&buf, piece.box, {sources(piece, term)}, {}});
+        sends.push_back(BoxRegion{piece.process, message_base(buf), piece.box, piece.box});
       }
     }
   }
   ThreadPool& pool = rt.pool();
-  run_jobs(pool, dtype, presums);
+  const DeviceKind kind = kind_of(out);
+  run_jobs(pool, kind, dtype, presums);
   if (rt.num_processes() > 1) {
     // The exchange runs on this thread while the pool's workers do the in-process sums.
-    run_jobs(pool, dtype, local_jobs, [&] { rt.comm().exchange_boxes(sends, recvs, elem); });
+    run_jobs(pool, kind, dtype, local_jobs, [&] { rt.comm().exchange_boxes(sends, recvs, elem); });
   } else {
-    run_jobs(pool, dtype, local_jobs);
+    run_jobs(pool, kind, dtype, local_jobs);
   }
-  run_jobs(pool, dtype, remote_jobs);
+  run_jobs(pool, kind, dtype, remote_jobs);
 }
 
 LocalPartials allocate_local_partials(const PartialLayout& layout, const Array& operand,
@@ -416,8 +290,10 @@ LocalPartials allocate_local_partials(const PartialLayout& layout, const Array& 
       if (known) continue;
       Box box = layout.product.box(s.position);
       const size_t bytes = static_cast<size_t>(box.num_elements()) * element_size;
-      partials.push_back(LocalPartial{std::move(block), kb, s.position, s.device_id, std::move(box),
-                                      DeviceBuffer(rt.device(s.device_id).memory(), bytes)});
+      partials.push_back(LocalPartial{{s.position, s.device_id, std::move(box),
+                                       DeviceBuffer(rt.device(s.device_id).memory(), bytes)},
+                                      std::move(block),
+                                      kb});
     }
   } catch (...) {
     failure = std::current_exception();

@@ -90,24 +90,14 @@ struct ReductionPlan {
 ReductionPlan plan_reduction(const PartialLayout& partials, const ShardGeometry& target,
                              size_t element_size, int64_t local_device_count);
 
-/// This process's partials: one buffer per distinct (product block, K block) it holds,
-/// charged to the first local device holding it.
-struct LocalPartial {
+/// This process's partials: one per distinct (product block, K block) it holds, a shard of the
+/// product (position, device, box, buffer) charged to the first local device holding it, which
+/// kernels (kernels/) fill as they fill any shard.
+struct LocalPartial : Array::Shard {
   std::vector<int64_t> block;
   int64_t k_block;
-  int64_t position;
-  int64_t device_id;  // global: the device the buffer is charged to
-  Box box;
-  DeviceBuffer buffer;
 };
 using LocalPartials = std::vector<LocalPartial>;
-
-/// The partial as a shard of the product (position, device, box, its bytes borrowed: valid
-/// while the partial lives), to hand a kernel (kernels/) that fills it.
-inline Array::Shard shard_view(LocalPartial& p) {
-  return Array::Shard{p.position, p.device_id, p.box,
-                      DeviceBuffer::borrowed(p.buffer.data(), p.buffer.size())};
-}
 
 /// One uninitialised buffer per distinct (product block, contracted block) that a local device
 /// of `operand` computes, charged to that device (replicas of a block share one). Allocation

@@ -187,11 +187,9 @@ Array Embedding::call(const Array& x) {
   for (const std::string& a : vocab.axes()) k_axes.push_back(*mesh.axis_index(a));
   internal_ops::PartialLayout layout{ShardGeometry(product_layout, out_shape), k_axes, input_dim_};
   internal_ops::LocalPartials partials = internal_ops::allocate_local_partials(layout, table, elem);
-  std::vector<Array::Shard> views;  // the partials as shards for the kernel
-  for (internal_ops::LocalPartial& p : partials) views.push_back(internal_ops::shard_view(p));
-  std::vector<Lookup> lookups;
-  for (Array::Shard& v : views) {
-    lookups.push_back(Lookup{tokens.shard_at(v.position), table.shard_at(v.position), &v, {}});
+  std::vector<Lookup> lookups;  // a partial is a shard of the product: the kernel fills it
+  for (internal_ops::LocalPartial& p : partials) {
+    lookups.push_back(Lookup{tokens.shard_at(p.position), table.shard_at(p.position), &p, {}});
   }
   run_lookups(rt.pool(), kind_of(table), tokens.dtype(), elem, lookups);
   Array out = allocate_agreed(product_layout, out_shape, dtype, table.runtime_ptr());
@@ -243,7 +241,7 @@ Array Embedding::backward(const Array& x, const Array& dy, Gradients& grads) {
       internal_ops::allocate_local_partials(layout, tokens, elem);
   const DeviceKind kind = kind_of(table);
   table.runtime().pool().parallel_for(partials.size(), [&](size_t i) {
-    Array::Shard view = internal_ops::shard_view(partials[i]);
+    Array::Shard& view = partials[i];
     embedding_scatter_add(kind, {.table_grad = &view,
                                  .tokens = tokens.shard_at(view.position),
                                  .id_dtype = tokens.dtype(),
