@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin libopenblas-dev
   libsentencepiece-dev sentencepiece python3-sentencepiece
   pybind11-dev python3-dev python3-numpy python3-pytest clang-format
+  python3-venv python3-pip python3-setuptools python3-wheel
 )
 for arg in "$@"; do
   case "$arg" in

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command (and CI's): install what is missing, then build and run
 #   1. every test (unit, property, examples, CLI, mpirun -np 2/4) in an optimised build, then
-#      the Python module's pytest suite on that build, then an install of it used from outside
+#      the Python module's pytest suite on that build, then `pip install .` of that module into a
+#      venv and the suite again from outside the tree, then an install of it used from outside
 #      the tree (C++ with find_package and pkg-config, Python);
 #   2. the same C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   3. the threaded code (thread pool, in-process communicator, arrays as thread ranks,
@@ -71,6 +72,16 @@ fi
 passed=$((passed + py_passed))
 stage_done "pytest"
 
+echo "=== pip install . into a venv (the module prebuilt in build/), pytest from outside the tree"
+bash scripts/pip_install_test.sh build | tee build/pip_pytest.log
+pip_passed=$(sed -n 's/^\([0-9]*\) passed.*/\1/p' build/pip_pytest.log)
+if [[ -z "$pip_passed" || "$pip_passed" -eq 0 ]]; then
+  echo "pytest of the pip-installed package ran no tests" >&2
+  exit 1
+fi
+passed=$((passed + pip_passed))
+stage_done "pip install"
+
 echo "=== install build into a temporary prefix, use it from outside the tree"
 bash scripts/install_consumer_test.sh build
 passed=$((passed + 1))
@@ -103,7 +114,7 @@ bash fuzz/run.sh 20
 passed=$((passed + 3))  # one per fuzz target
 stage_done "fuzz smoke"
 
-echo "=== every stage passed (ctest optimised, pytest, install consumer, ASan/UBSan, TSan, fuzz smoke)"
+echo "=== every stage passed (ctest optimised, pytest, pip install, install consumer, ASan/UBSan, TSan, fuzz smoke)"
 printf '  %s\n' "${stage_times[@]}"
 echo "total: $((SECONDS - script_start)) s"
 echo "tests: $passed passed, 0 failed"
