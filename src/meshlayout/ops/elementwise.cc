@@ -3,12 +3,13 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/elementwise.h"
 
 namespace meshlayout {
 namespace {
@@ -28,39 +29,28 @@ void check_binary(const Array& a, const Array& b, std::string_view op) {
   check_float(a.dtype(), op);
 }
 
-// out = combine(out, b) shard by shard, b brought to out's layout first when it differs.
-template <typename Combine>
-void combine_into(Array& out, const Array& b, Combine combine) {
+// out = out ∘ b shard by shard, b brought to out's layout first when it differs.
+void combine_into(Array& out, const Array& b, Binary function) {
   std::optional<Array> moved;
   const Array& aligned =
       b.layout() == out.layout() ? b : moved.emplace(distribute_tensor(b, out.layout()));
   const DType dtype = out.dtype();
+  const DeviceKind kind = kind_of(out);
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& o = out.local_shards()[i];
-    const Array::Shard* s = aligned.shard_at(o.position);
-    const int64_t n = o.box.num_elements();
-    if (dtype == DType::kF32) {
-      float* y = reinterpret_cast<float*>(o.buffer.data());
-      const float* x = reinterpret_cast<const float*>(s->buffer.data());
-      for (int64_t k = 0; k < n; ++k) y[k] = combine(y[k], x[k]);
-    } else {
-      double* y = reinterpret_cast<double*>(o.buffer.data());
-      const double* x = reinterpret_cast<const double*>(s->buffer.data());
-      for (int64_t k = 0; k < n; ++k) y[k] = combine(y[k], x[k]);
-    }
+    combine_shards(
+        kind, {.y = &o, .x = aligned.shard_at(o.position), .function = function, .dtype = dtype});
   });
 }
 
-template <typename Combine>
-Array binary(const Array& a, const Array& b, std::string_view op, Combine combine) {
+Array binary(const Array& a, const Array& b, std::string_view op, Binary combine) {
   check_binary(a, b, op);
   Array out = distribute_tensor(a, a.layout());  // a's values, in a's layout
   combine_into(out, b, combine);
   return out;
 }
 
-template <typename Combine>
-Array binary_in_place(Array&& a, const Array& b, std::string_view op, Combine combine) {
+Array binary_in_place(Array&& a, const Array& b, std::string_view op, Binary combine) {
   if (&a == &b)
     return binary(static_cast<const Array&>(a), b, op, combine);  // add(std::move(x), x)
   check_binary(a, b, op);
@@ -69,16 +59,17 @@ Array binary_in_place(Array&& a, const Array& b, std::string_view op, Combine co
   return out;
 }
 
-constexpr auto kPlus = [](auto x, auto y) { return x + y; };
-constexpr auto kTimes = [](auto x, auto y) { return x * y; };
-
 }  // namespace
 
-Array add(const Array& a, const Array& b) { return binary(a, b, "add", kPlus); }
-Array multiply(const Array& a, const Array& b) { return binary(a, b, "multiply", kTimes); }
-Array add(Array&& a, const Array& b) { return binary_in_place(std::move(a), b, "add", kPlus); }
+Array add(const Array& a, const Array& b) { return binary(a, b, "add", Binary::kAdd); }
+Array multiply(const Array& a, const Array& b) {
+  return binary(a, b, "multiply", Binary::kMultiply);
+}
+Array add(Array&& a, const Array& b) {
+  return binary_in_place(std::move(a), b, "add", Binary::kAdd);
+}
 Array multiply(Array&& a, const Array& b) {
-  return binary_in_place(std::move(a), b, "multiply", kTimes);
+  return binary_in_place(std::move(a), b, "multiply", Binary::kMultiply);
 }
 
 Array concatenate(std::span<const Array* const> inputs, int64_t axis) {
@@ -123,21 +114,13 @@ Array concatenate(std::span<const Array* const> inputs, int64_t axis) {
   for (const Array* x : inputs) aligned.push_back(distribute_tensor(*x, layout));
   Array out = allocate_agreed(layout, out_shape, first.dtype(), first.runtime_ptr());
   const size_t elem = dtype_size(first.dtype());
+  const DeviceKind kind = kind_of(out);
   out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
     Array::Shard& o = out.local_shards()[i];
-    int64_t outer = 1, inner = 1;
-    for (size_t d = 0; d < ax; ++d) outer *= o.box.shape[d];
-    for (size_t d = ax + 1; d < o.box.shape.size(); ++d) inner *= o.box.shape[d];
-    std::byte* dst = o.buffer.data();
-    for (int64_t r = 0; r < outer; ++r) {
-      for (const Array& x : aligned) {
-        const Array::Shard* s = x.shard_at(o.position);
-        const size_t run = static_cast<size_t>(s->box.shape[ax] * inner) * elem;
-        if (run == 0) continue;
-        std::memcpy(dst, s->buffer.data() + static_cast<size_t>(r) * run, run);
-        dst += run;
-      }
-    }
+    std::vector<const Array::Shard*> shards;
+    shards.reserve(aligned.size());
+    for (const Array& x : aligned) shards.push_back(x.shard_at(o.position));
+    concatenate_shards(kind, {.dst = &o, .inputs = shards, .axis = ax, .elem = elem});
   });
   return out;
 }
