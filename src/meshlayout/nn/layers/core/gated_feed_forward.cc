@@ -7,8 +7,6 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
-#include "meshlayout/kernels/device_kind.h"
-#include "meshlayout/kernels/geglu.h"
 #include "meshlayout/ops/elementwise.h"
 #include "meshlayout/ops/matmul.h"
 #include "meshlayout/ops/matmul_backward.h"
@@ -16,67 +14,19 @@
 namespace meshlayout {
 namespace {
 
-void check_operand(const Array& g, const Array& x, std::string_view what) {
-  if (x.shape() != g.shape() || x.dtype() != g.dtype() ||
-      (g.dtype() != DType::kF32 && g.dtype() != DType::kF64)) {
-    throw ValueError(
-        fmt::format("geglu needs gate and {} of one shape and dtype (F32 or F64), got gate {} {} "
-                    "and {} {} {}",
-                    what, shape_to_string(g.shape()), dtype_name(g.dtype()), what,
-                    shape_to_string(x.shape()), dtype_name(x.dtype())));
-  }
-}
-
-// x in `layout` (a reference to x itself when it already is).
-const Array& aligned(const Array& x, const TensorLayout& layout, std::optional<Array>& holder) {
-  return x.layout() == layout ? x : holder.emplace(distribute_tensor(x, layout));
-}
-
-Array geglu(const Array& g, const Array& u) {
-  check_operand(g, u, "up");
-  std::optional<Array> hold_u;
-  const Array& ua = aligned(u, g.layout(), hold_u);
-  Array out = allocate_agreed(g.layout(), g.shape(), g.dtype(), g.runtime_ptr());
-  const DeviceKind kind = kind_of(out);
-  out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
-    Array::Shard& o = out.local_shards()[i];
-    geglu_forward(
-        kind,
-        {.y = &o, .g = g.shard_at(o.position), .u = ua.shard_at(o.position), .dtype = g.dtype()});
-  });
-  return out;
-}
-
-SwigluGrads geglu_grads(const Array& g, const Array& u, const Array& dy) {
-  check_operand(g, u, "up");
-  check_operand(g, dy, "output gradient");
-  std::optional<Array> hold_u, hold_dy;
-  const Array& ua = aligned(u, g.layout(), hold_u);
-  const Array& dya = aligned(dy, g.layout(), hold_dy);
-  SwigluGrads out{allocate_agreed(g.layout(), g.shape(), g.dtype(), g.runtime_ptr()),
-                  allocate_agreed(g.layout(), g.shape(), g.dtype(), g.runtime_ptr())};
-  const DeviceKind kind = kind_of(out.dg);
-  out.dg.runtime().pool().parallel_for(out.dg.local_shards().size(), [&](size_t i) {
-    Array::Shard& dg = out.dg.local_shards()[i];
-    geglu_backward(kind, {.dg = &dg,
-                          .du = &out.du.local_shards()[i],
-                          .g = g.shard_at(dg.position),
-                          .u = ua.shard_at(dg.position),
-                          .dy = dya.shard_at(dg.position),
-                          .dtype = g.dtype()});
-  });
-  return out;
+GateFunction gate_function(GatedActivation activation) {
+  return activation == GatedActivation::kSilu ? GateFunction::kSilu : GateFunction::kGeluTanh;
 }
 
 }  // namespace
 
 Array gated_activation(GatedActivation activation, const Array& g, const Array& u) {
-  return activation == GatedActivation::kSilu ? swiglu(g, u) : geglu(g, u);
+  return gated_unit(gate_function(activation), g, u);
 }
 
 SwigluGrads gated_activation_backward(GatedActivation activation, const Array& g, const Array& u,
                                       const Array& dy) {
-  return activation == GatedActivation::kSilu ? swiglu_backward(g, u, dy) : geglu_grads(g, u, dy);
+  return gated_unit_backward(gate_function(activation), g, u, dy);
 }
 
 GatedFeedForward::GatedFeedForward(int64_t intermediate_dim, int64_t output_dim,

@@ -4,7 +4,7 @@
 //   y = (act(x · W_gate) · (x · W_up)) · W_down     x (…, d) → y (…, output_dim)
 //   SwiGLU: act = silu (Llama, Mistral);  GeGLU: act = gelu, tanh approximation (Gemma)
 // Three bias-free Dense sub-layers hold the kernels: gate and up (d, intermediate_dim), down
-// (intermediate_dim, output_dim); the gate is fused (ops/swiglu.h, kernels/geglu.h), the down
+// (intermediate_dim, output_dim); the gate is fused (ops/swiglu.h's gated_unit), the down
 // projection can take a residual into its output (matmul's add_to_output). Standalone, the
 // kernels' paths are "<name>/<gate_name>/kernel" and so on. Flat (GatedFeedForwardOptions::flat),
 // the projections are built in the enclosing layer's scope instead — keras-hub's blocks create
