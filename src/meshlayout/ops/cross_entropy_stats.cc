@@ -14,17 +14,11 @@
 #include <vector>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/kernels/device_kind.h"
 
 namespace meshlayout::cross_entropy_internal {
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kEpsilon = 1e-7;  // keras.config.epsilon()
-
-}  // namespace
-
 Spec spec_of(bool sparse, const CrossEntropyOptions& o) {
-  return {sparse, o.from_logits, o.label_smoothing};
+  return {{sparse, o.from_logits, o.label_smoothing}};
 }
 
 namespace {
@@ -94,204 +88,51 @@ void check_inputs(const Spec& sp, const Array& pred, const Array& targets,
 
 namespace {
 
-int64_t label_at(const Array::Shard& s, DType dtype, int64_t i) {
-  return dtype == DType::kI32 ? data<int32_t>(s)[i] : data<int64_t>(s)[i];
-}
-
-double float_at(const Array::Shard& s, DType dtype, int64_t i) {
-  return dtype == DType::kF32 ? static_cast<double>(data<float>(s)[i]) : data<double>(s)[i];
-}
-
-double clip(double q) { return std::min(std::max(q, kEpsilon), 1.0 - kEpsilon); }
-// Inside the band the clip passes the gradient; outside it is constant.
-bool in_band(double q) { return q >= kEpsilon && q <= 1.0 - kEpsilon; }
-
-// The global coordinates of local row `row` of a box's leading dims (the last dim excluded
-// when `dims` is one less than the box's rank).
-Shape row_coords(const Box& box, size_t dims, int64_t row) {
-  Shape c(dims);
-  for (size_t d = dims; d-- > 0;) {
-    c[d] = box.offset[d] + row % box.shape[d];
-    row /= box.shape[d];
+// The message of a bad input a device found.
+std::string failure_message(const Spec& sp, const CrossEntropyFailure& f, const Shape& pred_shape) {
+  const int64_t V = pred_shape.back();
+  if (f.kind == 0) {
+    return fmt::format(
+        "{}: label {} at labels[{}] is outside [0, {}): V = {} is the last dimension "
+        "of {} {}",
+        sp.op(), f.label, fmt::join(f.at, ", "), V, V, sp.pred(), shape_to_string(pred_shape));
   }
-  return c;
+  return fmt::format("{}: {}[{}] is {}; the {} must be finite", sp.op(), sp.pred(),
+                     fmt::join(f.at, ", "), f.value, sp.pred());
 }
-
-int64_t ravel(const Shape& coords, const Shape& shape) {
-  int64_t flat = 0;
-  for (size_t d = 0; d < shape.size(); ++d) flat = flat * shape[d] + coords[d];
-  return flat;
-}
-
-// A bad input one device found; the lowest (kind, flat index) wins.
-struct Failure {
-  int kind = 0;  // 0: label out of range, 1: non-finite prediction
-  int64_t flat = 0;
-  std::string message;
-  bool before(const Failure& o) const { return kind != o.kind ? kind < o.kind : flat < o.flat; }
-};
-
-void keep_first(std::optional<Failure>& slot, Failure f) {
-  if (!slot || f.before(*slot)) slot = std::move(f);
-}
-
-// The target of class j (global index) of local element i of the targets' box.
-double target(const Stats& st, const Array::Shard& ts, int64_t row, int64_t label_or_i, int64_t j) {
-  if (st.spec.sparse) return label_at(ts, st.targets.dtype(), row) == j ? 1.0 : 0.0;
-  const double t = float_at(ts, st.targets.dtype(), label_or_i);
-  return st.spec.smoothing == 0.0
-             ? t
-             : t * (1.0 - st.spec.smoothing) + st.spec.smoothing / static_cast<double>(st.classes);
-}
-
-// A row's combined first-round statistics, in block order.
-struct Row {
-  double lse = 0;  // logits: log Σ exp(x)
-  double sum = 0;  // probabilities: Σ p
-  double t = 0;    // logits: Σ t; sparse probabilities: p[label]
-  double u = 0;    // logits: Σ t·x
-};
-
-Row combine(const Spec& sp, const double* st, int64_t k) {
-  Row r;
-  if (sp.from_logits) {
-    double m = -kInf;
-    for (int64_t b = 0; b < k; ++b) m = std::max(m, st[4 * b]);
-    double s = 0;
-    for (int64_t b = 0; b < k; ++b) {
-      if (st[4 * b + 1] > 0) s += st[4 * b + 1] * std::exp(st[4 * b] - m);
-      r.t += st[4 * b + 2];
-      r.u += st[4 * b + 3];
-    }
-    r.lse = m + std::log(s);
-  } else {
-    for (int64_t b = 0; b < k; ++b) {
-      r.sum += st[2 * b];
-      r.t += st[2 * b + 1];
-    }
-  }
-  return r;
-}
-
-}  // namespace
-
-// The loss of one row from its combined statistics.
-double row_loss(const Stats& st, const double* s1, const double* s2) {
-  if (st.spec.two_rounds()) {
-    double l = 0;
-    for (int64_t b = 0; b < st.k; ++b) l += s2[2 * b];
-    return l;
-  }
-  const Row r = combine(st.spec, s1, st.k);
-  if (st.spec.from_logits) return r.lse * r.t - r.u;
-  return -std::log(clip(r.t / r.sum));
-}
-
-namespace {
 
 // First round: each device's (…, 1 block, width) statistics of its box.
-template <typename T>
 void local_stats(const Array& pred, Stats& st, Array& out,
-                 std::vector<std::optional<Failure>>& failures) {
-  const Spec& sp = st.spec;
-  const int64_t V = pred.shape().back();
-  const size_t lead = pred.shape().size() - 1;
-  const Shape lshape = lead_shape(pred);
-  const int64_t w = sp.width();
+                 std::vector<std::optional<CrossEntropyFailure>>& failures) {
+  const DeviceKind kind = kind_of(pred);
   pred.runtime().pool().parallel_for(pred.local_shards().size(), [&](size_t i) {
     const Array::Shard& xs = pred.local_shards()[i];
-    const Array::Shard& ts = *st.targets.shard_at(xs.position);
-    Array::Shard& ss = *out.shard_at(xs.position);
-    const int64_t nv = xs.box.shape[lead], v0 = xs.box.offset[lead];
-    const int64_t rows = num_elements(Shape(xs.box.shape.begin(), xs.box.shape.end() - 1));
-    const T* x = data<T>(xs);
-    double* o = data<double>(ss);
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = x + r * nv;
-      int64_t label = -1;
-      if (sp.sparse) {
-        label = label_at(ts, st.targets.dtype(), r);
-        if (label < 0 || label >= V) {
-          const Shape at = row_coords(xs.box, lead, r);
-          keep_first(failures[i],
-                     {0, ravel(at, lshape),
-                      fmt::format("{}: label {} at labels[{}] is outside [0, {}): V = {} "
-                                  "is the last dimension of {} {}",
-                                  sp.op(), label, fmt::join(at, ", "), V, V, sp.pred(),
-                                  shape_to_string(pred.shape()))});
-        }
-      }
-      double m = -kInf;
-      bool finite = true;
-      for (int64_t j = 0; j < nv; ++j) {
-        const double v = static_cast<double>(row[j]);
-        if (!std::isfinite(v)) {
-          Shape at = row_coords(xs.box, lead, r);
-          at.push_back(v0 + j);
-          keep_first(failures[i], {1, ravel(at, pred.shape()),
-                                   fmt::format("{}: {}[{}] is {}; the {} must be finite", sp.op(),
-                                               sp.pred(), fmt::join(at, ", "), v, sp.pred())});
-          finite = false;
-          break;
-        }
-        m = std::max(m, v);
-      }
-      const bool owner = label >= v0 && label < v0 + nv;
-      double* out_row = o + r * w;
-      if (sp.from_logits) {
-        double s = 0, t = 0, u = 0;
-        if (nv > 0 && finite) {
-          for (int64_t j = 0; j < nv; ++j) s += std::exp(static_cast<double>(row[j]) - m);
-          if (sp.sparse) {
-            t = owner ? 1.0 : 0.0;
-            u = owner ? static_cast<double>(row[label - v0]) : 0.0;
-          } else {
-            for (int64_t j = 0; j < nv; ++j) {
-              const double tj = target(st, ts, r, r * nv + j, v0 + j);
-              t += tj;
-              u += tj * static_cast<double>(row[j]);
-            }
-          }
-        }
-        out_row[0] = nv > 0 ? m : -kInf;
-        out_row[1] = s;
-        out_row[2] = t;
-        out_row[3] = u;
-      } else {
-        double s = 0;
-        for (int64_t j = 0; j < nv; ++j) s += static_cast<double>(row[j]);
-        out_row[0] = s;
-        out_row[1] = owner ? static_cast<double>(row[label - v0]) : 0.0;
-      }
-    }
+    cross_entropy_stats(kind, {.pred = &xs,
+                               .targets = st.targets.shard_at(xs.position),
+                               .stats = out.shard_at(xs.position),
+                               .spec = st.spec,
+                               .pred_shape = &pred.shape(),
+                               .pred_dtype = pred.dtype(),
+                               .target_dtype = st.targets.dtype(),
+                               .failure = &failures[i]});
   });
 }
 
 // Categorical probabilities, second round: per block the partial loss Σ −t·log clip(p/S) and
 // the in-band Σ t, S from the first round.
-template <typename T>
 void local_stats2(const Array& pred, const Stats& st, Array& out) {
-  const size_t lead = pred.shape().size() - 1;
+  const DeviceKind kind = kind_of(pred);
   pred.runtime().pool().parallel_for(pred.local_shards().size(), [&](size_t i) {
     const Array::Shard& xs = pred.local_shards()[i];
-    const Array::Shard& ts = *st.targets.shard_at(xs.position);
-    const double* s1 = data<double>(*st.rows->shard_at(xs.position));
-    double* o = data<double>(*out.shard_at(xs.position));
-    const int64_t nv = xs.box.shape[lead], v0 = xs.box.offset[lead];
-    const int64_t rows = num_elements(Shape(xs.box.shape.begin(), xs.box.shape.end() - 1));
-    const T* x = data<T>(xs);
-    for (int64_t r = 0; r < rows; ++r) {
-      const double sum = combine(st.spec, s1 + r * 2 * st.k, st.k).sum;
-      double l = 0, band = 0;
-      for (int64_t j = 0; j < nv; ++j) {
-        const double t = target(st, ts, r, r * nv + j, v0 + j);
-        const double q = static_cast<double>(x[r * nv + j]) / sum;
-        l -= t * std::log(clip(q));
-        if (in_band(q)) band += t;
-      }
-      o[2 * r] = l;
-      o[2 * r + 1] = band;
-    }
+    cross_entropy_stats2(kind, {.pred = &xs,
+                                .targets = st.targets.shard_at(xs.position),
+                                .stats1 = st.rows->shard_at(xs.position),
+                                .out = out.shard_at(xs.position),
+                                .spec = st.spec,
+                                .k = st.k,
+                                .classes = st.classes,
+                                .pred_dtype = pred.dtype(),
+                                .target_dtype = st.targets.dtype()});
   });
 }
 
@@ -335,17 +176,15 @@ Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in,
   // Local pass; a bad input (or any failure) is agreed before the statistics move.
   std::exception_ptr error;
   try {
-    std::vector<std::optional<Failure>> failures(pred.local_shards().size());
-    if (pred.dtype() == DType::kF32) {
-      local_stats<float>(pred, st, local, failures);
-    } else {
-      local_stats<double>(pred, st, local, failures);
-    }
-    std::optional<Failure> first;
+    std::vector<std::optional<CrossEntropyFailure>> failures(pred.local_shards().size());
+    local_stats(pred, st, local, failures);
+    std::optional<CrossEntropyFailure> first;
     for (auto& f : failures) {
-      if (f) keep_first(first, std::move(*f));
+      if (f && (!first || f->before(*first))) first = std::move(*f);
     }
-    if (first) error = std::make_exception_ptr(ValueError(first->message));
+    if (first) {
+      error = std::make_exception_ptr(ValueError(failure_message(sp, *first, pred.shape())));
+    }
   } catch (...) {
     error = std::current_exception();
   }
@@ -357,11 +196,7 @@ Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in,
   st.rows = gather_blocks(std::move(local), pred);
   if (sp.two_rounds()) {
     Array local2 = allocate_stats(pred, st.k, 2);
-    if (pred.dtype() == DType::kF32) {
-      local_stats2<float>(pred, st, local2);
-    } else {
-      local_stats2<double>(pred, st, local2);
-    }
+    local_stats2(pred, st, local2);
     st.rows2 = gather_blocks(std::move(local2), pred);
   }
   return st;
@@ -369,72 +204,37 @@ Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in,
 
 double reduce_loss(const Stats& st, const Array& pred, const CrossEntropyOptions& options) {
   double local = 0;
-  const int64_t w1 = st.spec.width();
+  const DeviceKind kind = kind_of(pred);
   for (const Array::Shard& s : st.rows->local_shards()) {
     if (st.rows->geometry().replica_of(s.position) != 0) continue;
-    const int64_t rows = s.box.num_elements() / (w1 * st.k);
-    const double* p = data<double>(s);
-    const double* p2 =
-        st.spec.two_rounds() ? data<double>(*st.rows2->shard_at(s.position)) : nullptr;
-    for (int64_t r = 0; r < rows; ++r) {
-      local += row_loss(st, p + r * w1 * st.k, p2 ? p2 + r * 2 * st.k : nullptr);
-    }
+    cross_entropy_loss_sum(
+        kind, {.stats1 = &s,
+               .stats2 = st.spec.two_rounds() ? st.rows2->shard_at(s.position) : nullptr,
+               .spec = st.spec,
+               .k = st.k,
+               .total = &local});
   }
   const double total = sum_in_rank_order(pred.runtime().comm(), local);
   if (options.reduction == LossReduction::kSum) return total;
   return st.positions == 0 ? 0.0 : total / static_cast<double>(st.positions);
 }
 
-namespace {
-
-template <typename T>
-void fill_grad(const Stats& st, const Array& pred, double coef, Array& grad) {
-  const size_t lead = pred.shape().size() - 1;
-  const Spec& sp = st.spec;
-  const int64_t w1 = sp.width();
-  grad.runtime().pool().parallel_for(grad.local_shards().size(), [&](size_t i) {
-    Array::Shard& gs = grad.local_shards()[i];
-    const Array::Shard& xs = *pred.shard_at(gs.position);
-    const Array::Shard& ts = *st.targets.shard_at(gs.position);
-    const double* s1 = data<double>(*st.rows->shard_at(gs.position));
-    const double* s2 = sp.two_rounds() ? data<double>(*st.rows2->shard_at(gs.position)) : nullptr;
-    const int64_t nv = xs.box.shape[lead], v0 = xs.box.offset[lead];
-    if (nv == 0) return;
-    const int64_t rows = xs.box.num_elements() / nv;
-    const T* x = data<T>(xs);
-    T* g = data<T>(gs);
-    for (int64_t r = 0; r < rows; ++r) {
-      const Row row = combine(sp, s1 + r * w1 * st.k, st.k);
-      const T* xr = x + r * nv;
-      T* gr = g + r * nv;
-      if (sp.from_logits) {
-        for (int64_t j = 0; j < nv; ++j) {
-          const double p = std::exp(static_cast<double>(xr[j]) - row.lse) * row.t;
-          gr[j] = static_cast<T>((p - target(st, ts, r, r * nv + j, v0 + j)) * coef);
-        }
-      } else if (sp.sparse) {
-        // g = (in band) (1 − [j = label]/q)/S, q = p[label]/S: 0 for the row outside the band.
-        const int64_t label = label_at(ts, st.targets.dtype(), r);
-        const double q = row.t / row.sum;
-        const bool band = in_band(q);
-        for (int64_t j = 0; j < nv; ++j) {
-          const double d = band ? (1.0 - (v0 + j == label ? 1.0 / q : 0.0)) / row.sum : 0.0;
-          gr[j] = static_cast<T>(d * coef);
-        }
-      } else {
-        double b = 0;
-        for (int64_t blk = 0; blk < st.k; ++blk) b += s2[r * 2 * st.k + 2 * blk + 1];
-        for (int64_t j = 0; j < nv; ++j) {
-          const double q = static_cast<double>(xr[j]) / row.sum;
-          const double gj = in_band(q) ? -target(st, ts, r, r * nv + j, v0 + j) / q : 0.0;
-          gr[j] = static_cast<T>((gj + b) / row.sum * coef);
-        }
-      }
-    }
+Array row_losses(const Stats& st, const Array& pred) {
+  Array out = allocate_agreed(TensorLayout(lead_axes(pred), pred.mesh()), lead_shape(pred),
+                              pred.dtype(), pred.runtime_ptr());
+  const DeviceKind kind = kind_of(out);
+  out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
+    Array::Shard& o = out.local_shards()[i];
+    cross_entropy_row_losses(
+        kind, {.out = &o,
+               .stats1 = st.rows->shard_at(o.position),
+               .stats2 = st.spec.two_rounds() ? st.rows2->shard_at(o.position) : nullptr,
+               .spec = st.spec,
+               .k = st.k,
+               .dtype = pred.dtype()});
   });
+  return out;
 }
-
-}  // namespace
 
 Array backward_from(const Stats& st, const Array& pred, const CrossEntropyOptions& options) {
   Array grad = allocate_agreed(pred.layout(), pred.shape(), pred.dtype(), pred.runtime_ptr());
@@ -442,11 +242,22 @@ Array backward_from(const Stats& st, const Array& pred, const CrossEntropyOption
                        ? 1.0
                        : static_cast<double>(st.positions);
   const double coef = options.grad_scale / n;
-  if (pred.dtype() == DType::kF32) {
-    fill_grad<float>(st, pred, coef, grad);
-  } else {
-    fill_grad<double>(st, pred, coef, grad);
-  }
+  const DeviceKind kind = kind_of(grad);
+  grad.runtime().pool().parallel_for(grad.local_shards().size(), [&](size_t i) {
+    Array::Shard& gs = grad.local_shards()[i];
+    cross_entropy_grad(kind,
+                       {.grad = &gs,
+                        .pred = pred.shard_at(gs.position),
+                        .targets = st.targets.shard_at(gs.position),
+                        .stats1 = st.rows->shard_at(gs.position),
+                        .stats2 = st.spec.two_rounds() ? st.rows2->shard_at(gs.position) : nullptr,
+                        .spec = st.spec,
+                        .k = st.k,
+                        .classes = st.classes,
+                        .pred_dtype = pred.dtype(),
+                        .target_dtype = st.targets.dtype(),
+                        .coef = coef});
+  });
   return grad;
 }
 

@@ -1,8 +1,8 @@
 // cross_entropy_stats.h — the machinery behind cross_entropy.h's entry points (NOTE
 // [Vocab-parallel cross-entropy]): the argument checks, which loss (Spec), the per-row
 // vocab-parallel statistics of every class block (Stats, compute_stats), the reduced loss, the
-// per-row loss and the gradient. Internal to cross_entropy.cc (implemented in
-// cross_entropy_stats.cc); not part of the ops API.
+// per-row losses and the gradient, each device's share computed by kernels/cross_entropy.h.
+// Internal to cross_entropy.cc (implemented in cross_entropy_stats.cc); not part of the ops API.
 //
 // Example:
 //   const Stats st = compute_stats(spec_of(/*sparse=*/true, options), logits, labels, options);
@@ -15,23 +15,17 @@
 #include <string_view>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/kernels/cross_entropy.h"
 #include "meshlayout/ops/cross_entropy.h"
 
 namespace meshlayout::cross_entropy_internal {
 
-// Which loss, and how y_pred is read.
-struct Spec {
-  bool sparse;
-  bool from_logits;
-  double smoothing;  // categorical only
+// Which loss, and how y_pred is read (the kernels' CrossEntropySpec), with the names messages use.
+struct Spec : CrossEntropySpec {
   std::string_view op() const {
     return sparse ? "sparse_categorical_crossentropy" : "categorical_crossentropy";
   }
   std::string_view pred() const { return from_logits ? "logits" : "probabilities"; }
-  // Statistics per row and class block of the first (and only, but for categorical
-  // probabilities) round.
-  int64_t width() const { return from_logits ? 4 : 2; }
-  bool two_rounds() const { return !sparse && !from_logits; }
 };
 
 Spec spec_of(bool sparse, const CrossEntropyOptions& o);
@@ -40,16 +34,6 @@ Spec spec_of(bool sparse, const CrossEntropyOptions& o);
 // compute_stats runs them first.
 void check_inputs(const Spec& sp, const Array& pred, const Array& targets,
                   const CrossEntropyOptions& options);
-
-// A shard's buffer as T.
-template <typename T>
-const T* data(const Array::Shard& s) {
-  return reinterpret_cast<const T*>(s.buffer.data());
-}
-template <typename T>
-T* data(Array::Shard& s) {
-  return reinterpret_cast<T*>(s.buffer.data());
-}
 
 // Everything the loss and the gradient read besides y_pred: the targets in the rows' layout
 // (sparse) or y_pred's (categorical), and the per-row statistics of every class block,
@@ -70,10 +54,9 @@ struct Stats {
 Stats compute_stats(const Spec& sp, const Array& pred, const Array& targets_in,
                     const CrossEntropyOptions& options);
 
-// The loss of one row from its combined statistics.
-// s1: the row's (k, width) first-round statistics; s2: its (k, 2) second-round ones (categorical
-// probabilities only, else unused).
-double row_loss(const Stats& st, const double* s1, const double* s2);
+// The loss of every row (as reduce_loss sums them) in y_pred's dtype, laid out as y_pred without
+// the class dimension. Local.
+Array row_losses(const Stats& st, const Array& pred);
 
 // The loss summed over every position (replica 0 of each row), then over processes in rank
 // order, and reduced as options.reduction says. Collective; equal on every process.
