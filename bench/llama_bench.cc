@@ -37,6 +37,7 @@
 
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/runtime/runtime.h"
 

@@ -18,6 +18,7 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout/layout_grid.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/models/llama_split_notes.h"
 #include "meshlayout/models/random_llama.h"

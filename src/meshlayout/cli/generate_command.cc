@@ -18,6 +18,7 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/plan/text_format.h"
 #include "meshlayout/runtime/communicator.h"

@@ -17,6 +17,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/testing/test_util.h"
 

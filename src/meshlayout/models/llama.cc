@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -319,95 +318,6 @@ Array LlamaModel::logits(const Array& tokens) { return embedding_->reverse(hidde
 Array LlamaModel::last_logits(const Array& tokens, std::vector<KVCache>& caches, int64_t start,
                               int64_t max_length) {
   return embedding_->reverse(last_position(hidden_states(tokens, &caches, start, max_length)));
-}
-
-GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                        const GenerateOptions& options) {
-  const LlamaConfig& c = model.config();
-  if (prompts.empty() || prompts[0].empty())
-    throw ValueError("generate needs at least one non-empty prompt");
-  const int64_t B = static_cast<int64_t>(prompts.size()),
-                T0 = static_cast<int64_t>(prompts[0].size());
-  for (size_t b = 0; b < prompts.size(); ++b) {
-    if (static_cast<int64_t>(prompts[b].size()) != T0) {
-      throw ValueError(
-          fmt::format("generate: prompts must have equal lengths, prompt 0 has {} tokens "
-                      "and prompt {} has {}",
-                      T0, b, prompts[b].size()));
-    }
-    for (size_t t = 0; t < prompts[b].size(); ++t) {
-      if (prompts[b][t] < 0 || prompts[b][t] >= c.vocab_size) {
-        throw ValueError(
-            fmt::format("generate: token {} at position {} of prompt {} is outside the "
-                        "vocabulary [0, {})",
-                        prompts[b][t], t, b, c.vocab_size));
-      }
-    }
-  }
-  // max_new_tokens comes from the command line: T0 + max_new_tokens must not wrap.
-  const std::optional<int64_t> total_length = checked_add(T0, options.max_new_tokens);
-  if (options.max_new_tokens < 1 || !total_length || *total_length > c.max_position_embeddings) {
-    throw ValueError(
-        fmt::format("generate: max_new_tokens must be >= 1 and the prompt ({}) plus "
-                    "max_new_tokens ({}) at most max_position_embeddings ({})",
-                    T0, options.max_new_tokens, c.max_position_embeddings));
-  }
-  const int64_t max_length = T0 + options.max_new_tokens;
-  const TensorLayout replicated = TensorLayout::replicated(2, model.mesh());
-  HostTensor tokens(DType::kI32, {B, T0});
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(prompts[static_cast<size_t>(b)].begin(), prompts[static_cast<size_t>(b)].end(),
-              tokens.data_as<int32_t>() + b * T0);
-  }
-  GenerateResult result;
-  result.tokens.resize(static_cast<size_t>(B));
-  std::vector<KVCache> caches;
-  using Clock = std::chrono::steady_clock;
-  auto t0 = Clock::now();
-  HostTensor logits =
-      model.last_logits(distribute_tensor(tokens, replicated), caches, 0, max_length).gather();
-  result.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  result.prefill_tokens = B * T0;
-  t0 = Clock::now();
-  for (int64_t step = 0; step < options.max_new_tokens; ++step) {
-    HostTensor next(DType::kI32, {B, 1});
-    for (int64_t b = 0; b < B; ++b) {
-      // The row in double (exactly, from F32 or F64 logits).
-      std::vector<double> row(static_cast<size_t>(c.vocab_size));
-      for (int64_t v = 0; v < c.vocab_size; ++v) {
-        row[static_cast<size_t>(v)] = logits.dtype() == DType::kF64
-                                          ? logits.data_as<double>()[b * c.vocab_size + v]
-                                          : logits.data_as<float>()[b * c.vocab_size + v];
-        // Finite weights can still overflow (a norm scale of 3e38): the argmax of a NaN row
-        // is token 0, which generation printed forever with exit 0. The logits are gathered,
-        // so every process refuses alike.
-        if (!std::isfinite(row[static_cast<size_t>(v)])) {
-          throw ValueError(fmt::format(
-              "generate: the logit of token {} for prompt {} at step {} is {}: the model's "
-              "activations overflow "
-              "(the weights are finite but too large for {}), so no token can be chosen",
-              v, b, step, row[static_cast<size_t>(v)], dtype_name(logits.dtype())));
-        }
-      }
-      int64_t best = 0;
-      double top = row[0];
-      for (int64_t v = 1; v < c.vocab_size; ++v) {
-        if (row[static_cast<size_t>(v)] > top) top = row[static_cast<size_t>(best = v)];
-      }
-      double sum = 0;
-      for (int64_t v = 0; v < c.vocab_size; ++v) sum += std::exp(row[static_cast<size_t>(v)] - top);
-      const int32_t token = static_cast<int32_t>(best);
-      next.data_as<int32_t>()[b] = token;
-      result.tokens[static_cast<size_t>(b)].push_back(token);
-      if (options.on_token) options.on_token(step, b, token, -std::log(sum));
-    }
-    if (step + 1 == options.max_new_tokens) break;
-    logits = model.last_logits(distribute_tensor(next, replicated), caches, T0 + step, max_length)
-                 .gather();
-    result.decode_tokens += B;
-  }
-  result.decode_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  return result;
 }
 
 }  // namespace meshlayout

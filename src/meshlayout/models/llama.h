@@ -1,5 +1,5 @@
-// llama.h — a Llama-class decoder (keras-hub LlamaBackbone + LlamaCausalLM) born sharded, and
-// greedy generation with a key/value cache.
+// llama.h — a Llama-class decoder (keras-hub LlamaBackbone + LlamaCausalLM) born sharded, with
+// the last-position logits and key/value caches that generation (generation.h) drives.
 //
 // Variables carry keras-hub's Keras 3 paths, with no model prefix (the backbone is functional
 // in keras-hub), so keras-hub's get_layout_map rules and Hugging Face checkpoints
@@ -23,7 +23,7 @@
 //   LlamaModel model(config, rules);
 //   load_hf_llama(HfLlamaCheckpoint::open(dir), model.variables_by_path());
 //   Array logits = model.logits(tokens);                           // (batch, seq, vocab)
-//   GenerateResult r = generate(model, {{5, 17, 42}}, {.max_new_tokens = 8});
+//   GenerateResult r = generate(model, {{5, 17, 42}}, {.max_new_tokens = 8});   // generation.h
 //   LlamaModel f64(config, rules, {.dtype = DType::kF64});   // weights, activations, gradients,
 //                                                             // optimizer slots all in float64
 #pragma once
@@ -171,25 +171,5 @@ class LlamaModel : public Model {
                          const std::function<Array(const Array& f, const Array& kernel)>& top,
                          Gradients& grads);
 };
-
-struct GenerateOptions {
-  int64_t max_new_tokens = 16;
-  /// Called on every process after each step, per sequence: (step, sequence, token, logprob =
-  /// log_softmax(logits)[token]).
-  std::function<void(int64_t, int64_t, int32_t, double)> on_token;
-};
-
-struct GenerateResult {
-  std::vector<std::vector<int32_t>> tokens;  // the new tokens of each sequence
-  double prefill_seconds = 0, decode_seconds = 0;
-  int64_t prefill_tokens = 0, decode_tokens = 0;
-};
-
-/// Greedy decoding (argmax; ties to the lowest id, as numpy) of every prompt (equal lengths),
-/// prefill then one token per step with a key/value cache laid out like the heads. Collective.
-/// ValueError for no prompt, prompts of different lengths, a token outside [0, vocab), or
-/// prompt + max_new_tokens beyond max_position_embeddings.
-GenerateResult generate(LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                        const GenerateOptions& options = {});
 
 }  // namespace meshlayout

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/hf_decoder_reference.h"
 #include "meshlayout/models/hf_llama_test_util.h"
 #include "meshlayout/models/llama.h"

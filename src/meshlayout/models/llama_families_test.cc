@@ -12,6 +12,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout_map/rules_file.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/hf_decoder_reference.h"
 #include "meshlayout/models/hf_llama_test_util.h"
 #include "meshlayout/models/llama.h"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/models/llama_test_util.h"
 #include "meshlayout/runtime/runtime.h"

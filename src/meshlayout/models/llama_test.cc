@@ -1,13 +1,14 @@
 // The Llama against a float64 reference fed its own weights: logits within 1e-4 relative and
 // identical greedy tokens, for MHA and GQA, tied and untied embeddings, replicated, keras-hub
 // 2-D rules, Megatron rules and key/value heads that do not divide the model axis; keras-hub
-// paths and shapes; generate's refusals.
+// paths and shapes (generation's own tests: generation_test.cc).
 #include "meshlayout/models/llama.h"
 
 #include <gtest/gtest.h>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/llama_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
@@ -115,32 +116,6 @@ TEST_F(LlamaTest, KerasHubPathsShapesAndLayouts) {
             TensorLayout({"model", "batch"}, mesh_));
   EXPECT_EQ(layouts.at("sequence_output_layernorm/scale"), TensorLayout({None}, mesh_));
   EXPECT_THROW((void)llama_layout_map(mesh_, "model", "data"), ValueError);
-}
-
-TEST_F(LlamaTest, GenerateRefusesBadPrompts) {
-  LlamaModel model(tiny(4, 2, true), LayoutMap(mesh_));
-  EXPECT_NE(testing::ValueErrorMessage([&] {
-              (void)generate(model, {{1, 48}});
-            }).find("token 48"),
-            std::string::npos);
-  EXPECT_THROW((void)generate(model, {}), ValueError);
-  EXPECT_THROW((void)generate(model, {{1, 2}, {3}}), ValueError);
-  EXPECT_THROW((void)generate(model, {{1}}, {.max_new_tokens = 64}), ValueError);
-  EXPECT_THROW((void)generate(model, {{1}}, {.max_new_tokens = 0}), ValueError);
-}
-
-// Issue 24: finite weights whose activations overflow (a norm scale of 3e38) gave NaN logits,
-// whose argmax is token 0; generate printed it with exit 0. Non-finite logits are refused.
-TEST_F(LlamaTest, GenerateRefusesLogitsThatOverflow) {
-  LlamaModel model(tiny(4, 2, true), testing::megatron_rules(mesh_));
-  Array* scale = model.variables_by_path().at("sequence_output_layernorm/scale");
-  for (Array::Shard& shard : scale->local_shards()) {
-    float* x = reinterpret_cast<float*>(shard.buffer.data());
-    for (int64_t i = 0; i < shard.box.num_elements(); ++i) x[i] = 3e38f;
-  }
-  const std::string m = testing::ValueErrorMessage([&] { (void)generate(model, {{1, 2, 3}}); });
-  EXPECT_NE(m.find("for prompt 0 at step 0 is"), std::string::npos) << m;
-  EXPECT_NE(m.find("the model's activations overflow"), std::string::npos) << m;
 }
 
 }  // namespace

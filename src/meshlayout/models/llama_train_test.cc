@@ -17,6 +17,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/models/llama_test_util.h"
 #include "meshlayout/models/llama_train_reference.h"
 #include "meshlayout/testing/test_util.h"

@@ -155,9 +155,26 @@ Array MultiHeadAttention::call_plus(const Array& x, const Array& residual, KVCac
 
 Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length,
                                  const Array* residual) {
-  auto [q, k] = project_query_key(x, start);
-  Array v = value_->call_on(x);
   const int64_t t = x.shape()[1];
+  std::vector<int64_t> row_starts;  // left padding: row b's slot s is at position s - padding[b]
+  if (cache != nullptr && !cache->padding.empty()) {
+    if (static_cast<int64_t>(cache->padding.size()) != x.shape()[0]) {
+      throw ValueError(
+          fmt::format("MultiHeadAttention layer {}: the cache's padding has {} rows, the batch {}",
+                      quote(name()), cache->padding.size(), x.shape()[0]));
+    }
+    for (const int64_t p : cache->padding) {
+      if (p < 0 || p >= max_length) {
+        throw ValueError(
+            fmt::format("MultiHeadAttention layer {}: a row's padding must be in [0, {}) "
+                        "(max_length), got {}",
+                        quote(name()), max_length, p));
+      }
+      row_starts.push_back(start - p);
+    }
+  }
+  auto [q, k] = project_query_key(x, start, row_starts);
+  Array v = value_->call_on(x);
   Array o = [&] {
     if (cache == nullptr) return attention(q, k, v, attention_options());
     const TensorLayout q_layout({q.layout().axes()[0], None, q.layout().axes()[2], None}, q.mesh());
@@ -176,6 +193,18 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
       // The cache holds k and v in the compute dtype (the layer's: F32 or F64).
       cache->key.emplace(allocate_agreed(kv_layout, shape, k.dtype(), q.runtime_ptr()));
       cache->value.emplace(allocate_agreed(kv_layout, shape, v.dtype(), q.runtime_ptr()));
+      cache->key_mask.reset();
+      if (!row_starts.empty()) {
+        HostTensor mask(DType::kU8, {x.shape()[0], max_length});
+        for (int64_t b = 0; b < x.shape()[0]; ++b) {
+          for (int64_t s = 0; s < max_length; ++s) {
+            mask.data_as<uint8_t>()[b * max_length + s] =
+                s >= cache->padding[static_cast<size_t>(b)] ? 1 : 0;
+          }
+        }
+        cache->key_mask.emplace(
+            distribute_tensor(mask, TensorLayout({kv_layout.axes()[0], None}, q.mesh())));
+      }
     }
     write_rows(k, *cache->key, start);
     write_rows(v, *cache->value, start);
@@ -183,19 +212,24 @@ Array MultiHeadAttention::attend(const Array& x, KVCache* cache, int64_t start, 
     AttentionOptions cached = attention_options();
     cached.query_offset = start;
     cached.key_length = start + t;
+    if (cache->key_mask) cached.key_mask = &*cache->key_mask;
     return attention(q, *cache->key, *cache->value, cached);
   }();
   return residual != nullptr ? output_->call_plus(o, *residual) : output_->call_on(o);
 }
 
-std::pair<Array, Array> MultiHeadAttention::project_query_key(const Array& x, int64_t start) {
+std::pair<Array, Array> MultiHeadAttention::project_query_key(const Array& x, int64_t start,
+                                                              std::span<const int64_t> row_starts) {
   Array q = query_->call_on(x);
   Array k = key_->call_on(x);
   if (query_norm_) {
     q = query_norm_->call_on(q);
     k = key_norm_->call_on(k);
   }
-  if (options_.rope_theta > 0) {
+  if (options_.rope_theta > 0 && !row_starts.empty()) {
+    q = apply_rotary_embedding(std::move(q), row_starts, rope());
+    k = apply_rotary_embedding(std::move(k), row_starts, rope());
+  } else if (options_.rope_theta > 0) {
     q = apply_rotary_embedding(std::move(q), start, rope());
     k = apply_rotary_embedding(std::move(k), start, rope());
   }

@@ -22,14 +22,17 @@
 //   KVCache cache;                                           // generation:
 //   Array y0 = attn->call_cached(prompt, cache, 0, /*max_length=*/64);
 //   Array y1 = attn->call_cached(next_token, cache, prompt_len, 64);
+//   KVCache padded{.padding = {2, 0}};   // row 0 left-padded by 2: masked, positions shifted
 //   Gradients grads;                                         // training (uncached):
 //   Array dx = attn->backward(x, dy, grads);                 //
 //   grads.find(*attn->query()->kernel())
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "meshlayout/nn/layers/core/einsum_dense.h"
 #include "meshlayout/nn/layers/normalization/rms_normalization.h"
@@ -65,6 +68,12 @@ struct MultiHeadAttentionOptions {
 struct KVCache {
   std::optional<Array> key, value;
   int64_t length = 0;  // positions filled
+  /// Left-padded batches (models/generation.h), set before the first call: row b's first
+  /// padding[b] slots hold no token, so every query masks them, and the token in slot s of row b
+  /// is at position s − padding[b] (its rotary angle). Empty: no padding.
+  std::vector<int64_t> padding;
+  /// (batch, max_length) U8, 0 on the padding slots: made with the cache from `padding`.
+  std::optional<Array> key_mask;
 };
 
 class MultiHeadAttention : public Layer {
@@ -108,8 +117,10 @@ class MultiHeadAttention : public Layer {
  private:
   Array attend(const Array& x, KVCache* cache, int64_t start, int64_t max_length,
                const Array* residual = nullptr);
-  // q and k projected (and head-normalised, rotated at positions start…) from x.
-  std::pair<Array, Array> project_query_key(const Array& x, int64_t start);
+  // q and k projected (and head-normalised, rotated at positions start…, or row b at
+  // row_starts[b]… when given) from x.
+  std::pair<Array, Array> project_query_key(const Array& x, int64_t start,
+                                            std::span<const int64_t> row_starts = {});
   Rope rope() const { return Rope(options_.rope_theta, options_.rope_scaling); }
   AttentionOptions attention_options() const {
     return {.causal = options_.causal,
