@@ -43,6 +43,7 @@ __all__ = [
     "Array", "Checkpoint", "DeviceMesh", "LayoutMap", "Shard", "TensorLayout",
     "current_layout_map", "device_memory", "distribute_tensor", "get_device_count",
     "list_devices", "load", "open_checkpoint", "plan", "save",
+    "distribution",  # the submodule meshlayout.distribution (keras.distribution's names)
 ]
 
 
@@ -87,3 +88,6 @@ def plan(checkpoint, layout_map, strict=False):
 
 
 from meshlayout._meshlayout import _plan_json as _meshlayout_plan_json  # noqa: E402
+
+# keras.distribution's module: DataParallel, ModelParallel, set_distribution, distribution(), …
+from meshlayout import distribution  # noqa: E402

@@ -27,6 +27,8 @@ void bind_layout(py::module_& m);      // DeviceMesh, TensorLayout, devices
 void bind_layout_map(py::module_& m);  // LayoutMap and its scope
 void bind_array(py::module_& m);       // Array, distribute_tensor, device memory
 void bind_io(py::module_& m);          // checkpoints: open, inspect, plan, load, save
+// DataParallel, ModelParallel, the thread's current distribution as C++ sees it
+void bind_distribution(py::module_& m);
 
 /// The C++ map under a Python LayoutMap (bind_layout_map.cc).
 const LayoutMap& layout_map_of(const py::handle& obj);

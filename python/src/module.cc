@@ -37,6 +37,7 @@ PYBIND11_MODULE(_meshlayout, m) {
   bind_layout_map(m);
   bind_array(m);
   bind_io(m);
+  bind_distribution(m);
 }
 
 }  // namespace meshlayout::python
