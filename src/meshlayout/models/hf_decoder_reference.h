@@ -10,6 +10,11 @@
 //                 repeat_kv; h = h + a·o_projᵀ (+ o_proj.bias)
 //                 m = rmsnorm(h) · post_attention_layernorm; h = h + down(silu(gate(m)) · up(m))
 //   logits = rmsnorm(h) · norm · lm_headᵀ (embed_tokens when tied).
+// Gemma (modeling_gemma.py, modeling_gemma2.py): h = embed · sqrt(hidden_size); every norm
+// multiplies by (1 + weight); scores scaled by query_pre_attn_scalar^(−1/2); the MLP is
+// gelu_pytorch_tanh(gate) · up; Gemma 2 adds post_attention_layernorm on the attention's output
+// and pre/post_feedforward_layernorm around the MLP, scores soft-capped
+// (cap · tanh(s / cap)), a sliding window on even layers, and final logits soft-capped.
 //
 // Example:
 //   std::map<std::string, HostTensor> hf = random_hf_tensors(config, 7);
@@ -71,8 +76,10 @@ inline HfVec linear(const HfVec& x, const HfVec& w, int64_t rows, int64_t in, in
   return y;
 }
 
-// LlamaRMSNorm over runs of `n`: x · rsqrt(mean(x²) + eps) · weight.
-inline HfVec rms_norm(const HfVec& x, int64_t n, const HfVec& weight, double eps) {
+// LlamaRMSNorm over runs of `n`: x · rsqrt(mean(x²) + eps) · weight (GemmaRMSNorm with
+// `plus_one`: · (1 + weight)).
+inline HfVec rms_norm(const HfVec& x, int64_t n, const HfVec& weight, double eps,
+                      bool plus_one = false) {
   HfVec y(x.size());
   for (size_t r = 0; r < x.size(); r += static_cast<size_t>(n)) {
     double sq = 0;
@@ -80,8 +87,8 @@ inline HfVec rms_norm(const HfVec& x, int64_t n, const HfVec& weight, double eps
       sq += x[r + static_cast<size_t>(i)] * x[r + static_cast<size_t>(i)];
     const double inv = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
     for (int64_t i = 0; i < n; ++i) {
-      y[r + static_cast<size_t>(i)] =
-          x[r + static_cast<size_t>(i)] * inv * weight[static_cast<size_t>(i)];
+      y[r + static_cast<size_t>(i)] = x[r + static_cast<size_t>(i)] * inv *
+                                      (weight[static_cast<size_t>(i)] + (plus_one ? 1.0 : 0.0));
     }
   }
   return y;
@@ -145,10 +152,19 @@ inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::strin
           embed[static_cast<size_t>(tokens[static_cast<size_t>(n)] * d + i)];
     }
   }
+  const bool gemma = c.family == "gemma" || c.family == "gemma2";
+  const bool gemma2 = c.family == "gemma2";
+  if (gemma) {  // the normalizer sqrt(hidden_size)
+    for (double& e : h) e *= std::sqrt(static_cast<double>(d));
+  }
+  const double scale =
+      gemma ? 1.0 / std::sqrt(c.query_pre_attn_scalar) : 1.0 / std::sqrt(static_cast<double>(D));
   const HfVec freq = inv_freq(c);
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
-    const HfVec n = rms_norm(h, d, values(hf, p + "input_layernorm.weight"), eps);
+    // Mistral: every layer's window; Gemma 2: the even layers' (is_sliding = not layer_idx % 2).
+    const int64_t window = gemma2 ? (layer % 2 == 0 ? c.sliding_window : 0) : c.sliding_window;
+    const HfVec n = rms_norm(h, d, values(hf, p + "input_layernorm.weight"), eps, gemma);
     const auto proj = [&](const char* name, int64_t out) {
       const std::string w = p + "self_attn." + name + "_proj.";
       const bool bias = hf.count(w + "bias") > 0;
@@ -171,13 +187,17 @@ inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::strin
           HfVec w(static_cast<size_t>(T), -INFINITY);
           double m = -INFINITY;
           for (int64_t s = 0; s <= t; ++s) {
-            if (c.sliding_window > 0 && t - s >= c.sliding_window) continue;
+            if (window > 0 && t - s >= window) continue;
             double dot = 0;
             for (int64_t i = 0; i < D; ++i) {
               dot += q[static_cast<size_t>(((b * T + t) * H + head) * D + i)] *
                      k[static_cast<size_t>(((b * T + s) * Hkv + kv) * D + i)];
             }
-            w[static_cast<size_t>(s)] = dot / std::sqrt(static_cast<double>(D));
+            double score = dot * scale;
+            if (c.attn_logit_softcapping > 0) {
+              score = std::tanh(score / c.attn_logit_softcapping) * c.attn_logit_softcapping;
+            }
+            w[static_cast<size_t>(s)] = score;
             m = std::max(m, w[static_cast<size_t>(s)]);
           }
           double sum = 0;
@@ -195,17 +215,36 @@ inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::strin
     const std::string o = p + "self_attn.o_proj.";
     const bool o_bias = hf.count(o + "bias") > 0;
     const HfVec ob = o_bias ? values(hf, o + "bias") : HfVec();
-    const HfVec attn = linear(a, values(hf, o + "weight"), N, H * D, d, o_bias ? &ob : nullptr);
+    HfVec attn = linear(a, values(hf, o + "weight"), N, H * D, d, o_bias ? &ob : nullptr);
+    if (gemma2)
+      attn = rms_norm(attn, d, values(hf, p + "post_attention_layernorm.weight"), eps, true);
     for (size_t i = 0; i < h.size(); ++i) h[i] += attn[i];
-    const HfVec mlp_in = rms_norm(h, d, values(hf, p + "post_attention_layernorm.weight"), eps);
+    const HfVec mlp_in = rms_norm(h, d,
+                                  values(hf, p + (gemma2 ? "pre_feedforward_layernorm.weight"
+                                                         : "post_attention_layernorm.weight")),
+                                  eps, gemma);
     HfVec gate = linear(mlp_in, values(hf, p + "mlp.gate_proj.weight"), N, d, ff);
     const HfVec up = linear(mlp_in, values(hf, p + "mlp.up_proj.weight"), N, d, ff);
-    for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-    const HfVec down = linear(gate, values(hf, p + "mlp.down_proj.weight"), N, ff, d);
+    for (size_t i = 0; i < gate.size(); ++i) {
+      const double g = gate[i];
+      const double act =
+          gemma  // gelu_pytorch_tanh, or silu
+              ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)))
+              : g / (1 + std::exp(-g));
+      gate[i] = act * up[i];
+    }
+    HfVec down = linear(gate, values(hf, p + "mlp.down_proj.weight"), N, ff, d);
+    if (gemma2)
+      down = rms_norm(down, d, values(hf, p + "post_feedforward_layernorm.weight"), eps, true);
     for (size_t i = 0; i < h.size(); ++i) h[i] += down[i];
   }
-  const HfVec f = rms_norm(h, d, values(hf, "model.norm.weight"), eps);
-  return linear(f, c.tie_word_embeddings ? embed : values(hf, "lm_head.weight"), N, d, V);
+  const HfVec f = rms_norm(h, d, values(hf, "model.norm.weight"), eps, gemma);
+  HfVec logits = linear(f, c.tie_word_embeddings ? embed : values(hf, "lm_head.weight"), N, d, V);
+  if (c.final_logit_softcapping > 0) {
+    for (double& e : logits)
+      e = std::tanh(e / c.final_logit_softcapping) * c.final_logit_softcapping;
+  }
+  return logits;
 }
 
 /// Greedy continuation of one prompt by the reference (argmax of the last position's logits,

@@ -137,6 +137,47 @@ std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
   const std::string d_fields = fmt::format("(hidden_size,) = ({},)", d);
   add("token_embedding/embeddings", "model.embed_tokens.weight", {vocab, d}, {vocab, d}, {0, 1},
       fmt::format("(vocab_size, hidden_size) = ({}, {})", vocab, d));
+  if (c.gemma()) {  // keras-hub's GemmaBackbone names; q/k/v kernels stored heads first
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      const std::string k = fmt::format("decoder_block_{}/", i);
+      const std::string h = fmt::format("model.layers.{}.", i);
+      add(k + "pre_attention_norm/scale", h + "input_layernorm.weight", {d}, {d}, {0}, d_fields);
+      for (const char* proj : {"q", "k", "v"}) {
+        const bool query = proj[0] == 'q';
+        const int64_t heads = query ? hq : hkv;
+        const char* heads_field = query ? "num_attention_heads" : "num_key_value_heads";
+        const char* name = query ? "query" : proj[0] == 'k' ? "key" : "value";
+        add(k + "attention/" + name + "/kernel", h + "self_attn." + proj + "_proj.weight",
+            {heads * hd, d}, {heads, hd, d}, {0, 2, 1},
+            fmt::format("({}*head_dim, hidden_size) = ({}*{}, {})", heads_field, heads, hd, d));
+      }
+      add(k + "attention/attention_output/kernel", h + "self_attn.o_proj.weight", {d, hq * hd},
+          {d, hq, hd}, {1, 2, 0},
+          fmt::format("(hidden_size, num_attention_heads*head_dim) = ({}, {}*{})", d, hq, hd));
+      if (c.post_norms()) {  // Gemma 2: post_attention_layernorm is the post-attention norm
+        add(k + "post_attention_norm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
+            d_fields);
+        add(k + "pre_ffw_norm/scale", h + "pre_feedforward_layernorm.weight", {d}, {d}, {0},
+            d_fields);
+        add(k + "post_ffw_norm/scale", h + "post_feedforward_layernorm.weight", {d}, {d}, {0},
+            d_fields);
+      } else {  // Gemma 1: post_attention_layernorm is the pre-feed-forward norm
+        add(k + "pre_ffw_norm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
+            d_fields);
+      }
+      const std::string ff_d = fmt::format("(intermediate_size, hidden_size) = ({}, {})", ff, d);
+      add(k + "ffw_gating/kernel", h + "mlp.gate_proj.weight", {ff, d}, {ff, d}, {1, 0}, ff_d);
+      add(k + "ffw_gating_2/kernel", h + "mlp.up_proj.weight", {ff, d}, {ff, d}, {1, 0}, ff_d);
+      add(k + "ffw_linear/kernel", h + "mlp.down_proj.weight", {d, ff}, {d, ff}, {1, 0},
+          fmt::format("(hidden_size, intermediate_size) = ({}, {})", d, ff));
+    }
+    add("final_normalization/scale", "model.norm.weight", {d}, {d}, {0}, d_fields);
+    if (!c.tie_word_embeddings) {
+      add("token_embedding/reverse_embeddings", "lm_head.weight", {vocab, d}, {vocab, d}, {1, 0},
+          fmt::format("(vocab_size, hidden_size) = ({}, {})", vocab, d));
+    }
+    return out;
+  }
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string k = fmt::format("transformer_layer_{}/", i);
     const std::string h = fmt::format("model.layers.{}.", i);

@@ -97,7 +97,8 @@ std::string rope_type_of(const FieldReader& outer, std::string_view field, const
 
 // The Hugging Face class of each family, in kLlamaFamilies' order.
 constexpr std::string_view kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                               "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+                                               "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                               "GemmaForCausalLM", "Gemma2ForCausalLM"};
 
 std::string supported_families() {
   std::string out;
@@ -173,10 +174,21 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
           supported_families()));
     }
   }
-  const std::string act = f.string("hidden_act", "silu");
-  if (act != "silu") {
-    throw ValueError(
-        fmt::format("{}: hidden_act {} is not supported, expected 'silu'", source, quote(act)));
+  const bool gemma = model_type == "gemma" || model_type == "gemma2";
+  if (gemma) {  // GeGLU: gelu with the tanh approximation (Gemma 1 files may say "gelu")
+    const std::string act =
+        f.string("hidden_activation", f.string("hidden_act", "gelu_pytorch_tanh"));
+    if (act != "gelu_pytorch_tanh" && act != "gelu") {
+      throw ValueError(fmt::format(
+          "{}: hidden_activation {} is not supported for {}, expected 'gelu_pytorch_tanh'", source,
+          quote(act), quote(model_type)));
+    }
+  } else {
+    const std::string act = f.string("hidden_act", "silu");
+    if (act != "silu") {
+      throw ValueError(
+          fmt::format("{}: hidden_act {} is not supported, expected 'silu'", source, quote(act)));
+    }
   }
   if (f.boolean("mlp_bias", false)) {
     throw ValueError(
@@ -201,8 +213,9 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
   c.num_attention_heads = f.positive_int("num_attention_heads", std::nullopt);
   c.num_key_value_heads = f.positive_int("num_key_value_heads", c.num_attention_heads);
   // transformers' defaults: Qwen3Config's head_dim is 128, the others derive it.
-  c.head_dim = f.positive_int("head_dim",
-                              model_type == "qwen3" ? 128 : c.hidden_size / c.num_attention_heads);
+  c.head_dim = f.positive_int("head_dim", model_type == "qwen3" ? 128
+                                          : gemma               ? 256
+                                                  : c.hidden_size / c.num_attention_heads);
   c.rms_norm_eps = f.positive_number("rms_norm_eps", 1e-6);
   c.family = model_type;
   c.rope_theta = f.positive_number("rope_theta", 10000.0);
@@ -220,14 +233,38 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
   }
   // Qwen 2 has q/k/v biases by construction (no attention_bias field in its config).
   if (model_type != "qwen2") c.attention_bias = f.boolean("attention_bias", false);
-  if (model_type == "mistral") {  // transformers' MistralConfig: 4096 when absent, null: none
+  if (model_type == "mistral" || model_type == "gemma2") {  // 4096 when absent, null: none
     c.sliding_window =
         j.contains("sliding_window") ? f.positive_int("sliding_window", 0) : int64_t{4096};
   }
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+  if (gemma) {
+    c.query_pre_attn_scalar = f.positive_number(
+        "query_pre_attn_scalar", model_type == "gemma2" ? 256.0 : static_cast<double>(c.head_dim));
+  }
+  if (model_type == "gemma2") {  // transformers' Gemma2Config defaults; null: no capping
+    const auto cap = [&](std::string_view field, double fallback) {
+      return j.contains(field) ? f.positive_number(field, 0.0) : fallback;
+    };
+    c.attn_logit_softcapping = cap("attn_logit_softcapping", 50.0);
+    c.final_logit_softcapping = cap("final_logit_softcapping", 30.0);
+    if (const json* types = f.find("layer_types")) {  // must be the alternating pattern
+      bool alternating =
+          types->is_array() && static_cast<int64_t>(types->size()) == c.num_hidden_layers;
+      for (size_t i = 0; alternating && i < types->size(); ++i) {
+        alternating = (*types)[i] == (i % 2 == 0 ? "sliding_attention" : "full_attention");
+      }
+      if (!alternating) {
+        f.fail("layer_types", *types,
+               "the alternating pattern of Gemma 2 (sliding_attention on layers 0, 2, ..., "
+               "full_attention on 1, 3, ...)");
+      }
+    }
+  }
+  c.tie_word_embeddings = f.boolean("tie_word_embeddings", gemma);  // Gemma's default: tied
   c.max_position_embeddings =
       f.positive_int("max_position_embeddings", model_type == "llama"     ? 2048
                                                 : model_type == "mistral" ? 4096 * 32
+                                                : gemma                   ? 8192
                                                                           : 32768);
   c.torch_dtype = f.string("torch_dtype", f.string("dtype", ""));
   try {
@@ -268,11 +305,26 @@ void LlamaConfig::validate() const {
     throw ValueError(
         fmt::format("'model_type' is {}, expected one of {}", quote(family), supported_families()));
   }
-  if (sliding_window < 0 || (sliding_window > 0 && family != "mistral")) {
-    throw ValueError(fmt::format("'sliding_window' is {}, expected 0 (none){}", sliding_window,
-                                 family == "mistral" ? " or a positive number of keys"
-                                                     : " for model_type " + quote(family)));
+  const bool windowed = family == "mistral" || family == "gemma2";
+  if (sliding_window < 0 || (sliding_window > 0 && !windowed)) {
+    throw ValueError(fmt::format(
+        "'sliding_window' is {}, expected 0 (none){}", sliding_window,
+        windowed ? " or a positive number of keys" : " for model_type " + quote(family)));
   }
+  if (gemma() && !(query_pre_attn_scalar > 0)) {
+    throw ValueError(fmt::format("'query_pre_attn_scalar' is {}, expected a positive number",
+                                 query_pre_attn_scalar));
+  }
+  for (const auto& [field, cap] : {std::pair{"attn_logit_softcapping", attn_logit_softcapping},
+                                   std::pair{"final_logit_softcapping", final_logit_softcapping}}) {
+    if (!(cap >= 0) || !std::isfinite(cap) || (cap > 0 && family != "gemma2")) {
+      throw ValueError(fmt::format("{} is {}, expected {}", quote(field), cap,
+                                   family == "gemma2"
+                                       ? std::string("a positive number, or 0 for none")
+                                       : "0 for model_type " + quote(family)));
+    }
+  }
+
   if (head_dim % 2 != 0) {
     throw ValueError(
         fmt::format("'head_dim' is {}, expected an even number (the rotary embedding rotates "
@@ -319,10 +371,26 @@ std::string LlamaConfig::to_json() const {
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
   }
   if (family == "qwen2" || family == "qwen3") j["use_sliding_window"] = false;
+  if (gemma()) {
+    j.erase("hidden_act");
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+  }
+  if (family == "gemma2") {
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    j["attn_logit_softcapping"] =
+        attn_logit_softcapping > 0 ? json(attn_logit_softcapping) : json(nullptr);
+    j["final_logit_softcapping"] =
+        final_logit_softcapping > 0 ? json(final_logit_softcapping) : json(nullptr);
+  }
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["max_position_embeddings"] = max_position_embeddings;
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";
+}
+
+double LlamaConfig::attention_scale() const {
+  return gemma() ? 1.0 / std::sqrt(query_pre_attn_scalar) : 0.0;
 }
 
 std::string LlamaConfig::architecture() const {

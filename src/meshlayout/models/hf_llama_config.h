@@ -7,6 +7,11 @@
 //   mistral MistralForCausalLM (sliding_window)
 //   qwen2   Qwen2ForCausalLM   (Qwen 2 / 2.5: q/k/v biases, no output bias)
 //   qwen3   Qwen3ForCausalLM   (Qwen 3: per-head RMS norms of q and k; attention_bias)
+//   gemma   GemmaForCausalLM   (keras-hub's Gemma block: decoder_block_{i}, GeGLU, RMSNorm with
+//                               1 + scale, embeddings times sqrt(hidden_size), tied)
+//   gemma2  Gemma2ForCausalLM  (and post-attention/post-feed-forward norms, attention and
+//                               final-logit soft-capping, query_pre_attn_scalar, a sliding
+//                               window on every other layer)
 // head_dim may differ from hidden_size / num_attention_heads (Qwen 3, Mistral Nemo).
 //
 // Example:
@@ -30,7 +35,8 @@
 namespace meshlayout {
 
 /// The Llama-style families LlamaConfig reads, as config.json's model_type names them.
-inline constexpr std::string_view kLlamaFamilies[] = {"llama", "mistral", "qwen2", "qwen3"};
+inline constexpr std::string_view kLlamaFamilies[] = {"llama", "mistral", "qwen2",
+                                                      "qwen3", "gemma",   "gemma2"};
 
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -51,8 +57,25 @@ struct LlamaConfig {
   std::optional<Llama3RopeScaling> rope_scaling;
   /// attention_bias (llama, qwen3): biases on q, k, v and o. Qwen 2 always has q/k/v biases.
   bool attention_bias = false;
-  /// Mistral's sliding_window (0: none, also for a null in the file).
+  /// Mistral's sliding_window (every layer) or Gemma 2's (layers 0, 2, 4, …); 0: none.
   int64_t sliding_window = 0;
+  /// Gemma: scores scaled by query_pre_attn_scalar^(−1/2) (Gemma 1: head_dim).
+  double query_pre_attn_scalar = 0;
+  /// Gemma 2: attn_logit_softcapping and final_logit_softcapping (0: none).
+  double attn_logit_softcapping = 0;
+  double final_logit_softcapping = 0;
+
+  /// keras-hub's Gemma block and names (gemma, gemma2).
+  bool gemma() const { return family == "gemma" || family == "gemma2"; }
+  /// Gemma 2's post-attention and post-feed-forward norms.
+  bool post_norms() const { return family == "gemma2"; }
+  /// The sliding window of layer i (0: full attention).
+  int64_t window_of_layer(int64_t i) const {
+    if (family == "gemma2") return i % 2 == 0 ? sliding_window : 0;
+    return sliding_window;
+  }
+  /// The attention scores' scale: 0 (1/sqrt(head_dim)) except for Gemma.
+  double attention_scale() const;
 
   /// q/k/v projections with biases: attention_bias, or the qwen2 family.
   bool qkv_bias() const { return attention_bias || family == "qwen2"; }

@@ -72,11 +72,11 @@ TEST(LlamaConfigTest, RopeThetaFromRopeParameters) {
 }
 
 TEST(LlamaConfigTest, RefusesOtherArchitecturesAndModelTypes) {
-  std::string m = refusal(R"("architectures": ["GemmaForCausalLM"])");
-  EXPECT_TRUE(HasSubstr(m, "unsupported architecture [\"GemmaForCausalLM\"]"));
+  std::string m = refusal(R"("architectures": ["Gemma3ForCausalLM"])");
+  EXPECT_TRUE(HasSubstr(m, "unsupported architecture [\"Gemma3ForCausalLM\"]"));
   EXPECT_TRUE(HasSubstr(m, "expected LlamaForCausalLM"));
-  m = refusal(R"("model_type": "gemma")");
-  EXPECT_TRUE(HasSubstr(m, "model_type 'gemma'"));
+  m = refusal(R"("model_type": "mixtral")");
+  EXPECT_TRUE(HasSubstr(m, "model_type 'mixtral'"));
   EXPECT_TRUE(HasSubstr(m, "Qwen3ForCausalLM (model_type 'qwen3')"));
   // architectures and model_type must agree.
   m = refusal(R"("architectures": ["MistralForCausalLM"], "model_type": "qwen2")");
@@ -115,6 +115,29 @@ TEST(LlamaConfigTest, ReadsEveryFamily) {
   EXPECT_TRUE(c.output_bias());
   c = LlamaConfig::from_json(config_text(R"("attention_bias": true)"));  // Llama's own biases
   EXPECT_TRUE(c.qkv_bias() && c.output_bias());
+  // Gemma 2 with transformers' defaults, and Gemma 1.
+  c = LlamaConfig::from_json(config_text(R"("architectures": ["Gemma2ForCausalLM"],
+                     "model_type": "gemma2", "hidden_activation": "gelu_pytorch_tanh")"));
+  EXPECT_TRUE(c.gemma() && c.post_norms());
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.window_of_layer(0), 4096);
+  EXPECT_EQ(c.window_of_layer(1), 0);
+  EXPECT_EQ(c.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(c.final_logit_softcapping, 30.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.max_position_embeddings, 8192);
+  EXPECT_DOUBLE_EQ(c.attention_scale(), 1.0 / 16.0);
+  c = LlamaConfig::from_json(config_text(
+      R"("model_type": "gemma2", "final_logit_softcapping": null, "head_dim": 8,
+         "layer_types": ["sliding_attention", "full_attention"])"));
+  EXPECT_EQ(c.final_logit_softcapping, 0.0);
+  c = LlamaConfig::from_json(config_text(R"("model_type": "gemma", "hidden_act": "gelu")"));
+  EXPECT_TRUE(c.gemma());
+  EXPECT_FALSE(c.post_norms());
+  EXPECT_EQ(c.query_pre_attn_scalar, 256.0);  // head_dim
+  EXPECT_EQ(c.window_of_layer(0), 0);
   // Llama 3.1's rope_scaling, in both of its places.
   c = LlamaConfig::from_json(config_text(
       R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -180,6 +203,11 @@ TEST(LlamaConfigTest, RefusesMlpBiasesQwenWindowsAndOtherActivations) {
   EXPECT_TRUE(HasSubstr(m, "'mlp_bias' is true"));
   m = refusal(R"("hidden_act": "gelu")");
   EXPECT_TRUE(HasSubstr(m, "hidden_act 'gelu' is not supported, expected 'silu'"));
+  m = refusal(R"("model_type": "gemma2", "hidden_activation": "relu")");
+  EXPECT_TRUE(HasSubstr(m, "hidden_activation 'relu' is not supported for 'gemma2'"));
+  m = refusal(R"("model_type": "gemma2", "layer_types": ["full_attention", "full_attention"])");
+  EXPECT_TRUE(HasSubstr(m, "'layer_types' is"));
+  EXPECT_TRUE(HasSubstr(m, "the alternating pattern of Gemma 2"));
   m = refusal(R"("model_type": "qwen2", "use_sliding_window": true)");
   EXPECT_TRUE(HasSubstr(m, "'use_sliding_window' is true, which is not supported for 'qwen2'"));
   LlamaConfig c = LlamaConfig::from_json(config_text());
@@ -221,10 +249,12 @@ TEST(LlamaConfigTest, ToJsonReadsBackEqual) {
   EXPECT_TRUE(HasSubstr(json, "\"architectures\": [\n    \"LlamaForCausalLM\"\n  ]"));
   EXPECT_EQ(LlamaConfig::from_json(json), c);
   // Every family's fields read back.
-  for (const char* family : {"mistral", "qwen2", "qwen3"}) {
+  for (const char* family : {"mistral", "qwen2", "qwen3", "gemma", "gemma2"}) {
     LlamaConfig f = c;
     f.family = family;
-    f.sliding_window = f.family == "mistral" ? 64 : 0;
+    f.sliding_window = f.family == "mistral" || f.family == "gemma2" ? 64 : 0;
+    if (f.gemma()) f.query_pre_attn_scalar = 24;
+    if (f.family == "gemma2") f.attn_logit_softcapping = 50, f.final_logit_softcapping = 30;
     f.attention_bias = f.family == "qwen3";
     f.rope_scaling = Llama3RopeScaling{.factor = 4.0, .original_max_position_embeddings = 128};
     EXPECT_EQ(LlamaConfig::from_json(f.to_json()), f) << family;

@@ -16,6 +16,7 @@
 #include "meshlayout/ops/elementwise.h"
 #include "meshlayout/ops/matmul.h"
 #include "meshlayout/ops/matmul_backward.h"
+#include "meshlayout/ops/scalar_ops.h"
 
 namespace meshlayout {
 namespace {
@@ -94,8 +95,22 @@ LayoutMap qwen_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
   return out;
 }
 
+LayoutMap gemma_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
+                           const std::string& data_dim) {
+  check_layout_map_axes("gemma_layout_map", mesh, model_dim, data_dim);
+  const DimSharding model(model_dim), data(data_dim);
+  LayoutMap out(mesh);
+  out["token_embedding/embeddings"] = TensorLayout({model, data});
+  out["decoder_block.*attention.*(query|key|value).kernel"] = TensorLayout({model, data, None});
+  out["decoder_block.*attention_output.kernel"] = TensorLayout({model, None, data});
+  out["decoder_block.*ffw_gating.*kernel"] = TensorLayout({data, model});
+  out["decoder_block.*ffw_linear.kernel"] = TensorLayout({model, data});
+  return out;
+}
+
 LayoutMap family_layout_map(const LlamaConfig& config, const DeviceMesh& mesh,
                             const std::string& model_dim, const std::string& data_dim) {
+  if (config.gemma()) return gemma_layout_map(mesh, model_dim, data_dim);
   if (config.family == "qwen2" || config.family == "qwen3") {
     return qwen_layout_map(mesh, model_dim, data_dim);
   }
@@ -103,50 +118,74 @@ LayoutMap family_layout_map(const LlamaConfig& config, const DeviceMesh& mesh,
 }
 
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
-    : Layer("llama_transformer_decoder", fmt::format("transformer_layer_{}", index)) {
-  attention_norm_ = track("self_attention_layernorm",
-                          std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-                              .name = "self_attention_layernorm", .epsilon = config.rms_norm_eps}));
+    : Layer(config.gemma() ? "gemma_decoder_block" : "llama_transformer_decoder",
+            std::string(config.gemma() ? "decoder_block_" : "transformer_layer_") +
+                std::to_string(index)) {
+  // keras-hub's names: LlamaTransformerDecoder's, or GemmaDecoderBlock's (RMSNorm times
+  // 1 + scale, the scale starting at zero; GeGLU; q/k/v kernels heads first).
+  const bool gemma = config.gemma();
+  const auto norm = [&](const char* name) {
+    return track(name, std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                           .name = name,
+                           .epsilon = config.rms_norm_eps,
+                           .scale_initializer = gemma ? Initializer::zeros() : Initializer::ones(),
+                           .unit_offset = gemma}));
+  };
+  attention_norm_ = norm(gemma ? "pre_attention_norm" : "self_attention_layernorm");
+  const char* attention_name = gemma ? "attention" : "self_attention";
   attention_ =
-      track("self_attention", std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
-                                  .num_heads = config.num_attention_heads,
-                                  .key_dim = config.head_dim,
-                                  .num_key_value_heads = config.num_key_value_heads,
-                                  .use_bias = config.qkv_bias(),
-                                  .use_output_bias = config.output_bias(),
-                                  .causal = true,
-                                  .rope_theta = config.rope_theta,
-                                  .rope_scaling = config.rope_scaling,
-                                  .sliding_window = config.sliding_window,
-                                  .qk_norm_epsilon = config.qk_norm() ? config.rms_norm_eps : 0.0,
-                                  .name = "self_attention"}));
-  feedforward_norm_ = track("feedforward_layernorm",
-                            std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-                                .name = "feedforward_layernorm", .epsilon = config.rms_norm_eps}));
+      track(attention_name, std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{
+                                .num_heads = config.num_attention_heads,
+                                .key_dim = config.head_dim,
+                                .num_key_value_heads = config.num_key_value_heads,
+                                .use_bias = config.qkv_bias(),
+                                .use_output_bias = config.output_bias(),
+                                .causal = true,
+                                .rope_theta = config.rope_theta,
+                                .rope_scaling = config.rope_scaling,
+                                .sliding_window = config.window_of_layer(index),
+                                .qk_norm_epsilon = config.qk_norm() ? config.rms_norm_eps : 0.0,
+                                .attention_scale = config.attention_scale(),
+                                .logit_soft_cap = config.attn_logit_softcapping,
+                                .kernel_heads_first = gemma,
+                                .name = attention_name}));
+  if (config.post_norms()) post_attention_norm_ = norm("post_attention_norm");
+  feedforward_norm_ = norm(gemma ? "pre_ffw_norm" : "feedforward_layernorm");
   feedforward_ = std::make_shared<GatedFeedForward>(
       config.intermediate_size, config.hidden_size,
-      GatedFeedForwardOptions{.name = "feedforward",
-                              .activation = GatedActivation::kSilu,
-                              .gate_name = "feedforward_gate_dense",
-                              .up_name = "feedforward_intermediate_dense",
-                              .down_name = "feedforward_output_dense",
-                              .flat = true});
-  track("feedforward_gate_dense", feedforward_->gate());
-  track("feedforward_intermediate_dense", feedforward_->up());
-  track("feedforward_output_dense", feedforward_->down());
+      GatedFeedForwardOptions{
+          .name = "feedforward",
+          .activation = gemma ? GatedActivation::kGeluTanh : GatedActivation::kSilu,
+          .gate_name = gemma ? "ffw_gating" : "feedforward_gate_dense",
+          .up_name = gemma ? "ffw_gating_2" : "feedforward_intermediate_dense",
+          .down_name = gemma ? "ffw_linear" : "feedforward_output_dense",
+          .flat = true});
+  track(gemma ? "ffw_gating" : "feedforward_gate_dense", feedforward_->gate());
+  track(gemma ? "ffw_gating_2" : "feedforward_intermediate_dense", feedforward_->up());
+  track(gemma ? "ffw_linear" : "feedforward_output_dense", feedforward_->down());
+  if (config.post_norms()) post_feedforward_norm_ = norm("post_ffw_norm");
 }
 
 void LlamaDecoderLayer::build(const Shape& input_shape) {
   attention_norm_->maybe_build(input_shape);
   attention_->maybe_build(input_shape);
+  if (post_attention_norm_) post_attention_norm_->maybe_build(input_shape);
   feedforward_norm_->maybe_build(input_shape);
   feedforward_->maybe_build(input_shape);
+  if (post_feedforward_norm_) post_feedforward_norm_->maybe_build(input_shape);
 }
 
 Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start,
                                  int64_t max_length) {
   NameScope scope = open_name_scope();
   const Array n = attention_norm_->call_on(x);
+  if (post_attention_norm_) {  // Gemma 2: h = x + post(attn(n)); y = h + post(ff(pre(h)))
+    const Array a =
+        cache ? attention_->call_cached(n, *cache, start, max_length) : attention_->call_on(n);
+    const Array h = add(post_attention_norm_->call_on(a), x);
+    const Array f = feedforward_->forward(feedforward_norm_->call_on(h));
+    return add(post_feedforward_norm_->call_on(f), h);
+  }
   // The residual sums and the gating are computed into the fresh outputs they consume.
   const Array h = attention_->call_plus(n, x, cache, start, max_length);
   const Array m = feedforward_norm_->call_on(h);
@@ -157,6 +196,13 @@ Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start,
 
 Array LlamaDecoderLayer::forward_for_training(const Array& x, Saved& saved) {
   NameScope scope = open_name_scope();
+  if (post_attention_norm_) {  // Gemma 2, keeping the attention's and the block's outputs
+    saved.attention_out.emplace(attention_->call_on(attention_norm_->call_on(x)));
+    saved.h.emplace(add(post_attention_norm_->call_on(*saved.attention_out), x));
+    const Array m = feedforward_norm_->call_on(*saved.h);
+    saved.feedforward_out.emplace(feedforward_->forward_for_training(m, saved.feedforward));
+    return add(post_feedforward_norm_->call_on(*saved.feedforward_out), *saved.h);
+  }
   saved.h.emplace(attention_->call_plus(attention_norm_->call_on(x), x));
   const Array m = feedforward_norm_->call_on(*saved.h);
   return add(feedforward_->forward_for_training(m, saved.feedforward), *saved.h);
@@ -166,6 +212,18 @@ Array LlamaDecoderLayer::backward_saved(const Array& x, const Saved& saved, cons
                                         Gradients& grads) {
   NameScope scope = open_name_scope();
   const Array& h = *saved.h;
+  if (post_attention_norm_) {
+    // y = h + post_ff(f), f = ff(m), m = pre_ff(h).
+    const Array df = post_feedforward_norm_->backward(*saved.feedforward_out, dy, grads);
+    const Array m = feedforward_norm_->call_on(h);
+    const Array dm = feedforward_->backward_saved(m, saved.feedforward, df, grads);
+    const Array dh = add(feedforward_norm_->backward(h, dm, grads), dy);
+    // h = x + post_attn(a), a = attn(n), n = pre(x).
+    const Array da = post_attention_norm_->backward(*saved.attention_out, dh, grads);
+    const Array n = attention_norm_->call_on(x);
+    const Array dn = attention_->backward(n, da, grads);
+    return add(attention_norm_->backward(x, dn, grads), dh);
+  }
   // y = h + ff(m), m = norm(h).
   const Array m = feedforward_norm_->call_on(h);
   const Array dm = feedforward_->backward_saved(m, saved.feedforward, dy, grads);
@@ -205,13 +263,20 @@ LlamaModel::LlamaModel(const LlamaConfig& config, const LayoutMap& rules,
                                               config_.tie_word_embeddings, "token_embedding"));
     embedding_->maybe_build(tokens);
     for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-      blocks_.push_back(track(fmt::format("transformer_layer_{}", i),
-                              std::make_shared<LlamaDecoderLayer>(config_, i)));
+      blocks_.push_back(
+          track(std::string(config_.gemma() ? "decoder_block_" : "transformer_layer_") +
+                    std::to_string(i),
+                std::make_shared<LlamaDecoderLayer>(config_, i)));
       blocks_.back()->maybe_build(hidden);
     }
-    final_norm_ = track("sequence_output_layernorm",
-                        std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-                            .name = "sequence_output_layernorm", .epsilon = config_.rms_norm_eps}));
+    const char* final_name = config_.gemma() ? "final_normalization" : "sequence_output_layernorm";
+    final_norm_ =
+        track(final_name,
+              std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+                  .name = final_name,
+                  .epsilon = config_.rms_norm_eps,
+                  .scale_initializer = config_.gemma() ? Initializer::zeros() : Initializer::ones(),
+                  .unit_offset = config_.gemma()}));
     final_norm_->maybe_build(hidden);
   }
   std::vector<KeyedVariable> keyed = keyed_variables(*embedding_, embedding_->name());
@@ -235,7 +300,7 @@ std::map<std::string, Array*> LlamaModel::variables_by_path() {
 Array LlamaModel::hidden_states(const Array& tokens, std::vector<KVCache>* caches, int64_t start,
                                 int64_t max_length) {
   if (caches && caches->size() != blocks_.size()) caches->resize(blocks_.size());
-  Array x = embedding_->call_on(tokens);
+  Array x = embed(tokens);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     x = blocks_[i]->forward(x, caches ? &(*caches)[i] : nullptr, start, max_length);
   }
@@ -250,7 +315,7 @@ Array LlamaModel::forward_backward(
   std::vector<Array> xs;
   std::vector<LlamaDecoderLayer::Saved> saved(blocks_.size());
   xs.reserve(blocks_.size() + 1);
-  xs.push_back(embedding_->call_on(tokens));
+  xs.push_back(embed(tokens));
   for (size_t i = 0; i < blocks_.size(); ++i)
     xs.push_back(blocks_[i]->forward_for_training(xs.back(), saved[i]));
   const Array f = final_norm_->call_on(xs.back());
@@ -263,7 +328,25 @@ Array LlamaModel::forward_backward(
     saved[i] = {};
     xs.pop_back();
   }
+  if (config_.gemma()) dx = scale(std::move(dx), embedding_scale());  // d(e·s)/de = s
   return embedding_->backward(tokens, dx, grads);
+}
+
+Array LlamaModel::embed(const Array& tokens) {
+  Array x = embedding_->call_on(tokens);
+  if (!config_.gemma()) return x;
+  return scale(std::move(x), embedding_scale());
+}
+
+double LlamaModel::embedding_scale() const {
+  // keras-hub's Gemma: x · cast(sqrt(hidden_dim), x.dtype); Hugging Face's the same normalizer.
+  const double s = std::sqrt(static_cast<double>(config_.hidden_size));
+  return dtype_ == DType::kF32 ? static_cast<double>(static_cast<float>(s)) : s;
+}
+
+Array LlamaModel::capped(Array logits) const {
+  if (config_.final_logit_softcapping <= 0) return logits;
+  return soft_cap(logits, config_.final_logit_softcapping);
 }
 
 double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets, Gradients& grads) {
@@ -271,9 +354,12 @@ double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets,
   forward_backward(
       inputs,
       [&](const Array& f, const Array& kernel) {
-        CrossEntropyResult ce =
-            sparse_categorical_crossentropy_with_grad(matmul(f, kernel), targets);
+        const Array logits = capped(matmul(f, kernel));
+        CrossEntropyResult ce = sparse_categorical_crossentropy_with_grad(logits, targets);
         loss = ce.loss;
+        if (config_.final_logit_softcapping > 0) {
+          ce.dlogits = soft_cap_backward(logits, ce.dlogits, config_.final_logit_softcapping);
+        }
         return embedding_->reverse_backward(f, ce.dlogits, grads, &kernel);
       },
       grads);
@@ -284,7 +370,12 @@ Array LlamaModel::backward(const Array& tokens, const Array& dlogits, Gradients&
   return forward_backward(
       tokens,
       [&](const Array& f, const Array& kernel) {
-        return embedding_->reverse_backward(f, dlogits, grads, &kernel);
+        if (config_.final_logit_softcapping <= 0) {
+          return embedding_->reverse_backward(f, dlogits, grads, &kernel);
+        }
+        const Array d_uncapped =
+            soft_cap_backward(capped(matmul(f, kernel)), dlogits, config_.final_logit_softcapping);
+        return embedding_->reverse_backward(f, d_uncapped, grads, &kernel);
       },
       grads);
 }
@@ -313,11 +404,14 @@ double LlamaModel::loss(const Array& inputs, const Array& targets) {
   return sparse_categorical_crossentropy(logits(inputs), targets);
 }
 
-Array LlamaModel::logits(const Array& tokens) { return embedding_->reverse(hidden_states(tokens)); }
+Array LlamaModel::logits(const Array& tokens) {
+  return capped(embedding_->reverse(hidden_states(tokens)));
+}
 
 Array LlamaModel::last_logits(const Array& tokens, std::vector<KVCache>& caches, int64_t start,
                               int64_t max_length) {
-  return embedding_->reverse(last_position(hidden_states(tokens, &caches, start, max_length)));
+  return capped(
+      embedding_->reverse(last_position(hidden_states(tokens, &caches, start, max_length))));
 }
 
 }  // namespace meshlayout

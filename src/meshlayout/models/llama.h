@@ -59,8 +59,16 @@ LayoutMap llama_layout_map(const DeviceMesh& mesh, const std::string& model_dim 
 LayoutMap qwen_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
                           const std::string& data_dim = "batch");
 
+/// keras-hub's GemmaBackbone.get_layout_map rules: embeddings (model, batch), the heads-first
+/// q/k/v kernels (model, batch, None), attention_output (model, None, batch), ffw_gating and
+/// ffw_gating_2 (batch, model), ffw_linear (model, batch). ValueError if either name is not an
+/// axis of the mesh.
+LayoutMap gemma_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
+                           const std::string& data_dim = "batch");
+
 /// keras-hub's get_layout_map of `config`'s family: qwen_layout_map for qwen2 / qwen3,
-/// llama_layout_map for llama and mistral (MistralBackbone's rules are the Llama's).
+/// gemma_layout_map for gemma / gemma2, llama_layout_map for llama and mistral
+/// (MistralBackbone's rules are the Llama's).
 LayoutMap family_layout_map(const LlamaConfig& config, const DeviceMesh& mesh,
                             const std::string& model_dim = "model",
                             const std::string& data_dim = "batch");
@@ -78,6 +86,8 @@ class LlamaDecoderLayer : public Layer {
   struct Saved {
     std::optional<Array> h;               // x + attention(norm(x))
     GatedFeedForward::Saved feedforward;  // its projections before the SwiGLU gate
+    // With post norms (Gemma 2): the attention's and the feed-forward's outputs before them.
+    std::optional<Array> attention_out, feedforward_out;
   };
   /// The block's forward (as call) keeping `saved`. Collective.
   Array forward_for_training(const Array& x, Saved& saved);
@@ -93,6 +103,8 @@ class LlamaDecoderLayer : public Layer {
 
  private:
   std::shared_ptr<RMSNormalization> attention_norm_, feedforward_norm_;
+  // Gemma 2's post-attention and post-feed-forward norms (null otherwise).
+  std::shared_ptr<RMSNormalization> post_attention_norm_, post_feedforward_norm_;
   std::shared_ptr<MultiHeadAttention> attention_;
   // SwiGLU, flat: its feedforward_{gate,intermediate,output}_dense are tracked by the block.
   std::shared_ptr<GatedFeedForward> feedforward_;
@@ -162,6 +174,12 @@ class LlamaModel : public Model {
   std::shared_ptr<ReversibleEmbedding> embedding_;
   std::vector<std::shared_ptr<LlamaDecoderLayer>> blocks_;
   std::shared_ptr<RMSNormalization> final_norm_;
+
+  // The embeddings of tokens (Gemma: times sqrt(hidden_size) in the model's dtype).
+  Array embed(const Array& tokens);
+  double embedding_scale() const;
+  // Gemma 2's final-logit soft-capping of logits (as they are otherwise).
+  Array capped(Array logits) const;
 
   // The training forward keeping each block's input and what its backward needs, then `top`
   // (given the final hidden states f and the reverse kernel) returns dL/df and accumulates the

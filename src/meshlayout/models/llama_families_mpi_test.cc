@@ -42,7 +42,8 @@ TEST(LlamaFamiliesMpiTest, ShardedAcrossProcessesMatchesTheHuggingFaceEquations)
     for (const bool keras_hub : {true, false}) {
       SCOPED_TRACE(keras_hub ? "keras-hub" : "Megatron");
       clear_session();
-      LlamaModel model(f.config, keras_hub ? llama_layout_map(mesh, "model", "batch") : megatron);
+      LlamaModel model(f.config,
+                       keras_hub ? family_layout_map(f.config, mesh, "model", "batch") : megatron);
       (void)load_hf_llama(checkpoint, model.variables_by_path());
       HostTensor t(DType::kI32, {2, 7});
       std::copy(tokens.begin(), tokens.end(), t.data_as<int32_t>());

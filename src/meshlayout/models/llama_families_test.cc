@@ -68,7 +68,8 @@ TEST_F(LlamaFamiliesTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquations) {
     megatron_biases["dense_layernorm/scale"] = TensorLayout({"model"});  // split, gathered
     const std::pair<std::string, LayoutMap> rule_sets[] = {
         {"replicated", LayoutMap(mesh_)},
-        {"keras-hub", llama_layout_map(mesh_, "model", "batch")},
+        {"keras-hub", family_layout_map(f.config, mesh_, "model", "batch")},
+        {"examples/rules/gemma_keras_hub.json", rules_file("gemma_keras_hub.json")},
         {"Megatron", testing::megatron_rules(mesh_)},
         {"Megatron, biases and norms split", megatron_biases},
         {"examples/rules/mistral_keras_hub.json", rules_file("mistral_keras_hub.json")},

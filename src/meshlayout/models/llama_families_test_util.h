@@ -62,6 +62,19 @@ inline std::vector<Family> families() {
   LlamaConfig llama_bias = family_base("llama");
   llama_bias.attention_bias = true;
   out.push_back({"Llama with attention_bias", llama_bias});
+  LlamaConfig gemma = family_base("gemma");  // Gemma 1: GeGLU, (1 + scale) norms, sqrt(d)
+  gemma.head_dim = 12;                       // 4 heads x 12 = 48, hidden 32
+  gemma.query_pre_attn_scalar = 12;
+  gemma.tie_word_embeddings = true;
+  out.push_back({"Gemma (heads-first kernels, head_dim 12)", gemma});
+  LlamaConfig gemma2 = family_base("gemma2");
+  gemma2.head_dim = 16;
+  gemma2.query_pre_attn_scalar = 24;  // not head_dim: the scale is its own
+  gemma2.sliding_window = 3;          // layers 0, 2, …
+  gemma2.attn_logit_softcapping = 1.5;
+  gemma2.final_logit_softcapping = 4.0;  // small enough to bite on these logits
+  gemma2.tie_word_embeddings = true;
+  out.push_back({"Gemma 2 (post norms, soft caps, alternating window)", gemma2});
   return out;
 }
 

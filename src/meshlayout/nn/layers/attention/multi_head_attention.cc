@@ -59,7 +59,8 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
   }
   const auto projection = [&](const char* name, int64_t heads) {
     return std::make_shared<EinsumDense>(
-        "btd,dnh->btnh", Shape{-1, heads, options_.key_dim},
+        options_.kernel_heads_first ? "btd,ndh->btnh" : "btd,dnh->btnh",
+        Shape{-1, heads, options_.key_dim},
         EinsumDenseOptions{.name = name,
                            .bias_axes = options_.use_bias ? "nh" : "",
                            .kernel_initializer = options_.kernel_initializer});
@@ -243,7 +244,7 @@ Array MultiHeadAttention::backward(const Array& x, const Array& dy, Gradients& g
                     "its backward",
                     quote(name())));
   }
-  const int64_t features = query_->kernel()->shape()[0];
+  const int64_t features = query_->kernel()->shape()[options_.kernel_heads_first ? 1 : 0];
   const DType dtype = query_->kernel()->dtype();
   if (x.shape().size() != 3 || x.dtype() != dtype || x.shape()[2] != features) {
     throw ValueError(

@@ -59,6 +59,9 @@ struct MultiHeadAttentionOptions {
   double attention_scale = 0.0;
   /// > 0: Gemma 2's attention logit soft-capping (ops/attention.h's logit_soft_cap).
   double logit_soft_cap = 0.0;
+  /// keras-hub's Gemma stores the q/k/v kernels heads first: "btd,ndh->btnh", kernel
+  /// (heads, d, head_dim), instead of "btd,dnh->btnh" (d, heads, head_dim).
+  bool kernel_heads_first = false;
   std::string name;  // automatic ("multi_head_attention", …) when empty
   Initializer kernel_initializer = Initializer::glorot_uniform();
 };

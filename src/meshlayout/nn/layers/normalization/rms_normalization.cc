@@ -3,11 +3,29 @@
 #include <optional>
 
 #include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/memory.h"
 #include "meshlayout/kernels/normalization.h"
 #include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/nn/layers/normalization/normalization_core.h"
+#include "meshlayout/ops/elementwise.h"
 
 namespace meshlayout {
+namespace {
+
+// The scale the rows are multiplied by, replicated on `mesh`: the weight, or 1 + the weight
+// (unit_offset: Gemma's RMSNorm).
+Array effective_scale(const Variable& scale, const DeviceMesh& mesh, bool unit_offset) {
+  Array s = distribute_tensor(scale.value(), TensorLayout({DimSharding()}, mesh));
+  if (!unit_offset) return s;
+  Array ones = allocate_agreed(s.layout(), s.shape(), s.dtype(), s.runtime_ptr());
+  const DeviceKind kind = kind_of(ones);
+  for (Array::Shard& shard : ones.local_shards()) {
+    fill_scalar(kind, {.shard = &shard, .dtype = ones.dtype(), .value = 1.0f});
+  }
+  return add(std::move(ones), s);
+}
+
+}  // namespace
 
 RMSNormalization::RMSNormalization(RMSNormalizationOptions options)
     : Layer("rms_normalization", options.name), options_(std::move(options)) {
@@ -31,7 +49,7 @@ Array RMSNormalization::call(const Array& x) {
   std::optional<Array> moved;
   const Array& src = x.layout() == target ? x : moved.emplace(distribute_tensor(x, target));
   Array y = allocate_agreed(target, x.shape(), x.dtype(), src.runtime_ptr());
-  const Array scale = distribute_tensor(scale_->value(), TensorLayout({DimSharding()}, mesh));
+  const Array scale = effective_scale(*scale_, mesh, options_.unit_offset);
   // In y's dtype (x's and the scale's), the squares summed in E lanes (kernels/normalization.h).
   const DeviceKind kind = kind_of(y);
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t i) {
@@ -59,7 +77,7 @@ Array RMSNormalization::backward(const Array& x, const Array& dy, Gradients& gra
   const bool want_scale = scale_->trainable();
   std::optional<Array> contrib;  // dy·x·r, summed over rows below
   if (want_scale) contrib.emplace(allocate_agreed(target, x.shape(), x.dtype(), src.runtime_ptr()));
-  const Array scale = distribute_tensor(scale_->value(), TensorLayout({DimSharding()}, mesh));
+  const Array scale = effective_scale(*scale_, mesh, options_.unit_offset);
   // In x's dtype; the sums and coefficients in double (kernels/normalization.h).
   const DeviceKind kind = kind_of(dx);
   dx.runtime().pool().parallel_for(dx.local_shards().size(), [&](size_t i) {

@@ -25,6 +25,9 @@ struct RMSNormalizationOptions {
   double epsilon = 1e-6;  // Keras and keras-hub default
   Initializer scale_initializer = Initializer::ones();
   std::optional<TensorLayout> scale_layout;  // explicit layout (wins over rules)
+  /// Gemma's RMSNorm (keras-hub's and Hugging Face's Gemma): rows times (1 + scale), the scale
+  /// starting at zero (give scale_initializer = zeros) — the gradient of the scale is the same.
+  bool unit_offset = false;
 };
 
 class RMSNormalization : public Layer {
