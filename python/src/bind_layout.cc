@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,15 +94,29 @@ DeviceMesh make_mesh(const py::object& shape_arg, const py::object& axis_names_a
   return DeviceMesh(shape, axis_names, std::move(names));
 }
 
+// Keras' list_devices(device_type=None): None is the default type, names are lower-cased.
+std::string keras_device_type(const std::optional<std::string>& device_type) {
+  if (!device_type || device_type->empty()) return "cpu";
+  std::string out = *device_type;
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 }  // namespace
 
 void bind_layout(py::module_& m) {
-  m.def("list_devices", &list_devices, py::arg("device_type") = "cpu",
-        "Global device names cpu:0 … cpu:N-1 (N from MESHLAYOUT_CPU_DEVICES, default 8).");
+  m.def(
+      "list_devices",
+      [](const std::optional<std::string>& device_type) {
+        return list_devices(keras_device_type(device_type));
+      },
+      py::arg("device_type") = py::none(),
+      "Global device names cpu:0 … cpu:N-1 (N from MESHLAYOUT_CPU_DEVICES, default 8). "
+      "device_type: None (the default type, cpu) or a type name in any case, as Keras.");
   m.def(
       "get_device_count",
       [](const std::optional<std::string>& device_type) {
-        return list_devices(device_type.value_or("cpu")).size();
+        return list_devices(keras_device_type(device_type)).size();
       },
       py::arg("device_type") = py::none(), "Number of devices of `device_type` (default cpu).");
 

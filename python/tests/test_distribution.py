@@ -396,6 +396,14 @@ def test_module_names_are_keras_distribution_names():
     assert dist.list_devices() == DEVICES and dist.get_device_count() == 8
 
 
+def test_list_devices_as_keras():
+    # Keras: None is the default device type, and type names are lower-cased.
+    assert dist.list_devices(None) == DEVICES == dist.list_devices("CPU") == dist.list_devices()
+    assert dist.get_device_count("Cpu") == dist.get_device_count(None) == 8
+    with pytest.raises(ValueError, match="unknown device type 'gpu'"):
+        dist.list_devices("GPU")
+
+
 def test_get_data_layout_takes_any_sequence(mesh8):
     d = dist.DataParallel(device_mesh=mesh8)
     for shape in ([16, 3], (16, 3), np.array([16, 3]), (np.int64(16), np.int32(3)), range(16, 18)):
