@@ -10,7 +10,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 # meshlayout::meshlayout: every module library except MPI (link order for the .pc below).
-set(MESHLAYOUT_EXPORTED_MODULES meshlayout_tokenizers meshlayout_plan meshlayout_models meshlayout_train meshlayout_nn meshlayout_hf meshlayout_io meshlayout_ops meshlayout_kernels meshlayout_init
+set(MESHLAYOUT_EXPORTED_MODULES meshlayout_tokenizers meshlayout_plan meshlayout_rules meshlayout_models meshlayout_train meshlayout_nn meshlayout_hf meshlayout_io meshlayout_ops meshlayout_kernels meshlayout_init
     meshlayout_layout_map meshlayout_array meshlayout_safetensors meshlayout_runtime
     meshlayout_layout meshlayout_core)
 add_library(meshlayout_all INTERFACE)

@@ -1,0 +1,163 @@
+#include "meshlayout/rules/hf_name_map.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cctype>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+
+namespace meshlayout {
+namespace {
+
+std::string digits_to_star(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
+      while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+      out += '*';
+    } else {
+      out += s[i++];
+    }
+  }
+  return out;
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<const HfNameMap>, std::less<>> maps;
+  // Every map ever registered: a replaced map stays alive for references handed out.
+  std::vector<std::shared_ptr<const HfNameMap>> kept;
+};
+
+HfNameMap llama_style_map() {
+  // One layer, every optional weight present: q/k/v/o biases (attention_bias), untied
+  // lm_head; then Qwen 3's head norms. Sizes are distinct so reshapes group unambiguously.
+  LlamaConfig c{.vocab_size = 64,
+                .hidden_size = 32,
+                .intermediate_size = 48,
+                .num_hidden_layers = 1,
+                .num_attention_heads = 4,
+                .num_key_value_heads = 2,
+                .head_dim = 8,
+                .max_position_embeddings = 64};
+  c.attention_bias = true;
+  std::vector<HfWeightMapping> all = hf_llama_weight_mappings(c);
+  LlamaConfig q = c;
+  q.family = "qwen3";
+  q.attention_bias = false;
+  for (HfWeightMapping& m : hf_llama_weight_mappings(q)) all.push_back(std::move(m));
+  return hf_name_map_from_mappings("llama", all);
+}
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;
+    auto llama = std::make_shared<const HfNameMap>(llama_style_map());
+    for (const char* f : {"llama", "mistral", "qwen2", "qwen3"}) reg->maps[f] = llama;
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+std::string HfParamName::module_glob() const {
+  size_t dot = hf_glob.rfind('.');
+  return dot == std::string::npos ? hf_glob : hf_glob.substr(0, dot);
+}
+
+std::string HfParamName::param_name() const {
+  size_t dot = hf_glob.rfind('.');
+  return dot == std::string::npos ? std::string() : hf_glob.substr(dot + 1);
+}
+
+HfNameMap::HfNameMap(std::string family, std::vector<HfParamName> params)
+    : family_(std::move(family)), params_(std::move(params)) {}
+
+std::vector<const HfParamName*> HfNameMap::module_params(std::string_view module_glob) const {
+  std::vector<const HfParamName*> out;
+  for (const HfParamName& p : params_) {
+    if (p.module_glob() == module_glob) out.push_back(&p);
+  }
+  return out;
+}
+
+HfNameMap hf_name_map_from_mappings(std::string family,
+                                    const std::vector<HfWeightMapping>& mappings) {
+  std::vector<HfParamName> params;
+  for (const HfWeightMapping& m : mappings) {
+    HfParamName p{.hf_glob = digits_to_star(m.hf_name), .keras_glob = digits_to_star(m.keras_path)};
+    bool seen = false;
+    for (const HfParamName& q : params) seen = seen || q.hf_glob == p.hf_glob;
+    if (seen) continue;
+    // Group the view's dimensions by the HF dimension they reshape from (row-major).
+    std::vector<int> hf_of_view(m.view_shape.size(), -1);
+    std::vector<bool> major(m.view_shape.size(), false);
+    size_t v = 0;
+    for (size_t h = 0; h < m.hf_shape.size(); ++h) {
+      int64_t product = 1;
+      const size_t first = v;
+      while (v < m.view_shape.size() && (v == first || product < m.hf_shape[h])) {
+        product *= m.view_shape[v];
+        hf_of_view[v] = static_cast<int>(h);
+        ++v;
+        if (product == m.hf_shape[h]) break;
+      }
+      if (product != m.hf_shape[h]) {
+        throw ValueError(fmt::format(
+            "HF name map of {}: tensor {} of shape ({}) is not a row-major reshape of its view "
+            "({}) at dimension {}",
+            family, quote(m.hf_name), fmt::join(m.hf_shape, ", "), fmt::join(m.view_shape, ", "),
+            h));
+      }
+      major[first] = true;
+    }
+    p.keras_dim_of_hf_dim.assign(m.hf_shape.size(), -1);
+    for (size_t k = 0; k < m.perm.size(); ++k) {
+      const int view = m.perm[k];
+      const int h = hf_of_view[static_cast<size_t>(view)];
+      p.hf_dim_of_keras_dim.push_back(major[static_cast<size_t>(view)] ? h : -1);
+      if (major[static_cast<size_t>(view)])
+        p.keras_dim_of_hf_dim[static_cast<size_t>(h)] = static_cast<int>(k);
+    }
+    params.push_back(std::move(p));
+  }
+  return HfNameMap(std::move(family), std::move(params));
+}
+
+const HfNameMap& hf_name_map(std::string_view family) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.maps.find(family);
+  if (it == r.maps.end()) {
+    std::vector<std::string> known;
+    for (const auto& [name, map] : r.maps) known.push_back(name);
+    throw ValueError(
+        fmt::format("no Hugging Face name map for the model family {}; families with one: {}",
+                    quote(family), fmt::join(known, ", ")));
+  }
+  return *it->second;
+}
+
+void register_hf_name_map(const std::vector<std::string>& families, HfNameMap map) {
+  Registry& r = registry();
+  auto shared = std::make_shared<const HfNameMap>(std::move(map));
+  std::lock_guard lock(r.mutex);
+  r.kept.push_back(shared);
+  for (const std::string& f : families) r.maps[f] = shared;
+}
+
+std::vector<std::string> hf_name_map_families() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> out;
+  for (const auto& [name, map] : r.maps) out.push_back(name);
+  return out;
+}
+
+}  // namespace meshlayout

@@ -1,0 +1,73 @@
+// hf_name_map.h — per-family maps between Hugging Face tensor names and keras-hub variable
+// paths, with how each tensor's dimensions move, for converting Hugging Face tensor-parallel
+// plans to and from layouts on keras-hub paths.
+//
+// One entry per parameter, layer indices written `*` (as Hugging Face's plans write them):
+//   model.layers.*.self_attn.q_proj.weight (heads*head_dim, hidden)
+//     <-> transformer_layer_*/self_attention/query/kernel (hidden, heads, head_dim)
+// keras_dim_of_hf_dim[h] is the keras dimension that holds the major part of HF dimension h
+// (q_proj's dim 0, heads*head_dim, is keras dim 1, heads); hf_dim_of_keras_dim[k] is the HF
+// dimension keras dimension k is the major part of, or -1 for a minor part (head_dim), which
+// no HF plan can split alone. Splitting HF dim h in k blocks equals splitting keras dim
+// keras_dim_of_hf_dim[h] in k blocks when k divides the major part (heads), as it must for
+// tensor parallelism in both stacks.
+//
+// The Llama-style families (llama, mistral, qwen2, qwen3) share one map, built from
+// hf_llama_weight_mappings(); another family registers its own with register_hf_name_map.
+//
+// Example:
+//   const HfNameMap& names = hf_name_map("qwen2");
+//   for (const HfParamName* p : names.module_params("model.layers.*.self_attn.q_proj")) …
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "meshlayout/models/hf_llama_checkpoint.h"
+
+namespace meshlayout {
+
+struct HfParamName {
+  std::string hf_glob;     // "model.layers.*.self_attn.q_proj.weight"
+  std::string keras_glob;  // "transformer_layer_*/self_attention/query/kernel"
+  std::vector<int> keras_dim_of_hf_dim;
+  std::vector<int> hf_dim_of_keras_dim;
+  int hf_rank() const { return static_cast<int>(keras_dim_of_hf_dim.size()); }
+  int keras_rank() const { return static_cast<int>(hf_dim_of_keras_dim.size()); }
+  /// "model.layers.*.self_attn.q_proj" (the module) and "weight" (the parameter).
+  std::string module_glob() const;
+  std::string param_name() const;
+};
+
+class HfNameMap {
+ public:
+  HfNameMap(std::string family, std::vector<HfParamName> params);
+  const std::string& family() const { return family_; }
+  const std::vector<HfParamName>& params() const { return params_; }
+  /// The parameters of a module ("model.layers.*.mlp.up_proj"), in map order; empty when
+  /// the map has no such module.
+  std::vector<const HfParamName*> module_params(std::string_view module_glob) const;
+
+ private:
+  std::string family_;
+  std::vector<HfParamName> params_;
+};
+
+/// The map of `mappings` (one model's weights), every run of digits written `*`; duplicates
+/// (the same glob from several layers) kept once. ValueError if a reshape cannot be
+/// followed (a view dimension group that does not multiply to its HF dimension).
+HfNameMap hf_name_map_from_mappings(std::string family,
+                                    const std::vector<HfWeightMapping>& mappings);
+
+/// The map registered for `family` (a config.json model_type): llama, mistral, qwen2 and
+/// qwen3 built in. ValueError naming the family and the registered ones otherwise.
+const HfNameMap& hf_name_map(std::string_view family);
+
+/// Registers `map` for each of `families` (replacing an earlier one).
+void register_hf_name_map(const std::vector<std::string>& families, HfNameMap map);
+
+/// The families with a registered map, sorted.
+std::vector<std::string> hf_name_map_families();
+
+}  // namespace meshlayout

@@ -1,0 +1,67 @@
+#include "meshlayout/rules/hf_name_map.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "meshlayout/core/errors.h"
+
+namespace meshlayout {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const HfParamName& find(const HfNameMap& map, std::string_view hf_glob) {
+  for (const HfParamName& p : map.params()) {
+    if (p.hf_glob == hf_glob) return p;
+  }
+  throw std::runtime_error("no " + std::string(hf_glob));
+}
+
+TEST(HfNameMap, LlamaStyleFamiliesShareOneMapOfEveryWeight) {
+  const HfNameMap& llama = hf_name_map("llama");
+  EXPECT_EQ(&hf_name_map("qwen3"), &llama);
+  EXPECT_EQ(&hf_name_map("mistral"), &llama);
+  const HfParamName& q = find(llama, "model.layers.*.self_attn.q_proj.weight");
+  EXPECT_EQ(q.keras_glob, "transformer_layer_*/self_attention/query/kernel");
+  // (heads*head_dim, hidden) -> (hidden, heads, head_dim): HF 0 is keras 1 (heads major).
+  EXPECT_THAT(q.keras_dim_of_hf_dim, ElementsAre(1, 0));
+  EXPECT_THAT(q.hf_dim_of_keras_dim, ElementsAre(1, 0, -1));
+  EXPECT_EQ(q.module_glob(), "model.layers.*.self_attn.q_proj");
+  EXPECT_EQ(q.param_name(), "weight");
+  const HfParamName& o = find(llama, "model.layers.*.self_attn.o_proj.weight");
+  EXPECT_EQ(o.keras_glob, "transformer_layer_*/self_attention/attention_output/kernel");
+  EXPECT_THAT(o.keras_dim_of_hf_dim, ElementsAre(2, 0));
+  EXPECT_THAT(o.hf_dim_of_keras_dim, ElementsAre(1, -1, 0));
+  const HfParamName& down = find(llama, "model.layers.*.mlp.down_proj.weight");
+  EXPECT_THAT(down.keras_dim_of_hf_dim, ElementsAre(1, 0));
+  const HfParamName& qb = find(llama, "model.layers.*.self_attn.q_proj.bias");
+  EXPECT_EQ(qb.keras_glob, "transformer_layer_*/self_attention/query/bias");
+  EXPECT_THAT(qb.hf_dim_of_keras_dim, ElementsAre(0, -1));
+  const HfParamName& norm = find(llama, "model.layers.*.self_attn.k_norm.weight");
+  EXPECT_EQ(norm.keras_glob, "transformer_layer_*/self_attention/key_dense_layernorm/scale");
+  const HfParamName& head = find(llama, "lm_head.weight");
+  EXPECT_EQ(head.keras_glob, "token_embedding/reverse_embeddings");
+  EXPECT_THAT(head.keras_dim_of_hf_dim, ElementsAre(1, 0));
+  EXPECT_EQ(llama.module_params("model.layers.*.self_attn.q_proj").size(), 2u);  // weight, bias
+  EXPECT_TRUE(llama.module_params("model.layers.*.nothing").empty());
+}
+
+TEST(HfNameMap, UnknownFamilyIsNamedAndOthersCanRegister) {
+  try {
+    hf_name_map("mixtral");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'mixtral'"));
+    EXPECT_THAT(e.what(), HasSubstr("llama, mistral, qwen2, qwen3"));
+  }
+  register_hf_name_map({"toy"}, HfNameMap("toy", {HfParamName{.hf_glob = "model.w.weight",
+                                                              .keras_glob = "w/kernel",
+                                                              .keras_dim_of_hf_dim = {1, 0},
+                                                              .hf_dim_of_keras_dim = {1, 0}}}));
+  EXPECT_EQ(hf_name_map("toy").params().size(), 1u);
+  EXPECT_THAT(hf_name_map_families(), ::testing::Contains("toy"));
+}
+
+}  // namespace
+}  // namespace meshlayout
