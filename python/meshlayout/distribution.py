@@ -205,8 +205,16 @@ class Distribution:
                 return layout
         return None
 
+    @staticmethod
+    def _variable_attribute(variable, name):
+        if not hasattr(variable, name):
+            raise TypeError(
+                "get_variable_layout expects a variable (an object with .shape and .path), got "
+                f"{variable!r} (of type {type(variable)}), which has no .{name}")
+        return getattr(variable, name)
+
     def _replicated(self, variable):
-        rank = len(_shape(getattr(variable, "shape"), "variable.shape"))
+        rank = len(_shape(self._variable_attribute(variable, "shape"), "variable.shape"))
         return TensorLayout((None,) * rank, self._device_mesh)
 
     def __repr__(self):
@@ -315,7 +323,10 @@ class ModelParallel(Distribution):
         explicit = self._explicit_layout(variable)
         if explicit is not None:
             return explicit
-        layout = self._layout_map[getattr(variable, "path")]
+        path = self._variable_attribute(variable, "path")
+        if not isinstance(path, str):
+            raise TypeError(f"variable.path must be a str, got {path!r}")
+        layout = self._layout_map[path]
         return layout if layout is not None else self._replicated(variable)
 
     def get_tensor_layout(self, path):

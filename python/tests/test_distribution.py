@@ -460,6 +460,19 @@ def test_model_parallel_arguments(mesh24):
     assert d.layout_map is layout_map
 
 
+def test_get_variable_layout_of_a_wrong_object(mesh24):
+    dp = dist.DataParallel(device_mesh=dist.DeviceMesh((8,), ["data"]))
+    mp = dist.ModelParallel(layout_map=dist.LayoutMap(mesh24))
+    for d in (dp, mp):
+        with pytest.raises(TypeError, match=r"get_variable_layout expects a variable \(an object "
+                                             r"with .shape and .path\), got 3 .* no .(shape|path)"):
+            d.get_variable_layout(3)
+    with pytest.raises(TypeError, match="variable.path must be a str, got 7"):
+        mp.get_variable_layout(Variable((2,), 7))
+    with pytest.raises(TypeError, match="each dimension of variable.shape must be an integer"):
+        dp.get_variable_layout(Variable(("a",), "v"))
+
+
 def test_set_distribution_takes_a_distribution_or_none(mesh8):
     with pytest.raises(ValueError, match="set_distribution expects a Distribution"):
         dist.set_distribution("data_parallel")
