@@ -14,28 +14,16 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/attention.h"
 #include "meshlayout/kernels/cpu/blas.h"
+#include "meshlayout/kernels/device_kind.h"
 #include "meshlayout/ops/attention_internal.h"
 
 namespace meshlayout {
 namespace {
 
-using cpu_kernels::gemm;
-using cpu_kernels::gemm_nt;
-
-template <typename T>
-const T* data(const Array::Shard& s) {
-  return reinterpret_cast<const T*>(s.buffer.data());
-}
-template <typename T>
-T* data(Array::Shard& s) {
-  return reinterpret_cast<T*>(s.buffer.data());
-}
-
 using internal_ops::in_layout;
-using internal_ops::mask_value;
 using internal_ops::RotaryDirection;
-using internal_ops::window_start;
 
 }  // namespace
 
@@ -47,16 +35,11 @@ const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional
   return *storage;
 }
 
-int64_t mask_value(const Array::Shard& s, DType dtype, int64_t index) {
-  const std::byte* p = s.buffer.data();
-  switch (dtype) {
-    case DType::kI32:
-      return reinterpret_cast<const int32_t*>(p)[index];
-    case DType::kI64:
-      return reinterpret_cast<const int64_t*>(p)[index];
-    default:
-      return static_cast<int64_t>(reinterpret_cast<const uint8_t*>(p)[index]);
-  }
+AttentionMasking masking_of(const AttentionOptions& o) {
+  return {.causal = o.causal,
+          .query_offset = o.query_offset,
+          .sliding_window = o.sliding_window,
+          .logit_soft_cap = o.logit_soft_cap};
 }
 
 void check_attention(std::string_view op, const Array& q, const Array& k, const Array& v,
@@ -158,12 +141,6 @@ TensorLayout attention_kv_layout(const TensorLayout& q_layout, int64_t query_hea
   return TensorLayout({q_layout.axes()[0], None, aligned ? head_axes : DimSharding(), None}, mesh);
 }
 
-namespace {
-// Query rows per block of a causal attention (see attention()): small enough to skip most of
-// the masked triangle, large enough for the BLAS to run near its rate.
-constexpr int64_t kCausalBlock = 32;
-}  // namespace
-
 Array attention(const Array& q, const Array& k, const Array& v, const AttentionOptions& options) {
   internal_ops::check_attention("attention", q, k, v, nullptr, options);
   const int64_t T = q.shape()[1], Hq = q.shape()[2], D = q.shape()[3];
@@ -197,85 +174,27 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
     }
   }
   cpu_kernels::use_single_threaded_blas();
-  // The same code in float (F32) or double (F64): E is the element type of every operand.
-  const auto run = [&]<typename E>(size_t n, E* /*tag*/) {
+  const DeviceKind kind = kind_of(out);
+  const AttentionMasking masking = internal_ops::masking_of(options);
+  out.runtime().pool().parallel_for(tasks.size(), [&](size_t n) {
     const Task& task = tasks[n];
     Array::Shard& os = out.local_shards()[task.shard];
-    const Array::Shard& qs = *qt.shard_at(os.position);
-    const Array::Shard& ks = *kt.shard_at(os.position);
-    const Array::Shard& vs = *vt.shard_at(os.position);
-    const int64_t nh = os.box.shape[2], nkh = ks.box.shape[2];
-    const int64_t kv_head = (os.box.offset[2] + task.h) / r - ks.box.offset[2];
-    const E* qp = data<E>(qs) + (task.b * T * nh + task.h) * D;
-    const E* kp = data<E>(ks) + (task.b * S * nkh + kv_head) * D;
-    const E* vp = data<E>(vs) + (task.b * S * nkh + kv_head) * D;
-    E* op = data<E>(os) + (task.b * T * nh + task.h) * D;
-    // Query rows in blocks: under a causal mask a block needs only the keys its last row sees,
-    // so the scores and the probabilities·values products skip the masked upper triangle.
-    const int64_t block = options.causal ? kCausalBlock : T;
-    // Scores of one block, reused by the tasks a thread runs (no allocation per task).
-    thread_local std::vector<E> scores;
-    scores.resize(static_cast<size_t>(std::min(block, T) * L));
-    const Array::Shard* ms = mt ? mt->shard_at(os.position) : nullptr;
-    constexpr E kMinusInf = -std::numeric_limits<E>::infinity();
-    const E fscale = static_cast<E>(scale);
-    const E fcap = static_cast<E>(options.logit_soft_cap);
-    for (int64_t t0 = 0; t0 < T; t0 += block) {
-      const int64_t rows = std::min(block, T - t0);
-      const int64_t keys =
-          options.causal ? std::max<int64_t>(0, std::min(L, t0 + rows + options.query_offset)) : L;
-      if (keys == 0) {  // no row of this block sees a key: zeros
-        for (int64_t t = t0; t < t0 + rows; ++t)
-          std::fill(op + t * nh * D, op + t * nh * D + D, E(0));
-        continue;
-      }
-      E* p = scores.data();
-      gemm_nt<E>(rows, keys, D, qp + t0 * nh * D, nh * D, kp, nkh * D, p, keys);
-      for (int64_t i = 0; i < rows; ++i) {
-        const int64_t t = t0 + i;
-        E* row = p + i * keys;
-        // Keys past `visible` (causal) are masked: only [0, visible) is scaled and exponentiated.
-        const int64_t visible =
-            options.causal ? std::max<int64_t>(0, std::min(L, t + options.query_offset + 1)) : L;
-        std::fill(row + visible, row + keys, E(0));
-        // Keys before the sliding window (s <= position - window) are masked too.
-        const int64_t first = window_start(options, t, visible);
-        std::fill(row, row + first, kMinusInf);
-        E m = kMinusInf;
-        if (ms) {
-          for (int64_t s = first; s < visible; ++s) {
-            row[s] =
-                mask_value(*ms, mt->dtype(), task.b * S + s) != 0 ? row[s] * fscale : kMinusInf;
-            m = std::max(m, row[s]);
-          }
-        } else {
-          for (int64_t s = first; s < visible; ++s) m = std::max(m, row[s] *= fscale);
-        }
-        if (m == kMinusInf) {  // nothing to attend: zeros
-          std::fill(row, row + visible, E(0));
-          continue;
-        }
-        if (fcap > 0) {  // Gemma 2's soft-capping of the scaled scores
-          m = kMinusInf;
-          for (int64_t s = first; s < visible; ++s) {
-            if (row[s] != kMinusInf) row[s] = fcap * std::tanh(row[s] / fcap);
-            m = std::max(m, row[s]);
-          }
-        }
-        E sum = 0;
-        for (int64_t s = 0; s < visible; ++s) sum += (row[s] = std::exp(row[s] - m));
-        const E inv = E(1) / sum;
-        for (int64_t s = 0; s < visible; ++s) row[s] *= inv;
-      }
-      gemm<E>(rows, D, keys, p, keys, vp, nkh * D, op + t0 * nh * D, nh * D);
-    }
-  };
-  out.runtime().pool().parallel_for(tasks.size(), [&](size_t n) {
-    if (out.dtype() == DType::kF32) {
-      run(n, static_cast<float*>(nullptr));
-    } else {
-      run(n, static_cast<double*>(nullptr));
-    }
+    attention_head_forward(kind, {.out = &os,
+                                  .q = qt.shard_at(os.position),
+                                  .k = kt.shard_at(os.position),
+                                  .v = vt.shard_at(os.position),
+                                  .key_mask = mt ? mt->shard_at(os.position) : nullptr,
+                                  .mask_dtype = mt ? mt->dtype() : DType::kI32,
+                                  .b = task.b,
+                                  .h = task.h,
+                                  .T = T,
+                                  .S = S,
+                                  .L = L,
+                                  .r = r,
+                                  .D = D,
+                                  .scale = scale,
+                                  .masking = masking,
+                                  .dtype = out.dtype()});
   });
   return out;
 }
@@ -307,7 +226,7 @@ void check_rotary(const Array& x, int64_t start_position, std::span<const int64_
 // Rotates y (head_dim whole on every device) in place by +angle, (x1·cos − x2·sin,
 // x2·cos + x1·sin), or backward by −angle, (x1·cos + x2·sin, x2·cos − x1·sin), the transpose of
 // the forward's rotation (the sines negated: the same floats as writing the signs out).
-// E: float (F32, the cos and sin rounded to float) or double (F64).
+// E: float (F32, the cos and sin rounded to float) or double (F64): the tables' element type.
 // With row_starts (one per batch row), row b is rotated at positions row_starts[b] + t instead.
 template <typename E>
 void rotate_in_place(Array& y, int64_t start_position, std::span<const int64_t> row_starts,
@@ -332,7 +251,10 @@ void rotate_in_place(Array& y, int64_t start_position, std::span<const int64_t> 
   starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
   const int64_t positions = std::max<int64_t>(0, last - first);
   const size_t table = static_cast<size_t>(positions * half);
-  std::vector<E> cs(table * starts.size()), sn(table * starts.size());
+  const Shape table_shape{static_cast<int64_t>(starts.size()), positions, half};
+  HostTensor cos_table(y.dtype(), table_shape), sin_table(y.dtype(), table_shape);
+  E* cs = cos_table.data_as<E>();
+  E* sn = sin_table.data_as<E>();
   const std::vector<double> inverse_frequencies = rope.inverse_frequencies(D);
   for (size_t k = 0; k < starts.size(); ++k) {
     for (int64_t i = 0; i < half; ++i) {  // angle in double, rotation in E
@@ -345,34 +267,23 @@ void rotate_in_place(Array& y, int64_t start_position, std::span<const int64_t> 
       }
     }
   }
+  const DeviceKind kind = kind_of(y);
   y.runtime().pool().parallel_for(y.local_shards().size(), [&](size_t n) {
     Array::Shard& s = y.local_shards()[n];
     if (s.box.empty()) return;
-    const int64_t nb = s.box.shape[0], nt = s.box.shape[1], nh = s.box.shape[2];
-    E* p = data<E>(s);
-    for (int64_t b = 0; b < nb; ++b) {
-      const size_t k =
-          row_starts.empty()
-              ? 0
-              : static_cast<size_t>(
-                    std::lower_bound(starts.begin(), starts.end(),
-                                     row_starts[static_cast<size_t>(s.box.offset[0] + b)]) -
-                    starts.begin());
-      for (int64_t t = 0; t < nt; ++t) {
-        const E* c =
-            cs.data() + k * table + static_cast<size_t>((s.box.offset[1] - first + t) * half);
-        const E* si =
-            sn.data() + k * table + static_cast<size_t>((s.box.offset[1] - first + t) * half);
-        for (int64_t h = 0; h < nh; ++h) {
-          E* v = p + ((b * nt + t) * nh + h) * D;
-          for (int64_t i = 0; i < half; ++i) {
-            const E x1 = v[i], x2 = v[i + half];
-            v[i] = x1 * c[i] - x2 * si[i];
-            v[i + half] = x2 * c[i] + x1 * si[i];
-          }
-        }
-      }
+    std::vector<size_t> table_of_row;  // each local batch row's table (row_starts given)
+    for (int64_t b = 0; b < s.box.shape[0] && !row_starts.empty(); ++b) {
+      table_of_row.push_back(static_cast<size_t>(
+          std::lower_bound(starts.begin(), starts.end(),
+                           row_starts[static_cast<size_t>(s.box.offset[0] + b)]) -
+          starts.begin()));
     }
+    rotate_half(kind, {.y = &s,
+                       .cos = &cos_table,
+                       .sin = &sin_table,
+                       .table_of_row = table_of_row,
+                       .first = first,
+                       .dtype = y.dtype()});
   });
 }
 

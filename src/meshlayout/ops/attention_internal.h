@@ -1,7 +1,7 @@
 // attention_internal.h — what attention.cc and attention_backward.cc share: attention's argument
-// checks, the rotary embedding's checks and rotation (by +angle forward, −angle backward), and
-// two small shard helpers. Internal to attention.cc / attention_backward.cc (implemented in
-// attention.cc); not part of the ops API.
+// checks, the rotary embedding's checks and rotation (by +angle forward, −angle backward), the
+// masking the kernels read, and in_layout. Internal to attention.cc / attention_backward.cc
+// (implemented in attention.cc); not part of the ops API.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/kernels/attention.h"
 #include "meshlayout/ops/attention.h"
 
 namespace meshlayout::internal_ops {
@@ -17,16 +18,8 @@ namespace meshlayout::internal_ops {
 // `a` itself when it already has `layout`, else a resharded copy kept in `storage`.
 const Array& in_layout(const Array& a, const TensorLayout& layout, std::optional<Array>& storage);
 
-// Element `index` of a key_mask shard (I32, I64, U8 or BOOL) as an integer.
-int64_t mask_value(const Array::Shard& s, DType dtype, int64_t index);
-
-// The first key query row t sees under options.sliding_window (0 when there is none): keys
-// s <= t + query_offset − window are masked; never past `visible`.
-inline int64_t window_start(const AttentionOptions& options, int64_t t, int64_t visible) {
-  if (options.sliding_window <= 0) return 0;
-  const int64_t first = t + options.query_offset - options.sliding_window + 1;
-  return first <= 0 ? 0 : (first < visible ? first : visible);
-}
+// The masking the kernels read (kernels/attention.h) of `options`.
+AttentionMasking masking_of(const AttentionOptions& options);
 
 // The checks of attention's arguments, errors prefixed with `op` ("attention" or
 // "attention_backward"); with `d_out` (the backward) also its dtype, shape (q's) and mesh.
