@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The compute seam's rule (docs/design.md "Compute and memory seam"): layers, models, optimizers
-# and plans reach shard memory only through kernels (src/meshlayout/kernels/), never by touching
-# an Array::Shard's buffer, borrowing one, or reinterpreting bytes themselves. This check fails on
-# any such use in src/meshlayout/{nn,models,train,plan} outside the tests and outside the files
+# The compute seam's rule (docs/design.md "Compute and memory seam"): ops, layers, models,
+# optimizers and plans reach shard memory only through kernels (src/meshlayout/kernels/), never by
+# touching an Array::Shard's buffer, borrowing one, or reinterpreting bytes themselves. This check
+# fails on any such use in src/meshlayout/{ops,nn,models,train,plan} outside the tests and the files
 # listed in scripts/compute_seam_pending.txt — the files not moved behind the seam yet, which
 # may only shrink (a listed file that no longer needs the exemption is an error too).
 #   bash scripts/check_compute_seam.sh
@@ -19,8 +19,8 @@ while IFS= read -r file; do
     sed "s|^|$file:|" /tmp/seam.$$ >&2
     violations=$((violations + $(wc -l </tmp/seam.$$)))
   fi
-done < <(git ls-files 'src/meshlayout/nn/*' 'src/meshlayout/models/*' 'src/meshlayout/train/*' \
-           'src/meshlayout/plan/*' | grep -E '\.(h|cc)$')
+done < <(git ls-files 'src/meshlayout/ops/*' 'src/meshlayout/nn/*' 'src/meshlayout/models/*' \
+           'src/meshlayout/train/*' 'src/meshlayout/plan/*' | grep -E '\.(h|cc)$')
 rm -f /tmp/seam.$$
 stale=()
 for f in "${pending[@]}"; do
@@ -33,4 +33,4 @@ if ((${#stale[@]})); then
   echo "compute seam: scripts/compute_seam_pending.txt lists files that no longer touch shard bytes (or are gone); remove them: ${stale[*]}" >&2
 fi
 ((violations == 0 && ${#stale[@]} == 0)) || exit 1
-echo "compute seam: no layer, model, optimizer or plan touches shard bytes outside kernels/ (${#pending[@]} files still pending)"
+echo "compute seam: no op, layer, model, optimizer or plan touches shard bytes outside kernels/ (${#pending[@]} files still pending)"
