@@ -91,6 +91,11 @@ class CMakeBuild(build_ext):
         return built_module(build_dir)
 
 
+# setuptools never removes what an earlier build left in its build folder, and a wheel takes
+# everything there: start from an empty one, so a file deleted from python/meshlayout is not
+# shipped from a previous build.
+shutil.rmtree(os.path.join(ROOT, "build-pip", "setuptools"), ignore_errors=True)
+
 setup(
     version=cmake_project_version(),
     packages=["meshlayout"],
