@@ -104,6 +104,16 @@ std::string keras_device_type(const std::optional<std::string>& device_type) {
 
 }  // namespace
 
+std::optional<DeviceMesh> mesh_argument(const py::object& value, const char* what) {
+  if (value.is_none()) return std::nullopt;
+  if (!py::isinstance<DeviceMesh>(value)) {
+    throw py::type_error(fmt::format("{} must be a DeviceMesh or None, got {} (of type {})", what,
+                                     std::string(py::repr(value)),
+                                     std::string(py::str(py::type::of(value)))));
+  }
+  return value.cast<DeviceMesh>();
+}
+
 void bind_layout(py::module_& m) {
   m.def(
       "list_devices",
@@ -145,16 +155,23 @@ void bind_layout(py::module_& m) {
       .def("__hash__", [](const DeviceMesh& d) { return py::hash(py::str(d.to_string())); });
 
   py::class_<TensorLayout>(m, "TensorLayout")
-      .def(py::init([](const py::iterable& axes, std::optional<DeviceMesh> mesh) {
+      .def(py::init([](const py::object& axes, const py::object& mesh) {
+             if (!py::isinstance<py::iterable>(axes)) {
+               throw py::type_error(fmt::format(
+                   "TensorLayout axes must be a sequence of mesh axis names, tuples of names or "
+                   "None, got {}",
+                   std::string(py::repr(axes))));
+             }
              std::vector<DimSharding> dims;
              for (py::handle a : axes) dims.push_back(dim_from_python(a));
-             return TensorLayout(std::move(dims), std::move(mesh));
+             return TensorLayout(std::move(dims), mesh_argument(mesh, "TensorLayout device_mesh"));
            }),
            py::arg("axes"), py::arg("device_mesh") = py::none())
       .def_property_readonly("axes", &axes_to_python)
       .def_property(
           "device_mesh", [](const TensorLayout& l) { return l.device_mesh(); },
-          [](TensorLayout& l, std::optional<DeviceMesh> mesh) {
+          [](TensorLayout& l, const py::object& value) {
+            std::optional<DeviceMesh> mesh = mesh_argument(value, "TensorLayout.device_mesh");
             if (mesh) {
               l.set_device_mesh(*mesh);  // Keras: ValueError if one is already set
             } else if (l.device_mesh()) {

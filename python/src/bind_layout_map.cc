@@ -223,7 +223,10 @@ void bind_layout_map(py::module_& m) {
       py::cpp_function([]() { t_scopes.release_all(); }));
 
   py::class_<PyLayoutMap>(m, "_LayoutMap", py::dynamic_attr())
-      .def(py::init<std::optional<DeviceMesh>, const std::string&>(),
+      .def(py::init([](const py::object& mesh, const std::string& mode) {
+             return std::make_unique<PyLayoutMap>(mesh_argument(mesh, "LayoutMap device_mesh"),
+                                                  mode);
+           }),
            py::arg("device_mesh") = py::none(), py::arg("mode") = "search")
       .def("__getitem__",
            [](const PyLayoutMap& self, std::string_view key) -> py::object {

@@ -8,11 +8,13 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "meshlayout/core/dtype.h"
 #include "meshlayout/core/errors.h"
+#include "meshlayout/layout/device_mesh.h"
 
 namespace meshlayout {
 class Array;
@@ -29,6 +31,9 @@ void bind_array(py::module_& m);       // Array, distribute_tensor, device memor
 void bind_io(py::module_& m);          // checkpoints: open, inspect, plan, load, save
 // DataParallel, ModelParallel, the thread's current distribution as C++ sees it
 void bind_distribution(py::module_& m);
+
+/// A DeviceMesh argument: None or a DeviceMesh, else TypeError naming `what` and the value.
+std::optional<DeviceMesh> mesh_argument(const py::object& value, const char* what);
 
 /// The C++ map under a Python LayoutMap (bind_layout_map.cc).
 const LayoutMap& layout_map_of(const py::handle& obj);

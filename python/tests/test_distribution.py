@@ -404,6 +404,27 @@ def test_list_devices_as_keras():
         dist.list_devices("GPU")
 
 
+def test_wrong_types_name_the_value(mesh8):
+    with pytest.raises(TypeError, match="TensorLayout axes must be a sequence of mesh axis names, "
+                                        "tuples of names or None, got 5"):
+        dist.TensorLayout(5)
+    with pytest.raises(TypeError, match=r"TensorLayout device_mesh must be a DeviceMesh or None, "
+                                        r"got 'mesh' \(of type <class 'str'>\)"):
+        dist.TensorLayout(("data",), "mesh")
+    layout = dist.TensorLayout(("data",))
+    with pytest.raises(TypeError, match="TensorLayout.device_mesh must be a DeviceMesh or None, "
+                                        "got 3"):
+        layout.device_mesh = 3
+    assert layout.device_mesh is None
+    with pytest.raises(TypeError, match="LayoutMap device_mesh must be a DeviceMesh or None, got "
+                                        r"\[2, 4\]"):
+        dist.LayoutMap([2, 4])
+    # Keras takes any iterable of axes: a list, a generator, a str as its characters.
+    assert dist.TensorLayout(["data", None], mesh8).axes == ("data", None)
+    assert dist.TensorLayout(a for a in ("data", None)).axes == ("data", None)
+    assert dist.TensorLayout("ab").axes == ("a", "b")
+
+
 def test_get_data_layout_takes_any_sequence(mesh8):
     d = dist.DataParallel(device_mesh=mesh8)
     for shape in ([16, 3], (16, 3), np.array([16, 3]), (np.int64(16), np.int32(3)), range(16, 18)):
