@@ -10,7 +10,9 @@ and builds the module there, then copies it and the package into the wheel. Envi
 
     MESHLAYOUT_PREBUILT=/path/to/build   reuse a CMake build that already has the module
                                          (<build>/python/meshlayout/_meshlayout*.so, built for
-                                         this interpreter) instead of building one
+                                         this interpreter) instead of building one; a
+                                         relative path is taken from the repository root
+                                         (pip runs setup.py there)
     MESHLAYOUT_CMAKE_ARGS="-D…"          extra arguments for the CMake configure step
     CMAKE_BUILD_PARALLEL_LEVEL=N         build jobs (default: the CPUs this process may use)
 """
