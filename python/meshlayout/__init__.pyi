@@ -12,7 +12,11 @@ import numpy.typing as npt
 
 from meshlayout import distribution as distribution
 
-__all__: list[str]
+__all__ = [
+    "Array", "Checkpoint", "DeviceMesh", "LayoutMap", "Shard", "TensorLayout",
+    "current_layout_map", "device_memory", "distribute_tensor", "get_device_count",
+    "list_devices", "load", "open_checkpoint", "plan", "save", "distribution",
+]
 
 # One TensorLayout entry: None (not split), a mesh axis name, or several axes (major first).
 _Axis = Union[None, str, tuple[str, ...], list[str]]

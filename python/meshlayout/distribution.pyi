@@ -14,7 +14,11 @@ from meshlayout import distribute_tensor as distribute_tensor
 from meshlayout import get_device_count as get_device_count
 from meshlayout import list_devices as list_devices
 
-__all__: list[str]
+__all__ = [
+    "DataParallel", "DeviceMesh", "Distribution", "LayoutMap", "ModelParallel", "TensorLayout",
+    "distribute_tensor", "distribution", "get_device_count", "initialize", "list_devices",
+    "set_distribution",
+]
 
 DEFAULT_BATCH_DIM_NAME: str
 
@@ -28,6 +32,7 @@ class _Variable(Protocol):
 
 
 class _ScopeContext:
+    def __init__(self, d: Distribution) -> None: ...
     def __enter__(self) -> Distribution: ...
     def __exit__(self, *exc: object) -> bool: ...
 

@@ -112,7 +112,10 @@ def test_every_public_name_is_in_the_stub(file_name):
     assert not missing, f"{file_name} lacks {missing}"
     stale = sorted(n for n in declared if not n.startswith("_") and not hasattr(module, n))
     assert not stale, f"{file_name} declares names the module does not have: {stale}"
-    assert "__all__" in declared
+    stub_all = [n for n in declared_names(stub_tree(file_name).body).items() if n[0] == "__all__"]
+    assert stub_all, f"{file_name} has no __all__"
+    assert ast.literal_eval(stub_all[0][1].value) == list(module.__all__), (
+        f"{file_name}: __all__ differs from {module.__name__}.__all__")
 
 
 @pytest.mark.parametrize("file_name", sorted(MODULES))
