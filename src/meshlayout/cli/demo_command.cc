@@ -17,8 +17,8 @@
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout/layout_grid.h"
-#include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/generation.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/models/llama_split_notes.h"
 #include "meshlayout/models/random_llama.h"
@@ -37,7 +37,8 @@ using Clock = std::chrono::steady_clock;
 // embeddings (as Llama 3.2 1B), two blocks. Every dimension the keras-hub rules split divides
 // its axis on the 2x4 mesh; the Megatron reload splits the 2 key/value heads over 4 devices.
 // The other families change what distinguishes them: Mistral a sliding window shorter than the
-// prompt, Qwen 2 q/k/v biases, Qwen 3 q/k head norms and a head_dim of its own (24, not 128/8).
+// prompt, Qwen 2 q/k/v biases, Qwen 3 q/k head norms and a head_dim of its own (24, not 128/8),
+// Gemma keras-hub's Gemma block, Gemma 2 also post norms, soft caps and a window on layer 0.
 LlamaConfig demo_config(const std::string& family) {
   LlamaConfig c{.vocab_size = 512,
                 .hidden_size = 128,
@@ -53,6 +54,12 @@ LlamaConfig demo_config(const std::string& family) {
   c.family = family;
   if (family == "mistral") c.sliding_window = 4;
   if (family == "qwen3") c.head_dim = 24;
+  if (family == "gemma" || family == "gemma2") c.query_pre_attn_scalar = 16;
+  if (family == "gemma2") {
+    c.sliding_window = 4;
+    c.attn_logit_softcapping = 50.0;
+    c.final_logit_softcapping = 30.0;
+  }
   c.validate();
   return c;
 }
@@ -67,6 +74,12 @@ std::string family_story(const LlamaConfig& c) {
     return fmt::format("Qwen 3 (Qwen3ForCausalLM), q/k head norms, head_dim {} != {} / {}",
                        c.head_dim, c.hidden_size, c.num_attention_heads);
   }
+  if (c.family == "gemma") return "Gemma (GemmaForCausalLM), keras-hub's Gemma block";
+  if (c.family == "gemma2") {
+    return fmt::format(
+        "Gemma 2 (Gemma2ForCausalLM), post norms, soft caps {} and {}, window of {} on layer 0",
+        c.attn_logit_softcapping, c.final_logit_softcapping, c.sliding_window);
+  }
   return "Llama (LlamaForCausalLM)";
 }
 constexpr int64_t kBatch = 2, kPromptLength = 8, kNewTokens = 8;
@@ -76,6 +89,14 @@ constexpr int64_t kBatch = 2, kPromptLength = 8, kNewTokens = 8;
 // With q/k/v biases (Qwen 2, examples/rules/qwen_megatron.json) they are split on their heads.
 LayoutMap megatron_rules(const DeviceMesh& mesh, const LlamaConfig& config) {
   LayoutMap rules(mesh, MatchMode::kSearch);
+  if (config.gemma()) {  // keras-hub's Gemma names, q/k/v kernels heads first
+    rules["token_embedding/embeddings"] = {"model", None};
+    rules["decoder_block.*attention.*(query|key|value).kernel"] = {"model", None, None};
+    rules["decoder_block.*attention_output.kernel"] = {"model", None, None};
+    rules["decoder_block.*ffw_gating.*kernel"] = {None, "model"};
+    rules["decoder_block.*ffw_linear.kernel"] = {"model", None};
+    return rules;
+  }
   if (config.qkv_bias()) {
     rules["transformer_layer.*self_attention.*(query|key|value).bias"] = {"model", None};
   }
@@ -208,6 +229,7 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
       "\n3. keras-hub's {}Backbone.get_layout_map(mesh, \"model\", \"batch\"): {} rules, "
       "keyed by variable path (search mode, as Keras 3):\n",
       qwen                         ? "Qwen"
+      : config.gemma()             ? "Gemma"
       : config.family == "mistral" ? "Mistral"
                                    : "Llama",
       rules.size());
@@ -224,7 +246,8 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   const CheckpointPlan plan = plan_tensors(spec_ptrs, rules);
   out << render_plan_text(plan);
 
-  const std::string gate = "transformer_layer_0/feedforward_gate_dense/kernel";
+  const std::string gate = config.gemma() ? "decoder_block_0/ffw_gating/kernel"
+                                          : "transformer_layer_0/feedforward_gate_dense/kernel";
   out << fmt::format("\n5. How {} ({}, {}) is cut:\n", gate, config.hidden_size,
                      config.intermediate_size);
   out << render_layout_grid(
@@ -387,8 +410,9 @@ void add_demo_command(CLI::App& app, int* exit_code) {
   options->progress = stderr_is_terminal();
   cmd->add_option("--family", options->family,
                   "The model family: llama (default), mistral (sliding window), qwen2 (q/k/v "
-                  "biases) or qwen3 (q/k head norms); its Hugging Face format and keras-hub rules")
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3"}));
+                  "biases), qwen3 (q/k head norms), gemma or gemma2 (post norms, soft caps); its "
+                  "Hugging Face format and keras-hub rules")
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"}));
   cmd->add_option("--keep", options->keep_dir,
                   "Write the model and the checkpoint into this directory and keep them "
                   "(default: a temporary directory, removed)");

@@ -70,7 +70,9 @@ TEST(DemoCommandTest, EveryFamilyPassesEveryCheck) {
   const std::pair<std::string, std::string> families[] = {
       {"mistral", "Mistral (MistralForCausalLM), sliding window of 4 keys"},
       {"qwen2", "Qwen 2 (Qwen2ForCausalLM), q/k/v biases"},
-      {"qwen3", "Qwen 3 (Qwen3ForCausalLM), q/k head norms, head_dim 24 != 128 / 8"}};
+      {"qwen3", "Qwen 3 (Qwen3ForCausalLM), q/k head norms, head_dim 24 != 128 / 8"},
+      {"gemma", "Gemma (GemmaForCausalLM), keras-hub's Gemma block"},
+      {"gemma2", "Gemma 2 (Gemma2ForCausalLM), post norms, soft caps 50 and 30"}};
   std::string llama_tokens;
   {
     std::ostringstream out;
@@ -87,8 +89,9 @@ TEST(DemoCommandTest, EveryFamilyPassesEveryCheck) {
     EXPECT_THAT(text, HasSubstr(story));
     EXPECT_THAT(text, HasSubstr("all checks passed"));
     EXPECT_THAT(text, Not(HasSubstr("FAILED")));
-    EXPECT_THAT(text, HasSubstr(family == "mistral" ? "MistralBackbone.get_layout_map"
-                                                    : "QwenBackbone.get_layout_map"));
+    EXPECT_THAT(text, HasSubstr(family == "mistral"           ? "MistralBackbone.get_layout_map"
+                                : family.starts_with("gemma") ? "GemmaBackbone.get_layout_map"
+                                                              : "QwenBackbone.get_layout_map"));
     EXPECT_TRUE(std::filesystem::exists(dir / family / "config.json"));
     // What distinguishes the family changes the tokens (the window, the biases, the norms).
     EXPECT_NE(text.substr(text.find("   prompt "), 120), llama_tokens);
