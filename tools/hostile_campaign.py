@@ -414,20 +414,20 @@ def gen_cli_numbers():
     A = []
     m = P("base")
     tok = P("base", "tokens.safetensors")
-    gen = [BIN, "generate", "--model", m, "--prompt", "1,2,3"]
+    gen = [BIN, "generate", "--model", m, "--prompt-ids", "1,2,3"]
     # CLI11 reads 0x10 as 16 (hex); "+2" and " 3" as numbers: legitimate.
     for v in ["0", "-1", I64MAX, U64P1, "1e309", "abc", "", "0x10"]:
         A.append(Attempt("generate --max-new-tokens %r" % v, gen + ["--max-new-tokens", v],
                          expect="any" if v in ("+2", "0x10") else "refuse",
                          kw=int_kw("--max-new-tokens", v), check=check_generate(None)))
     for v in ["", "-1", "64", "63", U64P1, "1,,2", "1,2,", ",".join(["1"] * 70), "2147483648"]:
-        A.append(Attempt("generate --prompt %r" % v[:40],
-                         [BIN, "generate", "--model", m, "--max-new-tokens", "2", "--prompt", v],
+        A.append(Attempt("generate --prompt-ids %r" % v[:40],
+                         [BIN, "generate", "--model", m, "--max-new-tokens", "2", "--prompt-ids", v],
                          expect="run" if v == "63" else "refuse", kw=["prompt", v[:20] or "empty"],
                          check=check_generate(2)))
     # The position table exactly full (62 + 2 = 64 = max_position_embeddings): valid.
     A.append(Attempt("generate prompt + new tokens == max_position_embeddings",
-                     [BIN, "generate", "--model", m, "--max-new-tokens", "2", "--prompt",
+                     [BIN, "generate", "--model", m, "--max-new-tokens", "2", "--prompt-ids",
                       ",".join(["5"] * 62), "--json"], expect="run",
                      check=check_generate(2, json_mode=True)))
     tr = [BIN, "train", "--model", m, "--data", tok, "--json"]
@@ -533,7 +533,7 @@ def gen_cli_strings():
                       "model"], expect="any", kw=["zero1", "shard-slots-over"]))
     for v in ["batch=2,model=4", "model=4", "batch=3,model=1", "x=8", "batch=1,model=9"]:
         A.append(Attempt("generate --mesh %r with megatron rules" % v,
-                         [BIN, "generate", "--model", m, "--prompt", "1,2", "--max-new-tokens", "2",
+                         [BIN, "generate", "--model", m, "--prompt-ids", "1,2", "--max-new-tokens", "2",
                           "--rules", MEGATRON, "--mesh", v, "--json"],
                          expect="run" if v in ("batch=2,model=4", "batch=3,model=1") else "any",
                          kw=["mesh", "axis", "model", v], check=check_generate(2, json_mode=True)))
@@ -547,12 +547,12 @@ def gen_cli_strings():
         "inspect": [BIN, "inspect", P("base", "model.safetensors")],
         "plan": [BIN, "plan", P("base", "model.safetensors"), "--rules", MEGATRON, "--mesh",
                  "batch=2,model=4"],
-        "generate": [BIN, "generate", "--model", m, "--prompt", "1", "--max-new-tokens", "1"],
+        "generate": [BIN, "generate", "--model", m, "--prompt-ids", "1", "--max-new-tokens", "1"],
         "train": [BIN, "train", "--model", m, "--data", tok, "--batch-size", "2", "--steps", "1"],
     }
     repeats = {"match": ["--rules", EX_RULES], "layout": ["--mesh", "data=8"],
                "reshard": ["--to", "model,None"], "inspect": ["--json", "--json"],
-               "plan": ["--mesh", "batch=1,model=8"], "generate": ["--prompt", "2"],
+               "plan": ["--mesh", "batch=1,model=8"], "generate": ["--prompt-ids", "2"],
                "train": ["--steps", "2"], "demo": ["--keep", P("files", "a"), "--keep", P("files", "b")]}
     for c, base in cmds.items():
         A.append(Attempt("%s unknown option --bogus" % c, base + ["--bogus"], stdin=b"",
@@ -567,7 +567,7 @@ def gen_cli_strings():
     A.append(Attempt("no subcommand", [BIN], kw=["subcommand", "usage", "help"]))
     A.append(Attempt("unknown subcommand", [BIN, "frobnicate"], kw=["frobnicate"]))
     A.append(Attempt("typo option generate --max-new-token", [BIN, "generate", "--model", m,
-                     "--prompt", "1", "--max-new-token", "1"], kw=["max-new-token"]))
+                     "--prompt-ids", "1", "--max-new-token", "1"], kw=["max-new-token"]))
     return A
 
 
@@ -575,7 +575,7 @@ def gen_env():
     A = []
     rs = [BIN, "reshard", "--shape", "8,8", "--mesh", "data=2,model=2", "--from", "data,None",
           "--to", "None,model"]
-    gen = [BIN, "generate", "--model", P("base"), "--prompt", "1,2", "--max-new-tokens", "2",
+    gen = [BIN, "generate", "--model", P("base"), "--prompt-ids", "1,2", "--max-new-tokens", "2",
            "--json"]
     for var, vals, ok in [
             ("MESHLAYOUT_CPU_DEVICES", ["0", "abc", "", U64P1], []),
@@ -605,7 +605,7 @@ def gen_configs():
     tok = P("base", "tokens.safetensors")
 
     def gen_cmd(d):
-        return [BIN, "generate", "--model", d, "--prompt", "1,2,3", "--max-new-tokens", "3",
+        return [BIN, "generate", "--model", d, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
                 "--json"]
 
     def train_cmd(d):
@@ -723,7 +723,7 @@ def gen_weights():
     names = [k for k in base_h if k != "__metadata__"]
 
     def gen_cmd(d, extra=()):
-        return [BIN, "generate", "--model", d, "--prompt", "1,2,3", "--max-new-tokens", "3",
+        return [BIN, "generate", "--model", d, "--prompt-ids", "1,2,3", "--max-new-tokens", "3",
                 "--json"] + list(extra)
     tok = P("base", "tokens.safetensors")
     nanfix = [
@@ -879,7 +879,7 @@ def gen_index():
         if name == "shard lacks the tensor":
             patched_weights(lambda h, dd: _drop_tensor(h, dd, "lm_head.weight"))(os.path.join(d, "a.safetensors"))
         A.append(Attempt("index.json %s: generate" % name,
-                         [BIN, "generate", "--model", d, "--prompt", "1", "--max-new-tokens", "1"],
+                         [BIN, "generate", "--model", d, "--prompt-ids", "1", "--max-new-tokens", "1"],
                          kw=kw, timeout=15))
         if name in ("path traversal", "shard lacks the tensor"):
             A.append(Attempt("index.json %s: inspect" % name, [BIN, "inspect", d], kw=kw, timeout=15))
@@ -939,7 +939,7 @@ def gen_rules():
         json.dump({"rules": [["query.kernel", [None, "model"]]]}, f)
     for cmd in ("generate", "train"):
         base = [BIN, cmd, "--model", P("base"), "--rules", p, "--mesh", "batch=2,model=4"]
-        rest = (["--prompt", "1", "--max-new-tokens", "1"] if cmd == "generate" else
+        rest = (["--prompt-ids", "1", "--max-new-tokens", "1"] if cmd == "generate" else
                 ["--data", P("base", "tokens.safetensors"), "--batch-size", "2", "--steps", "1"])
         A.append(Attempt("rules rank mismatch: %s" % cmd, base + rest, kw=["query", "rank", "dimension"]))
         A.append(Attempt("rules axis not in --mesh: %s" % cmd,
@@ -950,7 +950,7 @@ def gen_rules():
     with open(p, "w") as f:
         json.dump({"rules": [["kernel", [None, None]], ["query", [None, None, None]]]}, f)
     A.append(Attempt("rules ambiguous: generate",
-                     [BIN, "generate", "--model", P("base"), "--rules", p, "--prompt", "1",
+                     [BIN, "generate", "--model", P("base"), "--rules", p, "--prompt-ids", "1",
                       "--max-new-tokens", "1"], kw=["multiple", "ambiguous", "query"]))
     return A
 
@@ -979,7 +979,7 @@ def gen_paths():
                          [BIN, "train", "--model", P("base"), "--data", path, "--batch-size", "2",
                           "--steps", "1"], kw=dkw, timeout=15))
         A.append(Attempt("generate --model %s" % name,
-                         [BIN, "generate", "--model", path, "--prompt", "1", "--max-new-tokens", "1"],
+                         [BIN, "generate", "--model", path, "--prompt-ids", "1", "--max-new-tokens", "1"],
                          kw=kw, timeout=15))
     # A model directory whose config.json / model.safetensors is odd.
     for name, target in [("config.json is a FIFO", "fifo"), ("config.json is a directory", "dir"),
@@ -1003,7 +1003,7 @@ def gen_paths():
         else:
             os.symlink(target, c)
         A.append(Attempt("generate: %s" % name,
-                         [BIN, "generate", "--model", d, "--prompt", "1", "--max-new-tokens", "1"],
+                         [BIN, "generate", "--model", d, "--prompt-ids", "1", "--max-new-tokens", "1"],
                          kw=["config.json"], timeout=15))
     for name, target in [("model.safetensors is a FIFO", "fifo"),
                          ("model.safetensors -> /dev/zero", "/dev/zero")]:
@@ -1018,7 +1018,7 @@ def gen_paths():
         else:
             os.symlink(target, w)
         A.append(Attempt("generate: %s" % name,
-                         [BIN, "generate", "--model", d, "--prompt", "1", "--max-new-tokens", "1"],
+                         [BIN, "generate", "--model", d, "--prompt-ids", "1", "--max-new-tokens", "1"],
                          kw=["model.safetensors"], timeout=15))
     A.append(Attempt("match --rules unreadable (mode 000; root reads it anyway)",
                      [BIN, "match", "--rules", os.path.join(f, "unreadable.json")], stdin=b"x\n",
@@ -1212,7 +1212,7 @@ def gen_mpi():
     tok = P("base", "tokens.safetensors")
     m = P("base")
     T = [BIN, "train", "--model", m, "--data", tok, "--batch-size", "8", "--steps", "2", "--json"]
-    G = [BIN, "generate", "--model", m, "--prompt", "1,2,3", "--max-new-tokens", "3", "--json"]
+    G = [BIN, "generate", "--model", m, "--prompt-ids", "1,2,3", "--max-new-tokens", "3", "--json"]
     DIS = ["disagree", "process 1", "process 0"]
 
     def mpmd(a, b, pre_a=(), pre_b=()):
@@ -1256,7 +1256,7 @@ def gen_mpi():
         json.dump({"rules": [["token_embedding/embeddings", [None, "model"]]]}, fh)
     Tr = [BIN, "train", "--model", "model", "--data", "model/tokens.safetensors", "--batch-size",
           "8", "--steps", "2", "--json"]
-    Gr = [BIN, "generate", "--model", "model", "--prompt", "1,2,3", "--max-new-tokens", "3", "--json"]
+    Gr = [BIN, "generate", "--model", "model", "--prompt-ids", "1,2,3", "--max-new-tokens", "3", "--json"]
     wd0, wd1 = ["--wdir", os.path.join(w, "r0")], ["--wdir", os.path.join(w, "r1")]
     A.append(Attempt("mpi --wdir rules.json content differs: generate",
                      mpmd(Gr + ["--rules", "rules.json", "--mesh", "batch=2,model=4"],

@@ -1,19 +1,33 @@
-// generate_command.h — `meshlayout generate`: greedy text generation (token ids in, token ids
-// out) with a Hugging Face Llama checkpoint, born sharded on a device mesh under a rules file.
-// Works unchanged under mpirun (each process holds only its devices' shards; process 0 prints).
+// generate_command.h — `meshlayout generate`: text generation with a Hugging Face Llama-style
+// checkpoint, born sharded on a device mesh under a rules file: text in (tokenised with the
+// model directory's tokenizer) and text out, streamed as it is produced, or token ids in and
+// out. Works unchanged under mpirun (each process holds only its devices' shards; process 0
+// prints).
 //
-//   meshlayout generate --model DIR --prompt 5,17,42 --max-new-tokens 8
+//   meshlayout generate --model DIR --prompt "Once upon a time" [--prompt "text2" …]
+//       [--max-new-tokens 32] [--temperature 0.7] [--top-k 50] [--top-p 0.9] [--seed 1]
 //       [--rules examples/rules/llama_megatron.json] [--mesh batch=2,model=4] [--json]
+//   meshlayout generate --model DIR --prompt-ids 5,17,42 [--prompt-ids 8,9 …] …
 //
 // DIR holds config.json and model.safetensors (or model.safetensors.index.json and its
-// shards). Without --rules every variable is replicated. The mesh is --mesh if given, else the
-// rules file's "mesh", else every device on the "model" axis with a size-1 "batch" axis
-// (batch=1,model=N: both axis names keras-hub's rules use exist). --json prints one line per
-// generated token, {"step": 0, "token": 17, "logprob": -0.12345678901234567}; otherwise a
-// report: the prompt, the generated ids, prefill and decode tokens/s and per-device memory.
+// shards); with --prompt also tokenizer.json or tokenizer.model (tokenizers/tokenizer.h: the
+// special tokens, a BOS for instance, are added as the tokenizer's post-processor adds them).
+// Several prompts run as one batch (left-padded). Greedy unless --temperature, --top-k,
+// --top-p or --seed is given: then sampling (models/generation.h: the same seed gives the same
+// tokens on any mesh and process count; seed 0 by default). A sequence stops at an EOS id of
+// generation_config.json (else config.json), or after --max-new-tokens. Without --rules every
+// variable is replicated. The mesh is --mesh if given, else the rules file's "mesh", else every
+// device on the "model" axis with a size-1 "batch" axis.
+//
+// Output: with one text prompt, the prompt and then the new text as each token arrives (flushed
+// per token), after a header (model, mesh, rules, load time) and before a report (the ids,
+// prefill and decode tokens/s, per-device memory); with several, each prompt's text at the
+// end. --json prints one line per generated token instead, {"step": 0, "token": 17, "logprob":
+// -0.12345678901234567} (with "sequence" when there are several prompts and "text", the
+// token's new text, for text prompts).
 //
 // Example:
-//   GenerateCommandOptions o{.model_dir = dir, .prompt = "5,17,42", .max_new_tokens = 4};
+//   GenerateCommandOptions o{.model_dir = dir, .prompts = {"the cat"}, .max_new_tokens = 4};
 //   int code = run_generate(o, std::cout);   // 0; errors are thrown (main.cc prints them)
 #pragma once
 
@@ -26,19 +40,42 @@
 #include <vector>
 
 #include "meshlayout/layout/device_mesh.h"
+#include "meshlayout/tokenizers/tokenizer.h"
 
 namespace meshlayout::cli {
 
 struct GenerateCommandOptions {
   std::string model_dir;
-  std::string rules_path;           // empty: no rules, every variable replicated
-  std::optional<std::string> mesh;  // overrides the rules file's mesh
-  std::string prompt;               // "5,17,42"
-  int64_t max_new_tokens = 0;
+  std::string rules_path;               // empty: no rules, every variable replicated
+  std::optional<std::string> mesh;      // overrides the rules file's mesh
+  std::vector<std::string> prompts;     // --prompt: text, tokenised with DIR's tokenizer
+  std::vector<std::string> prompt_ids;  // --prompt-ids: "5,17,42" each
+  int64_t max_new_tokens = 32;
+  // Sampling when any of these is given (greedy otherwise).
+  std::optional<double> temperature;
+  std::optional<int64_t> top_k;
+  std::optional<double> top_p;
+  std::optional<uint64_t> seed;
   bool json = false;
 };
 
-/// The token ids of a --prompt: a comma-separated list of whole numbers from 0 to 2^31-1
+/// Text of generated ids as it grows, for streaming: push(id) returns the text that id adds
+/// (the decode of every id so far, special tokens skipped, past what was already returned),
+/// holding back a tail that is not yet whole UTF-8 (a character split over tokens) or ends in
+/// U+FFFD (a byte-fallback character still incomplete); finish() returns what is left.
+class TokenTextStream {
+ public:
+  explicit TokenTextStream(const tokenizers::Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
+  std::string push(int64_t id);
+  std::string finish();
+
+ private:
+  const tokenizers::Tokenizer* tokenizer_;
+  std::vector<int64_t> ids_;
+  size_t emitted_ = 0;  // bytes of the decoded text already returned
+};
+
+/// The token ids of a --prompt-ids: a comma-separated list of whole numbers from 0 to 2^31-1
 /// (spaces around items allowed). ValueError quoting the text and the item that is not one.
 std::vector<int32_t> parse_prompt(std::string_view text);
 
@@ -47,9 +84,10 @@ std::vector<int32_t> parse_prompt(std::string_view text);
 DeviceMesh default_generate_mesh();
 
 /// Runs the command on the default runtime (every process calls it; output from process 0
-/// only); returns the exit code (0). Bad options, a missing or invalid model directory, a rules
+/// only); returns the exit code (0). Bad options (no prompt, both --prompt and --prompt-ids,
+/// sampling values out of range), a missing or invalid model directory or tokenizer, a rules
 /// file that cannot be read or does not fit the model, and generate()'s own ValueErrors (a
-/// token id >= vocab_size, a prompt too long for max_position_embeddings) are thrown, by every
+/// token id >= vocab_size, a prompt too long for the context window) are thrown, by every
 /// process alike.
 int run_generate(const GenerateCommandOptions& options, std::ostream& out);
 

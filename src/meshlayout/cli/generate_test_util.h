@@ -2,7 +2,8 @@
 // for the generate command's unit tests and its end-to-end ctests (tiny_llama_writer.cc).
 //
 // Example:
-//   write_tiny_llama("/tmp/tiny-llama");   // config.json + model.safetensors, ~20 KiB
+//   write_tiny_llama("/tmp/tiny-llama");   // config.json, model.safetensors (~20 KiB) and a
+//                                          // 64-token tokenizer.json
 //   LlamaConfig c = tiny_generate_config();
 #pragma once
 
@@ -14,6 +15,7 @@
 #include "meshlayout/models/llama.h"
 #include "meshlayout/models/random_llama.h"
 #include "meshlayout/nn/layer.h"
+#include "meshlayout/tokenizers/toy_tokenizer.h"
 
 namespace meshlayout::testing {
 
@@ -32,10 +34,12 @@ inline LlamaConfig tiny_generate_config() {
 
 /// Writes `dir`/config.json and `dir`/model.safetensors (F32; `num_shards` > 1: sharded with
 /// an index) of tiny_generate_config(): the model's own random initial weights, kernels and
-/// embeddings scaled by 8 (write_random_hf_llama).
+/// embeddings scaled by 8 (write_random_hf_llama); and the toy tokenizer of its 64 tokens
+/// (tokenizers/toy_tokenizer.h) for text prompts.
 inline void write_tiny_llama(const std::string& dir, int num_shards = 1) {
   clear_session();
   write_random_hf_llama(dir, tiny_generate_config(), {.kernel_scale = 8, .num_shards = num_shards});
+  tokenizers::write_toy_tokenizer(dir, tiny_generate_config().vocab_size);
 }
 
 }  // namespace meshlayout::testing
