@@ -93,6 +93,51 @@ TEST_F(TrainCommandTest, JsonLossesAreTrainLlamasOnEveryRulesFile) {
   }
 }
 
+// `train --model DIR` on the other families' directories (issue 27): a Qwen 2, a Qwen 3, a
+// Gemma 2 and a Mistral give, under their keras-hub rules files on 2x4, the losses of the same
+// training in process on a replicated model (train_llama through the one Trainer).
+TEST_F(TrainCommandTest, EveryFamilyTrainsUnderItsKerasHubRules) {
+  const std::pair<std::string, std::string> families[] = {{"qwen2", "qwen_keras_hub.json"},
+                                                          {"qwen3", "qwen_keras_hub.json"},
+                                                          {"gemma2", "gemma_keras_hub.json"},
+                                                          {"mistral", "mistral_keras_hub.json"}};
+  for (const auto& [family, rules] : families) {
+    SCOPED_TRACE(family);
+    LlamaConfig config = testing::tiny_generate_config();
+    config.family = family;
+    if (family == "qwen3") config.head_dim = 6;  // not hidden / heads
+    if (family == "gemma2") {
+      config.query_pre_attn_scalar = 8;
+      config.sliding_window = 3;
+      config.attn_logit_softcapping = 2.0;
+      config.final_logit_softcapping = 5.0;
+    }
+    if (family == "mistral") config.sliding_window = 3;
+    const std::string dir = (dir_ / family).string();
+    clear_session();
+    write_random_hf_llama(dir, config, {.kernel_scale = 2});
+    clear_session();
+    LlamaModel reference(config, LayoutMap(DeviceMesh({8, 1}, {"batch", "model"})));
+    load_hf_llama(HfLlamaCheckpoint::open(dir), reference.variables_by_path());
+    auto optimizer = make_optimizer("adamw", {.learning_rate = 1e-2});
+    const LlamaTrainResult want = train_llama(reference, TokenDataset::open(data()), *optimizer,
+                                              {.batch_size = 8, .steps = 3});
+    clear_session();
+    const auto got = run_json({.model_dir = dir,
+                               .data_path = data(),
+                               .rules_path = kRulesDir + rules,
+                               .mesh = "batch=2,model=4",
+                               .batch_size = 8,
+                               .steps = 3,
+                               .learning_rate = 1e-2});
+    ASSERT_EQ(got.size(), 3u);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i].second, want.losses[i], 1e-4 * want.losses[i]) << "step " << i;
+    }
+    EXPECT_NE(want.losses.front(), want.losses.back());  // it trains
+  }
+}
+
 TEST_F(TrainCommandTest, SavedRunsResumeOnAnotherMeshAndContinueTheTrajectory) {
   const auto whole = run_json({.model_dir = model(),
                                .data_path = data(),
