@@ -26,6 +26,7 @@
 #include "meshlayout/plan/checkpoint_plan.h"
 #include "meshlayout/plan/plan_render.h"
 #include "meshlayout/plan/text_format.h"
+#include "meshlayout/tokenizers/toy_tokenizer.h"
 
 namespace meshlayout::cli {
 namespace {
@@ -211,12 +212,18 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
                      family_story(config), model_dir.string());
   out << fmt::format(
       "   vocab {}, hidden {}, {} layers, {} query heads sharing {} key/value heads of {}, "
-      "feed-forward {}, tied embeddings; BF16 in 2 files with an index\n",
+      "feed-forward {}, tied embeddings; BF16 in 2 files with an index; a toy byte-level "
+      "tokenizer.json (try: meshlayout generate --model DIR --prompt \"the cat\")\n",
       config.vocab_size, config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
       config.num_key_value_heads, config.head_dim, config.intermediate_size);
   clear_session();
   write_random_hf_llama(model_dir.string(), config,
                         {.kernel_scale = 8, .file_dtype = DType::kBF16, .num_shards = 2});
+  // A toy byte-level tokenizer of the same vocabulary, so that `meshlayout generate --model
+  // DIR --prompt "text"` runs on the kept directory.
+  if (default_runtime()->process_id() == 0) {
+    tokenizers::write_toy_tokenizer(model_dir.string(), config.vocab_size);
+  }
   const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open(model_dir.string());
   uint64_t file_bytes = 0;
   for (const auto& f : checkpoint.checkpoint().files()) file_bytes += fs::file_size(f->path());

@@ -12,6 +12,7 @@
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/tokenizers/tokenizer.h"
 
 namespace meshlayout::cli {
 namespace {
@@ -52,6 +53,9 @@ TEST(DemoCommandTest, RunsTheLlamaShardedAndPassesEveryCheck) {
   const HfLlamaCheckpoint hf = HfLlamaCheckpoint::open((dir / "llama").string());
   EXPECT_EQ(hf.checkpoint().files().size(), 2u);
   EXPECT_TRUE(hf.config().tie_word_embeddings);
+  // And a tokenizer of its vocabulary, for generate --prompt "text".
+  EXPECT_EQ(tokenizers::load_tokenizer((dir / "llama").string())->vocab_size(),
+            hf.config().vocab_size);
   Checkpoint keras = Checkpoint::open((dir / "llama.safetensors").string());
   EXPECT_EQ(keras.tensors().size(), hf.mappings().size());
   ASSERT_NE(keras.find("transformer_layer_0/self_attention/key/kernel").second, nullptr);
