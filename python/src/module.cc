@@ -35,6 +35,7 @@ PYBIND11_MODULE(_meshlayout, m) {
   translate_errors();
   bind_layout(m);
   bind_layout_map(m);
+  bind_rules(m);
   bind_array(m);
   bind_io(m);
   bind_distribution(m);

@@ -18,6 +18,7 @@
 #include "meshlayout/cli/match_command.h"
 #include "meshlayout/cli/plan_command.h"
 #include "meshlayout/cli/reshard_command.h"
+#include "meshlayout/cli/rules_command.h"
 #include "meshlayout/cli/tokenize_command.h"
 #include "meshlayout/cli/train_command.h"
 #include "meshlayout/core/errors.h"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_generate_command(app, &exit_code);
   meshlayout::cli::add_train_command(app, &exit_code);
   meshlayout::cli::add_tokenize_command(app, &exit_code);
+  meshlayout::cli::add_rules_command(app, &exit_code);
   // "process 2: " when several processes run the command. Each message is one write, so the
   // lines of processes sharing a terminal (mpirun merges them) do not interleave.
   std::string where;

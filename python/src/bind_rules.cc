@@ -1,0 +1,96 @@
+// bind_rules.cc — rules in other stacks' dialects for Python (rules/rule_dialects.h):
+// _convert_rules (text in one dialect -> text in another, with the warnings) and _read_rules
+// (text -> [(pattern, axes)], which meshlayout.rules_to_layout_map turns into a LayoutMap).
+//
+// Example (python/meshlayout/__init__.py wraps these):
+//   text, warnings = _convert_rules(plan_text, "hf-tp-plan", "keras-hub", None, "llama",
+//                                   "model", None, [], "plan.json")
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/rules/rule_dialects.h"
+
+namespace meshlayout::python {
+namespace {
+
+ConvertOptions make_options(const std::optional<std::string>& names, const std::string& family,
+                            const std::string& tp_axis, std::optional<DeviceMesh> mesh,
+                            std::vector<int64_t> layer_indices) {
+  ConvertOptions o;
+  if (names) {
+    if (*names == "hf") {
+      o.names = HfNames::kHf;
+    } else if (*names == "keras-hub") {
+      o.names = HfNames::kKerasHub;
+    } else {
+      throw ValueError("names=" + quote(*names) + ": expected 'hf' or 'keras-hub'");
+    }
+  }
+  o.family = family;
+  o.tp_axis = tp_axis;
+  o.mesh = std::move(mesh);
+  o.layer_indices = std::move(layer_indices);
+  return o;
+}
+
+py::object axes_tuple(const std::vector<DimSharding>& layout) {
+  py::list out;
+  for (const DimSharding& d : layout) {
+    if (!d.is_sharded()) {
+      out.append(py::none());
+    } else if (d.axes().size() == 1) {
+      out.append(py::str(d.axes()[0]));
+    } else {
+      out.append(py::tuple(py::cast(d.axes())));
+    }
+  }
+  return py::tuple(out);
+}
+
+}  // namespace
+
+void bind_rules(py::module_& m) {
+  m.def(
+      "_convert_rules",
+      [](const std::string& text, const std::string& from, const std::string& to,
+         const std::optional<std::string>& names, const std::string& family,
+         const std::string& tp_axis, std::optional<DeviceMesh> mesh,
+         std::vector<int64_t> layer_indices, const std::string& source) {
+        ConvertOptions o = make_options(names, family, tp_axis, std::move(mesh),
+                                        std::move(layer_indices));
+        std::vector<std::string> warnings;
+        std::string out;
+        {
+          py::gil_scoped_release release;
+          out = convert_rules(text, parse_rules_dialect(from), parse_rules_dialect(to), o, source,
+                              &warnings);
+        }
+        return std::make_tuple(out, warnings);
+      },
+      py::arg("text"), py::arg("from_dialect"), py::arg("to_dialect"), py::arg("names"),
+      py::arg("family"), py::arg("tp_axis"), py::arg("mesh"), py::arg("layer_indices"),
+      py::arg("source"));
+  m.def(
+      "_read_rules",
+      [](const std::string& text, const std::string& dialect,
+         const std::optional<std::string>& names, const std::string& family,
+         const std::string& tp_axis, std::optional<DeviceMesh> mesh, const std::string& source) {
+        ConvertOptions o = make_options(names, family, tp_axis, std::move(mesh), {});
+        RuleSet rules = read_rules(text, parse_rules_dialect(dialect), o, source);
+        py::list out;
+        for (const ConvertedRule& r : rules.rules) {
+          out.append(py::make_tuple(r.pattern, axes_tuple(r.layout)));
+        }
+        return py::make_tuple(out, std::string(match_mode_name(rules.mode)), rules.warnings);
+      },
+      py::arg("text"), py::arg("dialect"), py::arg("names"), py::arg("family"),
+      py::arg("tp_axis"), py::arg("mesh"), py::arg("source"));
+}
+
+}  // namespace meshlayout::python
