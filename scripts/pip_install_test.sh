@@ -14,6 +14,17 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
 py=$work/venv/bin/python
+# A build without the module is refused, naming where the module was looked for.
+if out=$(MESHLAYOUT_PREBUILT=$work/no-build "$py" -m pip install --no-build-isolation --no-index \
+           --no-cache-dir -q "$src" 2>&1); then
+  echo "pip_install_test: MESHLAYOUT_PREBUILT without a module was accepted" >&2
+  exit 1
+fi
+grep -q "no module $work/no-build/python/meshlayout/_meshlayout\*.so" <<<"$out" || {
+  echo "pip_install_test: unexpected error for a build without the module:" >&2
+  echo "$out" >&2
+  exit 1
+}
 MESHLAYOUT_PREBUILT=$build "$py" -m pip install --no-build-isolation --no-index --no-cache-dir \
   -q "$src"
 cp -r python/tests "$work/tests"
