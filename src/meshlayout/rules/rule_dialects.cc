@@ -55,9 +55,15 @@ ojson layout_json(const Layout& layout) {
   return out;
 }
 
-std::string layout_text(const Layout& layout) {
-  return layout_json(layout).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+// JSON with ", " between items, as the rules files in examples/rules are written.
+std::string spaced_json(const ojson& j) {
+  if (!j.is_array()) return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string out = "[";
+  for (size_t i = 0; i < j.size(); ++i) out += (i ? ", " : "") + spaced_json(j[i]);
+  return out + "]";
 }
+
+std::string layout_text(const Layout& layout) { return spaced_json(layout_json(layout)); }
 
 // null, an axis name, or a list of axis names (an empty list: not split).
 DimSharding parse_dim(const ojson& e, std::string_view source, const std::string& where) {
@@ -1019,8 +1025,9 @@ std::string write_rules(const RuleSet& rules, RulesDialect dialect, const Conver
       out = "{\n";
       const std::optional<DeviceMesh>& mesh = options.mesh ? options.mesh : rules.mesh;
       if (mesh) {
-        out += fmt::format("  \"mesh\": {{\"shape\": {}, \"axis_names\": {}}},\n",
-                           ojson(mesh->shape()).dump(), ojson(mesh->axis_names()).dump());
+        out +=
+            fmt::format("  \"mesh\": {{\"shape\": {}, \"axis_names\": {}}},\n",
+                        spaced_json(ojson(mesh->shape())), spaced_json(ojson(mesh->axis_names())));
       }
       out += fmt::format("  \"mode\": \"{}\",\n  \"rules\": [\n", match_mode_name(rules.mode));
       out += rules_lines(rules, false) + "  ]\n}\n";
