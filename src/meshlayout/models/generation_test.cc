@@ -1,9 +1,10 @@
 // Generation: a left-padded batch of prompts of lengths 3, 7 and 1 gives, row by row, the
 // tokens and log-probabilities of each prompt alone (one device, a 2x4 mesh under keras-hub and
-// Megatron rules); sampling with a seed gives the same tokens on every mesh, other seeds other
-// tokens, top_k = 1 the greedy ones; the sampler's frequencies over 20000 counter-based draws
-// match its distribution, which follows Hugging Face's warper order (checked by hand); EOS
-// stops a row and not the others; eos ids from generation_config.json; bad input refused.
+// Megatron rules; every family's small model); sampling with a seed gives the same tokens on every
+// mesh, other seeds other tokens, top_k = 1 the greedy ones; the sampler's frequencies over 20000
+// counter-based draws match its distribution, which follows Hugging Face's warper order (checked by
+// hand); EOS stops a row and not the others; eos ids from generation_config.json; bad input
+// refused.
 #include "meshlayout/models/generation.h"
 
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/models/generation_test_util.h"
+#include "meshlayout/models/llama_families_test_util.h"
 #include "meshlayout/models/llama_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
@@ -71,6 +73,26 @@ TEST_F(GenerationTest, PaddedBatchRowsEqualEachPromptAlone) {
     EXPECT_EQ(batch.prefill_tokens, 3 * 7);
     // The greedy tokens differ between rows (the test is not vacuous).
     EXPECT_NE(batch.tokens[0], batch.tokens[1]);
+  }
+}
+
+// Every family's attention variant (Mistral's window shorter than the prompts, Qwen's biases
+// and head norms, Llama 3's rope scaling, Gemma's) keeps a padded row equal to its prompt alone,
+// under keras-hub's rules for the family on 2x4.
+TEST_F(GenerationTest, PaddedBatchRowsEqualEachPromptAloneInEveryFamily) {
+  const std::vector<std::vector<int32_t>> prompts = {{3, 17, 42}, {5, 9, 1, 0, 47, 30, 8}, {21}};
+  for (const testing::Family& f : testing::families()) {
+    SCOPED_TRACE(f.what);
+    clear_session();
+    LlamaModel m(f.config, family_layout_map(f.config, mesh_, "model", "batch"));
+    const GenerateResult batch = generate(m, prompts, {.max_new_tokens = 5});
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      const GenerateResult alone = generate(m, {prompts[b]}, {.max_new_tokens = 5});
+      EXPECT_EQ(batch.tokens[b], alone.tokens[0]) << "prompt " << b;
+      for (size_t s = 0; s < alone.logprobs[0].size() && s < batch.logprobs[b].size(); ++s) {
+        EXPECT_NEAR(batch.logprobs[b][s], alone.logprobs[0][s], 1e-5) << "prompt " << b;
+      }
+    }
   }
 }
 
