@@ -2,15 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <new>
-
-#include <sys/mman.h>
-
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/runtime/device_memory.h"
 
 namespace meshlayout {
 
+// Blocks come from and return to the CPU kind's device memory (device_memory.h); the account
+// charges, caches and reuses them.
 namespace {
 
 constexpr size_t kCacheMinBytes = size_t{64} << 10;
@@ -23,14 +21,6 @@ size_t capacity_for(size_t bytes) {
   if (bytes >= kCacheMinBytes)
     return (bytes + kCacheMinBytes - 1) / kCacheMinBytes * kCacheMinBytes;
   return (bytes + 63) / 64 * 64;
-}
-
-std::byte* system_allocate(size_t capacity) {
-  const size_t alignment = capacity >= kHugePage ? kHugePage : 64;
-  void* p = std::aligned_alloc(alignment, capacity);
-  if (p == nullptr) throw std::bad_alloc();
-  if (capacity >= kHugePage) madvise(p, capacity, MADV_HUGEPAGE);  // best effort
-  return static_cast<std::byte*>(p);
 }
 
 }  // namespace
@@ -52,11 +42,11 @@ std::byte* MemoryAccount::allocate(size_t bytes) {
     }
   }
   try {
-    return system_allocate(capacity);
+    return host_memory().allocate(capacity);
   } catch (...) {
     release_cache();  // give the cache back and try once more
     try {
-      return system_allocate(capacity);
+      return host_memory().allocate(capacity);
     } catch (...) {
       release(static_cast<int64_t>(bytes));
       throw;
@@ -76,12 +66,12 @@ void MemoryAccount::deallocate(std::byte* block, size_t bytes) {
       return;
     }
   }
-  std::free(block);
+  host_memory().free(block, capacity);
 }
 
 void MemoryAccount::release_cache() {
   std::lock_guard<std::mutex> lock(cache_mu_);
-  for (auto& [capacity, block] : cache_) std::free(block);
+  for (auto& [capacity, block] : cache_) host_memory().free(block, capacity);
   cache_.clear();
   cached_bytes_ = 0;
 }

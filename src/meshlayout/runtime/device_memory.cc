@@ -1,0 +1,92 @@
+// device_memory.cc — see device_memory.h.
+#include "meshlayout/runtime/device_memory.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include <sys/mman.h>
+
+#include "meshlayout/core/errors.h"
+
+namespace meshlayout {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+void check_strided(const StridedCopy& c) {
+  if (c.dst_stride.size() != c.extent.size() || c.src_stride.size() != c.extent.size()) {
+    throw ValueError(fmt::format(
+        "copy_strided needs one dst and one src stride per extent: {} extents, {} dst strides, "
+        "{} src strides",
+        c.extent.size(), c.dst_stride.size(), c.src_stride.size()));
+  }
+  for (size_t d = 0; d < c.extent.size(); ++d) {
+    if (c.extent[d] < 0) {
+      throw ValueError(fmt::format("copy_strided: extent {} is {}, expected >= 0", d, c.extent[d]));
+    }
+  }
+}
+
+class HostMemory final : public DeviceMemory {
+ public:
+  std::string_view name() const override { return "host"; }
+
+  std::byte* allocate(size_t bytes) override {
+    const size_t alignment = bytes >= kHugePage ? kHugePage : 64;
+    const size_t capacity = (bytes + alignment - 1) / alignment * alignment;
+    void* p = std::aligned_alloc(alignment, capacity);
+    if (p == nullptr) throw std::bad_alloc();
+    if (capacity >= kHugePage) madvise(p, capacity, MADV_HUGEPAGE);  // best effort
+    return static_cast<std::byte*>(p);
+  }
+
+  void free(std::byte* block, size_t /*bytes*/) override { std::free(block); }
+
+  void copy_from_host(std::byte* dst, const std::byte* host_src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  }
+  void copy_to_host(std::byte* host_dst, const std::byte* src, size_t bytes) override {
+    if (bytes > 0) std::memcpy(host_dst, src, bytes);
+  }
+  void copy_on_device(std::byte* dst, const std::byte* src, size_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  }
+
+  void copy_strided(const StridedCopy& c) override {
+    check_strided(c);
+    const size_t rank = c.extent.size();
+    int64_t runs = 1;
+    for (int64_t e : c.extent) runs *= e;
+    if (runs == 0 || c.run_bytes == 0) return;
+    std::vector<int64_t> index(rank, 0);
+    int64_t dst_off = 0, src_off = 0;
+    for (int64_t r = 0; r < runs; ++r) {
+      std::memcpy(c.dst + dst_off, c.src + src_off, c.run_bytes);
+      // Advance the index, innermost dimension first, keeping the offsets in step.
+      for (size_t d = rank; d-- > 0;) {
+        if (++index[d] < c.extent[d]) {
+          dst_off += c.dst_stride[d];
+          src_off += c.src_stride[d];
+          break;
+        }
+        dst_off -= (c.extent[d] - 1) * c.dst_stride[d];
+        src_off -= (c.extent[d] - 1) * c.src_stride[d];
+        index[d] = 0;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+DeviceMemory& host_memory() {
+  // Never destroyed: accounts that outlive main's locals (static ones) still free through it.
+  static HostMemory* const memory = new HostMemory;
+  return *memory;
+}
+
+}  // namespace meshlayout
