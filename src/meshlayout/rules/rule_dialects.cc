@@ -563,8 +563,12 @@ std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
       if (param != "weight" && param != "bias") {
         throw ValueError(fmt::format(
             "rule {}: {} is not a module's .weight or .bias; Hugging Face plans give styles to "
-            "modules (nn.Linear, nn.Embedding, norms) by their parameters",
-            rule.origin, quote(glob)));
+            "modules (nn.Linear, nn.Embedding, norms) by their parameters{}",
+            rule.origin, quote(glob),
+            glob.find('/') != std::string::npos
+                ? " (rules on keras-hub paths convert through the family's name map: names = "
+                  "keras-hub, --names keras-hub)"
+                : ""));
       }
       HfParamSplit split{.rank = static_cast<int>(rule.layout.size()),
                          .dim = single_split(rule, rule.layout, options.tp_axis, glob),

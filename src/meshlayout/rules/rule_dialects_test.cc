@@ -462,6 +462,36 @@ TEST(RuleDialects, KerasHubAndMeshlayoutFilesRoundTrip) {
   }
 }
 
+TEST(RuleDialects, MaxTextMegatronExampleEqualsTheMegatronRulesFile) {
+  ConvertOptions o;
+  const LayoutMap maxtext =
+      read_rules(read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_megatron_maxtext.yml"),
+                 RulesDialect::kMaxText, o, "llama_megatron_maxtext.yml")
+          .to_layout_map();
+  const LayoutMap megatron =
+      read_rules(read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_megatron.json"),
+                 RulesDialect::kMeshlayout, o, "llama_megatron.json")
+          .to_layout_map();
+  LlamaConfig c{.vocab_size = 64,
+                .hidden_size = 32,
+                .intermediate_size = 48,
+                .num_hidden_layers = 12,
+                .num_attention_heads = 4,
+                .num_key_value_heads = 2,
+                .head_dim = 8,
+                .max_position_embeddings = 64};
+  int split = 0;
+  for (const HfWeightMapping& m : hf_llama_weight_mappings(c)) {
+    SCOPED_TRACE(m.keras_path);
+    const int rank = static_cast<int>(m.keras_shape.size());
+    const TensorLayout a = maxtext.get(m.keras_path).value_or(TensorLayout::replicated(rank));
+    const TensorLayout b = megatron.get(m.keras_path).value_or(TensorLayout::replicated(rank));
+    EXPECT_EQ(a.axes(), b.axes());
+    split += a.axes() != TensorLayout::replicated(rank).axes() ? 1 : 0;
+  }
+  EXPECT_EQ(split, 2 + 7 * 12);  // embeddings, reverse embeddings, 7 kernels per layer
+}
+
 TEST(RuleDialects, GlobsAndRegexes) {
   EXPECT_EQ(glob_to_regex("model.layers.*.q_proj.weight"),
             "^model\\.layers\\.\\d+\\.q_proj\\.weight$");
