@@ -167,6 +167,84 @@ TEST_F(TransformerLayersTest, CachedStepsGiveTheFullCausalResult) {
                ValueError);
 }
 
+// Left padding (KVCache::padding, for batched generation): row 0 padded by 2 slots gives, at
+// its real slots, what its 4 tokens give alone; row 1, unpadded, what it gives alone; cached
+// steps continue both. A padding of the wrong length or past max_length is refused.
+TEST_F(TransformerLayersTest, PaddedCacheRowsEqualEachRowAlone) {
+  const int64_t T = 6, d = 16;
+  LayoutMap rules(mesh_);
+  rules["query.kernel|key.kernel|value.kernel"] = {None, "model", None};
+  rules["attention_output.kernel"] = {"model", None, None};
+  std::shared_ptr<MultiHeadAttention> attn;
+  {
+    LayoutMapScope scope = rules.scope();
+    Tensor in = Input({T, d}, 2);
+    attn = std::make_shared<MultiHeadAttention>(MultiHeadAttentionOptions{.num_heads = 4,
+                                                                          .key_dim = 4,
+                                                                          .num_key_value_heads = 2,
+                                                                          .use_bias = true,
+                                                                          .rope_theta = 500.0,
+                                                                          .sliding_window = 3});
+    (void)Model::functional(in, (*attn)(in));
+  }
+  const HostTensor xh = HostTensor::random(DType::kF32, {2, T, d}, 9);
+  const TensorLayout layout({"data", None, None}, mesh_);
+  const auto slice = [&](int64_t b, int64_t from, int64_t to) {  // rows b, slots [from, to)
+    HostTensor part(DType::kF32, {1, to - from, d});
+    std::copy(xh.data_as<float>() + (b * T + from) * d, xh.data_as<float>() + (b * T + to) * d,
+              part.data_as<float>());
+    return part;
+  };
+  const auto both = [&](int64_t from, int64_t to) {
+    HostTensor part(DType::kF32, {2, to - from, d});
+    for (int64_t b = 0; b < 2; ++b) {
+      std::copy(xh.data_as<float>() + (b * T + from) * d, xh.data_as<float>() + (b * T + to) * d,
+                part.data_as<float>() + b * (to - from) * d);
+    }
+    return part;
+  };
+  const TensorLayout one({None, None, None}, mesh_);
+  const Vec alone0 = doubles(attn->call_on(distribute_tensor(slice(0, 2, T), one)).gather());
+  const Vec alone1 = doubles(attn->call_on(distribute_tensor(slice(1, 0, T), one)).gather());
+  KVCache cache{.padding = {2, 0}};
+  Vec got0, got1;
+  int64_t at = 0;
+  for (const int64_t n : {4, 1, 1}) {
+    const Vec y = doubles(
+        attn->call_cached(distribute_tensor(both(at, at + n), layout), cache, at, T).gather());
+    for (int64_t t = 0; t < n; ++t) {
+      if (at + t >= 2) got0.insert(got0.end(), y.begin() + t * d, y.begin() + (t + 1) * d);
+      got1.insert(got1.end(), y.begin() + (n + t) * d, y.begin() + (n + t + 1) * d);
+    }
+    at += n;
+  }
+  const auto close = [](const Vec& got, const Vec& want) {
+    HostTensor g(DType::kF32, {static_cast<int64_t>(got.size())});
+    std::copy(got.begin(), got.end(), g.data_as<float>());
+    return std::make_pair(g, want);
+  };
+  const auto [g0, w0] = close(got0, alone0);
+  expect_close(g0, w0, 1e-5, "row 0, padded by 2");
+  const auto [g1, w1] = close(got1, alone1);
+  expect_close(g1, w1, 1e-5, "row 1");
+  ASSERT_TRUE(cache.key_mask.has_value());
+  const HostTensor mask = cache.key_mask->gather();
+  EXPECT_EQ(mask.data_as<uint8_t>()[1], 0);
+  EXPECT_EQ(mask.data_as<uint8_t>()[2], 1);
+  KVCache short_padding{.padding = {1}};
+  EXPECT_TRUE(testing::HasSubstr(ValueErrorMessage([&] {
+                                   (void)attn->call_cached(distribute_tensor(both(0, 2), layout),
+                                                           short_padding, 0, T);
+                                 }),
+                                 "the cache's padding has 1 rows, the batch 2"));
+  KVCache too_long{.padding = {6, 0}};
+  EXPECT_TRUE(testing::HasSubstr(ValueErrorMessage([&] {
+                                   (void)attn->call_cached(distribute_tensor(both(0, 2), layout),
+                                                           too_long, 0, T);
+                                 }),
+                                 "a row's padding must be in [0, 6) (max_length), got 6"));
+}
+
 TEST_F(TransformerLayersTest, KerasPathsAndShapes) {
   std::shared_ptr<Model> model;
   LayoutMap rules(mesh_);
