@@ -128,6 +128,10 @@ void bind_distribution(py::module_& m) {
   m.def(
       "_set_thread_distribution",
       [](std::shared_ptr<Distribution> d) {
+        // C++'s own thread-local current distribution is touched first, so it is constructed
+        // before t_python_scope and destroyed after it at thread exit: t_python_scope's
+        // DistributionScope restores it while it still exists.
+        (void)distribution();
         t_python_scope.reset();  // back to what C++ had before Python's first change
         if (d) t_python_scope.emplace(std::move(d));
       },

@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 import pytest
+from child_process import run_child
 
 import meshlayout as ml
 from meshlayout import distribution as dist
@@ -567,6 +568,7 @@ def test_current_distribution_is_per_thread(mesh8):
         seen["cpp"] = _meshlayout._current_cpp_distribution()
         with dist.DataParallel().scope():
             seen["inner"] = _meshlayout._current_cpp_distribution().batch_dim_name
+        dist.set_distribution(dist.DataParallel())  # left set: released when the thread ends
 
     t = threading.Thread(target=other_thread)
     t.start()
@@ -574,6 +576,18 @@ def test_current_distribution_is_per_thread(mesh8):
     assert seen == {"python": None, "cpp": None, "inner": "batch"}
     assert dist.distribution() is d
     assert _meshlayout._current_cpp_distribution().batch_dim_name == "data"
+    # Many threads ending with a distribution set, and the interpreter exiting with one set.
+    threads = [threading.Thread(target=dist.set_distribution, args=(dist.DataParallel(),))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert dist.distribution() is d
+    r = run_child("from meshlayout import distribution as dist\n"
+                  "dist.set_distribution(dist.DataParallel())\n"
+                  "print(dist.distribution().num_model_replicas)")
+    assert r.returncode == 0 and r.stdout == "8\n", r.stdout + r.stderr
 
 
 # --- initialize() under mpirun ---
