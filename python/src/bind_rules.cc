@@ -62,8 +62,8 @@ void bind_rules(py::module_& m) {
          const std::optional<std::string>& names, const std::string& family,
          const std::string& tp_axis, std::optional<DeviceMesh> mesh,
          std::vector<int64_t> layer_indices, const std::string& source) {
-        ConvertOptions o = make_options(names, family, tp_axis, std::move(mesh),
-                                        std::move(layer_indices));
+        ConvertOptions o =
+            make_options(names, family, tp_axis, std::move(mesh), std::move(layer_indices));
         std::vector<std::string> warnings;
         std::string out;
         {
@@ -89,8 +89,8 @@ void bind_rules(py::module_& m) {
         }
         return py::make_tuple(out, std::string(match_mode_name(rules.mode)), rules.warnings);
       },
-      py::arg("text"), py::arg("dialect"), py::arg("names"), py::arg("family"),
-      py::arg("tp_axis"), py::arg("mesh"), py::arg("source"));
+      py::arg("text"), py::arg("dialect"), py::arg("names"), py::arg("family"), py::arg("tp_axis"),
+      py::arg("mesh"), py::arg("source"));
 }
 
 }  // namespace meshlayout::python
