@@ -57,6 +57,9 @@ LlamaConfig demo_config(const std::string& family) {
   if (family == "qwen3") c.head_dim = 24;
   if (family == "gemma" || family == "gemma2") c.query_pre_attn_scalar = 16;
   if (family == "gemma2") {
+    // Untied here: with tied embeddings, random weights and post norms holding each block's
+    // output to unit size, the scaled embedding dominates and every step repeats the last token.
+    c.tie_word_embeddings = false;
     c.sliding_window = 4;
     c.attn_logit_softcapping = 50.0;
     c.final_logit_softcapping = 30.0;
@@ -212,10 +215,11 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
                      family_story(config), model_dir.string());
   out << fmt::format(
       "   vocab {}, hidden {}, {} layers, {} query heads sharing {} key/value heads of {}, "
-      "feed-forward {}, tied embeddings; BF16 in 2 files with an index; a toy byte-level "
+      "feed-forward {}, {} embeddings; BF16 in 2 files with an index; a toy byte-level "
       "tokenizer.json (try: meshlayout generate --model DIR --prompt \"the cat\")\n",
       config.vocab_size, config.hidden_size, config.num_hidden_layers, config.num_attention_heads,
-      config.num_key_value_heads, config.head_dim, config.intermediate_size);
+      config.num_key_value_heads, config.head_dim, config.intermediate_size,
+      config.tie_word_embeddings ? "tied" : "untied");
   clear_session();
   write_random_hf_llama(model_dir.string(), config,
                         {.kernel_scale = 8, .file_dtype = DType::kBF16, .num_shards = 2});
