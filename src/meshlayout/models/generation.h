@@ -105,9 +105,9 @@ std::vector<double> sampling_probabilities(std::span<const double> logits,
 int32_t choose_token(std::span<const double> logits, const GenerateOptions& options, double u);
 
 /// The end-of-sequence ids of a model directory: generation_config.json's eos_token_id (a
-/// number or a list of numbers), else config.json's, else none. ValueError naming the file and
-/// the value when it is neither a whole number >= 0 nor a list of them; DataLossError for a file
-/// that is not JSON.
+/// number or a list of numbers), else config.json's, else none. ValueError naming the file:
+/// for a value that is neither a whole number >= 0 nor a list of them (quoted), or a file that
+/// is not a JSON object.
 std::vector<int64_t> read_eos_token_ids(const std::string& model_dir);
 
 }  // namespace meshlayout
