@@ -645,3 +645,29 @@ def test_initialize_under_mpirun_np2(tmp_path):
 def test_initialize_under_mpirun_disagreeing_num_processes(tmp_path):
     for line in run_mpirun(2, "bad", tmp_path):
         assert line.startswith("ValueError:") and "num_processes" in line and "3" in line, line
+
+
+def test_a_keras_script_with_meshlayout_imported_as_keras():
+    # The distribution part of Keras' distributed-training guide, with `import keras` swapped.
+    import meshlayout as keras
+
+    devices = keras.distribution.list_devices()
+    data_parallel = keras.distribution.DataParallel(devices=devices)
+    keras.distribution.set_distribution(data_parallel)
+    assert data_parallel.get_data_layout((32, 784)).axes == ("batch", None)
+
+    mesh_2d = keras.distribution.DeviceMesh(shape=(2, 4), axis_names=["data", "model"],
+                                            devices=devices)
+    layout_map = keras.distribution.LayoutMap(mesh_2d)
+    layout_map["d1/kernel"] = (None, "model")
+    layout_map["d1/bias"] = ("model",)
+    layout_map["d2/output"] = ("data", None)
+    model_parallel = keras.distribution.ModelParallel(layout_map=layout_map,
+                                                      batch_dim_name="data")
+    keras.distribution.set_distribution(model_parallel)
+    assert keras.distribution.distribution() is model_parallel
+    assert model_parallel.get_variable_layout(Variable((784, 64), "d1/kernel")).axes == (
+        None, "model")
+    assert model_parallel.get_tensor_layout("d2/output").axes == ("data", None)
+    assert model_parallel.get_variable_layout(Variable((64,), "d2/bias")).axes == (None,)
+    assert _meshlayout._current_cpp_distribution().get_tensor_layout("d1/bias").axes == ("model",)
