@@ -687,17 +687,6 @@ Layout flax_resolve(const LogicalNames& names, const LogicalRules& rules, const 
         warnings->push_back(fmt::format("logical_axes {}: dimension {} ({}) is not split: {}",
                                         quote(tensor), d, *names[d], skipped[d]));
       }
-      if (names[d]) {
-        for (size_t e = 0; e < d; ++e) {
-          if (names[e] == names[d]) {
-            warnings->push_back(fmt::format(
-                "logical_axes {}: logical name {} names dimensions {} and {}; Flax gives rules "
-                "to the first only",
-                quote(tensor), *names[d], e, d));
-            break;
-          }
-        }
-      }
     }
   }
   return out;
@@ -789,6 +778,14 @@ RuleSet read_maxtext(std::string_view text, const ConvertOptions& options,
                fmt::format("logical name {} (dimension {}) appears in no logical_axis_rules "
                            "entry; add a rule for it (['{}', null] to keep it whole)",
                            quote(n.get<std::string>()), d, n.get<std::string>()));
+        }
+        for (size_t e = 0; e < names.size(); ++e) {
+          if (names[e] == n.get<std::string>()) {
+            fail(source, where,
+                 fmt::format("logical name {} names dimensions {} and {}; Flax refuses a logical "
+                             "name used twice in one tensor",
+                             quote(n.get<std::string>()), e, d));
+          }
         }
         names.emplace_back(n.get<std::string>());
       } else {

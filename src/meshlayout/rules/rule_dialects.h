@@ -20,10 +20,11 @@
 //                    transformer_layer_*/self_attention/query/kernel: [embed, heads, null]
 //                Flax's semantics (flax.linen.partitioning.logical_to_mesh_axes): for each
 //                tensor, rules are tried in order of precedence; a rule gives its mesh axes to
-//                the tensor's (first) dimension of that logical name when the dimension has none
-//                yet and none of the axes is used by the tensor already; a dimension no rule
-//                gives an axis is not split. Keys of logical_axes are paths, `*` a run of
-//                digits.
+//                the tensor's dimension of that logical name when the dimension has none yet
+//                and none of the axes is used by the tensor already; a dimension no rule gives
+//                an axis is not split (a warning when a rule was skipped for it). A logical name
+//                twice in one tensor is refused, as Flax does. Keys of logical_axes are paths,
+//                `*` a run of digits.
 //
 // What each Hugging Face style means for the parameters of its module (transformers'
 // integrations/tensor_parallel.py, on nn.Linear weights (out, in) and biases (out,)):

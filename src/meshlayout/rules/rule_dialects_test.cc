@@ -401,6 +401,8 @@ TEST(RuleDialects, BadMaxTextIsNamed) {
               HasSubstr("logical_axis_rules[0]: mesh axis 'fsdp' is listed twice"));
   EXPECT_THAT(read("logical_axis_rules: [['embed', 'fsdp']\nlogical_axes: {}\n"),
               HasSubstr("m.yml:"));
+  EXPECT_THAT(read("logical_axis_rules: [[embed, fsdp]]\nlogical_axes: {w: [embed, embed]}\n"),
+              HasSubstr("m.yml logical_axes 'w': logical name 'embed' names dimensions 0 and 1"));
   EXPECT_THAT(read("logical_axis_rules: [['embed']]\nlogical_axes: {}\n"),
               HasSubstr("must be a [logical name, mesh axes] pair"));
   EXPECT_THAT(read("logical_axis_rules: []\n"), HasSubstr("has no logical_axes"));
