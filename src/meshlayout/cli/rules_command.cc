@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <memory>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/input_file.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/hf_llama_config.h"
 #include "meshlayout/rules/rule_dialects.h"
 
@@ -31,9 +33,15 @@ int run_rules_convert(const RulesConvertOptions& options, std::ostream& out, std
   if (options.model) {
     const LlamaConfig config = LlamaConfig::from_file(*options.model + "/config.json");
     convert.family = config.family;
+    // The model's own weights: a bias or head norm it lacks gets no rule.
+    convert.name_map = std::make_shared<const HfNameMap>(
+        hf_name_map_from_mappings(config.family, hf_llama_weight_mappings(config)));
     for (int64_t i = 0; i < config.num_hidden_layers; ++i) convert.layer_indices.push_back(i);
   }
-  if (options.family) convert.family = *options.family;
+  if (options.family) {
+    convert.family = *options.family;
+    convert.name_map.reset();  // --family names the map to use
+  }
   const std::string text = read_regular_file(options.file, kMaxJsonFileBytes, "rules file");
   std::vector<std::string> warnings;
   const std::string converted =

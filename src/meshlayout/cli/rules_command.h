@@ -7,8 +7,8 @@
 //
 // Dialects: meshlayout, keras-hub, hf-tp-plan, maxtext. --names says whether Hugging Face
 // plans are keyed to Hugging Face tensor names or keras-hub paths (default: keras-hub when
-// either side is keras-hub); --model DIR takes the family (name map) and the layer count from
-// its config.json.
+// either side is keras-hub); --model DIR takes the name map (the model's own weights, by its
+// model_type) and the layer count from its config.json.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -34,9 +34,10 @@ struct Registry {
   std::vector<std::shared_ptr<const HfNameMap>> kept;
 };
 
-HfNameMap llama_style_map() {
-  // One layer, every optional weight present: q/k/v/o biases (attention_bias), untied
-  // lm_head; then Qwen 3's head norms. Sizes are distinct so reshapes group unambiguously.
+// One layer of `family` with every optional weight present (untied lm_head; q/k/v/o biases
+// where the family may have them: attention_bias for Llama and Mistral). Sizes are distinct
+// so that reshapes group unambiguously.
+HfNameMap llama_style_map(const std::string& family) {
   LlamaConfig c{.vocab_size = 64,
                 .hidden_size = 32,
                 .intermediate_size = 48,
@@ -45,20 +46,17 @@ HfNameMap llama_style_map() {
                 .num_key_value_heads = 2,
                 .head_dim = 8,
                 .max_position_embeddings = 64};
-  c.attention_bias = true;
-  std::vector<HfWeightMapping> all = hf_llama_weight_mappings(c);
-  LlamaConfig q = c;
-  q.family = "qwen3";
-  q.attention_bias = false;
-  for (HfWeightMapping& m : hf_llama_weight_mappings(q)) all.push_back(std::move(m));
-  return hf_name_map_from_mappings("llama", all);
+  c.family = family;
+  c.attention_bias = family == "llama" || family == "mistral";
+  return hf_name_map_from_mappings(family, hf_llama_weight_mappings(c));
 }
 
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;
-    auto llama = std::make_shared<const HfNameMap>(llama_style_map());
-    for (const char* f : {"llama", "mistral", "qwen2", "qwen3"}) reg->maps[f] = llama;
+    for (const char* f : {"llama", "mistral", "qwen2", "qwen3"}) {
+      reg->maps[f] = std::make_shared<const HfNameMap>(llama_style_map(f));
+    }
     return reg;
   }();
   return *r;

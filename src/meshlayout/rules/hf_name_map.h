@@ -12,8 +12,11 @@
 // keras_dim_of_hf_dim[h] in k blocks when k divides the major part (heads), as it must for
 // tensor parallelism in both stacks.
 //
-// The Llama-style families (llama, mistral, qwen2, qwen3) share one map, built from
-// hf_llama_weight_mappings(); another family registers its own with register_hf_name_map.
+// The Llama-style families (llama, mistral, qwen2, qwen3) have maps built from
+// hf_llama_weight_mappings() with every weight the family may have (Llama's and Mistral's
+// q/k/v/o biases under attention_bias, Qwen 2's q/k/v biases, Qwen 3's head norms, an untied
+// lm_head); hf_name_map_from_mappings of one model's mappings gives that model's exact map.
+// Another family registers its own with register_hf_name_map.
 //
 // Example:
 //   const HfNameMap& names = hf_name_map("qwen2");

@@ -18,10 +18,30 @@ const HfParamName& find(const HfNameMap& map, std::string_view hf_glob) {
   throw std::runtime_error("no " + std::string(hf_glob));
 }
 
-TEST(HfNameMap, LlamaStyleFamiliesShareOneMapOfEveryWeight) {
+TEST(HfNameMap, LlamaStyleFamiliesMapEveryWeightTheyMayHave) {
   const HfNameMap& llama = hf_name_map("llama");
-  EXPECT_EQ(&hf_name_map("qwen3"), &llama);
-  EXPECT_EQ(&hf_name_map("mistral"), &llama);
+  const HfNameMap& qwen2 = hf_name_map("qwen2");
+  const HfNameMap& qwen3 = hf_name_map("qwen3");
+  EXPECT_EQ(llama.family(), "llama");
+  // Qwen 2: q/k/v biases, no o_proj bias; Qwen 3: head norms, no biases.
+  EXPECT_EQ(qwen2.module_params("model.layers.*.self_attn.k_proj").size(), 2u);
+  EXPECT_EQ(qwen2.module_params("model.layers.*.self_attn.o_proj").size(), 1u);
+  EXPECT_EQ(qwen3.module_params("model.layers.*.self_attn.q_proj").size(), 1u);
+  EXPECT_TRUE(llama.module_params("model.layers.*.self_attn.k_norm").empty());
+  // One model's exact map: Llama without attention_bias has no biases.
+  LlamaConfig c{.vocab_size = 64,
+                .hidden_size = 32,
+                .intermediate_size = 48,
+                .num_hidden_layers = 2,
+                .num_attention_heads = 4,
+                .num_key_value_heads = 2,
+                .head_dim = 8,
+                .max_position_embeddings = 64};
+  c.tie_word_embeddings = true;
+  HfNameMap exact = hf_name_map_from_mappings("llama", hf_llama_weight_mappings(c));
+  EXPECT_EQ(exact.module_params("model.layers.*.self_attn.q_proj").size(), 1u);
+  EXPECT_TRUE(exact.module_params("lm_head").empty());
+  EXPECT_EQ(exact.params().size(), 1u + 9u + 1u);  // embeddings, 9 per layer (once), norm
   const HfParamName& q = find(llama, "model.layers.*.self_attn.q_proj.weight");
   EXPECT_EQ(q.keras_glob, "transformer_layer_*/self_attention/query/kernel");
   // (heads*head_dim, hidden) -> (hidden, heads, head_dim): HF 0 is keras 1 (heads major).
@@ -38,7 +58,7 @@ TEST(HfNameMap, LlamaStyleFamiliesShareOneMapOfEveryWeight) {
   const HfParamName& qb = find(llama, "model.layers.*.self_attn.q_proj.bias");
   EXPECT_EQ(qb.keras_glob, "transformer_layer_*/self_attention/query/bias");
   EXPECT_THAT(qb.hf_dim_of_keras_dim, ElementsAre(0, -1));
-  const HfParamName& norm = find(llama, "model.layers.*.self_attn.k_norm.weight");
+  const HfParamName& norm = find(qwen3, "model.layers.*.self_attn.k_norm.weight");
   EXPECT_EQ(norm.keras_glob, "transformer_layer_*/self_attention/key_dense_layernorm/scale");
   const HfParamName& head = find(llama, "lm_head.weight");
   EXPECT_EQ(head.keras_glob, "token_embedding/reverse_embeddings");

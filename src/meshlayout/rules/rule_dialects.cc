@@ -226,6 +226,10 @@ std::string replace_stars(std::string_view glob, int64_t index) {
   return out;
 }
 
+const HfNameMap& name_map_of(const ConvertOptions& options) {
+  return options.name_map ? *options.name_map : hf_name_map(options.family);
+}
+
 RuleSet read_hf(std::string_view text, const ConvertOptions& options, std::string_view source) {
   ojson root = parse_json_ordered(text, source);
   if (!root.is_object()) {
@@ -244,7 +248,7 @@ RuleSet read_hf(std::string_view text, const ConvertOptions& options, std::strin
   }
   const HfNames names = options.names.value_or(HfNames::kHf);
   const HfNameMap* map = nullptr;
-  if (names == HfNames::kKerasHub) map = &hf_name_map(options.family);
+  if (names == HfNames::kKerasHub) map = &name_map_of(options);
   RuleSet out;
   for (const auto& [key, value] : root.items()) {
     const std::string where = fmt::format("plan key {}", quote(key));
@@ -303,7 +307,7 @@ RuleSet read_hf(std::string_view text, const ConvertOptions& options, std::strin
         // The family map tells which parameters a module has and their ranks.
       }
       try {
-        params = hf_name_map(options.family).module_params(module);
+        params = name_map_of(options).module_params(module);
       } catch (const ValueError&) {
         params.clear();
       }
@@ -579,7 +583,7 @@ std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
     return write_plan(modules);
   }
   // keras-hub paths: look every variable of the family's map up, layer by layer.
-  const HfNameMap& map = hf_name_map(options.family);
+  const HfNameMap& map = name_map_of(options);
   const LayoutMap layout_map = rules.to_layout_map();
   std::vector<int64_t> layers = options.layer_indices;
   if (layers.empty()) layers = {0, 1, 2, 3, 7, 31};
@@ -636,6 +640,17 @@ std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
                 std::move(*first));
     }
   }
+  // In the order of the rules that give them (the plan's own order, when read from one).
+  auto first_rule = [&](const ModuleSplits& m) {
+    size_t i = rules.rules.size();
+    for (const auto* p : {&m.weight, &m.bias}) {
+      if (*p) i = std::min(i, static_cast<size_t>((*p)->rule - rules.rules.data()));
+    }
+    return i;
+  };
+  std::stable_sort(
+      modules.begin(), modules.end(),
+      [&](const ModuleSplits& a, const ModuleSplits& b) { return first_rule(a) < first_rule(b); });
   for (size_t i = 0; i < used.size(); ++i) {
     if (!used[i]) {
       throw ValueError(fmt::format(
@@ -936,8 +951,8 @@ void warn_dropped_activation_semantics(const RuleSet& rules, RulesDialect to,
     const HfStyle* s = find_style(*r.hf_style);
     if (s && s->activation_semantics) {
       warnings.push_back(fmt::format(
-          "rule {}: {} keeps the parameters' layout {}; what {} does to activations (gathering, "
-          "reducing, local tensors) has no place in {} rules",
+          "rule {}: {} keeps the parameters' layout {}; what {} does beyond it (to activations "
+          "or gradients, or as local tensors) has no place in {} rules",
           r.origin, quote(r.pattern), layout_text(r.layout), *r.hf_style, rules_dialect_name(to)));
     }
   }

@@ -62,6 +62,7 @@
 //   std::string yaml = write_rules(rules, RulesDialect::kMaxText, o);
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -70,6 +71,7 @@
 #include "meshlayout/layout/device_mesh.h"
 #include "meshlayout/layout/tensor_layout.h"
 #include "meshlayout/layout_map/layout_map.h"
+#include "meshlayout/rules/hf_name_map.h"
 
 namespace meshlayout {
 
@@ -93,6 +95,8 @@ struct ConvertOptions {
   std::optional<HfNames> names;
   /// The family whose HfNameMap maps names (a config.json model_type).
   std::string family = "llama";
+  /// A name map to use instead of the family's (e.g. one model's exact map, from its config).
+  std::shared_ptr<const HfNameMap> name_map;
   /// Layer indices checked when an HF plan is written from rules on keras-hub paths (every
   /// layer of the model, from its num_hidden_layers); empty: 0, 1, 2, 3, 7 and 31.
   std::vector<int64_t> layer_indices;

@@ -41,14 +41,41 @@ constexpr const char* kMixtralPlan = R"({
 }
 )";
 
+// Qwen3Config's plan in later transformers: the head norms' gradients all-reduced.
+constexpr const char* kQwen3NormPlan = R"({
+  "layers.*.self_attn.q_proj": "colwise",
+  "layers.*.self_attn.k_proj": "colwise",
+  "layers.*.self_attn.v_proj": "colwise",
+  "layers.*.self_attn.q_norm": "replicated_with_grad_allreduce",
+  "layers.*.self_attn.k_norm": "replicated_with_grad_allreduce",
+  "layers.*.self_attn.o_proj": "rowwise",
+  "layers.*.mlp.gate_proj": "colwise",
+  "layers.*.mlp.up_proj": "colwise",
+  "layers.*.mlp.down_proj": "rowwise"
+}
+)";
+
+// `plan` with each style that only adds activation or gradient handling replaced by the
+// plain style of the same parameter layouts (what a LayoutMap or MaxText file keeps).
+std::string plain_styles(std::string plan) {
+  for (auto [from, to] : {std::pair{"\"colwise_rep\"", "\"colwise\""},
+                          std::pair{"\"replicated_with_grad_allreduce\"", "\"replicate\""}}) {
+    for (size_t at; (at = plan.find(from)) != std::string::npos;) {
+      plan.replace(at, std::string_view(from).size(), to);
+    }
+  }
+  return plan;
+}
+
 struct FamilyPlan {
   const char* family;
   const char* plan;
   bool keras_hub;  // a keras-hub name map exists
 };
-const FamilyPlan kPlans[] = {{"llama", kDensePlan, true},   {"qwen2", kDensePlan, true},
-                             {"mistral", kDensePlan, true}, {"qwen3", kDensePlan, true},
-                             {"gemma", kDensePlan, false},  {"mixtral", kMixtralPlan, false}};
+const FamilyPlan kPlans[] = {{"llama", kDensePlan, true},    {"qwen2", kDensePlan, true},
+                             {"mistral", kDensePlan, true},  {"qwen3", kDensePlan, true},
+                             {"gemma", kDensePlan, false},   {"mixtral", kMixtralPlan, false},
+                             {"qwen3", kQwen3NormPlan, true}};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -79,19 +106,18 @@ TEST(RuleDialects, HfPlanRoundTripsOnHfNamesForEveryFamily) {
     ConvertOptions o = with_names(HfNames::kHf, f.family);
     RuleSet rules = read_rules(f.plan, RulesDialect::kHfTpPlan, o, "plan.json");
     EXPECT_EQ(write_rules(rules, RulesDialect::kHfTpPlan, o), f.plan);
-    // Through a LayoutMap (styles are not kept there: these plans only use colwise/rowwise).
+    // Through a LayoutMap: parameter layouts only, so colwise_rep comes back as colwise
+    // (with a warning wherever the style is dropped).
     RuleSet via_map = RuleSet::from_layout_map(rules.to_layout_map());
-    if (std::string(f.family) != "mixtral") {
-      EXPECT_EQ(write_rules(via_map, RulesDialect::kHfTpPlan, o), f.plan);
-    } else {  // the router's colwise_rep becomes colwise: its parameters' layout is the same
-      std::string plain = f.plan;
-      plain.replace(plain.find("colwise_rep"), 11, "colwise");
-      EXPECT_EQ(write_rules(via_map, RulesDialect::kHfTpPlan, o), plain);
-      std::vector<std::string> warnings;
-      write_rules(rules, RulesDialect::kMeshlayout, o, &warnings);
+    EXPECT_EQ(write_rules(via_map, RulesDialect::kHfTpPlan, o), plain_styles(f.plan));
+    std::vector<std::string> warnings;
+    write_rules(rules, RulesDialect::kMeshlayout, o, &warnings);
+    if (std::string(f.family) == "mixtral") {
       ASSERT_EQ(warnings.size(), 2u);  // weight and bias of the router
       EXPECT_THAT(warnings[0], HasSubstr("block_sparse_moe.gate' (colwise_rep)"));
       EXPECT_THAT(warnings[0], HasSubstr("activations"));
+    } else {
+      EXPECT_EQ(warnings.size(), f.plan == kQwen3NormPlan ? 2u : 0u);
     }
   }
 }
@@ -104,11 +130,12 @@ TEST(RuleDialects, HfPlanRoundTripsOnKerasHubPaths) {
     RuleSet rules = read_rules(f.plan, RulesDialect::kHfTpPlan, o, "plan.json");
     EXPECT_EQ(write_rules(rules, RulesDialect::kHfTpPlan, o), f.plan);
     RuleSet via_map = RuleSet::from_layout_map(rules.to_layout_map());
-    EXPECT_EQ(write_rules(via_map, RulesDialect::kHfTpPlan, o), f.plan);
+    EXPECT_EQ(write_rules(via_map, RulesDialect::kHfTpPlan, o), plain_styles(f.plan));
     // And through keras-hub's JSON and meshlayout's file.
     for (RulesDialect d : {RulesDialect::kKerasHub, RulesDialect::kMeshlayout}) {
       std::string text = write_rules(rules, d, o);
-      EXPECT_EQ(convert_rules(text, d, RulesDialect::kHfTpPlan, o, "x"), f.plan) << text;
+      EXPECT_EQ(convert_rules(text, d, RulesDialect::kHfTpPlan, o, "x"), plain_styles(f.plan))
+          << text;
     }
   }
 }
@@ -376,15 +403,11 @@ TEST(RuleDialects, FamilyPlansThroughMaxTextAndBack) {
     std::string yaml =
         convert_rules(f.plan, RulesDialect::kHfTpPlan, RulesDialect::kMaxText, o, "plan.json");
     // MaxText -> MaxText is the identity, and MaxText -> HF gives the plan back (colwise_rep
-    // aside: MaxText holds parameters' layouts only).
+    // and replicated_with_grad_allreduce aside: MaxText holds parameters' layouts only).
     EXPECT_EQ(convert_rules(yaml, RulesDialect::kMaxText, RulesDialect::kMaxText, o, "m.yml"),
               yaml);
-    std::string plan = f.plan;
-    if (plan.find("colwise_rep") != std::string::npos) {
-      plan.replace(plan.find("colwise_rep"), 11, "colwise");
-    }
     EXPECT_EQ(convert_rules(yaml, RulesDialect::kMaxText, RulesDialect::kHfTpPlan, o, "m.yml"),
-              plan)
+              plain_styles(f.plan))
         << yaml;
   }
 }
