@@ -32,6 +32,7 @@ void bind_array(py::module_& m);       // Array, distribute_tensor, device memor
 void bind_io(py::module_& m);          // checkpoints: open, inspect, plan, load, save
 // DataParallel, ModelParallel, the thread's current distribution as C++ sees it
 void bind_distribution(py::module_& m);
+void bind_models(py::module_& m);  // ModelConfig, CausalLM (every family), write_random_model
 
 /// A DeviceMesh argument: None or a DeviceMesh, else TypeError naming `what` and the value.
 std::optional<DeviceMesh> mesh_argument(const py::object& value, const char* what);

@@ -39,6 +39,7 @@ PYBIND11_MODULE(_meshlayout, m) {
   bind_array(m);
   bind_io(m);
   bind_distribution(m);
+  bind_models(m);
 }
 
 }  // namespace meshlayout::python

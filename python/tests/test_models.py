@@ -1,0 +1,106 @@
+# meshlayout.models: every family's small random model written in Hugging Face format, loaded
+# sharded from Python under rules written in Python, gives the logits and greedy tokens of the
+# same model on one device row, samples reproducibly by seed, and refuses bad input with
+# meshlayout's messages.
+import numpy as np
+import pytest
+
+import meshlayout as ml
+from meshlayout import models
+
+FAMILIES = {
+    "llama": {},
+    "mistral": {"sliding_window": 3},
+    "qwen2": {"tie_word_embeddings": True},
+    "qwen3": {"head_dim": 12},
+    "gemma2": {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 3,
+               "attn_logit_softcapping": 20.0, "final_logit_softcapping": 30.0},
+}
+
+
+def config(family, **extra):
+    fields = {"model_type": family, "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 8, "max_position_embeddings": 64, "rms_norm_eps": 1e-5}
+    fields.update(FAMILIES[family])
+    fields.update(extra)
+    return fields
+
+
+def megatron(mesh, family):
+    rules = ml.LayoutMap(mesh)
+    if family.startswith("gemma"):
+        rules["decoder_block.*attention.*(query|key|value).kernel"] = ("model", None, None)
+        rules["decoder_block.*attention_output.kernel"] = ("model", None, None)
+        rules["decoder_block.*ffw_gating.*kernel"] = (None, "model")
+        rules["decoder_block.*ffw_linear.kernel"] = ("model", None)
+    else:
+        rules["transformer_layer.*self_attention.*(query|key|value).kernel"] = (None, "model", None)
+        rules["transformer_layer.*attention_output.kernel"] = ("model", None, None)
+        rules["transformer_layer.*feedforward_(gate|intermediate)_dense.kernel"] = (None, "model")
+        rules["transformer_layer.*feedforward_output_dense.kernel"] = ("model", None)
+    rules["token_embedding/embeddings"] = ("model", None)
+    return rules
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_sharded_model_equals_one_device_row(tmp_path, family):
+    directory = str(tmp_path / family)
+    models.write_random_model(directory, config(family), kernel_scale=2.0)
+    cfg = models.ModelConfig.from_file(directory + "/config.json")
+    assert cfg.family == family
+    mesh = ml.DeviceMesh((2, 4), ["batch", "model"])
+    sharded = models.from_pretrained(directory, rules=megatron(mesh, family))
+    plain = models.from_pretrained(directory)
+    query = [p for p in sharded.variable_paths if p.endswith("query/kernel")][0]
+    assert "model" in str(sharded.variable_layout(query))
+    tokens = np.array([[3, 17, 42, 5], [9, 1, 0, 63]], dtype=np.int32)
+    got, want = sharded.logits(tokens), plain.logits(tokens)
+    assert got.shape == (2, 4, 64) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    prompts = [[3, 17, 42], [5]]
+    assert sharded.generate(prompts, max_new_tokens=4) == plain.generate(prompts, max_new_tokens=4)
+    # Each row of a left-padded batch equals its prompt alone.
+    alone = plain.generate([[5]], max_new_tokens=4)[0]
+    assert plain.generate(prompts, max_new_tokens=4)[1] == alone
+
+
+def test_float64_and_sampling(tmp_path):
+    directory = str(tmp_path / "llama")
+    models.write_random_model(directory, config("llama"), kernel_scale=2.0)
+    f32 = models.from_pretrained(directory)
+    f64 = models.from_pretrained(directory, dtype="float64")
+    tokens = np.array([[1, 2, 3]])
+    assert f64.logits(tokens).dtype == np.float64
+    np.testing.assert_allclose(f64.logits(tokens), f32.logits(tokens), rtol=1e-4, atol=1e-4)
+    mesh = ml.DeviceMesh((2, 4), ["batch", "model"])
+    sharded = models.from_pretrained(directory, rules=megatron(mesh, "llama"))
+    a = f32.generate([[1, 2, 3]], max_new_tokens=6, temperature=0.8, top_p=0.9, seed=7)
+    b = sharded.generate([[1, 2, 3]], max_new_tokens=6, temperature=0.8, top_p=0.9, seed=7)
+    assert a == b
+    assert f32.generate([[1, 2, 3]], max_new_tokens=6, top_k=1, seed=3) == \
+        f32.generate([[1, 2, 3]], max_new_tokens=6)
+
+
+def test_bad_input_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        models.from_pretrained(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="model_type 'mixtral'"):
+        models.write_random_model(str(tmp_path / "x"), {**config("llama"), "model_type": "mixtral"})
+    with pytest.raises(TypeError, match="ModelConfig or a dict"):
+        models.write_random_model(str(tmp_path / "x"), 3)
+    directory = str(tmp_path / "llama")
+    models.write_random_model(directory, config("llama"))
+    model = models.from_pretrained(directory)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.logits(np.array([[1, 64]]))
+    with pytest.raises(ValueError, match="2-D"):
+        model.logits(np.array([1, 2]))
+    with pytest.raises(ValueError, match="integers"):
+        model.logits(np.array([[1.5, 2.0]]))
+    with pytest.raises(ValueError, match="top_p"):
+        model.generate([[1, 2]], top_p=1.5)
+    with pytest.raises(ValueError, match="dtype 'bfloat16'"):
+        models.from_pretrained(directory, dtype="bfloat16")
+    with pytest.raises(KeyError):
+        model.variable_layout("no/such/variable")
