@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "meshlayout/core/errors.h"
 
 namespace meshlayout {
@@ -95,6 +97,51 @@ TEST(YamlSubset, ScalarsAndNulls) {
   json j = parse_yaml_subset("a: [null, Null, NULL, ~, 'null', \"\", 3, true]\n");
   EXPECT_EQ(j["a"], json::parse(R"([null, null, null, null, "null", "", "3", "true"])"));
   EXPECT_TRUE(parse_yaml_subset("# only a comment\n").is_null());
+}
+
+// Hostile input: every mutation of valid documents either parses, and then writes back to
+// what reads the same, or is a ValueError; nothing else (no crash, hang or other exception).
+TEST(YamlSubset, MutatedDocumentsParseOrFailCleanly) {
+  const std::string seeds[] = {
+      "a: [x, 'y', [z, null]]\nb:\n  - c\n  - {d: e}\n",
+      "logical_axis_rules:\n  - ['embed', ['fsdp', 'tensor']]\nlogical_axes:\n  w: [embed]\n",
+      "---\nk: \"v\\\"q\"  # c\nl:\n- 1\n- ~\n...\n"};
+  const std::string alphabet = "[]{},:-#'\"\n \t~*&!|>?.a0";
+  std::mt19937 rng(28);
+  int parsed = 0, refused = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string text = seeds[static_cast<size_t>(i) % 3];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !text.empty(); ++e) {
+      const size_t at = rng() % text.size();
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+        case 0:
+          text[at] = c;
+          break;
+        case 1:
+          text.insert(at, 1, c);
+          break;
+        default:
+          text.erase(at, 1);
+      }
+    }
+    try {
+      json j = parse_yaml_subset(text, "m.yml");
+      ++parsed;
+      std::string written;
+      try {
+        written = write_yaml_subset(j);
+      } catch (const ValueError&) {
+        continue;  // e.g. a key with a newline cannot be written on one line
+      }
+      EXPECT_EQ(parse_yaml_subset(written, "w.yml"), j) << text << "\n---\n" << written;
+    } catch (const ValueError&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(parsed, 1000);
+  EXPECT_GT(refused, 1000);
 }
 
 }  // namespace
