@@ -1,13 +1,18 @@
 // bind_models.cc — the model families from Python (issue 29 item 1, the models part):
 // ModelConfig (a Hugging Face config.json of every family LlamaConfig reads), CausalLM
 // (LlamaModel: built sharded under a LayoutMap, loaded from a Hugging Face directory), its
-// logits as numpy and generate (greedy or sampling, batched prompts of different lengths), and
+// logits as numpy, generate (greedy or sampling, batched prompts of different lengths), train
+// (meshlayout train's loop on numpy token rows, the CLI's losses bit for bit), and
 // write_random_model (the demo's small random model, for tries and tests). The GIL is released
 // while the model builds, loads and computes.
 #include <fmt/format.h>
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +25,7 @@
 #include "meshlayout/models/generation.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama.h"
+#include "meshlayout/models/llama_train.h"
 #include "meshlayout/models/random_llama.h"
 
 namespace meshlayout::python {
@@ -155,6 +161,43 @@ py::list generate_tokens(PyCausalLM& self, const std::vector<std::vector<int32_t
   return py::cast(r.tokens);
 }
 
+// Trains the model on token rows (rows, seq + 1) as `meshlayout train` does on its data file:
+// step k on rows [k·B, (k+1)·B), inputs row[:-1], targets row[1:]; returns each step's loss
+// (before its update). The rows go through the same TokenDataset as the CLI's (a temporary
+// safetensors file), so the run is the CLI's bit for bit.
+std::vector<double> train(PyCausalLM& self, const py::array& tokens, int64_t batch_size,
+                          int64_t steps, const std::string& optimizer,
+                          const py::object& learning_rate, const py::object& weight_decay) {
+  const HostTensor rows = tokens_from(tokens, self.config.vocab_size);
+  if (rows.shape()[1] < 2) {
+    throw ValueError(fmt::format(
+        "train: token rows need at least 2 columns (inputs row[:-1], targets row[1:]), got {}",
+        rows.shape()[1]));
+  }
+  OptimizerOptions options;
+  if (!learning_rate.is_none()) options.learning_rate = learning_rate.cast<double>();
+  if (!weight_decay.is_none()) options.weight_decay = weight_decay.cast<double>();
+  std::unique_ptr<Optimizer> opt = make_optimizer(optimizer, options);
+  LlamaTrainResult result;
+  io_call([&] {
+    py::gil_scoped_release release;
+    const std::filesystem::path file = std::filesystem::temp_directory_path() /
+                                       fmt::format("meshlayout-train-{}-{}.safetensors", ::getpid(),
+                                                   reinterpret_cast<uintptr_t>(&self));
+    struct Remove {
+      std::filesystem::path path;
+      ~Remove() {
+        std::error_code ignored;
+        std::filesystem::remove(path, ignored);
+      }
+    } remove{file};
+    write_token_file(file.string(), rows);
+    result = train_llama(*self.model, TokenDataset::open(file.string()), *opt,
+                         {.batch_size = batch_size, .steps = steps});
+  });
+  return result.losses;
+}
+
 }  // namespace
 
 void bind_models(py::module_& m) {
@@ -215,6 +258,9 @@ void bind_models(py::module_& m) {
           },
           py::arg("path"))
       .def("logits", &logits, py::arg("tokens"))
+      .def("train", &train, py::arg("tokens"), py::arg("batch_size"), py::arg("steps"),
+           py::arg("optimizer") = "adamw", py::arg("learning_rate") = py::none(),
+           py::arg("weight_decay") = py::none())
       .def("generate", &generate_tokens, py::arg("prompts"), py::arg("max_new_tokens") = 16,
            py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
            py::arg("top_p") = py::none(), py::arg("seed") = 0,

@@ -104,3 +104,51 @@ def test_bad_input_is_named(tmp_path):
         models.from_pretrained(directory, dtype="bfloat16")
     with pytest.raises(KeyError):
         model.variable_layout("no/such/variable")
+
+
+def meshlayout_cli():
+    """The build tree's meshlayout binary beside the module (build/python/meshlayout →
+    build/bin/meshlayout), or None when the package is installed elsewhere."""
+    import os
+    here = os.path.dirname(models.__file__)
+    path = os.path.normpath(os.path.join(here, "..", "..", "bin", "meshlayout"))
+    return path if os.access(path, os.X_OK) else None
+
+
+def test_training_from_python_equals_the_cli_bit_for_bit(tmp_path):
+    import json
+    import subprocess
+    directory = str(tmp_path / "qwen2")
+    models.write_random_model(directory, config("qwen2"), kernel_scale=2.0)
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, 64, size=(24, 9), dtype=np.int32)
+    mesh = ml.DeviceMesh((2, 4), ["batch", "model"])
+    model = models.from_pretrained(directory, rules=megatron(mesh, "qwen2"))
+    losses = model.train(tokens, batch_size=8, steps=3, learning_rate=1e-2)
+    assert len(losses) == 3 and losses[0] != losses[2]
+    # The same model, replicated, trains to the same losses (float rounding apart).
+    plain = models.from_pretrained(directory)
+    np.testing.assert_allclose(plain.train(tokens, batch_size=8, steps=3, learning_rate=1e-2),
+                               losses, rtol=1e-4)
+    with pytest.raises(ValueError, match="at least 2 columns"):
+        plain.train(tokens[:, :1], batch_size=8, steps=1)
+    cli = meshlayout_cli()
+    if cli is None:
+        pytest.skip("no meshlayout binary beside the module (an installed package)")
+    data = str(tmp_path / "tokens.safetensors")
+    ml.save(data, {"tokens": ml.distribute_tensor(
+        tokens, ml.TensorLayout((None, None), ml.DeviceMesh((8,), ["x"])))})
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"rules": [
+        ["transformer_layer.*self_attention.*(query|key|value).kernel", [None, "model", None]],
+        ["transformer_layer.*attention_output.kernel", ["model", None, None]],
+        ["transformer_layer.*feedforward_(gate|intermediate)_dense.kernel", [None, "model"]],
+        ["transformer_layer.*feedforward_output_dense.kernel", ["model", None]],
+        ["token_embedding/embeddings", ["model", None]]]}))
+    out = subprocess.run([cli, "train", "--model", directory, "--data", data, "--rules",
+                          str(rules), "--mesh", "batch=2,model=4", "--batch-size", "8",
+                          "--steps", "3", "--learning-rate", "0.01", "--json"],
+                         capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "MESHLAYOUT_CPU_DEVICES": "8"})
+    cli_losses = [json.loads(line)["loss"] for line in out.stdout.splitlines()]
+    assert cli_losses == losses
