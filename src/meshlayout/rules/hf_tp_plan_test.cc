@@ -1,0 +1,269 @@
+#include "meshlayout/rules/rule_dialects.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "meshlayout/layout/shard_geometry.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/rules/rules_test_util.h"
+
+namespace meshlayout {
+namespace {
+
+using namespace rules_test;  // NOLINT(google-build-using-namespace)
+using ::testing::HasSubstr;
+
+TEST(RuleDialects, HfPlanRoundTripsOnHfNamesForEveryFamily) {
+  for (const FamilyPlan& f : kPlans) {
+    SCOPED_TRACE(f.family);
+    ConvertOptions o = with_names(HfNames::kHf, f.family);
+    RuleSet rules = read_rules(f.plan, RulesDialect::kHfTpPlan, o, "plan.json");
+    EXPECT_EQ(write_rules(rules, RulesDialect::kHfTpPlan, o), f.plan);
+    // Through a LayoutMap: parameter layouts only, so colwise_rep comes back as colwise
+    // (with a warning wherever the style is dropped).
+    RuleSet via_map = RuleSet::from_layout_map(rules.to_layout_map());
+    EXPECT_EQ(write_rules(via_map, RulesDialect::kHfTpPlan, o), plain_styles(f.plan));
+    std::vector<std::string> warnings;
+    write_rules(rules, RulesDialect::kMeshlayout, o, &warnings);
+    if (std::string(f.family) == "mixtral") {
+      ASSERT_EQ(warnings.size(), 2u);  // weight and bias of the router
+      EXPECT_THAT(warnings[0], HasSubstr("block_sparse_moe.gate' (colwise_rep)"));
+      EXPECT_THAT(warnings[0], HasSubstr("activations"));
+    } else {
+      EXPECT_EQ(warnings.size(), f.plan == kQwen3NormPlan ? 2u : 0u);
+    }
+  }
+}
+
+TEST(RuleDialects, HfPlanRoundTripsOnKerasHubPaths) {
+  for (const FamilyPlan& f : kPlans) {
+    if (!f.keras_hub) continue;
+    SCOPED_TRACE(f.family);
+    ConvertOptions o = with_names(HfNames::kKerasHub, f.family);
+    RuleSet rules = read_rules(f.plan, RulesDialect::kHfTpPlan, o, "plan.json");
+    EXPECT_EQ(write_rules(rules, RulesDialect::kHfTpPlan, o), f.plan);
+    RuleSet via_map = RuleSet::from_layout_map(rules.to_layout_map());
+    EXPECT_EQ(write_rules(via_map, RulesDialect::kHfTpPlan, o), plain_styles(f.plan));
+    // And through keras-hub's JSON and meshlayout's file.
+    for (RulesDialect d : {RulesDialect::kKerasHub, RulesDialect::kMeshlayout}) {
+      std::string text = write_rules(rules, d, o);
+      EXPECT_EQ(convert_rules(text, d, RulesDialect::kHfTpPlan, o, "x"), plain_styles(f.plan))
+          << text;
+    }
+  }
+}
+
+TEST(RuleDialects, ExampleLlamaPlanIsTheDensePlan) {
+  std::string text = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_hf_tp_plan.json");
+  ConvertOptions o;
+  EXPECT_EQ(convert_rules(text, RulesDialect::kHfTpPlan, RulesDialect::kHfTpPlan, o, "x"),
+            kDensePlan);
+}
+
+// The layout the Llama's HF plan means for each HF tensor (documented semantics: colwise
+// splits dim 0 of the (out, in) weight, rowwise dim 1; unnamed modules are replicated).
+Shape plan_split(const std::string& hf_name) {
+  for (const char* col : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
+    if (hf_name.find(std::string(".") + col + ".weight") != std::string::npos) return {0};
+  }
+  for (const char* row : {"o_proj", "down_proj"}) {
+    if (hf_name.find(std::string(".") + row + ".weight") != std::string::npos) return {1};
+  }
+  return {};
+}
+
+// The box of HF tensor `m.hf_name` that a keras box covers (keras -> view -> HF).
+Box keras_box_to_hf(const HfWeightMapping& m, const Box& keras) {
+  Shape view_off(m.view_shape.size()), view_len(m.view_shape.size());
+  for (size_t i = 0; i < m.perm.size(); ++i) {
+    view_off[static_cast<size_t>(m.perm[i])] = keras.offset[i];
+    view_len[static_cast<size_t>(m.perm[i])] = keras.shape[i];
+  }
+  Box hf{Shape(m.hf_shape.size()), Shape(m.hf_shape.size())};
+  size_t v = 0;
+  for (size_t h = 0; h < m.hf_shape.size(); ++h) {
+    int64_t product = 1;
+    const size_t first = v;
+    while (v < m.view_shape.size() && (v == first || product < m.hf_shape[h])) {
+      product *= m.view_shape[v++];
+      if (product == m.hf_shape[h]) break;
+    }
+    int64_t minor = 1;
+    for (size_t w = first + 1; w < v; ++w) {
+      EXPECT_EQ(view_off[w], 0) << m.hf_name << ": a minor dimension is split";
+      EXPECT_EQ(view_len[w], m.view_shape[w]) << m.hf_name;
+      minor *= m.view_shape[w];
+    }
+    hf.offset[h] = view_off[first] * minor;
+    hf.shape[h] = view_len[first] * minor;
+  }
+  return hf;
+}
+
+TEST(RuleDialects, LlamaPlanGivesEveryTensorTheLayoutThePlanMeans) {
+  LlamaConfig c{.vocab_size = 64,
+                .hidden_size = 32,
+                .intermediate_size = 48,
+                .num_hidden_layers = 3,
+                .num_attention_heads = 4,
+                .num_key_value_heads = 4,
+                .head_dim = 8,
+                .max_position_embeddings = 64};
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  for (HfNames names : {HfNames::kHf, HfNames::kKerasHub}) {
+    ConvertOptions o = with_names(names);
+    const LayoutMap map =
+        read_rules(kDensePlan, RulesDialect::kHfTpPlan, o, "plan.json").to_layout_map();
+    int split = 0;
+    for (const HfWeightMapping& m : hf_llama_weight_mappings(c)) {
+      SCOPED_TRACE(m.hf_name);
+      // The plan's layout of the HF tensor.
+      std::vector<DimSharding> want(m.hf_shape.size());
+      for (int64_t d : plan_split(m.hf_name)) want[static_cast<size_t>(d)] = "model";
+      const std::string& path = names == HfNames::kHf ? m.hf_name : m.keras_path;
+      std::optional<TensorLayout> got = map.get(path);
+      if (names == HfNames::kHf) {
+        EXPECT_EQ(got ? got->axes() : std::vector<DimSharding>(m.hf_shape.size()), want);
+        continue;
+      }
+      // keras-hub: every device's keras box is exactly its box of the HF tensor.
+      TensorLayout keras =
+          got ? *got : TensorLayout::replicated(static_cast<int>(m.keras_shape.size()));
+      keras.set_device_mesh(mesh);
+      ShardGeometry kg(keras, m.keras_shape);
+      ShardGeometry hg(TensorLayout(want, mesh), m.hf_shape);
+      for (int64_t dev = 0; dev < mesh.size(); ++dev) {
+        EXPECT_EQ(keras_box_to_hf(m, kg.box(dev)), hg.box(dev)) << "device " << dev;
+      }
+      split += plan_split(m.hf_name).empty() ? 0 : 1;
+    }
+    if (names == HfNames::kKerasHub) {
+      EXPECT_EQ(split, 7 * 3);
+    }
+  }
+}
+
+TEST(RuleDialects, HfPlanStylesAndTheirParameters) {
+  ConvertOptions o = with_names(HfNames::kHf);
+  RuleSet r = read_rules(R"({"layers.*.mlp.up_proj": "local_colwise",
+                            "layers.*.self_attn.o_proj": "rowwise_rep",
+                            "norm": "sequence_parallel", "lm_head": "colwise_rep",
+                            "layers.*.x": "local"})",
+                         RulesDialect::kHfTpPlan, o, "p.json");
+  // The family's name map says which parameters a module has: no MLP bias, an o_proj bias
+  // (attention_bias), a rank-1 norm, no lm_head bias; an unknown module is an nn.Linear.
+  ASSERT_EQ(r.rules.size(), 7u);
+  EXPECT_EQ(r.rules[0].pattern, "^model\\.layers\\.\\d+\\.mlp\\.up_proj\\.weight$");
+  EXPECT_EQ(r.rules[0].layout, (std::vector<DimSharding>{"model", std::nullopt}));
+  EXPECT_EQ(r.rules[1].layout, (std::vector<DimSharding>{std::nullopt, "model"}));
+  EXPECT_EQ(r.rules[2].pattern, "^model\\.layers\\.\\d+\\.self_attn\\.o_proj\\.bias$");
+  EXPECT_EQ(r.rules[2].layout, (std::vector<DimSharding>{std::nullopt}));  // rowwise bias
+  EXPECT_EQ(r.rules[3].pattern, "^model\\.norm\\.weight$");
+  EXPECT_EQ(r.rules[3].layout, (std::vector<DimSharding>{std::nullopt}));
+  EXPECT_EQ(r.rules[4].pattern, "^lm_head\\.weight$");
+  EXPECT_EQ(r.rules[4].layout, (std::vector<DimSharding>{"model", std::nullopt}));
+  EXPECT_EQ(r.rules[5].layout, (std::vector<DimSharding>{std::nullopt, std::nullopt}));
+  EXPECT_EQ(r.rules[6].pattern, "^model\\.layers\\.\\d+\\.x\\.bias$");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_THAT(r.warnings[0], HasSubstr("'layers.*.x'"));
+  EXPECT_THAT(r.warnings[0], HasSubstr("divides"));
+  EXPECT_EQ(write_rules(r, RulesDialect::kHfTpPlan, o),
+            "{\n  \"layers.*.mlp.up_proj\": \"local_colwise\",\n  \"layers.*.self_attn.o_proj\": "
+            "\"rowwise_rep\",\n  \"norm\": \"sequence_parallel\",\n  \"lm_head\": "
+            "\"colwise_rep\",\n  \"layers.*.x\": \"local\"\n}\n");
+  // Another tensor-parallel axis name.
+  o.tp_axis = "tensor";
+  EXPECT_EQ(
+      read_rules(R"({"lm_head": "colwise"})", RulesDialect::kHfTpPlan, o, "p").rules[0].layout,
+      (std::vector<DimSharding>{"tensor", std::nullopt}));
+  // A config.json's base_model_tp_plan.
+  EXPECT_EQ(read_rules(R"({"model_type": "llama", "base_model_tp_plan": {"norm": "replicate"}})",
+                       RulesDialect::kHfTpPlan, o, "config.json")
+                .rules.size(),
+            1u);
+}
+
+TEST(RuleDialects, KerasHubMegatronRulesAsAnHfPlan) {
+  std::string text = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_megatron.json");
+  ConvertOptions o = with_names(HfNames::kKerasHub);
+  std::string plan = convert_rules(text, RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, o,
+                                   "llama_megatron.json");
+  EXPECT_EQ(nlohmann::json::parse(plan), nlohmann::json::parse(R"({
+    "embed_tokens": "colwise", "layers.*.self_attn.q_proj": "colwise",
+    "layers.*.self_attn.k_proj": "colwise", "layers.*.self_attn.v_proj": "colwise",
+    "layers.*.self_attn.o_proj": "rowwise", "layers.*.mlp.gate_proj": "colwise",
+    "layers.*.mlp.up_proj": "colwise", "layers.*.mlp.down_proj": "rowwise",
+    "lm_head": "colwise"})"))
+      << plan;
+  // keras-hub's own map splits on two axes: refused, naming the rule and the axis.
+  std::string two_axes = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_keras_hub.json");
+  EXPECT_THAT(error_of([&] {
+                convert_rules(two_axes, RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, o,
+                              "llama_keras_hub.json");
+              }),
+              HasSubstr("rules[0] ('token_embedding/embeddings')"));
+  EXPECT_THAT(error_of([&] {
+                convert_rules(two_axes, RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, o,
+                              "llama_keras_hub.json");
+              }),
+              HasSubstr("split on mesh axis 'batch'"));
+}
+
+TEST(RuleDialects, WhatAnHfPlanCannotExpressIsRefusedByRule) {
+  ConvertOptions o = with_names(HfNames::kKerasHub);
+  auto hf_of = [&](const char* keras_json) {
+    return error_of([&] {
+      convert_rules(keras_json, RulesDialect::kKerasHub, RulesDialect::kHfTpPlan, o, "k.json");
+    });
+  };
+  EXPECT_THAT(hf_of(R"({"feedforward_gate_dense/kernel": [null, ["batch", "model"]]})"),
+              HasSubstr("split over several mesh axes (batch, model)"));
+  EXPECT_THAT(hf_of(R"({"query/kernel": [null, null, "model"]})"),
+              HasSubstr("a minor part of a Hugging Face dimension (head_dim"));
+  EXPECT_THAT(
+      hf_of(R"({"transformer_layer_1/self_attention/query/kernel": [null, "model", null]})"),
+      HasSubstr("one style"));
+  EXPECT_THAT(hf_of(R"({"no_such_layer/kernel": [null, "model"]})"),
+              HasSubstr("matches no variable of the llama family's keras-hub name map"));
+  EXPECT_THAT(hf_of(R"({"query/kernel": [null, "model", null], "query/bias": [null, null]})"),
+              HasSubstr("keeps the bias whole"));
+  // On HF names: regex features are no plan key.
+  ConvertOptions h = with_names(HfNames::kHf);
+  EXPECT_THAT(error_of([&] {
+                convert_rules(R"({"rules": [["layers.*q_proj.weight", ["model", null]]]})",
+                              RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
+              }),
+              HasSubstr("uses regex features"));
+  EXPECT_THAT(error_of([&] {
+                convert_rules(R"({"rules": [["^model\\.embed_tokens$", ["model", null]]]})",
+                              RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
+              }),
+              HasSubstr("is not a module's .weight or .bias"));
+}
+
+TEST(RuleDialects, BadHfPlansAreNamed) {
+  ConvertOptions o;
+  auto read = [&](const char* text) {
+    return error_of([&] { read_rules(text, RulesDialect::kHfTpPlan, o, "plan.json"); });
+  };
+  EXPECT_THAT(read(R"({"layers.*.q_proj": "colwize"})"),
+              HasSubstr("plan.json plan key 'layers.*.q_proj': unknown Hugging Face style "
+                        "'colwize'; expected one of colwise, rowwise"));
+  EXPECT_THAT(read(R"({"layers.*.mlp.experts.gate_up_proj": "packed_colwise"})"),
+              HasSubstr("'packed_colwise' (packed or expert-parallel weights)"));
+  EXPECT_THAT(read(R"({"layers.*.q_proj": "colwise",})"), HasSubstr("plan.json"));
+  EXPECT_THAT(read(R"({"layers.*.q_proj": "colwise",})"), HasSubstr("not valid JSON"));
+  EXPECT_THAT(read(R"(["colwise"])"), HasSubstr("must be an object {module: style}"));
+  EXPECT_THAT(read(R"({"layers.(0|1).q_proj": "colwise"})"), HasSubstr("is not a module name"));
+  EXPECT_THAT(read(R"({"layers.*.q_proj": 3})"), HasSubstr("the style must be a string"));
+  EXPECT_THAT(read(R"({"norm": "colwise"})"), HasSubstr("splits dimension -2 of a rank-1 weight"));
+  ConvertOptions k = with_names(HfNames::kKerasHub);
+  EXPECT_THAT(
+      error_of([&] { read_rules(kMixtralPlan, RulesDialect::kHfTpPlan, k, "mixtral.json"); }),
+      HasSubstr("has no module 'model.layers.*.block_sparse_moe.gate'"));
+}
+
+}  // namespace
+}  // namespace meshlayout

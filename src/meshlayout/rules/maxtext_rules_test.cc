@@ -1,0 +1,144 @@
+#include "meshlayout/rules/rule_dialects.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/rules/rules_test_util.h"
+
+namespace meshlayout {
+namespace {
+
+using namespace rules_test;  // NOLINT(google-build-using-namespace)
+using ::testing::HasSubstr;
+
+constexpr const char* kLlamaMaxText =
+    R"(# Flax/MaxText logical axis rules (meshlayout rules convert)
+'mesh_axes': ['data', 'fsdp', 'tensor']
+'logical_axis_rules':
+  - ['vocab', ['tensor', 'fsdp']]
+  - ['embed', 'fsdp']
+  - ['heads', 'tensor']
+  - ['mlp', 'tensor']
+  - ['kv', null]
+  - ['norm', null]
+'logical_axes':
+  'token_embedding/embeddings': ['vocab', 'embed']
+  'transformer_layer_*/self_attention/query/kernel': ['embed', 'heads', 'kv']
+  'transformer_layer_*/self_attention/attention_output/kernel': ['heads', 'kv', 'embed']
+  'transformer_layer_*/feedforward_gate_dense/kernel': ['embed', 'mlp']
+  'transformer_layer_*/feedforward_output_dense/kernel': ['mlp', 'embed']
+  'transformer_layer_*/self_attention_layernorm/scale': ['norm']
+)";
+
+TEST(RuleDialects, MaxTextRoundTripsAndFollowsFlaxPrecedence) {
+  ConvertOptions o;
+  RuleSet r = read_rules(kLlamaMaxText, RulesDialect::kMaxText, o, "llama.yml");
+  EXPECT_EQ(write_rules(r, RulesDialect::kMaxText, o), kLlamaMaxText);
+  ASSERT_EQ(r.rules.size(), 6u);
+  // vocab takes tensor and fsdp, so embed's fsdp is taken: that dimension stays whole.
+  EXPECT_EQ(r.rules[0].layout, (std::vector<DimSharding>{{"tensor", "fsdp"}, std::nullopt}));
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_THAT(r.warnings[0], HasSubstr("'token_embedding/embeddings': dimension 1 (embed) is "
+                                       "not split: logical_axis_rules[1] (embed -> fsdp) was "
+                                       "skipped"));
+  EXPECT_EQ(r.rules[1].pattern, "^transformer_layer_\\d+/self_attention/query/kernel$");
+  EXPECT_EQ(r.rules[1].layout, (std::vector<DimSharding>{"fsdp", "tensor", std::nullopt}));
+  EXPECT_EQ(r.rules[2].layout, (std::vector<DimSharding>{"tensor", std::nullopt, "fsdp"}));
+  // Through a LayoutMap the logical names are gone; written again they are derived from the
+  // axes, and read back they give the same layouts.
+  RuleSet via_map = RuleSet::from_layout_map(r.to_layout_map());
+  std::string derived = write_rules(via_map, RulesDialect::kMaxText, o);
+  RuleSet again = read_rules(derived, RulesDialect::kMaxText, o, "derived.yml");
+  ASSERT_EQ(again.rules.size(), r.rules.size());
+  for (size_t i = 0; i < r.rules.size(); ++i) {
+    EXPECT_EQ(again.rules[i].pattern, r.rules[i].pattern);
+    EXPECT_EQ(again.rules[i].layout, r.rules[i].layout);
+  }
+  EXPECT_EQ(write_rules(again, RulesDialect::kMaxText, o), derived);
+}
+
+TEST(RuleDialects, FamilyPlansThroughMaxTextAndBack) {
+  for (const FamilyPlan& f : kPlans) {
+    SCOPED_TRACE(f.family);
+    ConvertOptions o = with_names(HfNames::kHf, f.family);
+    std::string yaml =
+        convert_rules(f.plan, RulesDialect::kHfTpPlan, RulesDialect::kMaxText, o, "plan.json");
+    // MaxText -> MaxText is the identity, and MaxText -> HF gives the plan back (colwise_rep
+    // and replicated_with_grad_allreduce aside: MaxText holds parameters' layouts only).
+    EXPECT_EQ(convert_rules(yaml, RulesDialect::kMaxText, RulesDialect::kMaxText, o, "m.yml"),
+              yaml);
+    EXPECT_EQ(convert_rules(yaml, RulesDialect::kMaxText, RulesDialect::kHfTpPlan, o, "m.yml"),
+              plain_styles(f.plan))
+        << yaml;
+  }
+}
+
+TEST(RuleDialects, BadMaxTextIsNamed) {
+  ConvertOptions o;
+  auto read = [&](const std::string& text) {
+    return error_of([&] { read_rules(text, RulesDialect::kMaxText, o, "m.yml"); });
+  };
+  EXPECT_THAT(read("logical_axis_rules: [['embed', 'fsdp']]\nlogical_axes:\n  w: [embed, mlp]\n"),
+              HasSubstr("m.yml logical_axes 'w': logical name 'mlp' (dimension 1) appears in no "
+                        "logical_axis_rules entry"));
+  EXPECT_THAT(read("logical_axis_rules: [['embed', ['fsdp', 'fsdp']]]\nlogical_axes: {}\n"),
+              HasSubstr("logical_axis_rules[0]: mesh axis 'fsdp' is listed twice"));
+  EXPECT_THAT(read("logical_axis_rules: [['embed', 'fsdp']\nlogical_axes: {}\n"),
+              HasSubstr("m.yml:"));
+  EXPECT_THAT(read("logical_axis_rules: [[embed, fsdp]]\nlogical_axes: {w: [embed, embed]}\n"),
+              HasSubstr("m.yml logical_axes 'w': logical name 'embed' names dimensions 0 and 1"));
+  EXPECT_THAT(read("logical_axis_rules: [['embed']]\nlogical_axes: {}\n"),
+              HasSubstr("must be a [logical name, mesh axes] pair"));
+  EXPECT_THAT(read("logical_axis_rules: []\n"), HasSubstr("has no logical_axes"));
+  EXPECT_THAT(read("logical_axis_rules: []\nlogical_axes: {}\nrules: []\n"),
+              HasSubstr("unknown key 'rules'"));
+  EXPECT_THAT(read("mesh_axes: [data]\nlogical_axis_rules: [[embed, fsdp]]\nlogical_axes: {}\n"),
+              HasSubstr("mesh axis 'fsdp' is not in mesh_axes (data)"));
+  // Regex features cannot become MaxText paths.
+  EXPECT_THAT(
+      error_of([&] {
+        convert_rules(R"({"dense.*kernel": [null, "model"]})", RulesDialect::kKerasHub,
+                      RulesDialect::kMaxText, o, "k.json");
+      }),
+      HasSubstr("k.json rule 'dense.*kernel': pattern 'dense.*kernel' uses regex features"));
+  // An unanchored literal becomes an exact path, with a warning.
+  std::vector<std::string> warnings;
+  convert_rules(R"({"dense/kernel": [null, "model"]})", RulesDialect::kKerasHub,
+                RulesDialect::kMaxText, o, "k.json", &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_THAT(warnings[0], HasSubstr("is not anchored"));
+}
+
+TEST(RuleDialects, MaxTextMegatronExampleEqualsTheMegatronRulesFile) {
+  ConvertOptions o;
+  const LayoutMap maxtext =
+      read_rules(read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_megatron_maxtext.yml"),
+                 RulesDialect::kMaxText, o, "llama_megatron_maxtext.yml")
+          .to_layout_map();
+  const LayoutMap megatron =
+      read_rules(read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_megatron.json"),
+                 RulesDialect::kMeshlayout, o, "llama_megatron.json")
+          .to_layout_map();
+  LlamaConfig c{.vocab_size = 64,
+                .hidden_size = 32,
+                .intermediate_size = 48,
+                .num_hidden_layers = 12,
+                .num_attention_heads = 4,
+                .num_key_value_heads = 2,
+                .head_dim = 8,
+                .max_position_embeddings = 64};
+  int split = 0;
+  for (const HfWeightMapping& m : hf_llama_weight_mappings(c)) {
+    SCOPED_TRACE(m.keras_path);
+    const int rank = static_cast<int>(m.keras_shape.size());
+    const TensorLayout a = maxtext.get(m.keras_path).value_or(TensorLayout::replicated(rank));
+    const TensorLayout b = megatron.get(m.keras_path).value_or(TensorLayout::replicated(rank));
+    EXPECT_EQ(a.axes(), b.axes());
+    split += a.axes() != TensorLayout::replicated(rank).axes() ? 1 : 0;
+  }
+  EXPECT_EQ(split, 2 + 7 * 12);  // embeddings, reverse embeddings, 7 kernels per layer
+}
+
+}  // namespace
+}  // namespace meshlayout
