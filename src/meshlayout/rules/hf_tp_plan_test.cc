@@ -62,11 +62,13 @@ TEST(RuleDialects, ExampleLlamaPlanIsTheDensePlan) {
             kDensePlan);
 }
 
-// The layout the Llama's HF plan means for each HF tensor (documented semantics: colwise
-// splits dim 0 of the (out, in) weight, rowwise dim 1; unnamed modules are replicated).
+// The layout the dense HF plan means for each HF tensor (documented semantics: colwise splits
+// dim 0 of the (out, in) weight and the bias, rowwise dim 1 of the weight and not the bias;
+// unnamed modules are replicated).
 Shape plan_split(const std::string& hf_name) {
   for (const char* col : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
     if (hf_name.find(std::string(".") + col + ".weight") != std::string::npos) return {0};
+    if (hf_name.find(std::string(".") + col + ".bias") != std::string::npos) return {0};
   }
   for (const char* row : {"o_proj", "down_proj"}) {
     if (hf_name.find(std::string(".") + row + ".weight") != std::string::npos) return {1};
@@ -102,45 +104,55 @@ Box keras_box_to_hf(const HfWeightMapping& m, const Box& keras) {
   return hf;
 }
 
-TEST(RuleDialects, LlamaPlanGivesEveryTensorTheLayoutThePlanMeans) {
-  LlamaConfig c{.vocab_size = 64,
-                .hidden_size = 32,
-                .intermediate_size = 48,
-                .num_hidden_layers = 3,
-                .num_attention_heads = 4,
-                .num_key_value_heads = 4,
-                .head_dim = 8,
-                .max_position_embeddings = 64};
-  const DeviceMesh mesh({2, 4}, {"batch", "model"});
-  for (HfNames names : {HfNames::kHf, HfNames::kKerasHub}) {
-    ConvertOptions o = with_names(names);
-    const LayoutMap map =
-        read_rules(kDensePlan, RulesDialect::kHfTpPlan, o, "plan.json").to_layout_map();
-    int split = 0;
-    for (const HfWeightMapping& m : hf_llama_weight_mappings(c)) {
-      SCOPED_TRACE(m.hf_name);
-      // The plan's layout of the HF tensor.
-      std::vector<DimSharding> want(m.hf_shape.size());
-      for (int64_t d : plan_split(m.hf_name)) want[static_cast<size_t>(d)] = "model";
-      const std::string& path = names == HfNames::kHf ? m.hf_name : m.keras_path;
-      std::optional<TensorLayout> got = map.get(path);
-      if (names == HfNames::kHf) {
-        EXPECT_EQ(got ? got->axes() : std::vector<DimSharding>(m.hf_shape.size()), want);
-        continue;
+TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
+  // Every Llama-style family with each weight it may have: Llama with attention_bias (o_proj
+  // bias: rowwise, whole), Mistral, Qwen 2's q/k/v biases (colwise: split on their heads),
+  // Qwen 3's head norms (under its later plan: replicated), untied lm_heads.
+  for (const char* family : {"llama", "mistral", "qwen2", "qwen3"}) {
+    SCOPED_TRACE(family);
+    LlamaConfig c{.vocab_size = 64,
+                  .hidden_size = 32,
+                  .intermediate_size = 48,
+                  .num_hidden_layers = 3,
+                  .num_attention_heads = 4,
+                  .num_key_value_heads = 4,
+                  .head_dim = 8,
+                  .max_position_embeddings = 64};
+    c.family = family;
+    c.attention_bias = c.family == "llama";
+    const char* plan = c.family == "qwen3" ? kQwen3NormPlan : kDensePlan;
+    const DeviceMesh mesh({2, 4}, {"batch", "model"});
+    for (HfNames names : {HfNames::kHf, HfNames::kKerasHub}) {
+      ConvertOptions o = with_names(names, family);
+      const LayoutMap map =
+          read_rules(plan, RulesDialect::kHfTpPlan, o, "plan.json").to_layout_map();
+      int split = 0;
+      for (const HfWeightMapping& m : hf_llama_weight_mappings(c)) {
+        SCOPED_TRACE(m.hf_name);
+        // The plan's layout of the HF tensor.
+        std::vector<DimSharding> want(m.hf_shape.size());
+        for (int64_t d : plan_split(m.hf_name)) want[static_cast<size_t>(d)] = "model";
+        const std::string& path = names == HfNames::kHf ? m.hf_name : m.keras_path;
+        std::optional<TensorLayout> got = map.get(path);
+        if (names == HfNames::kHf) {
+          EXPECT_EQ(got ? got->axes() : std::vector<DimSharding>(m.hf_shape.size()), want);
+          continue;
+        }
+        // keras-hub: every device's keras box is exactly its box of the HF tensor.
+        TensorLayout keras =
+            got ? *got : TensorLayout::replicated(static_cast<int>(m.keras_shape.size()));
+        keras.set_device_mesh(mesh);
+        ShardGeometry kg(keras, m.keras_shape);
+        ShardGeometry hg(TensorLayout(want, mesh), m.hf_shape);
+        for (int64_t dev = 0; dev < mesh.size(); ++dev) {
+          EXPECT_EQ(keras_box_to_hf(m, kg.box(dev)), hg.box(dev)) << "device " << dev;
+        }
+        split += plan_split(m.hf_name).empty() ? 0 : 1;
       }
-      // keras-hub: every device's keras box is exactly its box of the HF tensor.
-      TensorLayout keras =
-          got ? *got : TensorLayout::replicated(static_cast<int>(m.keras_shape.size()));
-      keras.set_device_mesh(mesh);
-      ShardGeometry kg(keras, m.keras_shape);
-      ShardGeometry hg(TensorLayout(want, mesh), m.hf_shape);
-      for (int64_t dev = 0; dev < mesh.size(); ++dev) {
-        EXPECT_EQ(keras_box_to_hf(m, kg.box(dev)), hg.box(dev)) << "device " << dev;
+      if (names == HfNames::kKerasHub) {  // 7 kernels, plus q/k/v biases, per layer
+        const int biases = c.family == "llama" || c.family == "qwen2" ? 3 : 0;
+        EXPECT_EQ(split, (7 + biases) * 3);
       }
-      split += plan_split(m.hf_name).empty() ? 0 : 1;
-    }
-    if (names == HfNames::kKerasHub) {
-      EXPECT_EQ(split, 7 * 3);
     }
   }
 }
