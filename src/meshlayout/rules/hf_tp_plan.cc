@@ -321,15 +321,20 @@ RuleSet read_hf(std::string_view text, const ConvertOptions& options, std::strin
     };
     if (names == HfNames::kHf) {
       std::vector<const HfParamName*> params;
-      if (options.names && map == nullptr) {
-        // The family map tells which parameters a module has and their ranks.
-      }
+      // The family's map tells which parameters a module has and their ranks.
+      std::string no_map;
       try {
         params = name_map_of(options).module_params(module);
-      } catch (const ValueError&) {
-        params.clear();
+      } catch (const ValueError& e) {
+        no_map = e.what();
       }
       if (params.empty()) {  // an nn.Linear: weight (out, in), bias (out,)
+        out.warnings.push_back(fmt::format(
+            "{} {} ({}): module {} {}; taken as an nn.Linear (weight (out, in), bias (out,))",
+            source, where, style_name, quote(module),
+            no_map.empty()
+                ? fmt::format("is not in the {} family's name map", name_map_of(options).family())
+                : "has no name map to give its parameters (" + no_map + ")"));
         add(glob_to_regex(module + ".weight"), hf_layout(false, 2).first);
         add(glob_to_regex(module + ".bias"), hf_layout(true, 1).first);
       } else {

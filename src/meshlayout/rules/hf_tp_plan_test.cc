@@ -178,9 +178,11 @@ TEST(RuleDialects, HfPlanStylesAndTheirParameters) {
   EXPECT_EQ(r.rules[4].layout, (std::vector<DimSharding>{"model", std::nullopt}));
   EXPECT_EQ(r.rules[5].layout, (std::vector<DimSharding>{std::nullopt, std::nullopt}));
   EXPECT_EQ(r.rules[6].pattern, "^model\\.layers\\.\\d+\\.x\\.bias$");
-  ASSERT_EQ(r.warnings.size(), 1u);
-  EXPECT_THAT(r.warnings[0], HasSubstr("'layers.*.x'"));
-  EXPECT_THAT(r.warnings[0], HasSubstr("divides"));
+  ASSERT_EQ(r.warnings.size(), 2u);
+  EXPECT_THAT(r.warnings[0], HasSubstr("'layers.*.x' (local): Hugging Face's IsolatedParallel "
+                                       "divides"));
+  EXPECT_THAT(r.warnings[1], HasSubstr("'layers.*.x' (local): module 'model.layers.*.x' is not in "
+                                       "the llama family's name map; taken as an nn.Linear"));
   EXPECT_EQ(write_rules(r, RulesDialect::kHfTpPlan, o),
             "{\n  \"layers.*.mlp.up_proj\": \"local_colwise\",\n  \"layers.*.self_attn.o_proj\": "
             "\"rowwise_rep\",\n  \"norm\": \"sequence_parallel\",\n  \"lm_head\": "
