@@ -12,7 +12,8 @@
 //                or a config.json holding one under "base_model_tp_plan". Keys are relative to
 //                the base model ("layers.*.mlp.up_proj", rules on "model.layers.…") unless they
 //                start with "model." or are "lm_head" (ForCausalLM's _tp_plan); `*` is a layer
-//                index (digits), as in Hugging Face's _get_parameter_tp_plan.
+//                index (digits), as in Hugging Face's _get_parameter_tp_plan. Plans are
+//                written with keys relative to the base model (and lm_head), in rule order.
 //   maxtext      YAML with Flax/MaxText logical axis rules:
 //                  logical_axis_rules: [['embed', 'fsdp'], ['heads', ['tensor', 'model']],
 //                                       ['norm', null]]
