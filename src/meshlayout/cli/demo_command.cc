@@ -55,7 +55,17 @@ LlamaConfig demo_config(const std::string& family) {
   c.family = family;
   if (family == "mistral") c.sliding_window = 4;
   if (family == "qwen3") c.head_dim = 24;
-  if (family == "gemma" || family == "gemma2") c.query_pre_attn_scalar = 16;
+  if (family == "gemma" || family == "gemma2" || family == "gemma3_text") {
+    c.query_pre_attn_scalar = 16;
+  }
+  if (family == "gemma3_text") {  // layer 0 sliding with the local rope, layer 1 global
+    c.tie_word_embeddings = false;
+    c.sliding_window = 4;
+    c.sliding_window_pattern = 2;
+    c.rope_local_base_freq = 10000;
+    c.rope_theta = 1e6;
+    c.rope_linear_factor = 8;
+  }
   if (family == "gemma2") {
     // Untied here: with tied embeddings, random weights and post norms holding each block's
     // output to unit size, the scaled embedding dominates and every step repeats the last token.
@@ -79,6 +89,9 @@ std::string family_story(const LlamaConfig& c) {
                        c.head_dim, c.hidden_size, c.num_attention_heads);
   }
   if (c.family == "gemma") return "Gemma (GemmaForCausalLM), keras-hub's Gemma block";
+  if (c.family == "gemma3_text") {
+    return "Gemma 3 (Gemma3ForCausalLM), q/k norms, a local-rope sliding layer and a global one";
+  }
   if (c.family == "gemma2") {
     return fmt::format(
         "Gemma 2 (Gemma2ForCausalLM), post norms, soft caps {} and {}, window of {} on layer 0",
@@ -421,9 +434,11 @@ void add_demo_command(CLI::App& app, int* exit_code) {
   options->progress = stderr_is_terminal();
   cmd->add_option("--family", options->family,
                   "The model family: llama (default), mistral (sliding window), qwen2 (q/k/v "
-                  "biases), qwen3 (q/k head norms), gemma or gemma2 (post norms, soft caps); its "
+                  "biases), qwen3 (q/k head norms), gemma, gemma2 (post norms, soft caps) or "
+                  "gemma3_text (q/k norms, local and global ropes); its "
                   "Hugging Face format and keras-hub rules")
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2"}));
+      ->check(
+          CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"}));
   cmd->add_option("--keep", options->keep_dir,
                   "Write the model and the checkpoint into this directory and keep them "
                   "(default: a temporary directory, removed)");

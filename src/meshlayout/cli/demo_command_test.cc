@@ -76,7 +76,8 @@ TEST(DemoCommandTest, EveryFamilyPassesEveryCheck) {
       {"qwen2", "Qwen 2 (Qwen2ForCausalLM), q/k/v biases"},
       {"qwen3", "Qwen 3 (Qwen3ForCausalLM), q/k head norms, head_dim 24 != 128 / 8"},
       {"gemma", "Gemma (GemmaForCausalLM), keras-hub's Gemma block"},
-      {"gemma2", "Gemma 2 (Gemma2ForCausalLM), post norms, soft caps 50 and 30"}};
+      {"gemma2", "Gemma 2 (Gemma2ForCausalLM), post norms, soft caps 50 and 30"},
+      {"gemma3_text", "Gemma 3 (Gemma3ForCausalLM), q/k norms"}};
   std::string llama_tokens;
   {
     std::ostringstream out;

@@ -13,6 +13,10 @@ void Rope::validate() const {
   if (!(theta > 0) || !std::isfinite(theta)) {
     throw ValueError(fmt::format("rotary embedding needs theta > 0, got {}", theta));
   }
+  if (!(linear_factor > 0) || !std::isfinite(linear_factor)) {
+    throw ValueError(
+        fmt::format("linear rope scaling needs factor > 0, got factor={}", linear_factor));
+  }
   if (!llama3) return;
   const Llama3RopeScaling& s = *llama3;
   if (!(s.factor >= 1) || !std::isfinite(s.factor)) {
@@ -39,6 +43,9 @@ std::vector<double> Rope::inverse_frequencies(int64_t head_dim) const {
   for (int64_t i = 0; i < half; ++i) {
     f[static_cast<size_t>(i)] =
         std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  }
+  if (linear_factor != 1.0) {
+    for (double& inv : f) inv /= linear_factor;
   }
   if (!llama3) return f;
   const Llama3RopeScaling& s = *llama3;

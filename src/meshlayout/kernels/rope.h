@@ -36,13 +36,16 @@ struct Llama3RopeScaling {
 struct Rope {
   double theta = 10000.0;
   std::optional<Llama3RopeScaling> llama3;  // Llama 3 / 3.1 rope_scaling
+  /// Hugging Face's "linear" rope_scaling (Gemma 3's global layers): every frequency divided by
+  /// this factor (positions stretched by it). 1: none.
+  double linear_factor = 1.0;
 
   Rope(double theta = 10000.0) : theta(theta) {}  // NOLINT(google-explicit-constructor)
   Rope(double theta, std::optional<Llama3RopeScaling> scaling)
       : theta(theta), llama3(std::move(scaling)) {}
   /// The D/2 inverse frequencies, in double. ValueError naming the value for theta <= 0, a
-  /// factor < 1, low_freq_factor >= high_freq_factor, low_freq_factor <= 0 or an
-  /// original_max_position_embeddings <= 0.
+  /// linear_factor <= 0, a factor < 1, low_freq_factor >= high_freq_factor, low_freq_factor <= 0 or
+  /// an original_max_position_embeddings <= 0.
   std::vector<double> inverse_frequencies(int64_t head_dim) const;
   /// The same checks without computing anything.
   void validate() const;

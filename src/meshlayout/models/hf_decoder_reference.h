@@ -95,12 +95,17 @@ inline HfVec rms_norm(const HfVec& x, int64_t n, const HfVec& weight, double eps
 }
 
 // LlamaRotaryEmbedding's inv_freq, with _compute_llama3_parameters when rope_scaling is llama3.
-inline HfVec inv_freq(const LlamaConfig& c) {
+// Gemma 3 (modeling_gemma3.py): sliding layers use rope_local_base_freq unscaled, global ones
+// rope_theta with the "linear" scaling (inv_freq / factor).
+inline HfVec inv_freq(const LlamaConfig& c, bool local = false) {
   const int64_t dim = c.head_dim;
+  const double base = local ? c.rope_local_base_freq : c.rope_theta;
   HfVec f;
   for (int64_t i = 0; i < dim; i += 2) {
-    f.push_back(1.0 / std::pow(c.rope_theta, static_cast<double>(i) / static_cast<double>(dim)));
+    f.push_back(1.0 / std::pow(base, static_cast<double>(i) / static_cast<double>(dim)));
   }
+  if (local) return f;
+  for (double& e : f) e /= c.rope_linear_factor;
   if (!c.rope_scaling) return f;
   const double factor = c.rope_scaling->factor, low = c.rope_scaling->low_freq_factor,
                high = c.rope_scaling->high_freq_factor,
@@ -152,18 +157,23 @@ inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::strin
           embed[static_cast<size_t>(tokens[static_cast<size_t>(n)] * d + i)];
     }
   }
-  const bool gemma = c.family == "gemma" || c.family == "gemma2";
-  const bool gemma2 = c.family == "gemma2";
+  const bool gemma3 = c.family == "gemma3_text";
+  const bool gemma = c.family == "gemma" || c.family == "gemma2" || gemma3;
+  const bool post_norms = c.family == "gemma2" || gemma3;
   if (gemma) {  // the normalizer sqrt(hidden_size)
     for (double& e : h) e *= std::sqrt(static_cast<double>(d));
   }
   const double scale =
       gemma ? 1.0 / std::sqrt(c.query_pre_attn_scalar) : 1.0 / std::sqrt(static_cast<double>(D));
-  const HfVec freq = inv_freq(c);
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
-    // Mistral: every layer's window; Gemma 2: the even layers' (is_sliding = not layer_idx % 2).
-    const int64_t window = gemma2 ? (layer % 2 == 0 ? c.sliding_window : 0) : c.sliding_window;
+    // Mistral: every layer's window; Gemma 2: the even layers' (is_sliding = not layer_idx % 2);
+    // Gemma 3: is_sliding = bool((layer_idx + 1) % sliding_window_pattern).
+    const bool sliding = c.family == "gemma2" ? layer % 2 == 0
+                         : gemma3             ? (layer + 1) % c.sliding_window_pattern != 0
+                                              : true;
+    const int64_t window = sliding ? c.sliding_window : 0;
+    const HfVec freq = inv_freq(c, gemma3 && sliding);
     const HfVec n = rms_norm(h, d, values(hf, p + "input_layernorm.weight"), eps, gemma);
     const auto proj = [&](const char* name, int64_t out) {
       const std::string w = p + "self_attn." + name + "_proj.";
@@ -172,9 +182,9 @@ inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::strin
       return linear(n, values(hf, w + "weight"), N, d, out, bias ? &b : nullptr);
     };
     HfVec q = proj("q", H * D), k = proj("k", Hkv * D), v = proj("v", Hkv * D);
-    if (hf.count(p + "self_attn.q_norm.weight")) {  // Qwen 3
-      q = rms_norm(q, D, values(hf, p + "self_attn.q_norm.weight"), eps);
-      k = rms_norm(k, D, values(hf, p + "self_attn.k_norm.weight"), eps);
+    if (hf.count(p + "self_attn.q_norm.weight")) {  // Qwen 3; Gemma 3 with (1 + weight)
+      q = rms_norm(q, D, values(hf, p + "self_attn.q_norm.weight"), eps, gemma);
+      k = rms_norm(k, D, values(hf, p + "self_attn.k_norm.weight"), eps, gemma);
     }
     rotate(q, B, T, H, D, freq);
     rotate(k, B, T, Hkv, D, freq);
@@ -216,12 +226,12 @@ inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::strin
     const bool o_bias = hf.count(o + "bias") > 0;
     const HfVec ob = o_bias ? values(hf, o + "bias") : HfVec();
     HfVec attn = linear(a, values(hf, o + "weight"), N, H * D, d, o_bias ? &ob : nullptr);
-    if (gemma2)
+    if (post_norms)
       attn = rms_norm(attn, d, values(hf, p + "post_attention_layernorm.weight"), eps, true);
     for (size_t i = 0; i < h.size(); ++i) h[i] += attn[i];
     const HfVec mlp_in = rms_norm(h, d,
-                                  values(hf, p + (gemma2 ? "pre_feedforward_layernorm.weight"
-                                                         : "post_attention_layernorm.weight")),
+                                  values(hf, p + (post_norms ? "pre_feedforward_layernorm.weight"
+                                                             : "post_attention_layernorm.weight")),
                                   eps, gemma);
     HfVec gate = linear(mlp_in, values(hf, p + "mlp.gate_proj.weight"), N, d, ff);
     const HfVec up = linear(mlp_in, values(hf, p + "mlp.up_proj.weight"), N, d, ff);
@@ -234,7 +244,7 @@ inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::strin
       gate[i] = act * up[i];
     }
     HfVec down = linear(gate, values(hf, p + "mlp.down_proj.weight"), N, ff, d);
-    if (gemma2)
+    if (post_norms)
       down = rms_norm(down, d, values(hf, p + "post_feedforward_layernorm.weight"), eps, true);
     for (size_t i = 0; i < h.size(); ++i) h[i] += down[i];
   }

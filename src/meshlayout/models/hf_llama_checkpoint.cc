@@ -150,6 +150,10 @@ std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
         add(k + "attention/" + name + "/kernel", h + "self_attn." + proj + "_proj.weight",
             {heads * hd, d}, {heads, hd, d}, {0, 2, 1},
             fmt::format("({}*head_dim, hidden_size) = ({}*{}, {})", heads_field, heads, hd, d));
+        if (c.qk_norm() && proj[0] != 'v') {  // Gemma 3: q_norm / k_norm over head_dim
+          add(k + "attention/" + name + "_norm/scale", h + "self_attn." + proj + "_norm.weight",
+              {hd}, {hd}, {0}, fmt::format("(head_dim,) = ({},)", hd));
+        }
       }
       add(k + "attention/attention_output/kernel", h + "self_attn.o_proj.weight", {d, hq * hd},
           {d, hq, hd}, {1, 2, 0},

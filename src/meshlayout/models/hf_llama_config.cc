@@ -96,9 +96,9 @@ std::string rope_type_of(const FieldReader& outer, std::string_view field, const
 }
 
 // The Hugging Face class of each family, in kLlamaFamilies' order.
-constexpr std::string_view kArchitectures[] = {"LlamaForCausalLM", "MistralForCausalLM",
-                                               "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                               "GemmaForCausalLM", "Gemma2ForCausalLM"};
+constexpr std::string_view kArchitectures[] = {
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+    "GemmaForCausalLM", "Gemma2ForCausalLM",  "Gemma3ForCausalLM"};
 
 std::string supported_families() {
   std::string out;
@@ -174,7 +174,8 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
           supported_families()));
     }
   }
-  const bool gemma = model_type == "gemma" || model_type == "gemma2";
+  const bool gemma = model_type == "gemma" || model_type == "gemma2" || model_type == "gemma3_text";
+  const bool gemma3 = model_type == "gemma3_text";
   if (gemma) {  // GeGLU: gelu with the tanh approximation (Gemma 1 files may say "gelu")
     const std::string act =
         f.string("hidden_activation", f.string("hidden_act", "gelu_pytorch_tanh"));
@@ -218,8 +219,13 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
                                                   : c.hidden_size / c.num_attention_heads);
   c.rms_norm_eps = f.positive_number("rms_norm_eps", 1e-6);
   c.family = model_type;
-  c.rope_theta = f.positive_number("rope_theta", 10000.0);
-  if (const json* scaling = f.find("rope_scaling")) {
+  c.rope_theta = f.positive_number("rope_theta", gemma3 ? 1e6 : 10000.0);
+  const json* linear = f.find("rope_scaling");
+  if (gemma3 && linear != nullptr && rope_type_of(f, "rope_scaling", *linear) == "linear") {
+    // Gemma 3's global layers: positions stretched by the factor.
+    c.rope_linear_factor = FieldReader(*linear, fmt::format("{}: rope_scaling", source))
+                               .positive_number("factor", 1.0);
+  } else if (const json* scaling = f.find("rope_scaling")) {
     c.rope_scaling = read_rope_scaling(source, "rope_scaling",
                                        rope_type_of(f, "rope_scaling", *scaling), *scaling);
   }
@@ -233,13 +239,33 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
   }
   // Qwen 2 has q/k/v biases by construction (no attention_bias field in its config).
   if (model_type != "qwen2") c.attention_bias = f.boolean("attention_bias", false);
-  if (model_type == "mistral" || model_type == "gemma2") {  // 4096 when absent, null: none
+  if (model_type == "mistral" || model_type == "gemma2" || gemma3) {  // 4096 absent, null none
     c.sliding_window =
         j.contains("sliding_window") ? f.positive_int("sliding_window", 0) : int64_t{4096};
   }
   if (gemma) {
     c.query_pre_attn_scalar = f.positive_number(
-        "query_pre_attn_scalar", model_type == "gemma2" ? 256.0 : static_cast<double>(c.head_dim));
+        "query_pre_attn_scalar", model_type == "gemma" ? static_cast<double>(c.head_dim) : 256.0);
+  }
+  if (gemma3) {  // transformers' Gemma3TextConfig: local rope 10000, one global layer in six
+    c.rope_local_base_freq = f.positive_number("rope_local_base_freq", 10000.0);
+    c.sliding_window_pattern = f.positive_int("sliding_window_pattern", 6);
+    c.attn_logit_softcapping = f.positive_number("attn_logit_softcapping", 0.0);
+    c.final_logit_softcapping = f.positive_number("final_logit_softcapping", 0.0);
+    if (const json* types = f.find("layer_types")) {  // must be that pattern
+      bool pattern =
+          types->is_array() && static_cast<int64_t>(types->size()) == c.num_hidden_layers;
+      for (size_t i = 0; pattern && i < types->size(); ++i) {
+        pattern = (*types)[i] == (c.sliding_layer(static_cast<int64_t>(i)) ? "sliding_attention"
+                                                                           : "full_attention");
+      }
+      if (!pattern) {
+        f.fail("layer_types", *types,
+               fmt::format("Gemma 3's pattern (full_attention on every {}-th layer, "
+                           "sliding_attention on the others)",
+                           c.sliding_window_pattern));
+      }
+    }
   }
   if (model_type == "gemma2") {  // transformers' Gemma2Config defaults; null: no capping
     const auto cap = [&](std::string_view field, double fallback) {
@@ -305,7 +331,22 @@ void LlamaConfig::validate() const {
     throw ValueError(
         fmt::format("'model_type' is {}, expected one of {}", quote(family), supported_families()));
   }
-  const bool windowed = family == "mistral" || family == "gemma2";
+  const bool windowed = family == "mistral" || family == "gemma2" || family == "gemma3_text";
+  if (family == "gemma3_text" && (sliding_window_pattern < 1 || !(rope_local_base_freq > 0))) {
+    throw ValueError(fmt::format(
+        "'sliding_window_pattern' is {} and 'rope_local_base_freq' {}, expected positive numbers",
+        sliding_window_pattern, rope_local_base_freq));
+  }
+  Rope(rope_theta, rope_scaling).validate();
+  if (rope_linear_factor != 1.0 && rope_scaling) {
+    throw ValueError(
+        fmt::format("a linear rope_scaling (factor {}) and a llama3 one cannot both apply",
+                    rope_linear_factor));
+  }
+  if (!(rope_linear_factor > 0) || !std::isfinite(rope_linear_factor)) {
+    throw ValueError(fmt::format("the linear rope_scaling factor is {}, expected a positive number",
+                                 rope_linear_factor));
+  }
   if (sliding_window < 0 || (sliding_window > 0 && !windowed)) {
     throw ValueError(fmt::format(
         "'sliding_window' is {}, expected 0 (none){}", sliding_window,
@@ -317,11 +358,11 @@ void LlamaConfig::validate() const {
   }
   for (const auto& [field, cap] : {std::pair{"attn_logit_softcapping", attn_logit_softcapping},
                                    std::pair{"final_logit_softcapping", final_logit_softcapping}}) {
-    if (!(cap >= 0) || !std::isfinite(cap) || (cap > 0 && family != "gemma2")) {
+    const bool capped = family == "gemma2" || family == "gemma3_text";
+    if (!(cap >= 0) || !std::isfinite(cap) || (cap > 0 && !capped)) {
       throw ValueError(fmt::format("{} is {}, expected {}", quote(field), cap,
-                                   family == "gemma2"
-                                       ? std::string("a positive number, or 0 for none")
-                                       : "0 for model_type " + quote(family)));
+                                   capped ? std::string("a positive number, or 0 for none")
+                                          : "0 for model_type " + quote(family)));
     }
   }
 
@@ -376,7 +417,14 @@ std::string LlamaConfig::to_json() const {
     j["hidden_activation"] = "gelu_pytorch_tanh";
     j["query_pre_attn_scalar"] = query_pre_attn_scalar;
   }
-  if (family == "gemma2") {
+  if (family == "gemma3_text") {
+    j["rope_local_base_freq"] = rope_local_base_freq;
+    j["sliding_window_pattern"] = sliding_window_pattern;
+    if (rope_linear_factor != 1.0) {
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_linear_factor}};
+    }
+  }
+  if (family == "gemma2" || family == "gemma3_text") {
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
     j["attn_logit_softcapping"] =
         attn_logit_softcapping > 0 ? json(attn_logit_softcapping) : json(nullptr);
@@ -387,6 +435,13 @@ std::string LlamaConfig::to_json() const {
   j["max_position_embeddings"] = max_position_embeddings;
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
   return j.dump(2) + "\n";
+}
+
+Rope LlamaConfig::rope_of_layer(int64_t i) const {
+  if (family == "gemma3_text" && sliding_layer(i)) return Rope(rope_local_base_freq);
+  Rope rope(rope_theta, rope_scaling);
+  rope.linear_factor = rope_linear_factor;
+  return rope;
 }
 
 double LlamaConfig::attention_scale() const {

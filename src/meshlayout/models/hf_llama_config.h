@@ -35,8 +35,8 @@
 namespace meshlayout {
 
 /// The Llama-style families LlamaConfig reads, as config.json's model_type names them.
-inline constexpr std::string_view kLlamaFamilies[] = {"llama", "mistral", "qwen2",
-                                                      "qwen3", "gemma",   "gemma2"};
+inline constexpr std::string_view kLlamaFamilies[] = {"llama", "mistral", "qwen2",      "qwen3",
+                                                      "gemma", "gemma2",  "gemma3_text"};
 
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -64,16 +64,27 @@ struct LlamaConfig {
   /// Gemma 2: attn_logit_softcapping and final_logit_softcapping (0: none).
   double attn_logit_softcapping = 0;
   double final_logit_softcapping = 0;
+  /// Gemma 3: the sliding layers' rope theta (rope_local_base_freq), every
+  /// sliding_window_pattern-th layer global (full attention, rope_theta divided by a "linear"
+  /// rope_scaling factor).
+  double rope_local_base_freq = 0;
+  int64_t sliding_window_pattern = 0;
+  double rope_linear_factor = 1.0;
 
-  /// keras-hub's Gemma block and names (gemma, gemma2).
-  bool gemma() const { return family == "gemma" || family == "gemma2"; }
-  /// Gemma 2's post-attention and post-feed-forward norms.
-  bool post_norms() const { return family == "gemma2"; }
-  /// The sliding window of layer i (0: full attention).
-  int64_t window_of_layer(int64_t i) const {
-    if (family == "gemma2") return i % 2 == 0 ? sliding_window : 0;
-    return sliding_window;
+  /// keras-hub's Gemma block and names (gemma, gemma2, gemma3_text).
+  bool gemma() const { return family == "gemma" || family == "gemma2" || family == "gemma3_text"; }
+  /// Gemma 2 and 3's post-attention and post-feed-forward norms.
+  bool post_norms() const { return family == "gemma2" || family == "gemma3_text"; }
+  /// Whether layer i attends through the sliding window.
+  bool sliding_layer(int64_t i) const {
+    if (family == "gemma2") return i % 2 == 0;
+    if (family == "gemma3_text") return (i + 1) % sliding_window_pattern != 0;
+    return true;
   }
+  /// The sliding window of layer i (0: full attention).
+  int64_t window_of_layer(int64_t i) const { return sliding_layer(i) ? sliding_window : 0; }
+  /// The rotary embedding of layer i (Gemma 3: local or global).
+  Rope rope_of_layer(int64_t i) const;
   /// The attention scores' scale: 0 (1/sqrt(head_dim)) except for Gemma.
   double attention_scale() const;
 
@@ -81,8 +92,8 @@ struct LlamaConfig {
   bool qkv_bias() const { return attention_bias || family == "qwen2"; }
   /// The output projection with a bias: attention_bias (never for qwen2).
   bool output_bias() const { return attention_bias && family != "qwen2"; }
-  /// Per-head RMS norms of q and k (qwen3).
-  bool qk_norm() const { return family == "qwen3"; }
+  /// Per-head RMS norms of q and k: Qwen 3's, or Gemma 3's (named query_norm, 1 + scale).
+  bool qk_norm() const { return family == "qwen3" || family == "gemma3_text"; }
   /// The Hugging Face class of the family: "LlamaForCausalLM", "Qwen2ForCausalLM", …
   std::string architecture() const;
 

@@ -138,6 +138,20 @@ TEST(LlamaConfigTest, ReadsEveryFamily) {
   EXPECT_FALSE(c.post_norms());
   EXPECT_EQ(c.query_pre_attn_scalar, 256.0);  // head_dim
   EXPECT_EQ(c.window_of_layer(0), 0);
+  // Gemma 3 (text): q/k norms, local and global ropes, one global layer in six.
+  c = LlamaConfig::from_json(config_text(R"("architectures": ["Gemma3ForCausalLM"],
+      "model_type": "gemma3_text", "rope_scaling": {"rope_type": "linear", "factor": 8.0})"));
+  EXPECT_TRUE(c.gemma() && c.post_norms() && c.qk_norm());
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_local_base_freq, 10000.0);
+  EXPECT_EQ(c.rope_linear_factor, 8.0);
+  EXPECT_EQ(c.sliding_window_pattern, 6);
+  EXPECT_EQ(c.window_of_layer(4), 4096);
+  EXPECT_EQ(c.window_of_layer(5), 0);
+  EXPECT_EQ(c.rope_of_layer(0).theta, 10000.0);
+  EXPECT_EQ(c.rope_of_layer(5).theta, 1e6);
+  EXPECT_EQ(c.rope_of_layer(5).linear_factor, 8.0);
+  EXPECT_EQ(c.final_logit_softcapping, 0.0);
   // Llama 3.1's rope_scaling, in both of its places.
   c = LlamaConfig::from_json(config_text(
       R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -249,14 +263,22 @@ TEST(LlamaConfigTest, ToJsonReadsBackEqual) {
   EXPECT_TRUE(HasSubstr(json, "\"architectures\": [\n    \"LlamaForCausalLM\"\n  ]"));
   EXPECT_EQ(LlamaConfig::from_json(json), c);
   // Every family's fields read back.
-  for (const char* family : {"mistral", "qwen2", "qwen3", "gemma", "gemma2"}) {
+  for (const char* family : {"mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"}) {
     LlamaConfig f = c;
     f.family = family;
     f.sliding_window = f.family == "mistral" || f.family == "gemma2" ? 64 : 0;
     if (f.gemma()) f.query_pre_attn_scalar = 24;
     if (f.family == "gemma2") f.attn_logit_softcapping = 50, f.final_logit_softcapping = 30;
+    if (f.family == "gemma3_text") {
+      f.sliding_window = 64;
+      f.sliding_window_pattern = 6;
+      f.rope_local_base_freq = 10000;
+      f.rope_linear_factor = 8;  // its rope_scaling is the linear one, not llama3's
+    }
     f.attention_bias = f.family == "qwen3";
-    f.rope_scaling = Llama3RopeScaling{.factor = 4.0, .original_max_position_embeddings = 128};
+    if (f.family != "gemma3_text") {
+      f.rope_scaling = Llama3RopeScaling{.factor = 4.0, .original_max_position_embeddings = 128};
+    }
     EXPECT_EQ(LlamaConfig::from_json(f.to_json()), f) << family;
     EXPECT_TRUE(HasSubstr(f.to_json(), f.architecture())) << family;
   }

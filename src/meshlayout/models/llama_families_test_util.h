@@ -75,6 +75,17 @@ inline std::vector<Family> families() {
   gemma2.final_logit_softcapping = 4.0;  // small enough to bite on these logits
   gemma2.tie_word_embeddings = true;
   out.push_back({"Gemma 2 (post norms, soft caps, alternating window)", gemma2});
+  LlamaConfig gemma3 = family_base("gemma3_text");  // q/k norms, local and global ropes
+  gemma3.num_hidden_layers = 3;
+  gemma3.head_dim = 16;
+  gemma3.query_pre_attn_scalar = 16;
+  gemma3.sliding_window = 3;
+  gemma3.sliding_window_pattern = 3;  // layers 0, 1 sliding (local rope), layer 2 global
+  gemma3.rope_local_base_freq = 10000;
+  gemma3.rope_theta = 1e6;
+  gemma3.rope_linear_factor = 8.0;
+  gemma3.tie_word_embeddings = false;
+  out.push_back({"Gemma 3 (q/k norms, local/global ropes, linear scaling)", gemma3});
   return out;
 }
 

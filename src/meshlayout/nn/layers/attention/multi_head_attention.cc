@@ -65,7 +65,7 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
                            .bias_axes = options_.use_bias ? "nh" : "",
                            .kernel_initializer = options_.kernel_initializer});
   };
-  if (options_.rope_theta > 0) Rope(options_.rope_theta, options_.rope_scaling).validate();
+  if (options_.rope_theta > 0) rope().validate();
   if (options_.sliding_window < 0) {
     throw ValueError(
         fmt::format("MultiHeadAttention sliding_window must be >= 0 (0: no window), got {}",
@@ -83,17 +83,22 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttentionOptions options)
         "MultiHeadAttention qk_norm_epsilon must be >= 0 (0: no query/key norm), got {}",
         options_.qk_norm_epsilon));
   }
+  // Qwen 3's head norms (query_dense_layernorm, ones) or Gemma 3's (query_norm, 1 + zeros).
+  const auto head_norm = [&](const std::string& which) {
+    const bool gemma = options_.gemma_qk_norm;
+    return std::make_shared<RMSNormalization>(RMSNormalizationOptions{
+        .name = which + (gemma ? "_norm" : "_dense_layernorm"),
+        .epsilon = options_.qk_norm_epsilon,
+        .scale_initializer = gemma ? Initializer::zeros() : Initializer::ones(),
+        .unit_offset = gemma});
+  };
   query_ = track("_query_dense", projection("query", options_.num_heads));
   if (options_.qk_norm_epsilon > 0) {
-    query_norm_ = track("_query_dense_layer_norm",
-                        std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-                            .name = "query_dense_layernorm", .epsilon = options_.qk_norm_epsilon}));
+    query_norm_ = track("_query_dense_layer_norm", head_norm("query"));
   }
   key_ = track("_key_dense", projection("key", options_.num_key_value_heads));
   if (options_.qk_norm_epsilon > 0) {
-    key_norm_ = track("_key_dense_layer_norm",
-                      std::make_shared<RMSNormalization>(RMSNormalizationOptions{
-                          .name = "key_dense_layernorm", .epsilon = options_.qk_norm_epsilon}));
+    key_norm_ = track("_key_dense_layer_norm", head_norm("key"));
   }
   value_ = track("_value_dense", projection("value", options_.num_key_value_heads));
 }

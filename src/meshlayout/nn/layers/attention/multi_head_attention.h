@@ -50,11 +50,14 @@ struct MultiHeadAttentionOptions {
   bool causal = true;                             // use_causal_mask
   double rope_theta = 0.0;                        // > 0: rotary embedding of q and k (rotate-half)
   std::optional<Llama3RopeScaling> rope_scaling;  // Llama 3's frequency rescaling
+  double rope_linear_factor = 1.0;                // "linear" rope scaling (Gemma 3's global)
   int64_t sliding_window = 0;  // > 0: each query sees at most this many keys (Mistral)
   /// > 0: each query and key head is RMS-normalised over head_dim with this epsilon before the
   /// rotary embedding (Qwen 3's q_norm/k_norm): sub-layers `query_dense_layernorm` and
   /// `key_dense_layernorm`, scale (head_dim,) each.
   double qk_norm_epsilon = 0.0;
+  /// Gemma 3's head norms instead: named `query_norm` / `key_norm`, times (1 + scale).
+  bool gemma_qk_norm = false;
   /// The scores' scale; 0: 1 / sqrt(key_dim) (Gemma: query_pre_attn_scalar^(−1/2)).
   double attention_scale = 0.0;
   /// > 0: Gemma 2's attention logit soft-capping (ops/attention.h's logit_soft_cap).
@@ -124,7 +127,11 @@ class MultiHeadAttention : public Layer {
   // row_starts[b]… when given) from x.
   std::pair<Array, Array> project_query_key(const Array& x, int64_t start,
                                             std::span<const int64_t> row_starts = {});
-  Rope rope() const { return Rope(options_.rope_theta, options_.rope_scaling); }
+  Rope rope() const {
+    Rope r(options_.rope_theta, options_.rope_scaling);
+    r.linear_factor = options_.rope_linear_factor;
+    return r;
+  }
   AttentionOptions attention_options() const {
     return {.causal = options_.causal,
             .scale = options_.attention_scale,
