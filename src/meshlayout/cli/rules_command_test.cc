@@ -136,9 +136,9 @@ TEST_F(RulesCommandTest, ErrorsNameTheFileAndTheRule) {
               HasSubstr("--names 'torch': expected hf or keras-hub"));
   EXPECT_THAT(error_of({.file = bad, .from = "hf-tp-plan", .to = "maxtext", .family = "bert"}),
               HasSubstr("'colwize'"));
-  std::string keras = write("k.json", R"({"dense.*kernel": [null, "model"]})");
+  std::string keras = write("k.json", R"({"conv.*kernel": [null, "model"]})");
   EXPECT_THAT(error_of({.file = keras, .from = "keras-hub", .to = "maxtext"}),
-              HasSubstr("k.json' rule 'dense.*kernel': pattern 'dense.*kernel' uses regex "
+              HasSubstr("k.json' rule 'conv.*kernel': pattern 'conv.*kernel' uses regex "
                         "features"));
 }
 

@@ -89,18 +89,6 @@ std::optional<std::string> plan_key(std::string_view module) {
   return std::nullopt;
 }
 
-std::string replace_stars(std::string_view glob, int64_t index) {
-  std::string out;
-  for (char c : glob) {
-    if (c == '*') {
-      out += std::to_string(index);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // One parameter's split, in HF dimensions, and the rule that gave it.
 struct HfParamSplit {
   int rank = 0;
@@ -394,8 +382,7 @@ std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
   // keras-hub paths: look every variable of the family's map up, layer by layer.
   const HfNameMap& map = name_map_of(options);
   const LayoutMap layout_map = rules.to_layout_map();
-  std::vector<int64_t> layers = options.layer_indices;
-  if (layers.empty()) layers = {0, 1, 2, 3, 7, 31};
+  const std::vector<int64_t> layers = checked_layers(options);
   std::vector<bool> used(rules.rules.size(), false);
   for (const HfParamName& p : map.params()) {
     const bool per_layer = p.keras_glob.find('*') != std::string::npos;

@@ -170,8 +170,13 @@ RuleSet read_maxtext(std::string_view text, const ConvertOptions& options,
   return out;
 }
 
-std::string write_maxtext(const RuleSet& rules, const ConvertOptions& options,
+std::string write_maxtext(const RuleSet& read, const ConvertOptions& options,
                           std::vector<std::string>& warnings) {
+  bool carried = read.logical_axis_rules.has_value();
+  for (const ConvertedRule& r : read.rules) carried = carried && r.logical_axes.has_value();
+  // Regex rules become the name map's variables they decide (MaxText keys are paths).
+  const RuleSet rules =
+      carried ? read : expand_to_globs(read, options, "MaxText's logical_axes", warnings);
   ojson root = ojson::object();
   const std::optional<DeviceMesh>& mesh = options.mesh ? options.mesh : rules.mesh;
   if (mesh) {
@@ -179,8 +184,6 @@ std::string write_maxtext(const RuleSet& rules, const ConvertOptions& options,
   } else if (rules.mesh_axes) {
     root["mesh_axes"] = *rules.mesh_axes;
   }
-  bool carried = rules.logical_axis_rules.has_value();
-  for (const ConvertedRule& r : rules.rules) carried = carried && r.logical_axes.has_value();
   LogicalRules logical;
   std::vector<LogicalNames> names(rules.rules.size());
   if (carried) {

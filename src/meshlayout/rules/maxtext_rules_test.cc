@@ -95,19 +95,62 @@ TEST(RuleDialects, BadMaxTextIsNamed) {
               HasSubstr("unknown key 'rules'"));
   EXPECT_THAT(read("mesh_axes: [data]\nlogical_axis_rules: [[embed, fsdp]]\nlogical_axes: {}\n"),
               HasSubstr("mesh axis 'fsdp' is not in mesh_axes (data)"));
-  // Regex features cannot become MaxText paths.
-  EXPECT_THAT(
-      error_of([&] {
-        convert_rules(R"({"dense.*kernel": [null, "model"]})", RulesDialect::kKerasHub,
-                      RulesDialect::kMaxText, o, "k.json");
-      }),
-      HasSubstr("k.json rule 'dense.*kernel': pattern 'dense.*kernel' uses regex features"));
+  // A regex is no MaxText path: it becomes the name map's variables it decides, or, deciding
+  // none, an error naming it.
+  EXPECT_THAT(error_of([&] {
+                convert_rules(R"({"conv.*kernel": [null, "model"]})", RulesDialect::kKerasHub,
+                              RulesDialect::kMaxText, o, "k.json");
+              }),
+              HasSubstr("k.json rule 'conv.*kernel': pattern 'conv.*kernel' uses regex features "
+                        "that MaxText's logical_axes cannot express, and it decides no variable "
+                        "of the llama family's name map (layers checked: 0, 1, 2, 3, 7, 31)"));
+  EXPECT_THAT(error_of([&] {
+                convert_rules(
+                    R"({"transformer_layer_[0-3]/.*query/kernel": [null, "model", null]})",
+                    RulesDialect::kKerasHub, RulesDialect::kMaxText, o, "k.json");
+              }),
+              HasSubstr("'transformer_layer_0/self_attention/query/kernel' is decided by rule "
+                        "k.json rule 'transformer_layer_[0-3]/.*query/kernel' but "
+                        "'transformer_layer_7/self_attention/query/kernel' by no rule"));
   // An unanchored literal becomes an exact path, with a warning.
   std::vector<std::string> warnings;
   convert_rules(R"({"dense/kernel": [null, "model"]})", RulesDialect::kKerasHub,
                 RulesDialect::kMaxText, o, "k.json", &warnings);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_THAT(warnings[0], HasSubstr("is not anchored"));
+}
+
+// keras-hub's own regex rules as MaxText (through the name map) and back: every variable of a
+// Llama keeps its layout.
+TEST(RuleDialects, KerasHubRegexRulesBecomeMaxTextPathsOfTheirVariables) {
+  ConvertOptions o;
+  const std::string text = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_keras_hub.json");
+  std::vector<std::string> warnings;
+  const std::string yaml = convert_rules(text, RulesDialect::kMeshlayout, RulesDialect::kMaxText, o,
+                                         "llama_keras_hub.json", &warnings);
+  EXPECT_THAT(yaml, HasSubstr("'transformer_layer_*/self_attention/key/kernel': ['model', "
+                              "'batch', null]"));
+  // Five regex rules written as their variables; the embeddings' unanchored path made exact.
+  ASSERT_EQ(warnings.size(), 6u) << yaml;
+  EXPECT_THAT(warnings[0], HasSubstr("written as the 3 variables of the llama family's name map "
+                                     "it decides"));
+  const LayoutMap back = read_rules(yaml, RulesDialect::kMaxText, o, "back.yml").to_layout_map();
+  const LayoutMap original =
+      read_rules(text, RulesDialect::kMeshlayout, o, "llama_keras_hub.json").to_layout_map();
+  LlamaConfig c{.vocab_size = 64,
+                .hidden_size = 32,
+                .intermediate_size = 48,
+                .num_hidden_layers = 40,
+                .num_attention_heads = 4,
+                .num_key_value_heads = 2,
+                .head_dim = 8,
+                .max_position_embeddings = 64};
+  for (const HfWeightMapping& m : hf_llama_weight_mappings(c)) {
+    SCOPED_TRACE(m.keras_path);
+    const int rank = static_cast<int>(m.keras_shape.size());
+    EXPECT_EQ(back.get(m.keras_path).value_or(TensorLayout::replicated(rank)).axes(),
+              original.get(m.keras_path).value_or(TensorLayout::replicated(rank)).axes());
+  }
 }
 
 TEST(RuleDialects, MaxTextMegatronExampleEqualsTheMegatronRulesFile) {

@@ -198,6 +198,110 @@ const HfNameMap& name_map_of(const ConvertOptions& options) {
   return options.name_map ? *options.name_map : hf_name_map(options.family);
 }
 
+std::string replace_stars(std::string_view glob, int64_t index) {
+  std::string out;
+  for (char c : glob) {
+    if (c == '*') {
+      out += std::to_string(index);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> checked_layers(const ConvertOptions& options) {
+  if (!options.layer_indices.empty()) return options.layer_indices;
+  return {0, 1, 2, 3, 7, 31};
+}
+
+RuleSet expand_to_globs(const RuleSet& rules, const ConvertOptions& options,
+                        std::string_view target, std::vector<std::string>& warnings) {
+  std::vector<bool> is_glob;
+  bool all = true;
+  for (const ConvertedRule& r : rules.rules) {
+    is_glob.push_back(glob_form(r.pattern).has_value());
+    all = all && is_glob.back();
+  }
+  if (all) return rules;
+  const HfNameMap* map = nullptr;
+  try {
+    map = &name_map_of(options);
+  } catch (const ValueError&) {
+    map = nullptr;  // no family map: the rule's own error below
+  }
+  const LayoutMap layout_map = rules.to_layout_map();
+  const std::vector<int64_t> layers = checked_layers(options);
+  std::vector<std::vector<std::pair<std::string, int>>> expansions(rules.rules.size());
+  auto describe = [&](std::optional<size_t> i) {
+    return i ? fmt::format("rule {}", rules.rules[*i].origin) : std::string("no rule");
+  };
+  if (map) {
+    for (const HfParamName& p : map->params()) {
+      for (const auto& [glob, rank] :
+           {std::pair{p.keras_glob, p.keras_rank()}, std::pair{p.hf_glob, p.hf_rank()}}) {
+        const bool per_layer = glob.find('*') != std::string::npos;
+        std::optional<size_t> first;
+        std::string first_path;
+        for (int64_t layer : per_layer ? layers : std::vector<int64_t>{0}) {
+          const std::string path = replace_stars(glob, layer);
+          std::optional<size_t> index;
+          try {
+            index = layout_map.match_index(path);
+          } catch (const ValueError& e) {
+            throw ValueError(fmt::format("variable {}: {}", quote(path), e.what()));
+          }
+          if (first_path.empty()) {
+            first = index;
+            first_path = path;
+          } else if (index != first &&
+                     ((first && !is_glob[*first]) || (index && !is_glob[*index]))) {
+            throw ValueError(fmt::format(
+                "{} is decided by {} but {} by {}; {} gives every layer of {} one entry",
+                quote(first_path), describe(first), quote(path), describe(index), target,
+                quote(glob)));
+          }
+        }
+        if (first && !is_glob[*first]) expansions[*first].emplace_back(glob, rank);
+      }
+    }
+  }
+  RuleSet out = rules;
+  out.rules.clear();
+  for (size_t i = 0; i < rules.rules.size(); ++i) {
+    const ConvertedRule& r = rules.rules[i];
+    if (is_glob[i]) {
+      out.rules.push_back(r);
+      continue;
+    }
+    if (expansions[i].empty()) {
+      if (!map) (void)rule_glob(r, rules.mode, target, warnings);  // its own error
+      throw ValueError(fmt::format(
+          "rule {}: pattern {} uses regex features that {} cannot express, and it decides no "
+          "variable of the {} family's name map (layers checked: {}) to write in its place",
+          r.origin, quote(r.pattern), target, map->family(), fmt::join(layers, ", ")));
+    }
+    std::vector<std::string> globs;
+    for (const auto& [glob, rank] : expansions[i]) {
+      if (static_cast<int>(r.layout.size()) != rank) {
+        throw ValueError(fmt::format("rule {}: layout {} has {} dimensions but {} has {}", r.origin,
+                                     layout_text(r.layout), r.layout.size(), quote(glob), rank));
+      }
+      ConvertedRule e = r;
+      e.pattern = glob_to_regex(glob);
+      e.origin = fmt::format("{} as {}", r.origin, quote(glob));
+      out.rules.push_back(std::move(e));
+      globs.push_back(quote(glob));
+    }
+    warnings.push_back(fmt::format(
+        "rule {}: pattern {} is no path for {}: written as the {} variable{} of the {} family's "
+        "name map it decides ({}); other paths it matches are not kept",
+        r.origin, quote(r.pattern), target, globs.size(), globs.size() == 1 ? "" : "s",
+        map->family(), fmt::join(globs, ", ")));
+  }
+  return out;
+}
+
 }  // namespace rules_internal
 
 namespace {

@@ -50,6 +50,16 @@ std::string rule_glob(const ConvertedRule& rule, MatchMode mode, std::string_vie
                       std::vector<std::string>& warnings);
 /// options.name_map, else the family's registered map.
 const HfNameMap& name_map_of(const ConvertOptions& options);
+/// `glob` with every '*' replaced by `index`.
+std::string replace_stars(std::string_view glob, int64_t index);
+/// options.layer_indices, else 0, 1, 2, 3, 7 and 31.
+std::vector<int64_t> checked_layers(const ConvertOptions& options);
+/// `rules` with each rule whose pattern is no glob replaced by one rule per variable glob of
+/// the family's name map (keras-hub paths and HF names) that it decides in every checked
+/// layer, with a warning; ValueError naming the rule when it decides none, or decides some
+/// layers of a glob and not others. `target` names what needs globs, for messages.
+RuleSet expand_to_globs(const RuleSet& rules, const ConvertOptions& options,
+                        std::string_view target, std::vector<std::string>& warnings);
 
 RuleSet read_hf(std::string_view text, const ConvertOptions& options, std::string_view source);
 std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
