@@ -43,6 +43,13 @@ std::vector<std::string> llama_split_notes(const LlamaConfig& config, const Layo
   }
   const DeviceMesh& mesh = *rules.device_mesh();
   const int64_t H = config.num_attention_heads, Hkv = config.num_key_value_heads;
+  // keras-hub's names: Gemma's decoder_block_{i}/attention with its q/k/v kernels heads first
+  // (heads, d, head_dim), or the Llama block's transformer_layer_{i}/self_attention
+  // (d, heads, head_dim).
+  const bool gemma = config.gemma();
+  const std::string block = gemma ? "decoder_block_" : "transformer_layer_";
+  const std::string attention = gemma ? "attention" : "self_attention";
+  const size_t heads_dim = gemma ? 0 : 1;
   // Each note (keyed by its text with the layer index made "*") with the first layer's text and
   // how many layers have it, in first-seen order.
   std::vector<std::string> order;
@@ -50,9 +57,9 @@ std::vector<std::string> llama_split_notes(const LlamaConfig& config, const Layo
   const auto note = [&](int64_t layer, const std::string& text) {
     std::string key = text;
     if (layer >= 0) {
-      const std::string index = fmt::format("transformer_layer_{}/", layer);
+      const std::string index = fmt::format("{}{}/", block, layer);
       for (size_t at = key.find(index); at != std::string::npos; at = key.find(index, at)) {
-        key.replace(at, index.size(), "transformer_layer_*/");
+        key.replace(at, index.size(), block + "*/");
       }
     }
     auto [it, inserted] = seen.try_emplace(key, text, 0);
@@ -69,14 +76,14 @@ std::vector<std::string> llama_split_notes(const LlamaConfig& config, const Layo
     }
   };
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    const std::string p = fmt::format("transformer_layer_{}/", i);
-    const std::string query = p + "self_attention/query/kernel";
-    const std::string key = p + "self_attention/key/kernel";
-    uneven(i, query, 1, H, "the query heads",
+    const std::string p = fmt::format("{}{}/", block, i);
+    const std::string query = p + attention + "/query/kernel";
+    const std::string key = p + attention + "/key/kernel";
+    uneven(i, query, heads_dim, H, "the query heads",
            "uneven head blocks: each device attends with the heads it holds");
-    uneven(i, key, 1, Hkv, "the key/value heads",
+    uneven(i, key, heads_dim, Hkv, "the key/value heads",
            "uneven blocks of key/value heads in the projections");
-    for (const std::string& path : {query, key, p + "self_attention/value/kernel"}) {
+    for (const std::string& path : {query, key, p + attention + "/value/kernel"}) {
       const DimSharding hd = dim_of(rules, path, 2);
       if (hd.is_sharded()) {
         note(i, fmt::format("head_dim ({}) split over {} by {}: it is gathered whole on every "
@@ -86,7 +93,7 @@ std::vector<std::string> llama_split_notes(const LlamaConfig& config, const Layo
     }
     // The attention's layout of k and v for q's head split (the projections give q its heads
     // dimension as the query kernel splits it).
-    const DimSharding q_heads = dim_of(rules, query, 1);
+    const DimSharding q_heads = dim_of(rules, query, heads_dim);
     if (q_heads.is_sharded()) {
       bool replicated = false;
       (void)attention_kv_layout(TensorLayout({None, None, q_heads, None}, mesh), H, Hkv,
@@ -100,12 +107,13 @@ std::vector<std::string> llama_split_notes(const LlamaConfig& config, const Layo
                     Hkv, H, axes_text(q_heads, mesh), quote(query), Hkv, axes_text(q_heads, mesh)));
       }
     }
-    for (const char* ff : {"feedforward_gate_dense", "feedforward_intermediate_dense"}) {
+    for (const char* ff : {gemma ? "ffw_gating" : "feedforward_gate_dense",
+                           gemma ? "ffw_gating_2" : "feedforward_intermediate_dense"}) {
       uneven(i, p + ff + "/kernel", 1, config.intermediate_size, "the feed-forward width",
              "uneven column blocks (the row-parallel output projection sums them as they are)");
     }
-    uneven(i, p + "feedforward_output_dense/kernel", 0, config.intermediate_size,
-           "the feed-forward width", "uneven row blocks");
+    uneven(i, p + (gemma ? "ffw_linear" : "feedforward_output_dense") + "/kernel", 0,
+           config.intermediate_size, "the feed-forward width", "uneven row blocks");
   }
   uneven(-1, "token_embedding/embeddings", 0, config.vocab_size, "the vocabulary",
          "uneven vocabulary blocks: lookups and the vocab-parallel cross-entropy use them as they "

@@ -87,5 +87,23 @@ TEST_F(LlamaSplitNotesTest, UnevenHeadsVocabularyWidthAndSplitHeadDim) {
   EXPECT_FALSE(has(keras_hub, "query heads")) << all(keras_hub);
 }
 
+// Gemma's names and heads-first kernels: keras-hub's GemmaBackbone rules put the heads on
+// 'model' — 2 key/value heads cannot follow 8 query heads over 4 devices.
+TEST_F(LlamaSplitNotesTest, GemmaNamesAndHeadsFirstKernels) {
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  LlamaConfig c = config(8, 2, 64, 48);
+  c.family = "gemma2";
+  c.query_pre_attn_scalar = 8;
+  const std::vector<std::string> notes = llama_split_notes(c, gemma_layout_map(mesh));
+  EXPECT_TRUE(has(notes,
+                  "the 2 key/value heads do not split like the 8 query heads over 'model' (4) "
+                  "(by 'decoder_block_0/attention/query/kernel')"))
+      << all(notes);
+  EXPECT_TRUE(has(notes, "(and the same in 2 more layers)")) << all(notes);
+  c.num_key_value_heads = 4;
+  EXPECT_TRUE(llama_split_notes(c, gemma_layout_map(mesh)).empty())
+      << all(llama_split_notes(c, gemma_layout_map(mesh)));
+}
+
 }  // namespace
 }  // namespace meshlayout
