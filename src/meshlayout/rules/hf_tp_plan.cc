@@ -357,7 +357,9 @@ std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
   const HfNames names = options.names.value_or(HfNames::kHf);
   std::vector<ModuleSplits> modules;
   if (names == HfNames::kHf) {
-    for (const ConvertedRule& rule : rules.rules) {
+    // Regex rules become the name map's tensors they decide (plan keys are module names).
+    const RuleSet expanded = expand_to_globs(rules, options, "a Hugging Face plan", warnings);
+    for (const ConvertedRule& rule : expanded.rules) {
       const std::string glob = rule_glob(rule, rules.mode, "a Hugging Face plan", warnings);
       const size_t dot = glob.rfind('.');
       const std::string param = dot == std::string::npos ? "" : glob.substr(dot + 1);

@@ -243,10 +243,22 @@ TEST(RuleDialects, WhatAnHfPlanCannotExpressIsRefusedByRule) {
               HasSubstr("matches no variable of the llama family's keras-hub name map"));
   EXPECT_THAT(hf_of(R"({"query/kernel": [null, "model", null], "query/bias": [null, null]})"),
               HasSubstr("keeps the bias whole"));
-  // On HF names: regex features are no plan key.
+  // On HF names: a regex becomes the plan keys of the tensors it decides, or is refused.
   ConvertOptions h = with_names(HfNames::kHf);
+  std::vector<std::string> warnings;
+  EXPECT_EQ(nlohmann::json::parse(convert_rules(
+                R"({"rules": [["layers.*(q|k)_proj.weight", ["model", null]],
+                              ["o_proj.weight", [null, "model"]]]})",
+                RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json", &warnings)),
+            nlohmann::json::parse(R"({"layers.*.self_attn.q_proj": "colwise",
+                                      "layers.*.self_attn.k_proj": "colwise",
+                                      "layers.*.self_attn.o_proj": "rowwise"})"));
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_THAT(warnings[0], HasSubstr("written as the 2 variables of the llama family's name map"));
+  EXPECT_THAT(warnings[1], HasSubstr("('o_proj.weight'): pattern 'o_proj.weight' is no path for "
+                                     "a Hugging Face plan: written as the 1 variable"));
   EXPECT_THAT(error_of([&] {
-                convert_rules(R"({"rules": [["layers.*q_proj.weight", ["model", null]]]})",
+                convert_rules(R"({"rules": [["layers.*conv.weight", ["model", null]]]})",
                               RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
               }),
               HasSubstr("uses regex features"));
