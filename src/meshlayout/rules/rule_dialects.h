@@ -52,8 +52,10 @@
 //
 // What a dialect cannot express is an error naming the rule: several mesh axes on one
 // dimension or two split dimensions in an HF plan, a split on another axis than tp_axis, a
-// regex that is no glob (literal text and `\d+` only) where a glob is needed, a keras-hub
-// head_dim split, layers that disagree under one `layers.*` key. A mesh axis used twice in
+// keras-hub head_dim split, layers that disagree under one `layers.*` key. Where paths are
+// needed (HF plan keys, MaxText paths: literal text, `*` for `\d+`), a regex rule becomes
+// the paths of the family's variables it decides, with a warning listing them; one that
+// decides none, or some layers of a variable only, is an error naming it. A mesh axis used twice in
 // one layout, a malformed file, an unknown style, a logical name no rule maps: errors too.
 //
 // Example:
