@@ -136,8 +136,13 @@ std::string module_style(const std::string& module, const std::optional<HfParamS
       kind = HfStyle::kReplicated;
     } else if (*weight->dim == weight->rank - 2) {
       kind = HfStyle::kColwise;
-    } else {
+    } else if (*weight->dim == weight->rank - 1) {
       kind = HfStyle::kRowwise;
+    } else {
+      throw ValueError(fmt::format(
+          "rule {}: splits dimension {} of the rank-{} weight of module {}; Hugging Face styles "
+          "split a weight's last dimension (rowwise) or the one before it (colwise)",
+          weight->rule->origin, *weight->dim, weight->rank, quote(module)));
     }
     kind_rule = weight->rule;
   }

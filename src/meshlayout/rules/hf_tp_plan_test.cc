@@ -258,6 +258,12 @@ TEST(RuleDialects, WhatAnHfPlanCannotExpressIsRefusedByRule) {
   EXPECT_THAT(warnings[1], HasSubstr("('o_proj.weight'): pattern 'o_proj.weight' is no path for "
                                      "a Hugging Face plan: written as the 1 variable"));
   EXPECT_THAT(error_of([&] {
+                convert_rules(R"({"rules": [["^model\\.experts\\.weight$",
+                                             ["model", null, null]]]})",
+                              RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
+              }),
+              HasSubstr("splits dimension 0 of the rank-3 weight of module 'model.experts'"));
+  EXPECT_THAT(error_of([&] {
                 convert_rules(R"({"rules": [["layers.*conv.weight", ["model", null]]]})",
                               RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
               }),
