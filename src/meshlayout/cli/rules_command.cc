@@ -34,8 +34,9 @@ int run_rules_convert(const RulesConvertOptions& options, std::ostream& out, std
     const LlamaConfig config = LlamaConfig::from_file(*options.model + "/config.json");
     convert.family = config.family;
     // The model's own weights: a bias or head norm it lacks gets no rule.
+    convert.model_mappings = hf_llama_weight_mappings(config);
     convert.name_map = std::make_shared<const HfNameMap>(
-        hf_name_map_from_mappings(config.family, hf_llama_weight_mappings(config)));
+        hf_name_map_from_mappings(config.family, convert.model_mappings));
     for (int64_t i = 0; i < config.num_hidden_layers; ++i) convert.layer_indices.push_back(i);
   }
   if (options.family) {
@@ -75,7 +76,9 @@ void add_rules_command(CLI::App& app, int* exit_code) {
       ->required();
   cmd->add_option("--mesh", options->mesh,
                   "mesh, e.g. data=2,model=4: every layout's axes must be its axes; meshlayout "
-                  "and maxtext output name it");
+                  "and maxtext output name it; with --model, an HF plan's split of heads "
+                  "the tensor-parallel axis does not divide is warned (HF and keras-hub cut "
+                  "other rows)");
   cmd->add_option("--model", options->model,
                   "a Hugging Face model directory: its config.json's model_type picks the name "
                   "map, and an HF plan written from keras-hub paths checks all its layers");

@@ -239,6 +239,36 @@ void set_param(ModuleSplits& m, bool bias, HfParamSplit split) {
   slot = std::move(split);
 }
 
+// With the model's sizes and a mesh: a warning when HF dimension `hf_dim` of `p` is a reshape
+// (heads*head_dim) whose major part (heads) the tensor-parallel axis does not divide, so that
+// HF's blocks of the flat dimension and keras-hub's blocks of whole heads are other rows.
+void warn_uneven_reshape(const HfParamName& p, int hf_dim, const ConvertOptions& options,
+                         const std::string& origin, std::vector<std::string>& warnings) {
+  if (!options.mesh || options.model_mappings.empty()) return;
+  const auto& axes = options.mesh->axis_names();
+  if (std::find(axes.begin(), axes.end(), options.tp_axis) == axes.end()) return;
+  const int64_t k = options.mesh->axis_size(options.tp_axis);
+  for (const HfWeightMapping& m : options.model_mappings) {
+    if (hf_name_map_from_mappings("", {m}).params().at(0).hf_glob != p.hf_glob) continue;
+    // The view dimensions of HF dimension hf_dim: the major one and the product of the rest.
+    const int keras_major = p.keras_dim_of_hf_dim[static_cast<size_t>(hf_dim)];
+    const int64_t major =
+        m.view_shape[static_cast<size_t>(m.perm[static_cast<size_t>(keras_major)])];
+    const int64_t n = m.hf_shape[static_cast<size_t>(hf_dim)];
+    const int64_t minor = n / major;
+    if (minor > 1 && major % k != 0) {
+      warnings.push_back(fmt::format(
+          "{}: {} dimension {} is {} x {} ({}); split {} ways on {}, Hugging Face cuts the flat "
+          "{} rows in blocks of {} but keras-hub's {} splits the {} whole units in blocks of {}, "
+          "so devices hold other rows (the same only when {} divides {})",
+          origin, quote(m.hf_name), hf_dim, major, minor, m.hf_shape_fields, k,
+          quote(options.tp_axis), n, (n + k - 1) / k, quote(m.keras_path), major,
+          (major + k - 1) / k, k, major));
+    }
+    return;
+  }
+}
+
 }  // namespace
 
 RuleSet read_hf(std::string_view text, const ConvertOptions& options, std::string_view source) {
@@ -350,6 +380,9 @@ RuleSet read_hf(std::string_view text, const ConvertOptions& options, std::strin
           keras[static_cast<size_t>(p->keras_dim_of_hf_dim[static_cast<size_t>(*d)])] =
               DimSharding(options.tp_axis);
         }
+        if (d)
+          warn_uneven_reshape(*p, *d, options, fmt::format("{} {} ({})", source, where, style_name),
+                              out.warnings);
         add(glob_to_regex(p->keras_glob), std::move(keras));
       }
     }
@@ -422,6 +455,9 @@ std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
                 rule.origin, *k, quote(path), quote(p.hf_glob)));
           }
           split.dim = h;
+          if (layer == (per_layer ? layers.front() : 0)) {
+            warn_uneven_reshape(p, h, options, fmt::format("rule {}", rule.origin), warnings);
+          }
         }
       }
       if (!first) {

@@ -157,6 +157,44 @@ TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
   }
 }
 
+TEST(RuleDialects, ReshapedSplitsTheAxisDoesNotDivideAreWarned) {
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  for (int64_t heads : {6, 8}) {
+    SCOPED_TRACE(heads);
+    LlamaConfig c{.vocab_size = 64,
+                  .hidden_size = 32,
+                  .intermediate_size = 48,
+                  .num_hidden_layers = 2,
+                  .num_attention_heads = heads,
+                  .num_key_value_heads = heads / 2,
+                  .head_dim = 8,
+                  .max_position_embeddings = 64};
+    ConvertOptions o = with_names(HfNames::kKerasHub);
+    o.mesh = mesh;
+    o.model_mappings = hf_llama_weight_mappings(c);
+    RuleSet r = read_rules(kDensePlan, RulesDialect::kHfTpPlan, o, "plan.json");
+    std::vector<std::string> back;
+    write_rules(r, RulesDialect::kHfTpPlan, o, &back);
+    if (heads == 8) {  // 8 query and 4 key/value heads on 4 devices: the same rows
+      EXPECT_TRUE(r.warnings.empty());
+      EXPECT_TRUE(back.empty());
+      continue;
+    }
+    // q, k, v (3 key/value heads) and o_proj; the MLP has no reshape.
+    ASSERT_EQ(r.warnings.size(), 4u);
+    EXPECT_THAT(r.warnings[0],
+                HasSubstr("plan.json plan key 'layers.*.self_attn.q_proj' (colwise): "
+                          "'model.layers.0.self_attn.q_proj.weight' dimension 0 is 6 x 8"));
+    EXPECT_THAT(r.warnings[0], HasSubstr("split 4 ways on 'model', Hugging Face cuts the flat 48 "
+                                         "rows in blocks of 12 but keras-hub's "
+                                         "'transformer_layer_0/self_attention/query/kernel' "
+                                         "splits the 6 whole units in blocks of 2"));
+    EXPECT_THAT(r.warnings[3], HasSubstr("o_proj.weight' dimension 1 is 6 x 8"));
+    ASSERT_EQ(back.size(), 4u);  // and the other way
+    EXPECT_THAT(back[0], HasSubstr("q_proj.weight' dimension 0 is 6 x 8"));
+  }
+}
+
 TEST(RuleDialects, HfPlanStylesAndTheirParameters) {
   ConvertOptions o = with_names(HfNames::kHf);
   RuleSet r = read_rules(R"({"layers.*.mlp.up_proj": "local_colwise",

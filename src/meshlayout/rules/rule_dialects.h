@@ -74,6 +74,7 @@
 #include "meshlayout/layout/device_mesh.h"
 #include "meshlayout/layout/tensor_layout.h"
 #include "meshlayout/layout_map/layout_map.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/rules/hf_name_map.h"
 
 namespace meshlayout {
@@ -100,6 +101,11 @@ struct ConvertOptions {
   std::string family = "llama";
   /// A name map to use instead of the family's (e.g. one model's exact map, from its config).
   std::shared_ptr<const HfNameMap> name_map;
+  /// One model's weights (hf_llama_weight_mappings of its config), for its sizes: with a mesh,
+  /// a split of heads*head_dim (or another reshaped dimension) whose major part the
+  /// tensor-parallel axis does not divide is cut at other rows in HF's flat layout than in
+  /// keras-hub's heads layout, and converting between the two warns, naming both.
+  std::vector<HfWeightMapping> model_mappings;
   /// Layer indices checked when an HF plan is written from rules on keras-hub paths (every
   /// layer of the model, from its num_hidden_layers); empty: 0, 1, 2, 3, 7 and 31.
   std::vector<int64_t> layer_indices;
