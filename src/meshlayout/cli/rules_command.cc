@@ -61,7 +61,8 @@ void add_rules_command(CLI::App& app, int* exit_code) {
       "convert",
       "Print the rules of FILE, read in dialect --from, written in dialect --to, on stdout; "
       "warnings on stderr. Dialects: meshlayout (meshlayout's rules file), keras-hub "
-      "(get_layout_map as JSON {regex: layout}), hf-tp-plan (a Hugging Face base_model_tp_plan "
+      "(get_layout_map as JSON {regex: layout}, or as Python prints the dict), hf-tp-plan (a "
+      "Hugging Face base_model_tp_plan "
       "{module: style}, or a config.json holding one), maxtext (YAML logical_axis_rules and "
       "logical_axes, Flax precedence). What the target dialect cannot express is an error "
       "naming the rule.");

@@ -7,6 +7,8 @@
 //                  {"token_embedding/embeddings": ["model", "batch"],
 //                   "transformer_layer.*feedforward_output_dense.kernel": ["model", "batch"]}
 //                (null: not split; a list: several mesh axes on one dimension, major first).
+//                Read also as Python prints the dict: {'regex': ('model', None), r'…': …}
+//                (quotes, raw strings, tuples, None, # comments); always written as JSON.
 //   hf-tp-plan   a Hugging Face tensor-parallel plan: a JSON object {module: style}, e.g.
 //                LlamaConfig.base_model_tp_plan {"layers.*.self_attn.q_proj": "colwise", …},
 //                or a config.json holding one under "base_model_tp_plan". Keys are relative to
