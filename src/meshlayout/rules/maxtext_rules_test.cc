@@ -68,6 +68,9 @@ TEST(RuleDialects, FamilyPlansThroughMaxTextAndBack) {
     // and replicated_with_grad_allreduce aside: MaxText holds parameters' layouts only).
     EXPECT_EQ(convert_rules(yaml, RulesDialect::kMaxText, RulesDialect::kMaxText, o, "m.yml"),
               yaml);
+    // Through a LayoutMap object too: the logical names derived again are the same.
+    const LayoutMap map = read_rules(yaml, RulesDialect::kMaxText, o, "m.yml").to_layout_map();
+    EXPECT_EQ(write_rules(RuleSet::from_layout_map(map), RulesDialect::kMaxText, o), yaml);
     EXPECT_EQ(convert_rules(yaml, RulesDialect::kMaxText, RulesDialect::kHfTpPlan, o, "m.yml"),
               plain_styles(f.plan))
         << yaml;
