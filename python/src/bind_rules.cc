@@ -4,7 +4,7 @@
 //
 // Example (python/meshlayout/__init__.py wraps these):
 //   text, warnings = _convert_rules(plan_text, "hf-tp-plan", "keras-hub", None, "llama",
-//                                   "model", None, [], "plan.json")
+//                                   "model", None, [], None, "plan.json")
 #include <pybind11/stl.h>
 
 #include <optional>
@@ -14,15 +14,20 @@
 
 #include "bindings.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/models/hf_llama_config.h"
 #include "meshlayout/rules/rule_dialects.h"
 
 namespace meshlayout::python {
 namespace {
 
-ConvertOptions make_options(const std::optional<std::string>& names, const std::string& family,
-                            const std::string& tp_axis, std::optional<DeviceMesh> mesh,
-                            std::vector<int64_t> layer_indices) {
+// `model`: a Hugging Face model directory (its config.json: family, layers, weights);
+// `family` (when given) and a non-empty `layer_indices` override what it gives.
+ConvertOptions make_options(const std::optional<std::string>& names,
+                            const std::optional<std::string>& family, const std::string& tp_axis,
+                            std::optional<DeviceMesh> mesh, std::vector<int64_t> layer_indices,
+                            const std::optional<std::string>& model) {
   ConvertOptions o;
+  if (model) use_model_config(o, LlamaConfig::from_file(*model + "/config.json"));
   if (names) {
     if (*names == "hf") {
       o.names = HfNames::kHf;
@@ -32,10 +37,13 @@ ConvertOptions make_options(const std::optional<std::string>& names, const std::
       throw ValueError("names=" + quote(*names) + ": expected 'hf' or 'keras-hub'");
     }
   }
-  o.family = family;
+  if (family) {
+    o.family = *family;
+    o.name_map.reset();
+  }
   o.tp_axis = tp_axis;
   o.mesh = std::move(mesh);
-  o.layer_indices = std::move(layer_indices);
+  if (!layer_indices.empty()) o.layer_indices = std::move(layer_indices);
   return o;
 }
 
@@ -59,11 +67,12 @@ void bind_rules(py::module_& m) {
   m.def(
       "_convert_rules",
       [](const std::string& text, const std::string& from, const std::string& to,
-         const std::optional<std::string>& names, const std::string& family,
+         const std::optional<std::string>& names, const std::optional<std::string>& family,
          const std::string& tp_axis, std::optional<DeviceMesh> mesh,
-         std::vector<int64_t> layer_indices, const std::string& source) {
+         std::vector<int64_t> layer_indices, const std::optional<std::string>& model,
+         const std::string& source) {
         ConvertOptions o =
-            make_options(names, family, tp_axis, std::move(mesh), std::move(layer_indices));
+            make_options(names, family, tp_axis, std::move(mesh), std::move(layer_indices), model);
         std::vector<std::string> warnings;
         std::string out;
         {
@@ -75,13 +84,14 @@ void bind_rules(py::module_& m) {
       },
       py::arg("text"), py::arg("from_dialect"), py::arg("to_dialect"), py::arg("names"),
       py::arg("family"), py::arg("tp_axis"), py::arg("mesh"), py::arg("layer_indices"),
-      py::arg("source"));
+      py::arg("model"), py::arg("source"));
   m.def(
       "_read_rules",
       [](const std::string& text, const std::string& dialect,
-         const std::optional<std::string>& names, const std::string& family,
-         const std::string& tp_axis, std::optional<DeviceMesh> mesh, const std::string& source) {
-        ConvertOptions o = make_options(names, family, tp_axis, std::move(mesh), {});
+         const std::optional<std::string>& names, const std::optional<std::string>& family,
+         const std::string& tp_axis, std::optional<DeviceMesh> mesh,
+         const std::optional<std::string>& model, const std::string& source) {
+        ConvertOptions o = make_options(names, family, tp_axis, std::move(mesh), {}, model);
         RuleSet rules = read_rules(text, parse_rules_dialect(dialect), o, source);
         py::list out;
         for (const ConvertedRule& r : rules.rules) {
@@ -90,7 +100,7 @@ void bind_rules(py::module_& m) {
         return py::make_tuple(out, std::string(match_mode_name(rules.mode)), rules.warnings);
       },
       py::arg("text"), py::arg("dialect"), py::arg("names"), py::arg("family"), py::arg("tp_axis"),
-      py::arg("mesh"), py::arg("source"));
+      py::arg("mesh"), py::arg("model"), py::arg("source"));
 }
 
 }  // namespace meshlayout::python

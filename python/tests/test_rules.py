@@ -54,6 +54,21 @@ def test_maxtext_and_warnings():
         rules.convert('{"lm_head": "colwise"}', "hf-tp-plan", "meshlayout")
 
 
+def test_model_directory(tmp_path):
+    config = {"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 64,
+              "hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 3,
+              "num_attention_heads": 6, "num_key_value_heads": 2, "max_position_embeddings": 64}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    mesh = ml.DeviceMesh((2, 4), ["batch", "model"])
+    plan = json.dumps(LLAMA_PLAN)
+    # Qwen 2's q/k/v biases are split with their weights; its 6 heads do not split 4 ways.
+    with pytest.warns(UserWarning, match=r"dimension 0 is 6 x 8"):
+        text = rules.convert(plan, "hf-tp-plan", "keras-hub", model=str(tmp_path), mesh=mesh)
+    out = json.loads(text)
+    assert out["^transformer_layer_\\d+/self_attention/key/bias$"] == ["model", None]
+    assert "^transformer_layer_\\d+/self_attention/attention_output/bias$" not in out
+
+
 @pytest.mark.parametrize("args, message", [
     (('{"norm": "colwize"}', "hf-tp-plan", "maxtext"), "unknown Hugging Face style 'colwize'"),
     (('{"norm": ', "hf-tp-plan", "maxtext"), "not valid JSON"),

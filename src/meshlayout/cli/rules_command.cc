@@ -31,13 +31,7 @@ int run_rules_convert(const RulesConvertOptions& options, std::ostream& out, std
     }
   }
   if (options.model) {
-    const LlamaConfig config = LlamaConfig::from_file(*options.model + "/config.json");
-    convert.family = config.family;
-    // The model's own weights: a bias or head norm it lacks gets no rule.
-    convert.model_mappings = hf_llama_weight_mappings(config);
-    convert.name_map = std::make_shared<const HfNameMap>(
-        hf_name_map_from_mappings(config.family, convert.model_mappings));
-    for (int64_t i = 0; i < config.num_hidden_layers; ++i) convert.layer_indices.push_back(i);
+    use_model_config(convert, LlamaConfig::from_file(*options.model + "/config.json"));
   }
   if (options.family) {
     convert.family = *options.family;

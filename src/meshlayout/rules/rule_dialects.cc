@@ -642,6 +642,15 @@ std::string convert_rules(std::string_view text, RulesDialect from, RulesDialect
   return write_rules(rules, to, options, warnings);
 }
 
+void use_model_config(ConvertOptions& options, const LlamaConfig& config) {
+  options.family = config.family;
+  options.model_mappings = hf_llama_weight_mappings(config);
+  options.name_map = std::make_shared<const HfNameMap>(
+      hf_name_map_from_mappings(config.family, options.model_mappings));
+  options.layer_indices.clear();
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) options.layer_indices.push_back(i);
+}
+
 std::optional<std::string> regex_to_glob(std::string_view pattern) {
   std::optional<GlobForm> g = glob_form(pattern);
   if (!g) return std::nullopt;

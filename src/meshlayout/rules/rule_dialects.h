@@ -161,6 +161,10 @@ std::string convert_rules(std::string_view text, RulesDialect from, RulesDialect
                           ConvertOptions options, std::string_view source,
                           std::vector<std::string>* warnings = nullptr);
 
+/// Sets `options` for one model: its family, every layer index, its weights (model_mappings)
+/// and its exact name map (no rule for a bias or head norm it lacks).
+void use_model_config(ConvertOptions& options, const LlamaConfig& config);
+
 /// A LayoutMap pattern with no regex features beyond literal text, `\d+` / `[0-9]+` and
 /// `^`/`$` anchors, written as a glob with `*` for `\d+`; std::nullopt otherwise.
 std::optional<std::string> regex_to_glob(std::string_view pattern);
