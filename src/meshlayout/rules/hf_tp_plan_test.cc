@@ -3,10 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "meshlayout/layout/shard_geometry.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
+#include "meshlayout/models/random_llama.h"
 #include "meshlayout/rules/rules_test_util.h"
 
 namespace meshlayout {
@@ -122,12 +126,18 @@ TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
     c.attention_bias = c.family == "llama";
     const char* plan = c.family == "qwen3" ? kQwen3NormPlan : kDensePlan;
     const DeviceMesh mesh({2, 4}, {"batch", "model"});
+    // Every tensor of the small model as written to disk (models/random_llama.h).
+    const std::string dir =
+        ::testing::TempDir() + "rules_family_" + family + "_" + std::to_string(getpid());
+    write_random_hf_llama(dir, c);
+    const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open(dir);
+    std::filesystem::remove_all(dir);
     for (HfNames names : {HfNames::kHf, HfNames::kKerasHub}) {
       ConvertOptions o = with_names(names, family);
       const LayoutMap map =
           read_rules(plan, RulesDialect::kHfTpPlan, o, "plan.json").to_layout_map();
       int split = 0;
-      for (const HfWeightMapping& m : hf_llama_weight_mappings(c)) {
+      for (const HfWeightMapping& m : checkpoint.mappings()) {
         SCOPED_TRACE(m.hf_name);
         // The plan's layout of the HF tensor.
         std::vector<DimSharding> want(m.hf_shape.size());
