@@ -34,9 +34,10 @@ Layout flax_resolve(const LogicalNames& names, const LogicalRules& rules, const 
     if (!free) {
       if (skipped[pos].empty()) {
         skipped[pos] = fmt::format(
-            "logical_axis_rules[{}] ({} -> {}) was skipped: {} already "
-            "splits another dimension of this tensor",
-            r, name, fmt::join(axes, ", "), fmt::join(axes, "/"));
+            "logical_axis_rules[{}] ({} -> {}) was skipped: {} already splits another "
+            "dimension of this tensor",
+            r, name, fmt::join(axes, ", "),
+            axes.size() == 1 ? quote(axes[0]) : fmt::format("one of {}", fmt::join(axes, ", ")));
       }
       continue;
     }

@@ -41,7 +41,8 @@ TEST(RuleDialects, MaxTextRoundTripsAndFollowsFlaxPrecedence) {
   ASSERT_EQ(r.warnings.size(), 1u);
   EXPECT_THAT(r.warnings[0], HasSubstr("'token_embedding/embeddings': dimension 1 (embed) is "
                                        "not split: logical_axis_rules[1] (embed -> fsdp) was "
-                                       "skipped"));
+                                       "skipped: 'fsdp' already splits another "
+                                       "dimension of this tensor"));
   EXPECT_EQ(r.rules[1].pattern, "^transformer_layer_\\d+/self_attention/query/kernel$");
   EXPECT_EQ(r.rules[1].layout, (std::vector<DimSharding>{"fsdp", "tensor", std::nullopt}));
   EXPECT_EQ(r.rules[2].layout, (std::vector<DimSharding>{"tensor", std::nullopt, "fsdp"}));
