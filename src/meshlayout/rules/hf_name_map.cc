@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <memory>
@@ -14,17 +15,44 @@
 namespace meshlayout {
 namespace {
 
-std::string digits_to_star(std::string_view s) {
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
+// "model.layers.3.mlp.up_proj.weight" -> "model.layers.*.mlp.up_proj.weight": every
+// '.'-separated component made of digits (a layer or expert index) becomes '*'.
+std::string hf_glob_of(std::string_view name, bool* starred) {
   std::string out;
-  for (size_t i = 0; i < s.size();) {
-    if (std::isdigit(static_cast<unsigned char>(s[i]))) {
-      while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+  *starred = false;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = name.find('.', start);
+    const std::string_view part =
+        name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (all_digits(part)) {
       out += '*';
+      *starred = true;
     } else {
-      out += s[i++];
+      out += part;
     }
+    if (dot == std::string_view::npos) return out;
+    out += '.';
+    start = dot + 1;
   }
-  return out;
+}
+
+// The keras-hub path of a per-layer tensor has its layer index as its first run of digits
+// (transformer_layer_3/…, decoder_block_3/…; later digits are names: ffw_gating_2).
+std::string keras_glob_of(std::string_view path, bool per_layer) {
+  std::string out(path);
+  if (!per_layer) return out;
+  const size_t first = out.find_first_of("0123456789");
+  if (first == std::string::npos) return out;
+  size_t end = first;
+  while (end < out.size() && std::isdigit(static_cast<unsigned char>(out[end]))) ++end;
+  return out.replace(first, end - first, "*");
 }
 
 struct Registry {
@@ -48,13 +76,18 @@ HfNameMap llama_style_map(const std::string& family) {
                 .max_position_embeddings = 64};
   c.family = family;
   c.attention_bias = family == "llama" || family == "mistral";
+  if (c.gemma()) c.query_pre_attn_scalar = 8;
+  if (family == "gemma3_text") {
+    c.sliding_window_pattern = 2;
+    c.rope_local_base_freq = 10000;
+  }
   return hf_name_map_from_mappings(family, hf_llama_weight_mappings(c));
 }
 
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;
-    for (const char* f : {"llama", "mistral", "qwen2", "qwen3"}) {
+    for (const char* f : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"}) {
       reg->maps[f] = std::make_shared<const HfNameMap>(llama_style_map(f));
     }
     return reg;
@@ -89,7 +122,9 @@ HfNameMap hf_name_map_from_mappings(std::string family,
                                     const std::vector<HfWeightMapping>& mappings) {
   std::vector<HfParamName> params;
   for (const HfWeightMapping& m : mappings) {
-    HfParamName p{.hf_glob = digits_to_star(m.hf_name), .keras_glob = digits_to_star(m.keras_path)};
+    bool per_layer = false;
+    HfParamName p{.hf_glob = hf_glob_of(m.hf_name, &per_layer)};
+    p.keras_glob = keras_glob_of(m.keras_path, per_layer);
     bool seen = false;
     for (const HfParamName& q : params) seen = seen || q.hf_glob == p.hf_glob;
     if (seen) continue;

@@ -12,10 +12,12 @@
 // keras_dim_of_hf_dim[h] in k blocks when k divides the major part (heads), as it must for
 // tensor parallelism in both stacks.
 //
-// The Llama-style families (llama, mistral, qwen2, qwen3) have maps built from
-// hf_llama_weight_mappings() with every weight the family may have (Llama's and Mistral's
-// q/k/v/o biases under attention_bias, Qwen 2's q/k/v biases, Qwen 3's head norms, an untied
-// lm_head); hf_name_map_from_mappings of one model's mappings gives that model's exact map.
+// The families LlamaConfig reads (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text)
+// have maps built from hf_llama_weight_mappings() with every weight the family may have
+// (Llama's and Mistral's q/k/v/o biases under attention_bias, Qwen 2's q/k/v biases, Qwen 3's
+// and Gemma 3's head norms, Gemma's decoder_block_* paths with heads-first q/k/v kernels, an
+// untied lm_head); hf_name_map_from_mappings of one model's mappings gives that model's
+// exact map.
 // Another family registers its own with register_hf_name_map.
 //
 // Example:
@@ -57,14 +59,18 @@ class HfNameMap {
   std::vector<HfParamName> params_;
 };
 
-/// The map of `mappings` (one model's weights), every run of digits written `*`; duplicates
-/// (the same glob from several layers) kept once. ValueError if a reshape cannot be
+/// The map of `mappings` (one model's weights): in HF names every '.'-separated component of
+/// digits (layers.3, experts.7) is written `*`, and in the keras-hub path of such a tensor its
+/// first run of digits, the layer index (transformer_layer_3/, decoder_block_3/; later digits
+/// are part of names, as ffw_gating_2); duplicates (the same globs from several layers) kept
+/// once. ValueError if a reshape cannot be
 /// followed (a view dimension group that does not multiply to its HF dimension).
 HfNameMap hf_name_map_from_mappings(std::string family,
                                     const std::vector<HfWeightMapping>& mappings);
 
-/// The map registered for `family` (a config.json model_type): llama, mistral, qwen2 and
-/// qwen3 built in. ValueError naming the family and the registered ones otherwise.
+/// The map registered for `family` (a config.json model_type): llama, mistral, qwen2, qwen3,
+/// gemma, gemma2 and gemma3_text built in. ValueError naming the family and the registered ones
+/// otherwise.
 const HfNameMap& hf_name_map(std::string_view family);
 
 /// Registers `map` for each of `families` (replacing an earlier one).

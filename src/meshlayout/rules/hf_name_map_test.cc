@@ -67,13 +67,26 @@ TEST(HfNameMap, LlamaStyleFamiliesMapEveryWeightTheyMayHave) {
   EXPECT_TRUE(llama.module_params("model.layers.*.nothing").empty());
 }
 
+TEST(HfNameMap, GemmaKernelsAreHeadsFirst) {
+  const HfNameMap& gemma = hf_name_map("gemma2");
+  // (heads*head_dim, hidden) -> keras-hub's GemmaBackbone (heads, hidden, head_dim).
+  const HfParamName& q = find(gemma, "model.layers.*.self_attn.q_proj.weight");
+  EXPECT_EQ(q.keras_glob, "decoder_block_*/attention/query/kernel");
+  EXPECT_THAT(q.keras_dim_of_hf_dim, ElementsAre(0, 1));
+  EXPECT_THAT(q.hf_dim_of_keras_dim, ElementsAre(0, 1, -1));
+  EXPECT_EQ(find(gemma, "model.layers.*.mlp.up_proj.weight").keras_glob,
+            "decoder_block_*/ffw_gating_2/kernel");
+  EXPECT_EQ(find(hf_name_map("gemma3_text"), "model.layers.*.self_attn.k_norm.weight").keras_glob,
+            "decoder_block_*/attention/key_norm/scale");
+}
+
 TEST(HfNameMap, UnknownFamilyIsNamedAndOthersCanRegister) {
   try {
     hf_name_map("mixtral");
     FAIL();
   } catch (const ValueError& e) {
     EXPECT_THAT(e.what(), HasSubstr("'mixtral'"));
-    EXPECT_THAT(e.what(), HasSubstr("llama, mistral, qwen2, qwen3"));
+    EXPECT_THAT(e.what(), HasSubstr("gemma, gemma2, gemma3_text, llama, mistral, qwen2, qwen3"));
   }
   register_hf_name_map({"toy"}, HfNameMap("toy", {HfParamName{.hf_glob = "model.w.weight",
                                                               .keras_glob = "w/kernel",

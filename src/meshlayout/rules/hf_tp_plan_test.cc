@@ -109,10 +109,12 @@ Box keras_box_to_hf(const HfWeightMapping& m, const Box& keras) {
 }
 
 TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
-  // Every Llama-style family with each weight it may have: Llama with attention_bias (o_proj
-  // bias: rowwise, whole), Mistral, Qwen 2's q/k/v biases (colwise: split on their heads),
-  // Qwen 3's head norms (under its later plan: replicated), untied lm_heads.
-  for (const char* family : {"llama", "mistral", "qwen2", "qwen3"}) {
+  // Every family with each weight it may have: Llama with attention_bias (o_proj bias:
+  // rowwise, whole), Mistral, Qwen 2's q/k/v biases (colwise: split on their heads), Qwen 3's
+  // head norms (under its later plan: replicated), Gemma's heads-first q/k/v kernels, Gemma
+  // 2's post norms, Gemma 3's head norms, untied lm_heads.
+  for (const char* family :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"}) {
     SCOPED_TRACE(family);
     LlamaConfig c{.vocab_size = 64,
                   .hidden_size = 32,
@@ -124,6 +126,11 @@ TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
                   .max_position_embeddings = 64};
     c.family = family;
     c.attention_bias = c.family == "llama";
+    if (c.gemma()) c.query_pre_attn_scalar = 8;  // Gemma: heads-first q/k/v kernels
+    if (c.family == "gemma3_text") {
+      c.sliding_window_pattern = 3;
+      c.rope_local_base_freq = 10000;
+    }
     const char* plan = c.family == "qwen3" ? kQwen3NormPlan : kDensePlan;
     const DeviceMesh mesh({2, 4}, {"batch", "model"});
     // Every tensor of the small model as written to disk (models/random_llama.h).

@@ -19,7 +19,8 @@
 namespace meshlayout::rules_test {
 
 // base_model_tp_plan of transformers' config classes (v4.51-v4.56: LlamaConfig, Qwen2Config,
-// MistralConfig, Qwen3Config, GemmaConfig share the dense plan; MixtralConfig's experts).
+// MistralConfig, Qwen3Config, GemmaConfig, Gemma2Config, Gemma3TextConfig share the dense
+// plan; MixtralConfig's experts).
 inline constexpr char kDensePlan[] = R"({
   "layers.*.self_attn.q_proj": "colwise",
   "layers.*.self_attn.k_proj": "colwise",
@@ -74,9 +75,11 @@ struct FamilyPlan {
   bool keras_hub;  // a keras-hub name map exists
 };
 inline const FamilyPlan kPlans[] = {
-    {"llama", kDensePlan, true},    {"qwen2", kDensePlan, true},  {"mistral", kDensePlan, true},
-    {"qwen3", kDensePlan, true},    {"gemma", kDensePlan, false}, {"mixtral", kMixtralPlan, false},
-    {"qwen3", kQwen3NormPlan, true}};
+    {"llama", kDensePlan, true},      {"qwen2", kDensePlan, true},
+    {"mistral", kDensePlan, true},    {"qwen3", kDensePlan, true},
+    {"gemma", kDensePlan, true},      {"mixtral", kMixtralPlan, false},
+    {"qwen3", kQwen3NormPlan, true},  {"gemma2", kDensePlan, true},
+    {"gemma3_text", kDensePlan, true}};
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
