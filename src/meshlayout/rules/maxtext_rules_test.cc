@@ -157,6 +157,39 @@ TEST(RuleDialects, KerasHubRegexRulesBecomeMaxTextPathsOfTheirVariables) {
   }
 }
 
+// Gemma's keras-hub map as MaxText through Gemma's name map, and back: every variable of a
+// Gemma 2 keeps its layout.
+TEST(RuleDialects, GemmaKerasHubRulesAsMaxText) {
+  ConvertOptions o;
+  o.family = "gemma2";
+  const std::string text = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/gemma_keras_hub.json");
+  std::vector<std::string> warnings;
+  const std::string yaml = convert_rules(text, RulesDialect::kMeshlayout, RulesDialect::kMaxText, o,
+                                         "gemma_keras_hub.json", &warnings);
+  const LayoutMap back = read_rules(yaml, RulesDialect::kMaxText, o, "back.yml").to_layout_map();
+  const LayoutMap original =
+      read_rules(text, RulesDialect::kMeshlayout, o, "gemma_keras_hub.json").to_layout_map();
+  LlamaConfig c{.vocab_size = 64,
+                .hidden_size = 32,
+                .intermediate_size = 48,
+                .num_hidden_layers = 12,
+                .num_attention_heads = 4,
+                .num_key_value_heads = 2,
+                .head_dim = 16,
+                .max_position_embeddings = 64};
+  c.family = "gemma2";
+  c.query_pre_attn_scalar = 16;
+  int split = 0;
+  for (const HfWeightMapping& m : hf_llama_weight_mappings(c)) {
+    SCOPED_TRACE(m.keras_path);
+    const int rank = static_cast<int>(m.keras_shape.size());
+    const TensorLayout want = original.get(m.keras_path).value_or(TensorLayout::replicated(rank));
+    EXPECT_EQ(back.get(m.keras_path).value_or(TensorLayout::replicated(rank)).axes(), want.axes());
+    split += want.axes() != TensorLayout::replicated(rank).axes() ? 1 : 0;
+  }
+  EXPECT_GE(split, 1 + 7 * 12) << yaml;  // the embeddings and 7 kernels per layer
+}
+
 TEST(RuleDialects, MaxTextMegatronExampleEqualsTheMegatronRulesFile) {
   ConvertOptions o;
   const LayoutMap maxtext =

@@ -38,8 +38,9 @@ TEST(RuleDialects, MeshAxisTwiceAndBadLayoutsAreNamed) {
 
 TEST(RuleDialects, KerasHubAndMeshlayoutFilesRoundTrip) {
   ConvertOptions o;
-  for (const char* name : {"llama_keras_hub.json", "llama_megatron.json", "qwen_keras_hub.json",
-                           "qwen_megatron.json", "mistral_keras_hub.json"}) {
+  for (const char* name :
+       {"llama_keras_hub.json", "llama_megatron.json", "qwen_keras_hub.json", "qwen_megatron.json",
+        "mistral_keras_hub.json", "gemma_keras_hub.json"}) {
     SCOPED_TRACE(name);
     std::string text = read_file(std::string(MESHLAYOUT_SOURCE_DIR "/examples/rules/") + name);
     std::string keras =
