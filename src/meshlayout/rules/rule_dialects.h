@@ -50,15 +50,18 @@
 // hidden) split on dim 0 is query/kernel (hidden, heads, head_dim) split on heads:
 // [None, model, None]; o_proj rowwise is attention_output/kernel (heads, head_dim, hidden)
 // [model, None, None]; gate/up colwise are (hidden, ff) kernels [None, model]; down rowwise
-// [model, None].
+// [model, None]; Gemma's heads-first attention/query/kernel (heads, hidden, head_dim)
+// [model, None, None]. Each device then holds the rows the HF plan gives it when tp_axis
+// divides the heads (with model_mappings and a mesh, a warning says where it does not).
 //
 // What a dialect cannot express is an error naming the rule: several mesh axes on one
 // dimension or two split dimensions in an HF plan, a split on another axis than tp_axis, a
 // keras-hub head_dim split, layers that disagree under one `layers.*` key. Where paths are
 // needed (HF plan keys, MaxText paths: literal text, `*` for `\d+`), a regex rule becomes
 // the paths of the family's variables it decides, with a warning listing them; one that
-// decides none, or some layers of a variable only, is an error naming it. A mesh axis used twice in
-// one layout, a malformed file, an unknown style, a logical name no rule maps: errors too.
+// decides none, or some layers of a variable only, is an error naming it. A mesh axis used
+// twice in one layout, a malformed file, an unknown style, a logical name no rule maps:
+// errors too.
 //
 // Example:
 //   ConvertOptions o;
