@@ -65,12 +65,11 @@ RuleSet read_maxtext(std::string_view text, const ConvertOptions& options,
     fail(source, "top level",
          "must be a mapping with logical_axis_rules and logical_axes, got " + type_of(root));
   }
+  // A MaxText config holds its other settings beside the rules: named, not read.
+  std::vector<std::string> ignored;
   for (const auto& [key, value] : root.items()) {
     if (key != "logical_axis_rules" && key != "logical_axes" && key != "mesh_axes") {
-      fail(source, "top level",
-           fmt::format("unknown key {}; expected logical_axis_rules, logical_axes and "
-                       "optionally mesh_axes",
-                       quote(key)));
+      ignored.push_back(quote(key));
     }
   }
   for (const char* k : {"logical_axis_rules", "logical_axes"}) {
@@ -123,6 +122,13 @@ RuleSet read_maxtext(std::string_view text, const ConvertOptions& options,
          "must be a mapping from parameter path to its logical axis names, got " + type_of(ja));
   }
   RuleSet out;
+  if (!ignored.empty()) {
+    const size_t shown = std::min<size_t>(ignored.size(), 8);
+    out.warnings.push_back(fmt::format(
+        "keys other than logical_axis_rules, logical_axes and mesh_axes are not read: {}{}",
+        fmt::join(ignored.begin(), ignored.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+        ignored.size() > shown ? fmt::format(" and {} more", ignored.size() - shown) : ""));
+  }
   out.logical_axis_rules = rules;
   out.mesh_axes = mesh_axes;
   for (const auto& [path, names_json] : ja.items()) {

@@ -27,7 +27,8 @@
 //                and none of the axes is used by the tensor already; a dimension no rule gives
 //                an axis is not split (a warning when a rule was skipped for it). A logical name
 //                twice in one tensor is refused, as Flax does. Keys of logical_axes are paths,
-//                `*` a run of digits.
+//                `*` a run of digits. Other keys (a MaxText config's settings) are named in a
+//                warning and not read.
 //
 // What each Hugging Face style means for the parameters of its module (transformers'
 // integrations/tensor_parallel.py, on nn.Linear weights (out, in) and biases (out,)):
