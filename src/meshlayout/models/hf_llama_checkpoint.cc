@@ -137,93 +137,64 @@ std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
   const std::string d_fields = fmt::format("(hidden_size,) = ({},)", d);
   add("token_embedding/embeddings", "model.embed_tokens.weight", {vocab, d}, {vocab, d}, {0, 1},
       fmt::format("(vocab_size, hidden_size) = ({}, {})", vocab, d));
-  if (c.gemma()) {  // keras-hub's GemmaBackbone names; q/k/v kernels stored heads first
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      const std::string k = fmt::format("decoder_block_{}/", i);
-      const std::string h = fmt::format("model.layers.{}.", i);
-      add(k + "pre_attention_norm/scale", h + "input_layernorm.weight", {d}, {d}, {0}, d_fields);
-      for (const char* proj : {"q", "k", "v"}) {
-        const bool query = proj[0] == 'q';
-        const int64_t heads = query ? hq : hkv;
-        const char* heads_field = query ? "num_attention_heads" : "num_key_value_heads";
-        const char* name = query ? "query" : proj[0] == 'k' ? "key" : "value";
-        add(k + "attention/" + name + "/kernel", h + "self_attn." + proj + "_proj.weight",
-            {heads * hd, d}, {heads, hd, d}, {0, 2, 1},
-            fmt::format("({}*head_dim, hidden_size) = ({}*{}, {})", heads_field, heads, hd, d));
-        if (c.qk_norm() && proj[0] != 'v') {  // Gemma 3: q_norm / k_norm over head_dim
-          add(k + "attention/" + name + "_norm/scale", h + "self_attn." + proj + "_norm.weight",
-              {hd}, {hd}, {0}, fmt::format("(head_dim,) = ({},)", hd));
-        }
-      }
-      add(k + "attention/attention_output/kernel", h + "self_attn.o_proj.weight", {d, hq * hd},
-          {d, hq, hd}, {1, 2, 0},
-          fmt::format("(hidden_size, num_attention_heads*head_dim) = ({}, {}*{})", d, hq, hd));
-      if (c.post_norms()) {  // Gemma 2: post_attention_layernorm is the post-attention norm
-        add(k + "post_attention_norm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
-            d_fields);
-        add(k + "pre_ffw_norm/scale", h + "pre_feedforward_layernorm.weight", {d}, {d}, {0},
-            d_fields);
-        add(k + "post_ffw_norm/scale", h + "post_feedforward_layernorm.weight", {d}, {d}, {0},
-            d_fields);
-      } else {  // Gemma 1: post_attention_layernorm is the pre-feed-forward norm
-        add(k + "pre_ffw_norm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
-            d_fields);
-      }
-      const std::string ff_d = fmt::format("(intermediate_size, hidden_size) = ({}, {})", ff, d);
-      add(k + "ffw_gating/kernel", h + "mlp.gate_proj.weight", {ff, d}, {ff, d}, {1, 0}, ff_d);
-      add(k + "ffw_gating_2/kernel", h + "mlp.up_proj.weight", {ff, d}, {ff, d}, {1, 0}, ff_d);
-      add(k + "ffw_linear/kernel", h + "mlp.down_proj.weight", {d, ff}, {d, ff}, {1, 0},
-          fmt::format("(hidden_size, intermediate_size) = ({}, {})", d, ff));
-    }
-    add("final_normalization/scale", "model.norm.weight", {d}, {d}, {0}, d_fields);
-    if (!c.tie_word_embeddings) {
-      add("token_embedding/reverse_embeddings", "lm_head.weight", {vocab, d}, {vocab, d}, {1, 0},
-          fmt::format("(vocab_size, hidden_size) = ({}, {})", vocab, d));
-    }
-    return out;
-  }
+  // keras-hub's names: LlamaBackbone's, or GemmaBackbone's, whose q/k/v kernels are stored heads
+  // first, (heads, d, head_dim) instead of (d, heads, head_dim).
+  const bool gemma = c.gemma();
+  const std::string block = gemma ? "decoder_block_" : "transformer_layer_";
+  const std::string attention = gemma ? "attention/" : "self_attention/";
+  const std::vector<int> qkv_perm = gemma ? std::vector<int>{0, 2, 1} : std::vector<int>{2, 0, 1};
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string k = fmt::format("transformer_layer_{}/", i);
+    const std::string k = block + std::to_string(i) + "/";
     const std::string h = fmt::format("model.layers.{}.", i);
-    add(k + "self_attention_layernorm/scale", h + "input_layernorm.weight", {d}, {d}, {0},
-        d_fields);
+    add(k + (gemma ? "pre_attention_norm" : "self_attention_layernorm") + "/scale",
+        h + "input_layernorm.weight", {d}, {d}, {0}, d_fields);
     for (const char* proj : {"q", "k", "v"}) {
       const bool query = proj[0] == 'q';
       const int64_t heads = query ? hq : hkv;
       const char* heads_field = query ? "num_attention_heads" : "num_key_value_heads";
-      const char* name = query ? "query" : proj[0] == 'k' ? "key" : "value";
-      add(k + "self_attention/" + name + "/kernel", h + "self_attn." + proj + "_proj.weight",
-          {heads * hd, d}, {heads, hd, d}, {2, 0, 1},
+      const std::string name = query ? "query" : proj[0] == 'k' ? "key" : "value";
+      add(k + attention + name + "/kernel", h + "self_attn." + proj + "_proj.weight",
+          {heads * hd, d}, {heads, hd, d}, qkv_perm,
           fmt::format("({}*head_dim, hidden_size) = ({}*{}, {})", heads_field, heads, hd, d));
       if (c.qkv_bias()) {  // (heads*head_dim,) → keras (heads, head_dim)
-        add(k + "self_attention/" + name + "/bias", h + "self_attn." + proj + "_proj.bias",
-            {heads * hd}, {heads, hd}, {0, 1},
-            fmt::format("({}*head_dim,) = ({}*{},)", heads_field, heads, hd));
+        add(k + attention + name + "/bias", h + "self_attn." + proj + "_proj.bias", {heads * hd},
+            {heads, hd}, {0, 1}, fmt::format("({}*head_dim,) = ({}*{},)", heads_field, heads, hd));
       }
-      if (c.qk_norm() && proj[0] != 'v') {  // Qwen 3: q_norm / k_norm over head_dim
-        add(k + "self_attention/" + name + "_dense_layernorm/scale",
+      if (c.qk_norm() && proj[0] != 'v') {  // Qwen 3's / Gemma 3's q_norm, k_norm
+        add(k + attention + name + (gemma ? "_norm" : "_dense_layernorm") + "/scale",
             h + "self_attn." + proj + "_norm.weight", {hd}, {hd}, {0},
             fmt::format("(head_dim,) = ({},)", hd));
       }
     }
-    add(k + "self_attention/attention_output/kernel", h + "self_attn.o_proj.weight", {d, hq * hd},
+    add(k + attention + "attention_output/kernel", h + "self_attn.o_proj.weight", {d, hq * hd},
         {d, hq, hd}, {1, 2, 0},
         fmt::format("(hidden_size, num_attention_heads*head_dim) = ({}, {}*{})", d, hq, hd));
     if (c.output_bias()) {
-      add(k + "self_attention/attention_output/bias", h + "self_attn.o_proj.bias", {d}, {d}, {0},
+      add(k + attention + "attention_output/bias", h + "self_attn.o_proj.bias", {d}, {d}, {0},
           d_fields);
     }
-    add(k + "feedforward_layernorm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
-        d_fields);
+    if (c.post_norms()) {  // Gemma 2 / 3: post_attention_layernorm is the post-attention norm
+      add(k + "post_attention_norm/scale", h + "post_attention_layernorm.weight", {d}, {d}, {0},
+          d_fields);
+      add(k + "pre_ffw_norm/scale", h + "pre_feedforward_layernorm.weight", {d}, {d}, {0},
+          d_fields);
+      add(k + "post_ffw_norm/scale", h + "post_feedforward_layernorm.weight", {d}, {d}, {0},
+          d_fields);
+    } else {  // the others: post_attention_layernorm is the pre-feed-forward norm
+      add(k + (gemma ? "pre_ffw_norm" : "feedforward_layernorm") + "/scale",
+          h + "post_attention_layernorm.weight", {d}, {d}, {0}, d_fields);
+    }
     const std::string ff_d = fmt::format("(intermediate_size, hidden_size) = ({}, {})", ff, d);
-    add(k + "feedforward_gate_dense/kernel", h + "mlp.gate_proj.weight", {ff, d}, {ff, d}, {1, 0},
-        ff_d);
-    add(k + "feedforward_intermediate_dense/kernel", h + "mlp.up_proj.weight", {ff, d}, {ff, d},
-        {1, 0}, ff_d);
-    add(k + "feedforward_output_dense/kernel", h + "mlp.down_proj.weight", {d, ff}, {d, ff}, {1, 0},
+    add(k + (gemma ? "ffw_gating" : "feedforward_gate_dense") + "/kernel",
+        h + "mlp.gate_proj.weight", {ff, d}, {ff, d}, {1, 0}, ff_d);
+    add(k + (gemma ? "ffw_gating_2" : "feedforward_intermediate_dense") + "/kernel",
+        h + "mlp.up_proj.weight", {ff, d}, {ff, d}, {1, 0}, ff_d);
+    add(k + (gemma ? "ffw_linear" : "feedforward_output_dense") + "/kernel",
+        h + "mlp.down_proj.weight", {d, ff}, {d, ff}, {1, 0},
         fmt::format("(hidden_size, intermediate_size) = ({}, {})", d, ff));
   }
-  add("sequence_output_layernorm/scale", "model.norm.weight", {d}, {d}, {0}, d_fields);
+  add(std::string(gemma ? "final_normalization" : "sequence_output_layernorm") + "/scale",
+      "model.norm.weight", {d}, {d}, {0}, d_fields);
   if (!c.tie_word_embeddings) {
     add("token_embedding/reverse_embeddings", "lm_head.weight", {vocab, d}, {vocab, d}, {1, 0},
         fmt::format("(vocab_size, hidden_size) = ({}, {})", vocab, d));
