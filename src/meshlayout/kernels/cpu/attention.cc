@@ -9,8 +9,12 @@
 #include <vector>
 
 #include "meshlayout/kernels/cpu/blas.h"
+#include "meshlayout/kernels/cpu/float_dispatch.h"
 
 namespace meshlayout {
+
+using cpu_kernels::dispatch_float;
+
 namespace {
 
 using cpu_kernels::gemm;
@@ -254,27 +258,15 @@ void rotate(const RotateHalf& a) {
 }  // namespace
 
 void attention_head_forward_cpu(const AttentionHeadForward& args) {
-  if (args.dtype == DType::kF32) {
-    forward_head<float>(args);
-  } else {
-    forward_head<double>(args);
-  }
+  dispatch_float(args.dtype, [&]<typename E>(E* /*tag*/) { forward_head<E>(args); });
 }
 
 void attention_head_backward_cpu(const AttentionHeadBackward& args) {
-  if (args.dtype == DType::kF32) {
-    backward_head<float>(args);
-  } else {
-    backward_head<double>(args);
-  }
+  dispatch_float(args.dtype, [&]<typename E>(E* /*tag*/) { backward_head<E>(args); });
 }
 
 void rotate_half_cpu(const RotateHalf& args) {
-  if (args.dtype == DType::kF32) {
-    rotate<float>(args);
-  } else {
-    rotate<double>(args);
-  }
+  dispatch_float(args.dtype, [&]<typename E>(E* /*tag*/) { rotate<E>(args); });
 }
 
 }  // namespace meshlayout

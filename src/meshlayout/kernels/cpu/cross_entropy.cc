@@ -1,12 +1,16 @@
 // cpu/cross_entropy.cc — the CPU implementation of kernels/cross_entropy.h (moved unchanged from
 // ops/cross_entropy_stats.cc and ops/cross_entropy.cc).
 #include "meshlayout/kernels/cross_entropy.h"
+#include "meshlayout/kernels/cpu/float_dispatch.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 namespace meshlayout {
+
+using cpu_kernels::dispatch_float;
+
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -258,19 +262,11 @@ void fill_grad(const CrossEntropyGrad& a) {
 }  // namespace
 
 void cross_entropy_stats_cpu(const CrossEntropyStats& args) {
-  if (args.pred_dtype == DType::kF32) {
-    local_stats<float>(args);
-  } else {
-    local_stats<double>(args);
-  }
+  dispatch_float(args.pred_dtype, [&]<typename E>(E* /*tag*/) { local_stats<E>(args); });
 }
 
 void cross_entropy_stats2_cpu(const CrossEntropyStats2& args) {
-  if (args.pred_dtype == DType::kF32) {
-    local_stats2<float>(args);
-  } else {
-    local_stats2<double>(args);
-  }
+  dispatch_float(args.pred_dtype, [&]<typename E>(E* /*tag*/) { local_stats2<E>(args); });
 }
 
 void cross_entropy_loss_sum_cpu(const CrossEntropyLossSum& args) {
@@ -303,11 +299,7 @@ void cross_entropy_row_losses_cpu(const CrossEntropyRowLosses& args) {
 }
 
 void cross_entropy_grad_cpu(const CrossEntropyGrad& args) {
-  if (args.pred_dtype == DType::kF32) {
-    fill_grad<float>(args);
-  } else {
-    fill_grad<double>(args);
-  }
+  dispatch_float(args.pred_dtype, [&]<typename E>(E* /*tag*/) { fill_grad<E>(args); });
 }
 
 }  // namespace meshlayout
