@@ -1,6 +1,7 @@
 // cpu/soft_cap.cc — the CPU implementation of kernels/soft_cap.h.
 #include <cmath>
 
+#include "meshlayout/kernels/cpu/float_dispatch.h"
 #include "meshlayout/kernels/soft_cap.h"
 
 namespace meshlayout {
@@ -23,22 +24,17 @@ void cap_backward(E* dy, const E* y, int64_t n, E cap) {
 
 void soft_cap_shard_cpu(const SoftCapShard& a) {
   const int64_t n = a.shard->box.num_elements();
-  if (a.dtype == DType::kF64) {
-    cap_in_place(reinterpret_cast<double*>(a.shard->buffer.data()), n, a.cap);
-  } else {
-    cap_in_place(reinterpret_cast<float*>(a.shard->buffer.data()), n, static_cast<float>(a.cap));
-  }
+  cpu_kernels::dispatch_float(a.dtype, [&]<typename E>(E* /*tag*/) {
+    cap_in_place(reinterpret_cast<E*>(a.shard->buffer.data()), n, static_cast<E>(a.cap));
+  });
 }
 
 void soft_cap_backward_shard_cpu(const SoftCapBackwardShard& a) {
   const int64_t n = a.dy->box.num_elements();
-  if (a.dtype == DType::kF64) {
-    cap_backward(reinterpret_cast<double*>(a.dy->buffer.data()),
-                 reinterpret_cast<const double*>(a.y->buffer.data()), n, a.cap);
-  } else {
-    cap_backward(reinterpret_cast<float*>(a.dy->buffer.data()),
-                 reinterpret_cast<const float*>(a.y->buffer.data()), n, static_cast<float>(a.cap));
-  }
+  cpu_kernels::dispatch_float(a.dtype, [&]<typename E>(E* /*tag*/) {
+    cap_backward(reinterpret_cast<E*>(a.dy->buffer.data()),
+                 reinterpret_cast<const E*>(a.y->buffer.data()), n, static_cast<E>(a.cap));
+  });
 }
 
 }  // namespace meshlayout
