@@ -14,22 +14,38 @@
 #include "meshlayout/core/memory_budget.h"
 #include "meshlayout/layout/box_ops.h"
 #include "meshlayout/layout/devices.h"
+#include "meshlayout/runtime/device_memory.h"
 #include "meshlayout/runtime/operation_agreement.h"
 
 namespace meshlayout {
 namespace {
 
-std::shared_ptr<Runtime> runtime_or_default(std::shared_ptr<Runtime> rt) {
-  return rt ? std::move(rt) : default_runtime();
+// The given runtime, else the default one of the layout's devices' kind (GPU devices have their
+// own runtime: default_runtime(DeviceKind::kCuda)).
+std::shared_ptr<Runtime> runtime_or_default(std::shared_ptr<Runtime> rt,
+                                            const TensorLayout* layout = nullptr) {
+  if (rt) return rt;
+  if (layout != nullptr && layout->device_mesh()) {
+    return default_runtime(layout->device_mesh()->device_kind());
+  }
+  return default_runtime();
 }
 
 void check_mesh_in_runtime(const DeviceMesh& mesh, const Runtime& rt) {
+  if (mesh.device_kind() != rt.device_kind()) {
+    throw ValueError(fmt::format(
+        "{} is made of {} devices, but the runtime's devices are {} devices: use the runtime of "
+        "the mesh's devices (default_runtime(DeviceKind::k{}), or none to pick it)",
+        mesh.to_string(), device_kind_name(mesh.device_kind()), device_kind_name(rt.device_kind()),
+        mesh.device_kind() == DeviceKind::kCuda ? "Cuda" : "Cpu"));
+  }
   for (int64_t id : mesh.device_ids()) {
     if (id >= rt.global_device_count()) {
       throw ValueError(fmt::format(
-          "{} uses {}, but the runtime has {} devices (cpu:0 … cpu:{}); build the mesh from "
+          "{} uses {}, but the runtime has {} devices ({}:0 … {}:{}); build the mesh from "
           "list_devices()",
-          mesh.to_string(), device_name(id), rt.global_device_count(),
+          mesh.to_string(), device_name(id, rt.device_kind()), rt.global_device_count(),
+          device_kind_name(rt.device_kind()), device_kind_name(rt.device_kind()),
           rt.global_device_count() - 1));
     }
   }
@@ -49,7 +65,7 @@ std::string describe_layout(const TensorLayout& layout) {
 
 Array Array::allocate(const TensorLayout& layout, Shape shape, DType dtype,
                       std::shared_ptr<Runtime> runtime, const GeometryOptions& options) {
-  runtime = runtime_or_default(std::move(runtime));
+  runtime = runtime_or_default(std::move(runtime), &layout);
   if (layout.device_mesh()) check_mesh_in_runtime(*layout.device_mesh(), *runtime);
   Array a(ShardGeometry(layout, std::move(shape), options), dtype, runtime);
   const DeviceMesh& mesh = a.mesh();
@@ -74,7 +90,7 @@ Array Array::allocate(const TensorLayout& layout, Shape shape, DType dtype,
     return fmt::format("array {} {} as {}", shape_to_string(a.shape()), dtype_name(dtype),
                        a.layout().to_string());
   };
-  if (process_bytes >= kHostCheckMinBytes) {
+  if (process_bytes >= kHostCheckMinBytes && runtime->device_kind() == DeviceKind::kCpu) {
     check_host_allocation(fmt::format("{} ({} local device{})", what(), planned.size(),
                                       planned.size() == 1 ? "" : "s"),
                           process_bytes);
@@ -148,14 +164,15 @@ HostTensor Array::gather() const {
       plan_to_destinations(geometry_, dsts, dtype_size(dtype_), rt.local_device_count());
   HostTensor out(dtype_, shape());
   const Box box = whole(shape());
-  internal_array::execute_plan(plan, *this,
-                               [&](int64_t) { return std::make_pair(out.data(), box); });
+  internal_array::execute_plan(
+      plan, *this, [&](int64_t) { return std::make_pair(out.data(), box); }, nullptr,
+      /*dst_on_host=*/true);
   return out;
 }
 
 Array distribute_tensor(const HostTensor& tensor, const TensorLayout& layout,
                         const DistributeOptions& options) {
-  std::shared_ptr<Runtime> runtime = runtime_or_default(options.runtime);
+  std::shared_ptr<Runtime> runtime = runtime_or_default(options.runtime, &layout);
   if (runtime->num_processes() > 1) {
     agree_on_operation(runtime->comm(), "distribute_tensor",
                        describe_fields({fmt::format("shape={}", shape_to_string(tensor.shape())),
@@ -169,6 +186,14 @@ Array distribute_tensor(const HostTensor& tensor, const TensorLayout& layout,
           : Array::allocate(layout, tensor.shape(), tensor.dtype(), runtime, geometry_options);
   const Box box = whole(tensor.shape());
   const size_t elem = dtype_size(tensor.dtype());
+  if (runtime->device_kind() != DeviceKind::kCpu) {
+    for (Array::Shard& s : a.local_shards()) {  // one strided host-to-device copy per shard
+      copy_box_through(runtime->device(s.device_id).memory().device_memory(),
+                       CopyDirection::kHostToDevice, s.buffer.data(), s.box, tensor.data(), box,
+                       s.box, elem);
+    }
+    return a;
+  }
   a.runtime().pool().parallel_for(a.local_shards().size(), [&](size_t i) {
     Array::Shard& s = a.local_shards()[i];
     copy_box(tensor.data(), box, s.buffer.data(), s.box, s.box, elem);

@@ -20,13 +20,17 @@
 #include "meshlayout/core/dtype.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/box_ops.h"
+#include "meshlayout/layout/devices.h"
 #include "meshlayout/layout/tensor_layout.h"
+#include "meshlayout/runtime/device_memory.h"
 #include "meshlayout/testing/test_util.h"
 
 namespace meshlayout::testing {
 
-/// A mesh of exactly `devices` devices (cpu:0 … in a random order when `permute`).
-inline DeviceMesh random_mesh(Random& r, int64_t devices, bool permute) {
+/// A mesh of exactly `devices` devices (cpu:0 …, or gpu:0 … for kCuda, in a random order when
+/// `permute`).
+inline DeviceMesh random_mesh(Random& r, int64_t devices, bool permute,
+                              DeviceKind kind = DeviceKind::kCpu) {
   std::vector<int64_t> shape;
   int64_t left = devices;
   const int max_rank = 1 + static_cast<int>(r.uniform(3));
@@ -44,7 +48,7 @@ inline DeviceMesh random_mesh(Random& r, int64_t devices, bool permute) {
   for (size_t a = 0; a < shape.size(); ++a)
     names.push_back(std::string(1, static_cast<char>('a' + a)));
   std::vector<std::string> ids;
-  for (int64_t i = 0; i < devices; ++i) ids.push_back("cpu:" + std::to_string(i));
+  for (int64_t i = 0; i < devices; ++i) ids.push_back(device_name(i, kind));
   if (permute) {
     for (size_t i = ids.size(); i > 1; --i)
       std::swap(ids[i - 1], ids[static_cast<size_t>(r.uniform(static_cast<int64_t>(i)))]);
@@ -82,13 +86,17 @@ inline DType random_dtype(Random& r) {
   return r.pick(all);
 }
 
-// Every local shard holds exactly its box of `x`.
+// Every local shard holds exactly its box of `x` (read through its device's memory, so GPU
+// shards are compared too).
 inline void expect_shards_match(const Array& a, const HostTensor& x) {
   const Box whole{Shape(x.shape().size(), 0), x.shape()};
   for (const Array::Shard& s : a.local_shards()) {
     std::vector<std::byte> want(s.buffer.size());
     copy_box(x.data(), whole, want.data(), s.box, s.box, dtype_size(x.dtype()));
-    if (!std::equal(want.begin(), want.end(), s.buffer.data())) {
+    std::vector<std::byte> have(s.buffer.size());
+    a.runtime().device(s.device_id).memory().device_memory().copy_to_host(
+        have.data(), s.buffer.data(), have.size());
+    if (want != have) {
       throw InternalError(fmt::format("shard at position {} (box {}) differs from the tensor",
                                       s.position, s.box.to_string()));
     }
@@ -107,9 +115,9 @@ struct Case {
   }
 };
 
-inline Case random_case(Random& r, int64_t devices) {
-  DeviceMesh mesh = testing::random_mesh(r, devices, r.uniform(2) == 0);
-  DeviceMesh other = testing::random_mesh(r, devices, true);
+inline Case random_case(Random& r, int64_t devices, DeviceKind kind = DeviceKind::kCpu) {
+  DeviceMesh mesh = testing::random_mesh(r, devices, r.uniform(2) == 0, kind);
+  DeviceMesh other = testing::random_mesh(r, devices, true, kind);
   Shape shape = testing::random_shape(r);
   DType dtype = testing::random_dtype(r);
   TensorLayout a = testing::random_layout(r, mesh, shape.size());
@@ -124,7 +132,7 @@ inline Case random_case(Random& r, int64_t devices) {
 inline void check_random_reshards(const std::shared_ptr<Runtime>& rt, uint64_t seed, int cases) {
   Random r(seed);
   for (int i = 0; i < cases; ++i) {
-    Case c = random_case(r, rt->global_device_count());
+    Case c = random_case(r, rt->global_device_count(), rt->device_kind());
     const std::string where = fmt::format("seed {} case {}: {}", seed, i, c.describe());
     HostTensor x = HostTensor::random(c.dtype, c.shape, seed + static_cast<uint64_t>(i));
     Array a = distribute_tensor(x, c.a, {.runtime = rt});

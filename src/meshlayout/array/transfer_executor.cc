@@ -6,6 +6,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/box_ops.h"
+#include "meshlayout/runtime/device_memory.h"
 
 namespace meshlayout::internal_array {
 namespace {
@@ -20,11 +21,45 @@ constexpr int64_t kCopySlabBytes = int64_t{1} << 20;
 
 }  // namespace
 
+namespace {
+
+// A plan between devices of a kind other than the CPU (one process: default_runtime(kind)
+// refuses several): each piece is one strided copy through the source device's memory
+// (DeviceMemory::copy_strided: cudaMemcpy2DAsync on the GPU's stream, in issue order, no host
+// round trip), or towards the host for a gather.
+void execute_plan_on_devices(const ReshardPlan& plan, const Array& src,
+                             const DestinationResolver& dst, bool dst_on_host) {
+  Runtime& rt = src.runtime();
+  const size_t elem = dtype_size(src.dtype());
+  for (const Transfer& t : plan.transfers) {
+    const Array::Shard* s = src.shard_at(t.src_position);
+    DeviceMemory& from = rt.device(s->device_id).memory().device_memory();
+    auto [dst_data, dst_box] = dst(t.dst_index);
+    DeviceMemory* to = dst_on_host || t.dst_device < 0
+                           ? nullptr
+                           : &rt.device(t.dst_device).memory().device_memory();
+    // Devices on two physical GPUs have two streams: order the copy after the destination's
+    // pending work, and what follows on the destination after the copy.
+    const bool two_streams = to != nullptr && to != &from;
+    if (two_streams) to->synchronize();
+    copy_box_through(from, dst_on_host ? CopyDirection::kDeviceToHost
+                                       : CopyDirection::kDeviceToDevice,
+                     dst_data, dst_box, s->buffer.data(), s->box, t.box, elem);
+    if (two_streams) from.synchronize();
+  }
+}
+
+}  // namespace
+
 void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationResolver& dst,
-                  ExchangeAgreement* agreement) {
+                  ExchangeAgreement* agreement, bool dst_on_host) {
   Runtime& rt = src.runtime();
   const int me = rt.process_id();
   const size_t elem = dtype_size(src.dtype());
+  if (rt.device_kind() != DeviceKind::kCpu) {
+    execute_plan_on_devices(plan, src, dst, dst_on_host);
+    return;
+  }
 
   // Copies inside this process, cut into slabs of about kCopySlabBytes so that the caller can
   // share them with the workers once its own part is done. Pieces of one destination never

@@ -37,7 +37,8 @@ struct ExchangeAgreement {
 /// process run regardless; the caller settles the agreement from `agreement->all` afterwards.
 /// Why: agreeing first made every transfer wait for the last process to arrive (NOTE [Agreed
 /// exchange], runtime/mpi/mpi_exchange.cc).
+/// `dst_on_host`: the destinations are host memory (a gather), not shards of src's kind.
 void execute_plan(const ReshardPlan& plan, const Array& src, const DestinationResolver& dst,
-                  ExchangeAgreement* agreement = nullptr);
+                  ExchangeAgreement* agreement = nullptr, bool dst_on_host = false);
 
 }  // namespace meshlayout::internal_array

@@ -7,25 +7,11 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/kernels/kernel_op.h"
+#ifdef MESHLAYOUT_WITH_CUDA
+#include "meshlayout/kernels/cuda/register.h"
+#endif
 
 namespace meshlayout {
-
-std::string_view device_kind_name(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kCpu:
-      return "cpu";
-    case DeviceKind::kCuda:
-      return "cuda";
-  }
-  return "unknown";
-}
-
-DeviceKind device_kind_of(std::string_view device) {
-  if (device.rfind("cpu:", 0) == 0) return DeviceKind::kCpu;
-  if (device.rfind("cuda:", 0) == 0) return DeviceKind::kCuda;
-  throw ValueError(fmt::format("device {} is of no known kind: expected a name cpu:<i> or cuda:<i>",
-                               quote(std::string(device))));
-}
 
 DeviceKind kind_of(const Array& array) {
   const std::vector<std::string>& devices = array.mesh().devices();
@@ -33,6 +19,14 @@ DeviceKind kind_of(const Array& array) {
 }
 
 namespace internal_kernels {
+
+void load_device_kind(DeviceKind kind) {
+#ifdef MESHLAYOUT_WITH_CUDA
+  if (kind == DeviceKind::kCuda) register_cuda_kernels();
+#else
+  (void)kind;
+#endif
+}
 
 void throw_missing_kernel(std::string_view op, DeviceKind kind) {
   throw NotFoundError(fmt::format(

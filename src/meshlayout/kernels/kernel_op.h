@@ -4,7 +4,8 @@
 // the op runs the implementation of the shards' device kind. The CPU implementation is given
 // where the op is declared (it is always linked); another kind registers its own with define()
 // from its own files, e.g. a CUDA library's static initialiser. Calling an op that has no
-// implementation for a kind is a NotFoundError naming the op and the kind.
+// implementation for a kind is a NotFoundError naming the op and the kind. The CUDA kind's
+// kernels (kernels/cuda/) are defined on the first call of any op for DeviceKind::kCuda.
 //
 // Example:
 //   // kernels/prelu.h
@@ -26,6 +27,8 @@
 namespace meshlayout {
 namespace internal_kernels {
 [[noreturn]] void throw_missing_kernel(std::string_view op, DeviceKind kind);
+/// Registers the kernels of `kind` if this build has them (CUDA: kernels/cuda/register.h), once.
+void load_device_kind(DeviceKind kind);
 }  // namespace internal_kernels
 
 template <typename Signature>
@@ -49,8 +52,12 @@ class KernelOp<R(Args...)> {
 
   /// Runs the implementation for `kind`.
   R operator()(DeviceKind kind, Args... args) const {
-    const Fn fn = fns_[static_cast<size_t>(kind)];
-    if (fn == nullptr) internal_kernels::throw_missing_kernel(name_, kind);
+    Fn fn = fns_[static_cast<size_t>(kind)];
+    if (fn == nullptr) {
+      internal_kernels::load_device_kind(kind);  // a kind's kernels load on first use
+      fn = fns_[static_cast<size_t>(kind)];
+      if (fn == nullptr) internal_kernels::throw_missing_kernel(name_, kind);
+    }
     return fn(std::forward<Args>(args)...);
   }
 

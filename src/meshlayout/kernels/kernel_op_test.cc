@@ -28,7 +28,7 @@ TEST(KernelOpTest, RunsTheImplementationOfTheKindItIsCalledFor) {
     (void)scale_op(DeviceKind::kCuda, 1);
     ADD_FAILURE() << "ran without a cuda implementation";
   } catch (const NotFoundError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("kernel 'scale_for_test' has no cuda implementation"));
+    EXPECT_THAT(e.what(), HasSubstr("kernel 'scale_for_test' has no gpu implementation"));
   }
   scale_op.define(DeviceKind::kCuda, &thrice_on_cuda);
   EXPECT_EQ(scale_op(DeviceKind::kCuda, 2), 6);
@@ -39,7 +39,7 @@ TEST(KernelOpTest, RunsTheImplementationOfTheKindItIsCalledFor) {
 TEST(KernelOpTest, DeviceKindsComeFromDeviceNames) {
   EXPECT_EQ(device_kind_of("cpu:3"), DeviceKind::kCpu);
   EXPECT_EQ(device_kind_of("cuda:0"), DeviceKind::kCuda);
-  EXPECT_EQ(device_kind_name(DeviceKind::kCuda), "cuda");
+  EXPECT_EQ(device_kind_name(DeviceKind::kCuda), "gpu");
   try {
     (void)device_kind_of("tpu:0");
     ADD_FAILURE() << "took tpu:0";

@@ -74,17 +74,38 @@ DeviceMesh::DeviceMesh(std::vector<int64_t> shape, std::vector<std::string> axis
                     "devices.shape=({},){}",
                     repr_ints(shape), total, names.size(), hint));
   }
-  const int64_t known = device_count();
+  // A mesh holds devices of one kind, that of its first device ("cpu:…" or "gpu:…").
+  const bool gpu = !names.empty() && names.front().rfind("gpu:", 0) == 0;
+  const DeviceKind kind = gpu ? DeviceKind::kCuda : DeviceKind::kCpu;
+  const int64_t known = gpu ? gpu_device_count() : device_count();
   std::unordered_map<int64_t, size_t> seen;
   std::vector<int64_t> ids;
   ids.reserve(names.size());
   for (size_t i = 0; i < names.size(); ++i) {
     std::optional<int64_t> id = parse_device_name(names[i]);
+    const bool same_kind = names[i].rfind(device_kind_name(kind), 0) == 0;
+    if (id && !same_kind) {
+      throw ValueError(fmt::format(
+          "DeviceMesh devices must be of one kind: {} (position 0) is a {} device but {} "
+          "(position {}) is not",
+          quote(names.front()), device_kind_name(kind), quote(names[i]), i));
+    }
     if (!id || *id >= known) {
-      throw ValueError(
-          fmt::format("DeviceMesh device {} (position {}) is not a known device; known devices are "
-                      "'cpu:0' … 'cpu:{}' (list_devices(); set {} or set_device_count() for more)",
-                      quote(names[i]), i, known - 1, kCpuDevicesEnvVar));
+      if (gpu && known == 0) {
+        throw ValueError(fmt::format(
+            "DeviceMesh device {} (position {}) is not a known device: this process has no GPU "
+            "devices (list_devices(\"gpu\") is empty: {}; set {} for virtual ones)",
+            quote(names[i]), i,
+            physical_gpu_count() == 0 ? "no CUDA GPU, or a build without -DMESHLAYOUT_CUDA=ON"
+                                      : "none configured",
+            kGpuDevicesEnvVar));
+      }
+      throw ValueError(fmt::format(
+          "DeviceMesh device {} (position {}) is not a known device; known devices are "
+          "'{}:0' … '{}:{}' (list_devices({}); set {}{} for more)",
+          quote(names[i]), i, device_kind_name(kind), device_kind_name(kind), known - 1,
+          gpu ? "\"gpu\"" : "", gpu ? kGpuDevicesEnvVar : kCpuDevicesEnvVar,
+          gpu ? "" : " or set_device_count()"));
     }
     auto [it, inserted] = seen.emplace(*id, i);
     if (!inserted) {

@@ -51,6 +51,12 @@ class DeviceMesh {
   }
   /// Global device indices (K of `cpu:K`), row-major over shape().
   const std::vector<int64_t>& device_ids() const { return impl_->device_ids; }
+  /// The kind of the mesh's devices (a mesh holds one kind): kCuda for gpu:K devices.
+  DeviceKind device_kind() const {
+    return !impl_->devices.empty() && impl_->devices.front().rfind("gpu:", 0) == 0
+               ? DeviceKind::kCuda
+               : DeviceKind::kCpu;
+  }
 
   int rank() const { return static_cast<int>(impl_->shape.size()); }
   /// Number of devices.

@@ -279,12 +279,31 @@ TEST_F(DeviceMeshTest, RejectsDuplicateDevices) {
 }
 
 TEST_F(DeviceMeshTest, RejectsUnknownDeviceType) {
-  EXPECT_EQ(ValueErrorMessage([] {
-              DeviceMesh({2}, {"a"}, Names{"gpu:0", "cpu:1"});
-            }),
-            "DeviceMesh device 'gpu:0' (position 0) is not a known device; known devices are "
+  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2}, {"a"}, Names{"tpu:0", "cpu:1"}); }),
+            "DeviceMesh device 'tpu:0' (position 0) is not a known device; known devices are "
             "'cpu:0' … 'cpu:7' (list_devices(); set MESHLAYOUT_CPU_DEVICES or "
             "set_device_count() for more)");
+}
+
+TEST_F(DeviceMeshTest, HoldsDevicesOfOneKind) {
+  setenv(kGpuDevicesEnvVar, "4", 1);
+  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2}, {"a"}, Names{"gpu:0", "cpu:1"}); }),
+            "DeviceMesh devices must be of one kind: 'gpu:0' (position 0) is a gpu device but "
+            "'cpu:1' (position 1) is not");
+  const DeviceMesh gpus({2, 2}, {"data", "model"}, Names{"gpu:0", "gpu:1", "gpu:2", "gpu:3"});
+  EXPECT_EQ(gpus.device_kind(), DeviceKind::kCuda);
+  EXPECT_EQ(gpus.device_ids(), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(DeviceMesh({8}, {"a"}).device_kind(), DeviceKind::kCpu);
+  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({1}, {"a"}, Names{"gpu:4"}); }),
+            "DeviceMesh device 'gpu:4' (position 0) is not a known device; known devices are "
+            "'gpu:0' … 'gpu:3' (list_devices(\"gpu\"); set MESHLAYOUT_GPU_DEVICES for more)");
+  unsetenv(kGpuDevicesEnvVar);
+  if (physical_gpu_count() == 0) {
+    EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({1}, {"a"}, Names{"gpu:0"}); }),
+              "DeviceMesh device 'gpu:0' (position 0) is not a known device: this process has "
+              "no GPU devices (list_devices(\"gpu\") is empty: no CUDA GPU, or a build without "
+              "-DMESHLAYOUT_CUDA=ON; set MESHLAYOUT_GPU_DEVICES for virtual ones)");
+  }
 }
 
 TEST_F(DeviceMeshTest, RejectsDeviceBeyondTheDeviceCount) {

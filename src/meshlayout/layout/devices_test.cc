@@ -66,18 +66,43 @@ TEST_F(DevicesTest, GetDeviceCountIsTheKerasName) {
 TEST_F(DevicesTest, RejectsNonPositiveCountAndUnknownType) {
   EXPECT_THROW(set_device_count(0), ValueError);
   try {
-    list_devices("gpu");
+    list_devices("tpu");
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "unknown device type 'gpu'; meshlayout has devices of type 'cpu'");
+    EXPECT_STREQ(e.what(),
+                 "unknown device type 'tpu'; meshlayout has devices of types 'cpu' and 'gpu'");
   }
+}
+
+TEST_F(DevicesTest, ListsGpuDevicesFromTheVariableOrThePhysicalGpus) {
+  // Without the variable: one gpu:K per physical GPU (none without CUDA or a GPU, as Keras).
+  unsetenv(kGpuDevicesEnvVar);
+  EXPECT_EQ(get_device_count("gpu"), physical_gpu_count());
+  setenv(kGpuDevicesEnvVar, "3", 1);
+  EXPECT_EQ(list_devices("gpu"), (std::vector<std::string>{"gpu:0", "gpu:1", "gpu:2"}));
+  EXPECT_EQ(list_devices("cuda"), list_devices("gpu"));
+  setenv(kGpuDevicesEnvVar, "0", 1);
+  try {
+    list_devices("gpu");
+    ADD_FAILURE() << "accepted MESHLAYOUT_GPU_DEVICES=0";
+  } catch (const ValueError& e) {
+    EXPECT_STREQ(e.what(), "MESHLAYOUT_GPU_DEVICES='0' must be a whole number of devices from 1 "
+                           "to 1048576");
+  }
+  unsetenv(kGpuDevicesEnvVar);
+  EXPECT_EQ(device_kind_of("gpu:3"), DeviceKind::kCuda);
+  EXPECT_EQ(device_kind_of("cpu:3"), DeviceKind::kCpu);
+  EXPECT_EQ(device_name(4, DeviceKind::kCuda), "gpu:4");
+  EXPECT_THROW(device_kind_of("tpu:0"), ValueError);
 }
 
 TEST_F(DevicesTest, ParsesDeviceNames) {
   EXPECT_EQ(parse_device_name("cpu:12"), 12);
   EXPECT_EQ(parse_device_name("cpu:0"), 0);
   EXPECT_EQ(parse_device_name("cpu:01"), std::nullopt);
-  EXPECT_EQ(parse_device_name("gpu:1"), std::nullopt);
+  EXPECT_EQ(parse_device_name("gpu:1"), 1);
+  EXPECT_EQ(parse_device_name("gpu:01"), std::nullopt);
+  EXPECT_EQ(parse_device_name("tpu:1"), std::nullopt);
   EXPECT_EQ(parse_device_name("cpu:"), std::nullopt);
   EXPECT_EQ(parse_device_name("cpu:-1"), std::nullopt);
 }

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/runtime/device_memory.h"
+#ifdef MESHLAYOUT_WITH_CUDA
+#include "meshlayout/runtime/cuda/cuda_memory.h"
+#endif
 
 namespace meshlayout {
 
@@ -23,7 +27,25 @@ size_t capacity_for(size_t bytes) {
   return (bytes + 63) / 64 * 64;
 }
 
+// The memory of a device of `kind` (GPU memory of gpu:K's physical GPU for kCuda).
+DeviceMemory* memory_of_kind(DeviceKind kind, int64_t id) {
+  if (kind == DeviceKind::kCpu) return &host_memory();
+#ifdef MESHLAYOUT_WITH_CUDA
+  return &cuda_device_memory(id);
+#else
+  throw FailedPreconditionError(fmt::format(
+      "{} is a GPU device, and this meshlayout was built without CUDA (configure with "
+      "-DMESHLAYOUT_CUDA=ON on a machine with nvcc)",
+      device_name(id, kind)));
+#endif
+}
+
 }  // namespace
+
+MemoryAccount::MemoryAccount(std::string name, int64_t max_cached_bytes, DeviceMemory* memory)
+    : name_(std::move(name)),
+      max_cached_(max_cached_bytes),
+      memory_(memory != nullptr ? memory : &host_memory()) {}
 
 MemoryAccount::~MemoryAccount() { release_cache(); }
 
@@ -42,11 +64,14 @@ std::byte* MemoryAccount::allocate(size_t bytes) {
     }
   }
   try {
-    return host_memory().allocate(capacity);
+    return memory_->allocate(capacity);
   } catch (...) {
     release_cache();  // give the cache back and try once more
     try {
-      return host_memory().allocate(capacity);
+      return memory_->allocate(capacity);
+    } catch (const ResourceExhaustedError& e) {
+      release(static_cast<int64_t>(bytes));
+      throw ResourceExhaustedError(fmt::format("{}: {}", name_, e.what()));  // name the device
     } catch (...) {
       release(static_cast<int64_t>(bytes));
       throw;
@@ -66,12 +91,12 @@ void MemoryAccount::deallocate(std::byte* block, size_t bytes) {
       return;
     }
   }
-  host_memory().free(block, capacity);
+  memory_->free(block, capacity);
 }
 
 void MemoryAccount::release_cache() {
   std::lock_guard<std::mutex> lock(cache_mu_);
-  for (auto& [capacity, block] : cache_) host_memory().free(block, capacity);
+  for (auto& [capacity, block] : cache_) memory_->free(block, capacity);
   cache_.clear();
   cached_bytes_ = 0;
 }
@@ -93,7 +118,10 @@ void MemoryAccount::charge(int64_t bytes) {
 
 void MemoryAccount::release(int64_t bytes) { live_.fetch_sub(bytes); }
 
-VirtualDevice::VirtualDevice(int64_t global_id) : id_(global_id), memory_(device_name(global_id)) {}
+VirtualDevice::VirtualDevice(int64_t global_id, DeviceKind kind)
+    : id_(global_id),
+      kind_(kind),
+      memory_(device_name(global_id, kind), int64_t{1} << 30, memory_of_kind(kind, global_id)) {}
 
 DeviceBuffer::DeviceBuffer(MemoryAccount& account, size_t bytes)
     : account_(&account), data_(account.allocate(bytes)), size_(bytes) {}

@@ -1,6 +1,7 @@
-// device.h — virtual CPU devices with their own memory accounting, and the buffers they own.
+// device.h — virtual devices with their own memory accounting, and the buffers they own.
 //
-// A VirtualDevice is one `cpu:K` of list_devices() that lives in this process. Every
+// A VirtualDevice is one `cpu:K` of list_devices() (or `gpu:K` of list_devices("gpu"), whose
+// blocks are GPU memory: runtime/cuda/) that lives in this process. Every
 // DeviceBuffer charges its bytes to one MemoryAccount (a device's, or a runtime's staging
 // account) for as long as it lives, so tests and the CLI can read bytes live and the peak.
 //
@@ -17,7 +18,11 @@
 #include <mutex>
 #include <string>
 
+#include "meshlayout/layout/devices.h"
+
 namespace meshlayout {
+
+class DeviceMemory;
 
 struct MemoryStats {
   int64_t bytes_live = 0;
@@ -33,8 +38,9 @@ struct MemoryStats {
 /// Blocks of 2 MiB or more are backed by transparent huge pages where the kernel allows.
 class MemoryAccount {
  public:
-  explicit MemoryAccount(std::string name, int64_t max_cached_bytes = int64_t{1} << 30)
-      : name_(std::move(name)), max_cached_(max_cached_bytes) {}
+  /// An account whose blocks come from `memory` (host memory when null: device_memory.h).
+  explicit MemoryAccount(std::string name, int64_t max_cached_bytes = int64_t{1} << 30,
+                         DeviceMemory* memory = nullptr);
   ~MemoryAccount();
   MemoryAccount(const MemoryAccount&) = delete;
   MemoryAccount& operator=(const MemoryAccount&) = delete;
@@ -47,6 +53,8 @@ class MemoryAccount {
   void release_cache();
 
   const std::string& name() const { return name_; }
+  /// Where the blocks live (host_memory() for CPU devices and staging).
+  DeviceMemory& device_memory() const { return *memory_; }
   MemoryStats stats() const;
   /// Sets the peak to the bytes live now.
   void reset_peak();
@@ -57,6 +65,7 @@ class MemoryAccount {
  private:
   std::string name_;
   int64_t max_cached_;
+  DeviceMemory* memory_;
   mutable std::mutex cache_mu_;
   std::multimap<size_t, std::byte*> cache_;  // capacity → block
   int64_t cached_bytes_ = 0;
@@ -65,17 +74,19 @@ class MemoryAccount {
   std::atomic<int64_t> allocations_{0};
 };
 
-/// One virtual CPU device of this process.
+/// One virtual device of this process: cpu:K, or gpu:K over physical GPU K mod the GPU count.
 class VirtualDevice {
  public:
-  explicit VirtualDevice(int64_t global_id);
+  explicit VirtualDevice(int64_t global_id, DeviceKind kind = DeviceKind::kCpu);
   int64_t id() const { return id_; }
+  DeviceKind kind() const { return kind_; }
   const std::string& name() const { return memory_.name(); }
   MemoryAccount& memory() { return memory_; }
   const MemoryAccount& memory() const { return memory_; }
 
  private:
   int64_t id_;
+  DeviceKind kind_;
   MemoryAccount memory_;
 };
 

@@ -90,3 +90,45 @@ DeviceMemory& host_memory() {
 }
 
 }  // namespace meshlayout
+
+namespace meshlayout {
+
+void copy_box_through(DeviceMemory& memory, CopyDirection direction, std::byte* dst,
+                      const Box& dst_box, const std::byte* src, const Box& src_box,
+                      const Box& region, size_t elem) {
+  const size_t rank = region.shape.size();
+  if (region.num_elements() == 0) return;
+  std::vector<int64_t> dst_stride(rank), src_stride(rank);
+  int64_t ds = static_cast<int64_t>(elem), ss = static_cast<int64_t>(elem);
+  for (size_t d = rank; d-- > 0;) {
+    dst_stride[d] = ds;
+    src_stride[d] = ss;
+    ds *= dst_box.shape[d];
+    ss *= src_box.shape[d];
+  }
+  int64_t dst_off = 0, src_off = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    dst_off += (region.offset[d] - dst_box.offset[d]) * dst_stride[d];
+    src_off += (region.offset[d] - src_box.offset[d]) * src_stride[d];
+  }
+  // The run: the innermost dimension, extended outwards while a dimension is whole in both boxes.
+  size_t outer = rank;  // dimensions [0, outer) are looped over
+  int64_t run = static_cast<int64_t>(elem);
+  if (rank > 0) {
+    run *= region.shape[rank - 1];
+    outer = rank - 1;
+    while (outer > 0 && region.shape[outer] == dst_box.shape[outer] &&
+           region.shape[outer] == src_box.shape[outer]) {
+      run *= region.shape[outer - 1];
+      --outer;
+    }
+  }
+  const std::vector<int64_t> extent(region.shape.begin(), region.shape.begin() + outer);
+  dst_stride.resize(outer);
+  src_stride.resize(outer);
+  memory.copy_strided({.dst = dst + dst_off, .src = src + src_off, .extent = extent,
+                       .dst_stride = dst_stride, .src_stride = src_stride,
+                       .run_bytes = static_cast<size_t>(run), .direction = direction});
+}
+
+}  // namespace meshlayout

@@ -21,11 +21,16 @@
 #include <span>
 #include <string_view>
 
+#include "meshlayout/layout/shard_geometry.h"  // Box
+
 namespace meshlayout {
 
 /// A byte-strided box copy: for every index (i0, …, ik) < extent, run_bytes contiguous bytes from
 /// src + Σ i_d·src_stride[d] to dst + Σ i_d·dst_stride[d] (dimensions outer first; an empty
 /// extent is one run). Extents >= 0; the runs must not overlap on dst.
+/// Which memories a copy joins: a device kind's own blocks, or host memory on one side.
+enum class CopyDirection : unsigned char { kDeviceToDevice, kHostToDevice, kDeviceToHost };
+
 struct StridedCopy {
   std::byte* dst;
   const std::byte* src;
@@ -33,6 +38,8 @@ struct StridedCopy {
   std::span<const int64_t> dst_stride;  // bytes, one per extent
   std::span<const int64_t> src_stride;  // bytes, one per extent
   size_t run_bytes;
+  /// Host memory on one side (any host pointer, pageable or not); host_memory() ignores it.
+  CopyDirection direction = CopyDirection::kDeviceToDevice;
 };
 
 class DeviceMemory {
@@ -51,9 +58,20 @@ class DeviceMemory {
   /// A box copy between two blocks of this memory. ValueError naming the counts if the strides
   /// do not match the extents or an extent is negative.
   virtual void copy_strided(const StridedCopy& copy) = 0;
+  /// Waits until every copy and kernel enqueued on this memory's device has finished (the
+  /// host's: nothing to wait for).
+  virtual void synchronize() {}
 };
 
 /// The CPU kind's DeviceMemory (host memory); one per process.
 DeviceMemory& host_memory();
+
+/// The strided copy of the elements of `region` (global coordinates, inside both boxes) from a
+/// block holding `src_box` to one holding `dst_box` (row-major, `elem` bytes each), through
+/// `memory` (layout/box_ops.h's copy_box for any kind): dimensions that are whole in both boxes
+/// merge into longer runs.
+void copy_box_through(DeviceMemory& memory, CopyDirection direction, std::byte* dst,
+                      const Box& dst_box, const std::byte* src, const Box& src_box,
+                      const Box& region, size_t elem);
 
 }  // namespace meshlayout

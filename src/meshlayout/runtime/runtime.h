@@ -1,6 +1,7 @@
 // runtime.h — the devices, process group and worker pool a program runs on.
 //
-// A Runtime is one process's view: the global device count (list_devices()), which global
+// A Runtime is one process's view of the devices of one kind: the global device count
+// (list_devices(), or list_devices("gpu") for a runtime of GPU devices), which global
 // devices are local (process p owns cpu:p*L … cpu:p*L+L-1 for L local devices), a
 // VirtualDevice per local device, a Communicator over the processes, a thread pool and a
 // staging memory account. In one process all devices are local and the communicator has one
@@ -10,6 +11,8 @@
 // Example:
 //   auto rt = default_runtime();            // 1 process, list_devices() devices
 //   rt->device(3).memory().stats();         // cpu:3's bytes live and peak
+//   default_runtime(DeviceKind::kCuda);     // the gpu:K devices (Array::allocate picks it for a
+//                                           // mesh of GPU devices)
 #pragma once
 
 #include <cstdint>
@@ -27,10 +30,14 @@ class Runtime {
   /// One process of a group of comm->size() processes, each owning `local_device_count`
   /// devices. The pool is shared between runtimes when given (threads-as-processes tests).
   Runtime(std::shared_ptr<Communicator> comm, int64_t local_device_count,
-          std::shared_ptr<ThreadPool> pool = nullptr);
+          std::shared_ptr<ThreadPool> pool = nullptr, DeviceKind kind = DeviceKind::kCpu);
 
-  /// A single-process runtime with `device_count` devices (default: list_devices()).
-  static std::shared_ptr<Runtime> single_process(int64_t device_count = 0);
+  /// A single-process runtime with `device_count` devices (default: list_devices(), or
+  /// list_devices("gpu") for kCuda).
+  static std::shared_ptr<Runtime> single_process(int64_t device_count = 0,
+                                                 DeviceKind kind = DeviceKind::kCpu);
+
+  DeviceKind device_kind() const { return kind_; }
 
   int process_id() const { return comm_->rank(); }
   int num_processes() const { return comm_->size(); }
@@ -53,6 +60,7 @@ class Runtime {
   std::shared_ptr<Communicator> comm_;
   int64_t local_count_;
   std::shared_ptr<ThreadPool> pool_;
+  DeviceKind kind_;
   std::vector<std::unique_ptr<VirtualDevice>> devices_;
   MemoryAccount staging_{"staging"};
 };
@@ -61,6 +69,12 @@ class Runtime {
 /// by the MPI runtime's initialize().
 std::shared_ptr<Runtime> default_runtime();
 void set_default_runtime(std::shared_ptr<Runtime> runtime);
+
+/// The runtime of devices of `kind` used when none is given: default_runtime() for kCpu; for
+/// kCuda one process's gpu:0 … gpu:G-1 (created on first use, again if G changes).
+/// FailedPreconditionError when G is 0 or several processes run (GPU devices under mpirun are
+/// not supported yet).
+std::shared_ptr<Runtime> default_runtime(DeviceKind kind);
 
 /// Keras' distribution.process_id() / num_processes() for the default runtime.
 int process_id();
