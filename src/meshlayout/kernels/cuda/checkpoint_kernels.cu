@@ -143,9 +143,9 @@ void hf_permute_into_shard_cuda(const HfPermuteIntoShard& a) {
       break;
   }
   cuda::check_launch("hf_permute_into_shard", id);
-  // The caller frees device staging right after this returns: it is stream-ordered memory of
-  // the same device only if allocated so, so wait for the kernel before handing it back.
-  if (on_device) cuda::check(cudaStreamSynchronize(s), "hf_permute_into_shard", id);
+  // No synchronization: device staging comes from the device's memory, whose blocks are
+  // allocated and freed in the order of this same stream (runtime/cuda/cuda_memory.cc), so a
+  // free right after this returns waits for the kernel.
 }
 
 __global__ void first_non_finite_kernel(const float* x, int64_t n,

@@ -277,6 +277,9 @@ TEST(CudaLinearKernelsTest, PermuteShardMatchesCpu) {
     check_permute({257, 33}, {1, 0}, elem);
     check_permute({1, 9, 1}, {2, 1, 0}, elem);
     check_permute({11}, {0}, elem);
+    check_permute({64, 48, 40}, {2, 1, 0}, elem);      // tiled, a batch of 48 planes
+    check_permute({2, 7, 3, 16}, {0, 2, 1, 3}, elem);  // heads first: rows stay contiguous
+    check_permute({3, 100, 70}, {0, 2, 1}, elem);      // tiled, partial tiles
   }
   check_permute({7, 13, 5}, {1, 2, 0}, 4, 1);  // misaligned buffers: byte words
   check_permute({7, 13, 5}, {1, 2, 0}, 8, 4);

@@ -1,6 +1,7 @@
 // permute_kernels.cu — the CUDA implementations of kernels/matmul.h's transpose_box (a tiled
 // transpose through shared memory), permute.h's permute_shard (any rank, elements moved as
-// words of the widest size that divides them) and elementwise.h's concatenate_shards (one
+// words of the widest size that divides them; batched tiled transposes when the innermost
+// output dimension is strided in the source) and elementwise.h's concatenate_shards (one
 // cudaMemcpy2DAsync per input). They move bytes: bit-identical to the CPU ops. Registered by
 // register_cuda_linear_kernels() (linear_kernels.cu).
 #include <cuda_runtime.h>
@@ -85,6 +86,89 @@ __global__ void permute_kernel(const PermuteWords p, int64_t total) {
   }
 }
 
+// A permutation whose innermost output dimension `a` is strided in the source while an outer
+// output dimension `b` is the source's contiguous one: batched 2-D transposes of (b, a) planes
+// in 32 × 32 tiles through shared memory, so that both the reads (along b) and the writes
+// (along a) are coalesced. The other dimensions form the batch.
+struct TiledPermute {
+  const void* src;
+  void* dst;
+  int64_t a_extent, b_extent;
+  int64_t a_src_stride;  // b's source stride is 1, a's destination stride 1
+  int64_t b_dst_stride;
+  int64_t tiles_a, tiles_b, tiles;
+  int batch_rank;
+  int64_t batch_shape[kMaxPermuteRank];
+  int64_t batch_src_stride[kMaxPermuteRank];
+  int64_t batch_dst_stride[kMaxPermuteRank];
+};
+
+template <typename W>
+__global__ void tiled_permute_kernel(const TiledPermute p) {
+  __shared__ W tile[kTile][kTile + 1];  // [a in tile][b in tile]
+  const W* src = static_cast<const W*>(p.src);
+  W* dst = static_cast<W*>(p.dst);
+  for (int64_t t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+    int64_t rest = t / (p.tiles_a * p.tiles_b);
+    const int64_t in_plane = t - rest * p.tiles_a * p.tiles_b;
+    const int64_t b0 = (in_plane / p.tiles_a) * kTile, a0 = (in_plane % p.tiles_a) * kTile;
+    int64_t s_base = 0, d_base = 0;
+    for (int d = p.batch_rank - 1; d >= 0; --d) {
+      const int64_t k = rest % p.batch_shape[d];
+      rest /= p.batch_shape[d];
+      s_base += k * p.batch_src_stride[d];
+      d_base += k * p.batch_dst_stride[d];
+    }
+    for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+      const int64_t ia = a0 + j, ib = b0 + threadIdx.x;
+      if (ia < p.a_extent && ib < p.b_extent) tile[j][threadIdx.x] = src[s_base + ib + ia * p.a_src_stride];
+    }
+    __syncthreads();
+    for (int j = threadIdx.y; j < kTile; j += kTileRows) {
+      const int64_t ib = b0 + j, ia = a0 + threadIdx.x;
+      if (ia < p.a_extent && ib < p.b_extent) dst[d_base + ib * p.b_dst_stride + ia] = tile[threadIdx.x][j];
+    }
+    __syncthreads();
+  }
+}
+
+// Launches kernel<W> with `args` for the word size `word` (16, 8, 4, 2 or 1 bytes).
+template <template <typename> class Launch, typename... Args>
+void with_word(size_t word, Args&&... args) {
+  switch (word) {
+    case 16:
+      Launch<Word16>::run(args...);
+      break;
+    case 8:
+      Launch<uint64_t>::run(args...);
+      break;
+    case 4:
+      Launch<uint32_t>::run(args...);
+      break;
+    case 2:
+      Launch<uint16_t>::run(args...);
+      break;
+    default:
+      Launch<uint8_t>::run(args...);
+      break;
+  }
+}
+
+template <typename W>
+struct LaunchPermute {
+  static void run(const PermuteWords& p, int64_t total, cudaStream_t s) {
+    permute_kernel<W><<<grid_for(total), kThreads, 0, s>>>(p, total);
+  }
+};
+
+template <typename W>
+struct LaunchTiledPermute {
+  static void run(const TiledPermute& p, cudaStream_t s) {
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.tiles, int64_t{1} << 16));
+    tiled_permute_kernel<W><<<grid, dim3(kTile, kTileRows), 0, s>>>(p);
+  }
+};
+
 void permute_shard_cuda(const PermuteShard& a) {
   const int64_t n = a.src->box.num_elements();
   if (n == 0 || a.element_size == 0) return;
@@ -126,32 +210,51 @@ void permute_shard_cuda(const PermuteShard& a) {
     throw ValueError(concat({"permute_shard on CUDA: rank ", std::to_string(rank),
                              " is above the supported ", std::to_string(kMaxPermuteRank - 1)}));
   }
-  PermuteWords p{};
-  p.src = a.src->buffer.data();
-  p.dst = a.dst->buffer.data();
-  p.rank = static_cast<int>(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) {
-    p.out_shape[d] = shape[d];
-    p.src_stride[d] = strides[d];
+  // Output dim b (not the last) that the source walks contiguously, with the last one strided.
+  const size_t r = shape.size();
+  size_t b = r;
+  if (r >= 2 && strides[r - 1] != 1) {
+    for (size_t d = 0; d + 1 < r; ++d) {
+      if (strides[d] == 1) b = d;
+    }
   }
-  const int64_t total = n * per_element;
-  const unsigned grid = grid_for(total);
-  switch (word) {
-    case 16:
-      permute_kernel<Word16><<<grid, kThreads, 0, s>>>(p, total);
-      break;
-    case 8:
-      permute_kernel<uint64_t><<<grid, kThreads, 0, s>>>(p, total);
-      break;
-    case 4:
-      permute_kernel<uint32_t><<<grid, kThreads, 0, s>>>(p, total);
-      break;
-    case 2:
-      permute_kernel<uint16_t><<<grid, kThreads, 0, s>>>(p, total);
-      break;
-    default:
-      permute_kernel<uint8_t><<<grid, kThreads, 0, s>>>(p, total);
-      break;
+  if (b < r && shape[r - 1] >= 4 && shape[b] >= 4) {
+    std::vector<int64_t> dst_strides(r);
+    int64_t st = 1;
+    for (size_t d = r; d-- > 0;) {
+      dst_strides[d] = st;
+      st *= shape[d];
+    }
+    TiledPermute t{};
+    t.src = a.src->buffer.data();
+    t.dst = a.dst->buffer.data();
+    t.a_extent = shape[r - 1];
+    t.b_extent = shape[b];
+    t.a_src_stride = strides[r - 1];
+    t.b_dst_stride = dst_strides[b];
+    t.tiles_a = (t.a_extent + kTile - 1) / kTile;
+    t.tiles_b = (t.b_extent + kTile - 1) / kTile;
+    int64_t batch = 1;
+    for (size_t d = 0; d + 1 < r; ++d) {
+      if (d == b) continue;
+      t.batch_shape[t.batch_rank] = shape[d];
+      t.batch_src_stride[t.batch_rank] = strides[d];
+      t.batch_dst_stride[t.batch_rank] = dst_strides[d];
+      ++t.batch_rank;
+      batch *= shape[d];
+    }
+    t.tiles = batch * t.tiles_a * t.tiles_b;
+    with_word<LaunchTiledPermute>(word, t, s);
+  } else {
+    PermuteWords p{};
+    p.src = a.src->buffer.data();
+    p.dst = a.dst->buffer.data();
+    p.rank = static_cast<int>(r);
+    for (size_t d = 0; d < r; ++d) {
+      p.out_shape[d] = shape[d];
+      p.src_stride[d] = strides[d];
+    }
+    with_word<LaunchPermute>(word, p, n * per_element, s);
   }
   cuda::check_launch("permute_shard", id);
 }
