@@ -1,9 +1,10 @@
 // layer_kernel_util.cuh — what the CUDA layer kernels (layer_kernels.cu, attention_kernels.cu,
-// cross_entropy_kernels.cu) share: a shard's device bytes as T, the F32/F64 dispatch (ValueError
-// for another dtype), launch sizes, stream-ordered scratch memory, block reductions, and the
-// arithmetic that keeps the CPU kernels' results:
+// cross_entropy_kernels.cu, layer_backward_kernels.cu) share, in namespace layer_cuda: a shard's
+// device bytes as T, the F32/F64 dispatch (ValueError for another dtype), launch sizes,
+// stream-ordered scratch memory, block reductions, and the arithmetic that keeps the CPU
+// kernels' results:
 //   - mul/add/sub/div never contract into an FMA (the CPU build has none: same roundings);
-//   - exp_e/tanh_e/log_e of a float are computed in double and rounded to float (glibc's expf,
+//   - exp_e/tanh_e of a float are computed in double and rounded to float (glibc's expf and
 //     tanhf are correctly rounded in nearly all cases, so the results match the CPU's);
 // and the registration functions of the files other than layer_kernels.cu.
 //
@@ -28,8 +29,9 @@
 #include "meshlayout/runtime/cuda/cuda_context.h"
 
 namespace meshlayout::internal_cuda {
-void register_cuda_attention_kernels();      // attention_kernels.cu: attention, rotate_half
-void register_cuda_cross_entropy_kernels();  // cross_entropy_kernels.cu
+void register_cuda_attention_kernels();       // attention_kernels.cu: attention, rotate_half
+void register_cuda_cross_entropy_kernels();   // cross_entropy_kernels.cu
+void register_cuda_layer_backward_kernels();  // layer_backward_kernels.cu: the backward ops
 }  // namespace meshlayout::internal_cuda
 
 // The helpers live in their own namespace (the other kernel files' are in cuda_kernels).

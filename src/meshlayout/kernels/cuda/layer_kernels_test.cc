@@ -42,6 +42,12 @@ TEST(CudaLayerKernelsTest, RegistersEveryOp) {  // needs no GPU
   EXPECT_TRUE(cross_entropy_loss_sum.defined(kCuda));
   EXPECT_TRUE(cross_entropy_row_losses.defined(kCuda));
   EXPECT_TRUE(cross_entropy_grad.defined(kCuda));
+  EXPECT_TRUE(rms_norm_backward.defined(kCuda));
+  EXPECT_TRUE(layer_norm_backward.defined(kCuda));
+  EXPECT_TRUE(activation_backward.defined(kCuda));
+  EXPECT_TRUE(gated_backward.defined(kCuda));
+  EXPECT_TRUE(soft_cap_backward_shard.defined(kCuda));
+  EXPECT_TRUE(embedding_scatter_add.defined(kCuda));
 }
 
 template <typename E>
