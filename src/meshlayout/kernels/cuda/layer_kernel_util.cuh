@@ -29,9 +29,10 @@
 #include "meshlayout/runtime/cuda/cuda_context.h"
 
 namespace meshlayout::internal_cuda {
-void register_cuda_attention_kernels();       // attention_kernels.cu: attention, rotate_half
-void register_cuda_cross_entropy_kernels();   // cross_entropy_kernels.cu
-void register_cuda_layer_backward_kernels();  // layer_backward_kernels.cu: the backward ops
+void register_cuda_attention_kernels();           // attention_kernels.cu: attention, rotate_half
+void register_cuda_cross_entropy_kernels();       // cross_entropy_kernels.cu
+void register_cuda_layer_backward_kernels();      // layer_backward_kernels.cu: the backward ops
+void register_cuda_attention_backward_kernels();  // attention_backward_kernels.cu
 }  // namespace meshlayout::internal_cuda
 
 // The helpers live in their own namespace (the other kernel files' are in cuda_kernels).

@@ -3,7 +3,8 @@
 // (kernels/normalization.h), activation_forward (kernels/activation.h), gated_forward
 // (kernels/gated_activation.h), soft_cap_shard (kernels/soft_cap.h), embedding_lookup and
 // embedding_find_bad_id (kernels/embedding.h); register_cuda_layer_kernels() also registers
-// attention_kernels.cu's, cross_entropy_kernels.cu's and layer_backward_kernels.cu's ops.
+// the ops of attention_kernels.cu, attention_backward_kernels.cu, cross_entropy_kernels.cu and
+// layer_backward_kernels.cu.
 //
 // Each op computes what its CPU implementation (kernels/cpu/<family>.cc) computes, in the same
 // types and, where the CPU runs a fixed order (RMS's eight E lanes, element-wise formulas), the
@@ -382,6 +383,7 @@ void register_cuda_layer_kernels() {
   embedding_find_bad_id.define(DeviceKind::kCuda, &layer_cuda::embedding_find_bad_id_cuda);
   embedding_lookup.define(DeviceKind::kCuda, &layer_cuda::embedding_lookup_cuda);
   register_cuda_attention_kernels();
+  register_cuda_attention_backward_kernels();
   register_cuda_cross_entropy_kernels();
   register_cuda_layer_backward_kernels();
 }

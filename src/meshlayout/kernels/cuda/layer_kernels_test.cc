@@ -37,6 +37,7 @@ TEST(CudaLayerKernelsTest, RegistersEveryOp) {  // needs no GPU
   EXPECT_TRUE(embedding_find_bad_id.defined(kCuda));
   EXPECT_TRUE(rotate_half.defined(kCuda));
   EXPECT_TRUE(attention_head_forward.defined(kCuda));
+  EXPECT_TRUE(attention_head_backward.defined(kCuda));
   EXPECT_TRUE(cross_entropy_stats.defined(kCuda));
   EXPECT_TRUE(cross_entropy_stats2.defined(kCuda));
   EXPECT_TRUE(cross_entropy_loss_sum.defined(kCuda));
