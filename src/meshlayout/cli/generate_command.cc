@@ -71,8 +71,14 @@ std::vector<int32_t> parse_prompt(std::string_view text) {
   return ids;
 }
 
-DeviceMesh default_generate_mesh() {
-  const std::vector<std::string> devices = list_devices();
+DeviceMesh default_generate_mesh(DeviceKind kind) {
+  const std::vector<std::string> devices = list_devices(device_kind_name(kind));
+  if (devices.empty()) {
+    throw ValueError(fmt::format(
+        "--device {}: this process has no {} devices (no CUDA GPU, or a build without "
+        "-DMESHLAYOUT_CUDA=ON; {} sets virtual ones)",
+        device_kind_name(kind), device_kind_name(kind), kGpuDevicesEnvVar));
+  }
   return DeviceMesh({1, static_cast<int64_t>(devices.size())}, {"batch", "model"}, devices);
 }
 
@@ -124,6 +130,7 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   LlamaSetup setup;
   std::vector<std::string> resolved;
   std::exception_ptr failure;
+  std::shared_ptr<Runtime> device_runtime = runtime;  // the runtime of the mesh's devices
   const bool text = !options.prompts.empty();
   try {
     if (options.model_dir.empty()) {
@@ -168,8 +175,14 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
       }
       throw ValueError(message);
     }
-    setup = open_llama_setup(options.model_dir, options.rules_path, options.mesh,
-                             default_generate_mesh);
+    if (options.device != "cpu" && options.device != "gpu") {
+      throw ValueError(fmt::format("--device {}: expected cpu or gpu", quote(options.device)));
+    }
+    const DeviceKind kind = options.device == "gpu" ? DeviceKind::kCuda : DeviceKind::kCpu;
+    setup = open_llama_setup(
+        options.model_dir, options.rules_path, options.mesh,
+        [kind] { return default_generate_mesh(kind); }, kind);
+    if (kind == DeviceKind::kCuda) device_runtime = default_runtime(kind);
     if (text) {
       tokenizer = tokenizers::load_tokenizer(options.model_dir);
       for (const std::string& prompt : options.prompts) {
@@ -188,7 +201,7 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
     generate_options.eos_token_ids = read_eos_token_ids(options.model_dir);
     // What the options resolved to; the options themselves, as parsed, follow (all of them).
     resolved = {fmt::format("mesh={}", setup.mesh->to_string()),
-                fmt::format("local devices per process={}", runtime->local_device_count())};
+                fmt::format("local devices per process={}", device_runtime->local_device_count())};
     for (size_t b = 0; b < prompts.size(); ++b) {
       resolved.push_back(fmt::format("prompt {}={}", b, join_ids(prompts[b])));
     }
@@ -223,7 +236,7 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
         parameter_count(model), config.tie_word_embeddings ? ", tied embeddings" : "");
     log << fmt::format("mesh: {} ({} process{} x {} local devices)\n", model.mesh().to_string(),
                        runtime->num_processes(), runtime->num_processes() == 1 ? "" : "es",
-                       runtime->local_device_count());
+                       device_runtime->local_device_count());
     log << "rules: " << rules_text << "\n";
     log << fmt::format(
         "built sharded in {:.1f} ms; loaded {} tensors in {:.1f} ms ({} read by process 0)\n",
@@ -293,7 +306,8 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   }
   log << "prefill: " << rate(result.prefill_tokens, result.prefill_seconds) << "\n";
   log << "decode:  " << rate(result.decode_tokens, result.decode_seconds) << "\n";
-  log << "memory per device (live now, peak since start):\n" << device_memory_lines(*runtime);
+  log << "memory per device (live now, peak since start):\n"
+      << device_memory_lines(*device_runtime);
   if (leader) out << log.str() << std::flush;
   return 0;
 }
@@ -316,6 +330,9 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--mesh", o->mesh,
                   "mesh, e.g. batch=2,model=4; default: the rules file's \"mesh\", else "
                   "batch=1,model=<all devices>");
+  cmd->add_option("--device", o->device,
+                  "devices to shard on: cpu (list_devices(), the default) or gpu (list_devices(\"gpu\"): "
+                  "one per GPU, or MESHLAYOUT_GPU_DEVICES virtual ones)");
   cmd->add_option("--prompt", o->prompts,
                   "prompt text, tokenised with the model directory's tokenizer (special tokens "
                   "as its post-processor adds them); repeatable: a batch")

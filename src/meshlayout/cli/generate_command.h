@@ -57,6 +57,7 @@ struct GenerateCommandOptions {
   std::optional<double> top_p;
   std::optional<uint64_t> seed;
   bool json = false;
+  std::string device = "cpu";  // --device: cpu or gpu (the mesh's devices)
 };
 
 /// Text of generated ids as it grows, for streaming: push(id) returns the text that id adds
@@ -80,8 +81,8 @@ class TokenTextStream {
 std::vector<int32_t> parse_prompt(std::string_view text);
 
 /// The mesh used without --mesh and without a mesh in the rules file: batch=1,model=N over
-/// list_devices().
-DeviceMesh default_generate_mesh();
+/// list_devices() (list_devices("gpu") for kCuda).
+DeviceMesh default_generate_mesh(DeviceKind kind = DeviceKind::kCpu);
 
 /// Runs the command on the default runtime (every process calls it; output from process 0
 /// only); returns the exit code (0). Bad options (no prompt, both --prompt and --prompt-ids,

@@ -68,7 +68,8 @@ std::unique_ptr<LlamaModel> build_llama_agreed(Runtime& runtime, const LlamaConf
 
 LlamaSetup open_llama_setup(const std::string& model_dir, const std::string& rules_path,
                             const std::optional<std::string>& mesh_text,
-                            const std::function<DeviceMesh()>& default_mesh) {
+                            const std::function<DeviceMesh()>& default_mesh,
+                            DeviceKind device_kind) {
   if (model_dir.empty()) {
     throw ValueError(
         "--model is required: a Hugging Face Llama directory (config.json and model.safetensors)");
@@ -106,6 +107,7 @@ LlamaSetup open_llama_setup(const std::string& model_dir, const std::string& rul
   } else {
     setup.mesh = default_mesh();
   }
+  setup.mesh = setup.mesh->with_device_kind(device_kind);
   if (file) {
     file->mesh = *setup.mesh;
     setup.rules = file->to_layout_map();

@@ -58,8 +58,10 @@ std::unique_ptr<LlamaModel> build_llama_agreed(Runtime& runtime, const LlamaConf
 /// rules file's, else `default_mesh()`) and opens the checkpoint's headers, recording each
 /// input in `inputs`. Throws; does not agree across processes (callers fold it into their own
 /// agreement with agree_on_command).
+/// `device_kind` kCuda puts the mesh on gpu:K devices (--device gpu).
 LlamaSetup open_llama_setup(const std::string& model_dir, const std::string& rules_path,
                             const std::optional<std::string>& mesh_text,
-                            const std::function<DeviceMesh()>& default_mesh);
+                            const std::function<DeviceMesh()>& default_mesh,
+                            DeviceKind device_kind = DeviceKind::kCpu);
 
 }  // namespace meshlayout::cli

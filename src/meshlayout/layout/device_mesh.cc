@@ -119,6 +119,14 @@ DeviceMesh::DeviceMesh(std::vector<int64_t> shape, std::vector<std::string> axis
                                             std::move(names), std::move(ids), std::move(seen)});
 }
 
+DeviceMesh DeviceMesh::with_device_kind(DeviceKind kind) const {
+  if (kind == device_kind()) return *this;
+  std::vector<std::string> names;
+  names.reserve(impl_->device_ids.size());
+  for (int64_t id : impl_->device_ids) names.push_back(device_name(id, kind));
+  return DeviceMesh(impl_->shape, impl_->axis_names, std::move(names));
+}
+
 std::optional<int> DeviceMesh::axis_index(std::string_view name) const {
   for (size_t i = 0; i < impl_->axis_names.size(); ++i) {
     if (impl_->axis_names[i] == name) return static_cast<int>(i);

@@ -79,6 +79,10 @@ class DeviceMesh {
   /// bracketed forms without a device list mean cpu:0 … cpu:N-1. Throws ValueError.
   static DeviceMesh from_string(std::string_view text);
 
+  /// The same shape, axes and device numbers on devices of `kind` (cpu:K → gpu:K), e.g. a rules
+  /// file's mesh run on GPUs. ValueError as the constructor's when those devices do not exist.
+  DeviceMesh with_device_kind(DeviceKind kind) const;
+
   friend bool operator==(const DeviceMesh& a, const DeviceMesh& b);
 
  private:

@@ -294,6 +294,9 @@ TEST_F(DeviceMeshTest, HoldsDevicesOfOneKind) {
   EXPECT_EQ(gpus.device_kind(), DeviceKind::kCuda);
   EXPECT_EQ(gpus.device_ids(), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(DeviceMesh({8}, {"a"}).device_kind(), DeviceKind::kCpu);
+  const DeviceMesh moved = DeviceMesh::from_string("data=2,model=2").with_device_kind(DeviceKind::kCuda);
+  EXPECT_EQ(moved, gpus);
+  EXPECT_EQ(moved.with_device_kind(DeviceKind::kCpu), DeviceMesh::from_string("data=2,model=2"));
   EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({1}, {"a"}, Names{"gpu:4"}); }),
             "DeviceMesh device 'gpu:4' (position 0) is not a known device; known devices are "
             "'gpu:0' … 'gpu:3' (list_devices(\"gpu\"); set MESHLAYOUT_GPU_DEVICES for more)");

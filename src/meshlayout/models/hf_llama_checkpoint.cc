@@ -413,8 +413,13 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
         const Piece& p = pieces[round[r]];
         std::byte* dst = p.target;
         if (p.staging_bytes > 0) {
-          staging[r] = DeviceBuffer(runtime->device(p.shard->device_id).memory(),
-                                    static_cast<size_t>(p.staging_bytes));
+          // Files are read into host memory: a CPU device's own account, the runtime's host
+          // staging account for a device the host cannot address (a GPU's shard is filled
+          // from it by hf_permute_into_shard).
+          MemoryAccount& account = p.kind == DeviceKind::kCpu
+                                       ? runtime->device(p.shard->device_id).memory()
+                                       : runtime->staging();
+          staging[r] = DeviceBuffer(account, static_cast<size_t>(p.staging_bytes));
           dst = staging[r].data();
         }
         batch.add(checkpoint.file(p.mapping), checkpoint.view_info(p.mapping), p.view_box, dst);

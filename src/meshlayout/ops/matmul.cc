@@ -35,9 +35,12 @@ void run_products(ThreadPool& pool, DeviceKind kind, DType dtype,
     int64_t m, k, n, row, rows;
   };
   std::vector<Chunk> chunks;
+  // A GPU runs each product whole (cuBLAS fills the device; chunks would only queue up behind
+  // one another on its stream).
   const size_t pieces =
-      products.empty() ? 1
-                       : std::max<size_t>(1, (pool.size() + products.size() - 1) / products.size());
+      products.empty() || kind != DeviceKind::kCpu
+          ? 1
+          : std::max<size_t>(1, (pool.size() + products.size() - 1) / products.size());
   for (const Product& p : products) {
     const Box& xb = p.x->box;
     const Box& wb = p.w->box;
