@@ -53,6 +53,9 @@ install(FILES ${PROJECT_BINARY_DIR}/meshlayoutConfig.cmake
               ${PROJECT_BINARY_DIR}/meshlayoutConfigVersion.cmake DESTINATION ${config_dir})
 
 list(TRANSFORM MESHLAYOUT_EXPORTED_MODULES PREPEND "-l" OUTPUT_VARIABLE pc_libs)
+if(MESHLAYOUT_CUDA)  # the CUDA device kind: the CUDA runtime (static) and cuBLAS
+  list(APPEND pc_libs "-L${CUDAToolkit_LIBRARY_DIR}" -lcublas -lcublasLt -lcudart_static -ldl -lrt)
+endif()
 string(REPLACE ";" " " MESHLAYOUT_PC_LIBS "${pc_libs}")
 # Relocatable: the prefix is found from the .pc file's own place (pkg-config's ${pcfiledir}).
 file(RELATIVE_PATH MESHLAYOUT_PC_UP "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")

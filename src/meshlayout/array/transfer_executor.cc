@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <vector>
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/box_ops.h"
@@ -31,6 +33,9 @@ void execute_plan_on_devices(const ReshardPlan& plan, const Array& src,
                              const DestinationResolver& dst, bool dst_on_host) {
   Runtime& rt = src.runtime();
   const size_t elem = dtype_size(src.dtype());
+  // Pieces between devices of one physical device (one memory) run as one batch (one kernel
+  // launch on a GPU); pieces towards the host or another GPU one by one.
+  std::map<DeviceMemory*, std::vector<BoxCopy>> batches;
   for (const Transfer& t : plan.transfers) {
     const Array::Shard* s = src.shard_at(t.src_position);
     DeviceMemory& from = rt.device(s->device_id).memory().device_memory();
@@ -38,14 +43,26 @@ void execute_plan_on_devices(const ReshardPlan& plan, const Array& src,
     DeviceMemory* to = dst_on_host || t.dst_device < 0
                            ? nullptr
                            : &rt.device(t.dst_device).memory().device_memory();
+    if (to == &from) {
+      BoxCopy c = plan_box_copy(CopyDirection::kDeviceToDevice, dst_data, dst_box,
+                                s->buffer.data(), s->box, t.box, elem);
+      if (c.run_bytes > 0) batches[&from].push_back(std::move(c));
+      continue;
+    }
     // Devices on two physical GPUs have two streams: order the copy after the destination's
     // pending work, and what follows on the destination after the copy.
-    const bool two_streams = to != nullptr && to != &from;
+    const bool two_streams = to != nullptr;
     if (two_streams) to->synchronize();
     copy_box_through(from, dst_on_host ? CopyDirection::kDeviceToHost
                                        : CopyDirection::kDeviceToDevice,
                      dst_data, dst_box, s->buffer.data(), s->box, t.box, elem);
     if (two_streams) from.synchronize();
+  }
+  for (auto& [memory, copies] : batches) {
+    std::vector<StridedCopy> batch;
+    batch.reserve(copies.size());
+    for (const BoxCopy& c : copies) batch.push_back(c.copy());
+    memory->copy_strided_batch(batch);
   }
 }
 

@@ -52,7 +52,7 @@ std::string keras_glob_of(std::string_view path, bool per_layer) {
   if (first == std::string::npos) return out;
   size_t end = first;
   while (end < out.size() && std::isdigit(static_cast<unsigned char>(out[end]))) ++end;
-  return out.replace(first, end - first, "*");
+  return out.replace(first, end - first, 1, '*');  // (char form: g++ 12 -O3 -Wrestrict)
 }
 
 struct Registry {

@@ -93,11 +93,11 @@ DeviceMemory& host_memory() {
 
 namespace meshlayout {
 
-void copy_box_through(DeviceMemory& memory, CopyDirection direction, std::byte* dst,
-                      const Box& dst_box, const std::byte* src, const Box& src_box,
-                      const Box& region, size_t elem) {
+BoxCopy plan_box_copy(CopyDirection direction, std::byte* dst, const Box& dst_box,
+                      const std::byte* src, const Box& src_box, const Box& region, size_t elem) {
   const size_t rank = region.shape.size();
-  if (region.num_elements() == 0) return;
+  BoxCopy out{.dst = dst, .src = src, .run_bytes = 0, .direction = direction};
+  if (region.num_elements() == 0) return out;
   std::vector<int64_t> dst_stride(rank), src_stride(rank);
   int64_t ds = static_cast<int64_t>(elem), ss = static_cast<int64_t>(elem);
   for (size_t d = rank; d-- > 0;) {
@@ -123,12 +123,23 @@ void copy_box_through(DeviceMemory& memory, CopyDirection direction, std::byte* 
       --outer;
     }
   }
-  const std::vector<int64_t> extent(region.shape.begin(), region.shape.begin() + outer);
+  out.extent.assign(region.shape.begin(), region.shape.begin() + static_cast<ptrdiff_t>(outer));
   dst_stride.resize(outer);
   src_stride.resize(outer);
-  memory.copy_strided({.dst = dst + dst_off, .src = src + src_off, .extent = extent,
-                       .dst_stride = dst_stride, .src_stride = src_stride,
-                       .run_bytes = static_cast<size_t>(run), .direction = direction});
+  out.dst_stride = std::move(dst_stride);
+  out.src_stride = std::move(src_stride);
+  out.dst = dst + dst_off;
+  out.src = src + src_off;
+  out.run_bytes = static_cast<size_t>(run);
+  return out;
+}
+
+void copy_box_through(DeviceMemory& memory, CopyDirection direction, std::byte* dst,
+                      const Box& dst_box, const std::byte* src, const Box& src_box,
+                      const Box& region, size_t elem) {
+  const BoxCopy c = plan_box_copy(direction, dst, dst_box, src, src_box, region, elem);
+  if (c.run_bytes == 0) return;
+  memory.copy_strided(c.copy());
 }
 
 }  // namespace meshlayout

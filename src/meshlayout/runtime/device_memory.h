@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "meshlayout/layout/shard_geometry.h"  // Box
 
@@ -58,9 +59,22 @@ class DeviceMemory {
   /// A box copy between two blocks of this memory. ValueError naming the counts if the strides
   /// do not match the extents or an extent is negative.
   virtual void copy_strided(const StridedCopy& copy) = 0;
+  /// Several device-to-device box copies at once (a reshard's pieces): the same as copy_strided
+  /// on each, which is what this default does; the CUDA kind runs them as one kernel launch.
+  virtual void copy_strided_batch(std::span<const StridedCopy> copies) {
+    for (const StridedCopy& c : copies) copy_strided(c);
+  }
   /// Waits until every copy and kernel enqueued on this memory's device has finished (the
   /// host's: nothing to wait for).
   virtual void synchronize() {}
+  /// Host memory that copies to and from this memory run fastest through (a checkpoint's
+  /// staging): page-locked for CUDA (cudaHostAlloc, portable to every GPU), an ordinary block
+  /// for host_memory(). A copy_from_host or copy_strided(kHostToDevice) from a staging block may
+  /// return before the copy has read it: leave the block unchanged until synchronize(). The CUDA
+  /// kind keeps up to 4 freed blocks for reuse (page-locking memory is slow).
+  virtual std::byte* allocate_staging(size_t bytes) { return allocate(bytes); }
+  /// Returns a block from allocate_staging(bytes).
+  virtual void free_staging(std::byte* block, size_t bytes) { free(block, bytes); }
 };
 
 /// The CPU kind's DeviceMemory (host memory); one per process.
@@ -73,5 +87,22 @@ DeviceMemory& host_memory();
 void copy_box_through(DeviceMemory& memory, CopyDirection direction, std::byte* dst,
                       const Box& dst_box, const std::byte* src, const Box& src_box,
                       const Box& region, size_t elem);
+
+/// copy_box_through's strided copy, kept for a batch (DeviceMemory::copy_strided_batch): `copy`'s
+/// spans point into this object's vectors, so build the batch once the boxes stop moving.
+struct BoxCopy {
+  std::vector<int64_t> extent, dst_stride, src_stride;
+  std::byte* dst;
+  const std::byte* src;
+  size_t run_bytes;
+  CopyDirection direction;
+  StridedCopy copy() const {
+    return {.dst = dst, .src = src, .extent = extent, .dst_stride = dst_stride,
+            .src_stride = src_stride, .run_bytes = run_bytes, .direction = direction};
+  }
+};
+/// The strided copy copy_box_through would run; nothing is copied. Empty regions give runs of 0.
+BoxCopy plan_box_copy(CopyDirection direction, std::byte* dst, const Box& dst_box,
+                      const std::byte* src, const Box& src_box, const Box& region, size_t elem);
 
 }  // namespace meshlayout

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -13,6 +15,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/runtime/cuda/cuda_context.h"
+#include "meshlayout/runtime/cuda/strided_copy.h"
 
 namespace meshlayout {
 namespace {
@@ -31,7 +34,16 @@ cudaMemcpyKind kind_of(CopyDirection direction) {
 
 class CudaMemory final : public DeviceMemory {
  public:
-  explicit CudaMemory(int gpu) : gpu_(gpu) {}
+  // The device's stream-ordered pool keeps what it has reserved (release threshold: all), as
+  // PyTorch's and XLA's allocators do: without it every synchronize returns the pool's unused
+  // memory to the driver and the next allocation maps it again.
+  explicit CudaMemory(int gpu) : gpu_(gpu) {
+    cudaMemPool_t pool = nullptr;
+    cuda::check(cudaDeviceGetDefaultMemPool(&pool, gpu), "cudaDeviceGetDefaultMemPool", gpu);
+    uint64_t keep = UINT64_MAX;
+    cuda::check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+                "cudaMemPoolSetAttribute", gpu);
+  }
 
   std::string_view name() const override { return "cuda"; }
 
@@ -51,10 +63,26 @@ class CudaMemory final : public DeviceMemory {
     return static_cast<std::byte*>(p);
   }
 
-  void free(std::byte* block, size_t /*bytes*/) override {
+  // Runs in destructors, also those of static objects at exit, when the CUDA runtime may
+  // already be unloading (cudaErrorCudartUnloading): it never throws. The process's memory goes
+  // back with the process then; any other failure is reported on stderr.
+  void free(std::byte* block, size_t bytes) noexcept override {
     if (block == nullptr) return;
-    const cudaStream_t s = cuda::enter_device(gpu_);
-    cuda::check(cudaFreeAsync(block, s), "cudaFreeAsync", gpu_);
+    cudaError_t status = cudaSetDevice(gpu_);
+    if (status == cudaSuccess) {
+      try {
+        status = cudaFreeAsync(block, cuda::stream_of(gpu_));
+      } catch (...) {
+        status = cudaErrorUnknown;
+      }
+    }
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      if (status != cudaErrorCudartUnloading) {
+        std::fprintf(stderr, "meshlayout: freeing %zu bytes on physical GPU %d failed: %s\n",
+                     bytes, gpu_, cudaGetErrorString(status));
+      }
+    }
   }
 
   void copy_from_host(std::byte* dst, const std::byte* host_src, size_t bytes) override {
@@ -141,9 +169,80 @@ class CudaMemory final : public DeviceMemory {
     }
   }
 
+  void copy_strided_batch(std::span<const StridedCopy> copies) override {
+    for (const StridedCopy& c : copies) {
+      if (c.direction != CopyDirection::kDeviceToDevice) {
+        throw ValueError("copy_strided_batch copies device to device only");
+      }
+    }
+    cuda::launch_strided_copies(copies, cuda::enter_device(gpu_), gpu_);
+  }
+
   void synchronize() override { cuda::synchronize_device(gpu_); }
 
+  std::byte* allocate_staging(size_t bytes) override { return staging_cache().take(bytes, gpu_); }
+  void free_staging(std::byte* block, size_t bytes) override {
+    staging_cache().give(block, bytes, gpu_);
+  }
+
  private:
+  // Page-locked host blocks (portable: any GPU copies from them asynchronously), shared by the
+  // GPUs of the process. Freed blocks are kept for the next staging requests (a load takes two
+  // slots), up to kMaxCachedBlocks; a request takes the smallest cached block large enough.
+  class StagingCache {
+   public:
+    static constexpr size_t kMaxCachedBlocks = 4;
+
+    std::byte* take(size_t bytes, int gpu) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = cached_.lower_bound(bytes);
+        if (it != cached_.end()) {
+          std::byte* block = it->second;
+          cached_.erase(it);
+          return block;
+        }
+      }
+      void* p = nullptr;
+      const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+      if (status == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        throw ResourceExhaustedError(fmt::format(
+            "cannot page-lock {} ({} bytes) of host memory for staging copies to GPU {}",
+            format_bytes(bytes), bytes, gpu));
+      }
+      cuda::check(status, fmt::format("cudaHostAlloc of {} bytes", bytes), gpu);
+      std::lock_guard<std::mutex> lock(mu_);
+      capacity_[static_cast<std::byte*>(p)] = bytes;
+      return static_cast<std::byte*>(p);
+    }
+
+    void give(std::byte* block, size_t /*bytes*/, int gpu) {
+      if (block == nullptr) return;
+      std::byte* release = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        cached_.emplace(capacity_.at(block), block);
+        if (cached_.size() > kMaxCachedBlocks) {  // drop the smallest
+          release = cached_.begin()->second;
+          cached_.erase(cached_.begin());
+          capacity_.erase(release);
+        }
+      }
+      if (release != nullptr) cuda::check(cudaFreeHost(release), "cudaFreeHost", gpu);
+    }
+
+   private:
+    std::mutex mu_;
+    std::map<std::byte*, size_t> capacity_;     // every block handed out or cached
+    std::multimap<size_t, std::byte*> cached_;  // capacity → free block
+  };
+
+  static StagingCache& staging_cache() {
+    static StagingCache* cache = new StagingCache;  // never destroyed (used at exit)
+    return *cache;
+  }
+
   int gpu_;
 };
 
