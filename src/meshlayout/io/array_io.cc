@@ -13,6 +13,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/init/float_convert.h"
+#include "meshlayout/io/device_staging.h"
 #include "meshlayout/io/mapped_read.h"
 #include "meshlayout/io/save_target.h"
 #include "meshlayout/io/vectored_io.h"
@@ -277,6 +278,8 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
   std::vector<uint64_t> process_load(static_cast<size_t>(comm.size()), 0);
   std::vector<std::pair<const TensorInfo*, const Array::Shard*>> writes;
   size_t runs = 0;
+  const bool device = io_internal::on_device(*runtime);  // GPU shards: through staging
+  std::vector<io_internal::DeviceWrite> device_writes;
   for (const NamedArray& a : arrays) {
     const TensorInfo& info = *header.find(a.name);
     const Box whole{Shape(info.shape.size(), 0), info.shape};
@@ -284,6 +287,13 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
          choose_writers(a.array->geometry(), *runtime, info.element_size, process_load)) {
       const Array::Shard* shard = a.array->shard_at(position);
       if (shard == nullptr) continue;  // another process writes it
+      if (device) {
+        device_writes.push_back({&info, header.data_start() + info.begin, shard->box,
+                                 &io_internal::memory_of(*runtime, *shard), shard->buffer.data()});
+        report.bytes_written +=
+            static_cast<uint64_t>(shard->box.num_elements()) * info.element_size;
+        continue;
+      }
       writes.emplace_back(&info, shard);
       runs += static_cast<size_t>(count_contiguous_runs(shard->box, whole, shard->box));
     }
@@ -304,8 +314,15 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
   agreed_step(
       comm,
       [&] {
-        run_vectored_io(pieces, IoDirection::kWrite,
-                        {.pool = &runtime->pool(), .on_bytes = progress.callback()});
+        if (device) {
+          io_internal::save_from_device(fd, tmp, device_writes, runtime->pool(),
+                                        runtime->staging(),
+                                        {.max_staging_bytes = options.max_staging_bytes,
+                                         .on_bytes = progress.callback()});
+        } else {
+          run_vectored_io(pieces, IoDirection::kWrite,
+                          {.pool = &runtime->pool(), .on_bytes = progress.callback()});
+        }
         if (::fdatasync(fd) != 0) throw_errno("flushing", tmp);
         const int closing = fd;
         fd = -1;
@@ -407,6 +424,31 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
   }
 
   ProgressCounter progress(options.progress, report.shard_bytes);
+  if (io_internal::on_device(*runtime)) {  // GPU shards: through page-locked staging
+    std::vector<io_internal::DeviceBox> boxes;
+    for (const Job& j : jobs) {
+      // Mapped unless asked otherwise: no box merges with another in a staging slot.
+      boxes.push_back({j.file, j.info, j.array->dtype(), j.reader->box,
+                       options.map != MapMode::kNever,
+                       {{&io_internal::memory_of(*runtime, *j.reader), j.reader->buffer.data()}}});
+      for (Array::Shard* copy : j.copies) {
+        boxes.back().destinations.push_back(
+            {&io_internal::memory_of(*runtime, *copy), copy->buffer.data()});
+      }
+    }
+    agreed_step(
+        runtime->comm(),
+        [&] {
+          const io_internal::DeviceLoadReport d = io_internal::load_to_device(
+              boxes, runtime->pool(), runtime->staging(),
+              {.max_staging_bytes = options.max_staging_bytes, .on_bytes = progress.callback()});
+          report.bytes_read = d.bytes_read;
+          report.mapped_bytes = d.mapped_bytes;
+          report.staging_bytes = d.staging_bytes;
+        },
+        [] {});
+    return report;
+  }
   agreed_step(
       runtime->comm(),
       [&] {

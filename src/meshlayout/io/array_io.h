@@ -20,6 +20,10 @@
 // two_phase_load.h) reads every byte once over all processes; it is chosen by
 // LoadOptions::two_phase, or by default for fragmented tensors when mapping is off.
 //
+// Arrays on GPU devices (one process; their shards are device memory) are saved and loaded
+// through a bounded page-locked host staging area instead, the file reads overlapped with the
+// host-to-device copies: device_staging.h.
+//
 // Both are collective over the arrays' runtime: every process calls them with the same list,
 // and a failure in one process (I/O, memory) is thrown by all (agree_on_failure).
 //
@@ -55,6 +59,9 @@ struct NamedArray {
 struct SaveOptions {
   std::map<std::string, std::string> metadata;  // the header's __metadata__
   ProgressFn progress;
+  /// Arrays on GPU devices: bytes of page-locked host staging the save holds at once (two
+  /// slots of at most 64 MiB: device_staging.h). CPU shards are written in place.
+  uint64_t max_staging_bytes = uint64_t{256} << 20;
 };
 
 struct SaveReport {
@@ -98,7 +105,9 @@ struct LoadReport {
   /// Of shard_bytes, those loaded two-phase: their bytes_read is this process's slabs, not
   /// its boxes (over all processes, each byte of those tensors is read once).
   uint64_t two_phase_bytes = 0;
-  uint64_t staging_bytes = 0;  // the two-phase staging slab this process held (0: none)
+  /// The two-phase staging slab this process held (0: none); for arrays on GPU devices, the
+  /// page-locked staging slots (device_staging.h).
+  uint64_t staging_bytes = 0;
   /// Of bytes_read, those copied from a mapping of the file (mapped_read.h).
   uint64_t mapped_bytes = 0;
 };

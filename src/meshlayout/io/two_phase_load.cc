@@ -76,6 +76,8 @@ Box slab(const TensorInfo& tensor, int64_t r0, int64_t rows, int q) {
 
 bool wants_two_phase(const Array& array, const TensorInfo& tensor, TwoPhaseMode mode, MapMode map) {
   if (mode == TwoPhaseMode::kNever || array.runtime().num_processes() < 2) return false;
+  // Device shards load through host staging (device_staging.h), one process only.
+  if (array.runtime().device_kind() != DeviceKind::kCpu) return false;
   if (tensor.shape.empty() || num_elements(tensor.shape) == 0 || !tensor.dtype ||
       *tensor.dtype != array.dtype()) {
     return false;
