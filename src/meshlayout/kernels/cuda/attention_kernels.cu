@@ -248,12 +248,9 @@ void rotate(const RotateHalf& a, cudaStream_t s) {
   for (int64_t b = 0; b < slices; ++b) {
     const size_t k = a.table_of_row.empty() ? 0 : a.table_of_row[static_cast<size_t>(b)];
     const size_t from = k * table + static_cast<size_t>(row0 * half);
-    cuda::check(
-        cudaMemcpyAsync(dc + b * slice, hc + from, slice * sizeof(E), cudaMemcpyHostToDevice, s),
-        "rotate_half cos upload", id);
-    cuda::check(
-        cudaMemcpyAsync(ds + b * slice, hs + from, slice * sizeof(E), cudaMemcpyHostToDevice, s),
-        "rotate_half sin upload", id);
+    // Through page-locked slots: a pageable upload would make the host wait for the stream.
+    cuda::upload_async(dc + b * slice, hc + from, slice * sizeof(E), id, s);
+    cuda::upload_async(ds + b * slice, hs + from, slice * sizeof(E), id, s);
   }
   const int64_t total = nb * nt * nh * half;
   rotate_kernel<E><<<grid_for(total), kThreads, 0, s>>>(

@@ -95,12 +95,17 @@ class DeviceScratch {
   cudaStream_t stream_;
 };
 
-/// `bytes` from host memory `host` to device memory `dst`, enqueued on `s`. Pageable memory is
-/// consumed before cudaMemcpyAsync returns; pinned memory is not, so the stream is synchronized
-/// then: the caller may reuse `host` as soon as this returns.
+/// `bytes` from host memory `host` to device memory `dst`, enqueued on `s`; the caller may reuse
+/// `host` as soon as this returns. Up to 4 MiB go through cuda::upload_async's page-locked slots
+/// (the host does not wait for the stream); larger copies from pinned memory synchronize the
+/// stream, and from pageable memory are consumed before cudaMemcpyAsync returns.
 inline void copy_host_to_device(void* dst, const void* host, size_t bytes, cudaStream_t s,
                                 int64_t device_id, std::string_view what) {
   if (bytes == 0) return;
+  if (bytes <= (size_t{4} << 20)) {
+    cuda::upload_async(dst, host, bytes, device_id, s);
+    return;
+  }
   cudaPointerAttributes attributes{};
   const bool pinned = cudaPointerGetAttributes(&attributes, host) == cudaSuccess &&
                       attributes.type == cudaMemoryTypeHost;

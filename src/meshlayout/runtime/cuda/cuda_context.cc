@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <cstring>
+#include <vector>
 #include <mutex>
 #include <string>
 
@@ -97,6 +100,77 @@ void check(cudaError_t status, std::string_view what, int64_t device_id) {
 
 void check_launch(std::string_view kernel, int64_t device_id) {
   check(cudaGetLastError(), kernel, device_id);
+}
+
+namespace {
+
+constexpr size_t kPinnedUploadMax = size_t{4} << 20;
+constexpr size_t kPinnedSlots = 64;  // per GPU; beyond it an upload waits for the oldest slot
+
+struct PinnedSlot {
+  void* block = nullptr;
+  size_t capacity = 0;
+  cudaEvent_t done = nullptr;  // recorded after the slot's last copy
+};
+
+struct PinnedPool {
+  std::mutex mu;
+  std::vector<PinnedSlot> slots;
+  size_t next_wait = 0;  // round robin over full pools
+};
+
+PinnedPool& pinned_pool(int gpu) {
+  static std::array<PinnedPool, kMaxPhysicalGpus>* const pools =
+      new std::array<PinnedPool, kMaxPhysicalGpus>;  // never destroyed (used at exit)
+  return (*pools)[static_cast<size_t>(gpu)];
+}
+
+}  // namespace
+
+void upload_async(void* dst, const void* host, size_t bytes, int64_t device_id, cudaStream_t s) {
+  if (bytes == 0) return;
+  if (bytes > kPinnedUploadMax) {
+    check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync upload",
+          device_id);
+    return;
+  }
+  const int gpu = physical_gpu_of(device_id);
+  PinnedPool& pool = pinned_pool(gpu);
+  std::lock_guard<std::mutex> lock(pool.mu);
+  PinnedSlot* slot = nullptr;
+  for (PinnedSlot& candidate : pool.slots) {  // a finished slot that is large enough
+    if (candidate.capacity >= bytes && cudaEventQuery(candidate.done) == cudaSuccess) {
+      slot = &candidate;
+      break;
+    }
+  }
+  cudaGetLastError();  // cudaEventQuery's cudaErrorNotReady is not an error
+  if (slot == nullptr && pool.slots.size() < kPinnedSlots) {
+    PinnedSlot fresh;
+    fresh.capacity = std::max<size_t>(bytes, size_t{64} << 10);
+    check(cudaHostAlloc(&fresh.block, fresh.capacity, cudaHostAllocPortable),
+          "cudaHostAlloc (upload slot)", device_id);
+    check(cudaEventCreateWithFlags(&fresh.done, cudaEventDisableTiming),
+          "cudaEventCreate (upload slot)", device_id);
+    pool.slots.push_back(fresh);
+    slot = &pool.slots.back();
+  }
+  if (slot == nullptr) {  // every slot busy: wait for one, growing it if it is too small
+    slot = &pool.slots[pool.next_wait++ % pool.slots.size()];
+    check(cudaEventSynchronize(slot->done), "cudaEventSynchronize (upload slot)", device_id);
+    if (slot->capacity < bytes) {
+      check(cudaFreeHost(slot->block), "cudaFreeHost (upload slot)", device_id);
+      slot->block = nullptr;
+      slot->capacity = 0;
+      check(cudaHostAlloc(&slot->block, bytes, cudaHostAllocPortable),
+            "cudaHostAlloc (upload slot)", device_id);
+      slot->capacity = bytes;
+    }
+  }
+  std::memcpy(slot->block, host, bytes);
+  check(cudaMemcpyAsync(dst, slot->block, bytes, cudaMemcpyHostToDevice, s),
+        "cudaMemcpyAsync upload", device_id);
+  check(cudaEventRecord(slot->done, s), "cudaEventRecord (upload slot)", device_id);
 }
 
 }  // namespace meshlayout::cuda

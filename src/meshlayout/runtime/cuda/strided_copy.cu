@@ -139,9 +139,7 @@ void launch_strided_copies(std::span<const StridedCopy> copies, cudaStream_t str
   const size_t bytes = pieces.size() * sizeof(Piece);
   void* table = nullptr;
   check(cudaMallocAsync(&table, bytes, stream), "cudaMallocAsync (copy table)", gpu);
-  // From pageable memory: the call returns once the driver has staged the table.
-  check(cudaMemcpyAsync(table, pieces.data(), bytes, cudaMemcpyHostToDevice, stream),
-        "cudaMemcpyAsync (copy table)", gpu);
+  upload_async(table, pieces.data(), bytes, gpu, stream);  // the host does not wait
   for (int64_t first = 0; first < tasks; first += int64_t{1} << 30) {
     // Grids of at most 2^30 blocks; a later launch skips the tasks of earlier ones.
     const int64_t count = std::min<int64_t>(tasks - first, int64_t{1} << 30);
