@@ -22,6 +22,7 @@ steps=(
   "env|-|"
   "array_gpu|array_test|--gtest_filter=Gpu*"
   "cuda_kernels|cuda_kernels_test|"
+  "memcheck_reshard|compute-sanitizer|--tool memcheck --error-exitcode 3 BUNDLE/bin/array_test --gtest_filter=GpuArrayTest.Megatron*"
   "io_gpu|io_test|--gtest_filter=*Gpu*"
   "llama_gpu|models_test|--gtest_filter=LlamaGpu*"
   "generate_gpu|meshlayout|-"
@@ -95,11 +96,13 @@ run_step() {  # name binary args; output to $OUTDIR/name.log, result to the summ
     timeout "$limit" "$BUNDLE/bin/meshlayout" generate --model "$dir" --mesh batch=2,model=4 \
       --prompt-ids 3,17,42 --max-new-tokens 8 >>"$log" 2>&1 || rc=99
   else
+    # A bundled binary, else a program of the GPU machine (python3 with PyTorch, compute-sanitizer).
     local exe=$BUNDLE/bin/$bin
-    [[ $bin == python3 ]] && exe=python3  # the GPU machine's (PyTorch, transformers)
-    [[ $bin == python3 || -x $exe ]] || { printf '%-18s %-8s\n' "$name" "absent" >>"$SUMMARY"; return; }
+    [[ -x $exe ]] || exe=$(command -v "$bin" || true)
+    [[ -n $exe ]] || { printf '%-18s %-8s\n' "$name" "absent" >>"$SUMMARY"; return; }
+    args=${args//OUTDIR/$OUTDIR}
     # shellcheck disable=SC2086
-    PYTHONUNBUFFERED=1 timeout "$limit" "$exe" ${args//OUTDIR/$OUTDIR} >"$log" 2>&1
+    PYTHONUNBUFFERED=1 timeout "$limit" "$exe" ${args//BUNDLE/$BUNDLE} >"$log" 2>&1
     rc=$?
   fi
   local verdict=ok
@@ -125,6 +128,7 @@ run() {
                   -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
   export LD_LIBRARY_PATH=$BUNDLE/lib:${CUBLAS_DIRS}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export PATH=$PATH:/usr/local/cuda/bin
   SUMMARY=$OUTDIR/summary.txt FAILS=$OUTDIR/failures.txt
   : >"$SUMMARY"; : >"$FAILS"
   for s in "${steps[@]}"; do
