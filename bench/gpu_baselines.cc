@@ -105,8 +105,8 @@ void write_json(const std::string& path, const std::vector<Figure>& figures,
   std::fprintf(f, "{\n  \"device\": \"%s\"", device.c_str());
   if (!skipped.empty()) std::fprintf(f, ",\n  \"skipped\": \"%s\"", skipped.c_str());
   for (const Figure& fig : figures) {
-    std::fprintf(f, ",\n  \"%s\": {\"value\": %.6g, \"unit\": \"%s\"}", fig.name.c_str(),
-                 fig.value, fig.unit.c_str());
+    std::fprintf(f, ",\n  \"%s\": {\"value\": %.6g, \"unit\": \"%s\"}", fig.name.c_str(), fig.value,
+                 fig.unit.c_str());
   }
   std::fprintf(f, "\n}\n");
   std::fclose(f);

@@ -113,7 +113,8 @@ void write_json(const std::string& path, const std::vector<Figure>& figures,
   if (!skipped.empty()) std::fprintf(f, ",\n  \"skipped\": \"%s\"", skipped.c_str());
   std::fprintf(f, ",\n  \"figures\": [");
   for (size_t i = 0; i < figures.size(); ++i) {
-    std::fprintf(f, "%s\n    {\"name\": \"%s\", \"seconds\": %.6f, \"gbps\": %.3f, \"ratio\": %.3f}",
+    std::fprintf(f,
+                 "%s\n    {\"name\": \"%s\", \"seconds\": %.6f, \"gbps\": %.3f, \"ratio\": %.3f}",
                  i ? "," : "", figures[i].name.c_str(), figures[i].seconds, figures[i].gbps,
                  figures[i].ratio);
   }
@@ -138,14 +139,16 @@ int main(int argc, char** argv) {
     } else if (flag == "--json") {
       json = argv[i + 1];
     } else {
-      std::fprintf(stderr, "usage: gpu_checkpoint_bench [--gib N] [--reps R] [--dir DIR] "
-                           "[--json FILE]\n");
+      std::fprintf(stderr,
+                   "usage: gpu_checkpoint_bench [--gib N] [--reps R] [--dir DIR] "
+                   "[--json FILE]\n");
       return 2;
     }
   }
   if ((argc - 1) % 2 != 0 || gib < 1 || reps < 1) {
-    std::fprintf(stderr, "usage: gpu_checkpoint_bench [--gib N] [--reps R] [--dir DIR] "
-                         "[--json FILE]\n");
+    std::fprintf(stderr,
+                 "usage: gpu_checkpoint_bench [--gib N] [--reps R] [--dir DIR] "
+                 "[--json FILE]\n");
     return 2;
   }
   int gpus = 0;
@@ -181,8 +184,8 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
   std::printf("checkpoint: %d F32 tensors of %lld x %lld, %.2f GiB; median of %d\n", tensors,
-              static_cast<long long>(kRows), static_cast<long long>(kCols),
-              total_bytes / (1 << 30), reps);
+              static_cast<long long>(kRows), static_cast<long long>(kCols), total_bytes / (1 << 30),
+              reps);
   std::printf("%-28s %9s %9s %7s\n", "name", "seconds", "GB/s", "ratio");
 
   std::byte* pinned = nullptr;
@@ -200,26 +203,30 @@ int main(int argc, char** argv) {
     for (int t = 0; t < tensors; ++t)
       to_save.push_back({names[static_cast<size_t>(t)], &sources[static_cast<size_t>(t)]});
     const std::string plain = file + ".plain";
-    const double raw_save = median_seconds(reps, [] {}, [&] {
-      const int fd = ::open(plain.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      for (int t = 0; t < tensors; ++t) {
-        check(cudaMemcpy(pinned, raw_device[static_cast<size_t>(t)], kTensorBytes,
-                         cudaMemcpyDeviceToHost),
-              "cudaMemcpy D2H");
-        for (size_t done = 0; done < kTensorBytes; done += kRequest) {
-          if (::pwrite(fd, pinned + done, kRequest,
-                       static_cast<off_t>(kTensorBytes * static_cast<size_t>(t) + done)) !=
-              static_cast<ssize_t>(kRequest)) {
-            throw Error("short write");
+    const double raw_save = median_seconds(
+        reps, [] {},
+        [&] {
+          const int fd = ::open(plain.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+          for (int t = 0; t < tensors; ++t) {
+            check(cudaMemcpy(pinned, raw_device[static_cast<size_t>(t)], kTensorBytes,
+                             cudaMemcpyDeviceToHost),
+                  "cudaMemcpy D2H");
+            for (size_t done = 0; done < kTensorBytes; done += kRequest) {
+              if (::pwrite(fd, pinned + done, kRequest,
+                           static_cast<off_t>(kTensorBytes * static_cast<size_t>(t) + done)) !=
+                  static_cast<ssize_t>(kRequest)) {
+                throw Error("short write");
+              }
+            }
           }
-        }
-      }
-      ::fdatasync(fd);
-      ::close(fd);
-    });
+          ::fdatasync(fd);
+          ::close(fd);
+        });
     fs::remove(plain);
     report("raw_save", raw_save, raw_save);
-    report("save_gpu_rows8", median_seconds(reps, [] {}, [&] { save_arrays(file, to_save); }),
+    report("save_gpu_rows8",
+           median_seconds(
+               reps, [] {}, [&] { save_arrays(file, to_save); }),
            raw_save);
   }
 

@@ -130,8 +130,8 @@ void write_json(const std::string& path, const std::vector<Figure>& figures,
                static_cast<long long>(layers));
   if (!skipped.empty()) std::fprintf(f, ",\n  \"skipped\": \"%s\"", skipped.c_str());
   for (const Figure& fig : figures) {
-    std::fprintf(f, ",\n  \"%s\": {\"value\": %.6g, \"unit\": \"%s\"}", fig.name.c_str(),
-                 fig.value, fig.unit.c_str());
+    std::fprintf(f, ",\n  \"%s\": {\"value\": %.6g, \"unit\": \"%s\"}", fig.name.c_str(), fig.value,
+                 fig.unit.c_str());
   }
   std::fprintf(f, "\n}\n");
   std::fclose(f);
@@ -148,8 +148,8 @@ std::vector<Gemm> prefill_gemms(const LlamaConfig& c, int64_t T) {
   const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim,
                 kv = c.num_key_value_heads * c.head_dim, ff = c.intermediate_size,
                 L = c.num_hidden_layers;
-  return {{T, d, q, L},  {T, d, kv, 2 * L}, {T, q, d, L},
-          {T, d, ff, 2 * L}, {T, ff, d, L}, {1, d, c.vocab_size, 1}};
+  return {{T, d, q, L},      {T, d, kv, 2 * L}, {T, q, d, L},
+          {T, d, ff, 2 * L}, {T, ff, d, L},     {1, d, c.vocab_size, 1}};
 }
 
 double gemm_flops(const std::vector<Gemm>& gemms) {
@@ -190,11 +190,11 @@ class CublasBaseline {
       float* w = weights_.at({g.k, g.n});
       for (int64_t i = 0; i < g.count; ++i) {
         // Row-major C (m×n) = A (m×k) · W (k×n) is column-major Cᵀ = Wᵀ·Aᵀ.
-        check(cublasSgemm(h_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(g.n),
-                          static_cast<int>(g.m), static_cast<int>(g.k), &one, w,
-                          static_cast<int>(g.n), a_, static_cast<int>(g.k), &zero, c_,
-                          static_cast<int>(g.n)),
-              "cublasSgemm");
+        check(
+            cublasSgemm(h_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(g.n), static_cast<int>(g.m),
+                        static_cast<int>(g.k), &one, w, static_cast<int>(g.n), a_,
+                        static_cast<int>(g.k), &zero, c_, static_cast<int>(g.n)),
+            "cublasSgemm");
       }
     }
   }
@@ -317,8 +317,8 @@ static int run(const Args& args) {
                      .tie_word_embeddings = false,
                      .max_position_embeddings = 8192};
   // generate() needs prompt + new tokens within the context window.
-  config.max_position_embeddings = std::max<int64_t>(
-      8192, std::max(args.prompt + 1, args.decode_prompt + args.new_tokens + 1));
+  config.max_position_embeddings =
+      std::max<int64_t>(8192, std::max(args.prompt + 1, args.decode_prompt + args.new_tokens + 1));
   config.validate();
 
   const DeviceMesh mesh({1, 1}, {"batch", "model"}, std::vector<std::string>{"gpu:0"});
@@ -349,8 +349,9 @@ static int run(const Args& args) {
     }
   }
   if (!lookup_table_seen) {
-    std::fprintf(stderr, "gpu_llama_bench: note: no variable token_embedding/embeddings; the "
-                         "weight bytes per decode token count every variable\n");
+    std::fprintf(stderr,
+                 "gpu_llama_bench: note: no variable token_embedding/embeddings; the "
+                 "weight bytes per decode token count every variable\n");
   }
   std::fprintf(stderr,
                "device 0: %s, %d SMs, %.1f GiB; model: Llama-3-8B shapes, %lld layers, %.2fB "
@@ -389,8 +390,8 @@ static int run(const Args& args) {
 
   const double T = static_cast<double>(args.prompt);
   const double attention_flops = 4.0 * static_cast<double>(config.head_dim) *
-                                 static_cast<double>(config.num_attention_heads) * T * (T + 1) /
-                                 2 * static_cast<double>(args.layers);
+                                 static_cast<double>(config.num_attention_heads) * T * (T + 1) / 2 *
+                                 static_cast<double>(args.layers);
   const std::vector<Gemm> gemms = prefill_gemms(config, args.prompt);
   const double linear_flops = gemm_flops(gemms);  // = 2·block_linear_params·T + 2·d·vocab
   const double prefill_flops = linear_flops + attention_flops;
@@ -408,8 +409,9 @@ static int run(const Args& args) {
   if (2.0 * static_cast<double>(block_linear_params) * T +
           2.0 * static_cast<double>(config.hidden_size * config.vocab_size) !=
       linear_flops) {
-    std::fprintf(stderr, "gpu_llama_bench: note: the model's block parameters (%lld) differ "
-                         "from the baseline's shapes\n",
+    std::fprintf(stderr,
+                 "gpu_llama_bench: note: the model's block parameters (%lld) differ "
+                 "from the baseline's shapes\n",
                  static_cast<long long>(block_linear_params));
   }
   model.reset();  // the baselines get the memory

@@ -130,8 +130,9 @@ int main(int argc, char** argv) {
     std::printf("%-24s %10.3f %8.1f %12.3f %8.2f %14.3f %12.2f   (%lld copied, %lld moved)\n",
                 c.name, ms, gbs, base, base / ms, base_moved, base_moved / ms,
                 static_cast<long long>(copied), static_cast<long long>(plan.bytes_moved));
-    json += std::string(json.size() > 1 ? ", " : "") + "\"" + c.name + "\": {\"ms\": " +
-            std::to_string(ms) + ", \"copied_baseline_ms\": " + std::to_string(base) +
+    json += std::string(json.size() > 1 ? ", " : "") + "\"" + c.name +
+            "\": {\"ms\": " + std::to_string(ms) +
+            ", \"copied_baseline_ms\": " + std::to_string(base) +
             ", \"ratio\": " + std::to_string(base / ms) +
             ", \"moved_baseline_ms\": " + std::to_string(base_moved) +
             ", \"ratio_moved\": " + std::to_string(base_moved / ms) +

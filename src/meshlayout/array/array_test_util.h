@@ -94,8 +94,11 @@ inline void expect_shards_match(const Array& a, const HostTensor& x) {
     std::vector<std::byte> want(s.buffer.size());
     copy_box(x.data(), whole, want.data(), s.box, s.box, dtype_size(x.dtype()));
     std::vector<std::byte> have(s.buffer.size());
-    a.runtime().device(s.device_id).memory().device_memory().copy_to_host(
-        have.data(), s.buffer.data(), have.size());
+    a.runtime()
+        .device(s.device_id)
+        .memory()
+        .device_memory()
+        .copy_to_host(have.data(), s.buffer.data(), have.size());
     if (want != have) {
       throw InternalError(fmt::format("shard at position {} (box {}) differs from the tensor",
                                       s.position, s.box.to_string()));

@@ -23,9 +23,9 @@ class GpuArrayTest : public ::testing::Test {
   void TearDown() override { unsetenv(kGpuDevicesEnvVar); }
 };
 
-#define REQUIRE_GPU()                                                             \
-  do {                                                                            \
-    if (physical_gpu_count() == 0) GTEST_SKIP() << "no GPU in this process";      \
+#define REQUIRE_GPU()                                                        \
+  do {                                                                       \
+    if (physical_gpu_count() == 0) GTEST_SKIP() << "no GPU in this process"; \
   } while (0)
 
 std::vector<std::string> gpus(int n) {

@@ -44,8 +44,8 @@ void execute_plan_on_devices(const ReshardPlan& plan, const Array& src,
                            ? nullptr
                            : &rt.device(t.dst_device).memory().device_memory();
     if (to == &from) {
-      BoxCopy c = plan_box_copy(CopyDirection::kDeviceToDevice, dst_data, dst_box,
-                                s->buffer.data(), s->box, t.box, elem);
+      BoxCopy c = plan_box_copy(CopyDirection::kDeviceToDevice, dst_data, dst_box, s->buffer.data(),
+                                s->box, t.box, elem);
       if (c.run_bytes > 0) batches[&from].push_back(std::move(c));
       continue;
     }
@@ -53,8 +53,8 @@ void execute_plan_on_devices(const ReshardPlan& plan, const Array& src,
     // pending work, and what follows on the destination after the copy.
     const bool two_streams = to != nullptr;
     if (two_streams) to->synchronize();
-    copy_box_through(from, dst_on_host ? CopyDirection::kDeviceToHost
-                                       : CopyDirection::kDeviceToDevice,
+    copy_box_through(from,
+                     dst_on_host ? CopyDirection::kDeviceToHost : CopyDirection::kDeviceToDevice,
                      dst_data, dst_box, s->buffer.data(), s->box, t.box, elem);
     if (two_streams) from.synchronize();
   }

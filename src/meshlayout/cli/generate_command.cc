@@ -74,10 +74,10 @@ std::vector<int32_t> parse_prompt(std::string_view text) {
 DeviceMesh default_generate_mesh(DeviceKind kind) {
   const std::vector<std::string> devices = list_devices(device_kind_name(kind));
   if (devices.empty()) {
-    throw ValueError(fmt::format(
-        "--device {}: this process has no {} devices (no CUDA GPU, or a build without "
-        "-DMESHLAYOUT_CUDA=ON; {} sets virtual ones)",
-        device_kind_name(kind), device_kind_name(kind), kGpuDevicesEnvVar));
+    throw ValueError(
+        fmt::format("--device {}: this process has no {} devices (no CUDA GPU, or a build without "
+                    "-DMESHLAYOUT_CUDA=ON; {} sets virtual ones)",
+                    device_kind_name(kind), device_kind_name(kind), kGpuDevicesEnvVar));
   }
   return DeviceMesh({1, static_cast<int64_t>(devices.size())}, {"batch", "model"}, devices);
 }
@@ -330,9 +330,10 @@ void add_generate_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--mesh", o->mesh,
                   "mesh, e.g. batch=2,model=4; default: the rules file's \"mesh\", else "
                   "batch=1,model=<all devices>");
-  cmd->add_option("--device", o->device,
-                  "devices to shard on: cpu (list_devices(), the default) or gpu (list_devices(\"gpu\"): "
-                  "one per GPU, or MESHLAYOUT_GPU_DEVICES virtual ones)");
+  cmd->add_option(
+      "--device", o->device,
+      "devices to shard on: cpu (list_devices(), the default) or gpu (list_devices(\"gpu\"): "
+      "one per GPU, or MESHLAYOUT_GPU_DEVICES virtual ones)");
   cmd->add_option("--prompt", o->prompts,
                   "prompt text, tokenised with the model directory's tokenizer (special tokens "
                   "as its post-processor adds them); repeatable: a batch")

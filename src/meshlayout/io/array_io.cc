@@ -315,10 +315,9 @@ SaveReport save_arrays(const std::string& path, std::span<const NamedArray> arra
       comm,
       [&] {
         if (device) {
-          io_internal::save_from_device(fd, tmp, device_writes, runtime->pool(),
-                                        runtime->staging(),
-                                        {.max_staging_bytes = options.max_staging_bytes,
-                                         .on_bytes = progress.callback()});
+          io_internal::save_from_device(
+              fd, tmp, device_writes, runtime->pool(), runtime->staging(),
+              {.max_staging_bytes = options.max_staging_bytes, .on_bytes = progress.callback()});
         } else {
           run_vectored_io(pieces, IoDirection::kWrite,
                           {.pool = &runtime->pool(), .on_bytes = progress.callback()});
@@ -428,7 +427,10 @@ LoadReport load_arrays(const Checkpoint& checkpoint, std::span<const LoadTarget>
     std::vector<io_internal::DeviceBox> boxes;
     for (const Job& j : jobs) {
       // Mapped unless asked otherwise: no box merges with another in a staging slot.
-      boxes.push_back({j.file, j.info, j.array->dtype(), j.reader->box,
+      boxes.push_back({j.file,
+                       j.info,
+                       j.array->dtype(),
+                       j.reader->box,
                        options.map != MapMode::kNever,
                        {{&io_internal::memory_of(*runtime, *j.reader), j.reader->buffer.data()}}});
       for (Array::Shard* copy : j.copies) {

@@ -210,9 +210,10 @@ DeviceLoadReport load_to_device(std::span<const DeviceBox> boxes, ThreadPool& po
         const ConvertTask& t = converts_now[i];
         const DeviceBox& b = boxes[t.piece->item];
         const size_t from = b.tensor->element_size, to = dtype_size(b.dtype);
-        convert_floats(file_bytes.data() + t.piece->slot_offset + static_cast<size_t>(t.first) * from,
-                       file_dtype(b), fill + t.piece->slot_offset + static_cast<size_t>(t.first) * to,
-                       b.dtype, static_cast<size_t>(t.count));
+        convert_floats(
+            file_bytes.data() + t.piece->slot_offset + static_cast<size_t>(t.first) * from,
+            file_dtype(b), fill + t.piece->slot_offset + static_cast<size_t>(t.first) * to, b.dtype,
+            static_cast<size_t>(t.count));
       });
       // The other slot's copies are done (its memory is next group's); enqueue this one's.
       wait_for(in_flight);
@@ -255,11 +256,11 @@ uint64_t save_from_device(int fd, const std::string& path, std::span<const Devic
   if (writes.empty()) return 0;
   const size_t slot = slot_bytes(options.max_staging_bytes);
   const auto elem = [](const DeviceWrite& w) { return w.tensor->element_size; };
-  const std::vector<std::vector<Piece>> groups = pack(
-      cut_items(
-          writes,
-          [&](const DeviceWrite& w) { return static_cast<int64_t>(slot / elem(w)); }, elem, elem),
-      slot);
+  const std::vector<std::vector<Piece>> groups =
+      pack(cut_items(
+               writes, [&](const DeviceWrite& w) { return static_cast<int64_t>(slot / elem(w)); },
+               elem, elem),
+           slot);
 
   StagingSlots slots(*writes.front().memory, staging, slot);
   uint64_t written = 0;
@@ -274,16 +275,16 @@ uint64_t save_from_device(int fd, const std::string& path, std::span<const Devic
       w.memory->copy_to_host(fill + p.slot_offset, w.data + p.item_offset,
                              static_cast<size_t>(p.part.num_elements()) * e);
       const Box whole{Shape(w.tensor->shape.size(), 0), w.tensor->shape};
-      for_each_contiguous_run(p.part, whole, p.part, e,
-                              [&](size_t mem_off, size_t file_off, size_t bytes) {
-                                pieces.push_back(IoPiece{fd, w.base + file_off,
-                                                         fill + p.slot_offset + mem_off, bytes,
-                                                         w.tensor->name, path});
-                                written += bytes;
-                              });
+      for_each_contiguous_run(
+          p.part, whole, p.part, e, [&](size_t mem_off, size_t file_off, size_t bytes) {
+            pieces.push_back(IoPiece{fd, w.base + file_off, fill + p.slot_offset + mem_off, bytes,
+                                     w.tensor->name, path});
+            written += bytes;
+          });
     }
     if (writing.valid()) writing.get();  // frees the slot the next group fills
-    writing = std::async(std::launch::async, [&pool, &options, pieces = std::move(pieces)]() mutable {
+    writing = std::async(std::launch::async, [&pool, &options,
+                                              pieces = std::move(pieces)]() mutable {
       run_vectored_io(pieces, IoDirection::kWrite, {.pool = &pool, .on_bytes = options.on_bytes});
     });
   }

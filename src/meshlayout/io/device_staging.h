@@ -10,12 +10,12 @@
 // CUDA) of
 //   min(max_staging_bytes / 2, 64 MiB)
 // bytes each. The file bytes of slot i+1 are read (copied from a mapping of the file,
-// mapped_read.h; preadv under MapMode::kNever) while slot i's host-to-device copies run (asynchronous from
-// page-locked memory); before slot i+1's copies are enqueued, the devices' streams are
-// synchronized, which waits only for slot i's copies (the reads of slot i+2 go into slot i's
-// memory). A box held by several devices of one memory (virtual devices of one physical GPU) is
-// uploaded once and copied on the device to the others; a device of another memory gets its own
-// upload. Dtype conversions read the file's bytes into a pageable buffer of the slot's size and
+// mapped_read.h; preadv under MapMode::kNever) while slot i's host-to-device copies run
+// (asynchronous from page-locked memory); before slot i+1's copies are enqueued, the devices'
+// streams are synchronized, which waits only for slot i's copies (the reads of slot i+2 go into
+// slot i's memory). A box held by several devices of one memory (virtual devices of one physical
+// GPU) is uploaded once and copied on the device to the others; a device of another memory gets its
+// own upload. Dtype conversions read the file's bytes into a pageable buffer of the slot's size and
 // convert into the slot (convert_floats). io/ stays free of CUDA: everything goes through
 // DeviceMemory.
 //
@@ -82,7 +82,7 @@ struct DeviceBox {
 
 struct DeviceStagingOptions {
   uint64_t max_staging_bytes = uint64_t{256} << 20;  // both slots together (LoadOptions')
-  std::function<void(uint64_t)> on_bytes;             // bytes as they land (or are written)
+  std::function<void(uint64_t)> on_bytes;            // bytes as they land (or are written)
 };
 
 struct DeviceLoadReport {

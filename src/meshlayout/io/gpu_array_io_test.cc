@@ -6,8 +6,8 @@
 // 256 MiB tensor through the default two 64 MiB slots. Without a GPU those are skipped; the
 // staging pipeline itself (packing, pieces, replicas, conversion, the save's writer thread) is
 // also run through host memory (DeviceMemory host_memory()), which runs everywhere.
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -52,9 +52,9 @@ std::vector<std::string> devices(int n, DeviceKind kind) {
   if (std::memcmp(got.data(), x.data(), x.num_bytes()) != 0) {
     for (size_t i = 0; i < x.num_bytes(); ++i) {
       if (got.data()[i] != x.data()[i]) {
-        return ::testing::AssertionFailure() << "first differing byte " << i << " of "
-                                             << x.num_bytes() << " (layout "
-                                             << a.layout().to_string() << ")";
+        return ::testing::AssertionFailure()
+               << "first differing byte " << i << " of " << x.num_bytes() << " (layout "
+               << a.layout().to_string() << ")";
       }
     }
   }
@@ -140,7 +140,8 @@ TEST_F(GpuArrayIoTest, StagedLoadThroughHostMemoryEqualsLoadArrays) {
               same->destinations.push_back({&host_memory(), s.buffer.data()});
               continue;
             }
-            boxes.push_back({file, info, dtype, s.box, mapped, {{&host_memory(), s.buffer.data()}}});
+            boxes.push_back(
+                {file, info, dtype, s.box, mapped, {{&host_memory(), s.buffer.data()}}});
           }
           std::atomic<uint64_t> landed{0};  // on_bytes is called from the pool's threads
           const io_internal::DeviceLoadReport r = io_internal::load_to_device(
@@ -165,11 +166,14 @@ TEST_F(GpuArrayIoTest, StagedSaveThroughHostMemoryWritesEveryBox) {
     for (const auto& axes : layouts_of(3)) {
       for (uint64_t staging : {uint64_t{100}, uint64_t{1000}, uint64_t{256} << 20}) {
         const TensorLayout layout(axes, cpu_mesh_);
-        SCOPED_TRACE(fmt::format("{} {} staging {}", dtype_name(dtype), layout.to_string(),
-                                 staging));
+        SCOPED_TRACE(
+            fmt::format("{} {} staging {}", dtype_name(dtype), layout.to_string(), staging));
         Array a = distribute_tensor(x, layout, {.runtime = cpu_});
-        TensorInfo info{.name = "x", .dtype_name = std::string(dtype_name(dtype)), .dtype = dtype,
-                        .element_size = dtype_size(dtype), .shape = x.shape()};
+        TensorInfo info{.name = "x",
+                        .dtype_name = std::string(dtype_name(dtype)),
+                        .dtype = dtype,
+                        .element_size = dtype_size(dtype),
+                        .shape = x.shape()};
         std::vector<io_internal::DeviceWrite> writes;
         for (const Array::Shard& s : a.local_shards()) {
           if (s.box.empty()) continue;
@@ -231,9 +235,9 @@ TEST_F(GpuArrayIoTest, SavesAndLoadsBitExactAcrossLayoutsOfA2x4GpuMesh) {
         Array a = distribute_tensor(x, save_layout, {.runtime = gpu});
         ASSERT_TRUE(same_bytes(a, x));
         const uint64_t save_staging = seed % 2 ? small / 2 : uint64_t{256} << 20;
-        const SaveReport saved = save_arrays(path("gpu.safetensors"),
-                                             std::vector<NamedArray>{{"w", &a}},
-                                             {.max_staging_bytes = save_staging});
+        const SaveReport saved =
+            save_arrays(path("gpu.safetensors"), std::vector<NamedArray>{{"w", &a}},
+                        {.max_staging_bytes = save_staging});
         EXPECT_EQ(saved.bytes_written, x.num_bytes());
         ASSERT_EQ(read_all(path("gpu.safetensors")), cpu_file) << "staging " << save_staging;
         const Checkpoint from_gpu = Checkpoint::open(path("gpu.safetensors"));
@@ -272,8 +276,7 @@ TEST_F(GpuArrayIoTest, SeveralTensorsAndConversionsMatchTheCpuLoad) {
   Array ga = distribute_tensor(a, TensorLayout({"data", "model"}, mesh), {.runtime = gpu});
   Array gb = distribute_tensor(b, TensorLayout({None, "model"}, mesh), {.runtime = gpu});
   Array gc = distribute_tensor(c, TensorLayout({None}, mesh), {.runtime = gpu});
-  save_arrays(path("m.safetensors"),
-              std::vector<NamedArray>{{"a", &ga}, {"b", &gb}, {"c", &gc}});
+  save_arrays(path("m.safetensors"), std::vector<NamedArray>{{"a", &ga}, {"b", &gb}, {"c", &gc}});
   const Checkpoint ckpt = Checkpoint::open(path("m.safetensors"));
   for (uint64_t staging : {uint64_t{600}, uint64_t{256} << 20}) {
     SCOPED_TRACE(fmt::format("staging {}", staging));
@@ -282,8 +285,8 @@ TEST_F(GpuArrayIoTest, SeveralTensorsAndConversionsMatchTheCpuLoad) {
     Array lc = Array::allocate(TensorLayout({"model"}, mesh), c.shape(), DType::kI32, gpu);
     load_arrays(ckpt, std::vector<LoadTarget>{{"a", &la}, {"b", &lb}, {"c", &lc}},
                 {.convert_dtypes = true, .max_staging_bytes = staging});
-    Array ca = Array::allocate(TensorLayout({"model", None}, cpu_mesh_), a.shape(), DType::kBF16,
-                               cpu_);
+    Array ca =
+        Array::allocate(TensorLayout({"model", None}, cpu_mesh_), a.shape(), DType::kBF16, cpu_);
     Array cb = Array::allocate(TensorLayout({None, None}, cpu_mesh_), b.shape(), DType::kF32, cpu_);
     load_arrays(ckpt, std::vector<LoadTarget>{{"a", &ca}, {"b", &cb}}, {.convert_dtypes = true});
     EXPECT_TRUE(same_bytes(la, ca.gather()));
@@ -304,9 +307,9 @@ TEST_F(GpuArrayIoTest, A256MiBTensorGoesThroughSeveralStagingSlots) {
   const uint64_t bytes = x.num_bytes();
   {
     Array a = distribute_tensor(x, TensorLayout({"model", None}, mesh), {.runtime = gpu});
-    EXPECT_EQ(save_arrays(path("big.safetensors"), std::vector<NamedArray>{{"w", &a}})
-                  .bytes_written,
-              bytes);
+    EXPECT_EQ(
+        save_arrays(path("big.safetensors"), std::vector<NamedArray>{{"w", &a}}).bytes_written,
+        bytes);
   }
   const Checkpoint ckpt = Checkpoint::open(path("big.safetensors"));
   for (const std::vector<DimSharding>& axes :

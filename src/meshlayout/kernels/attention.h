@@ -1,8 +1,10 @@
-// attention.h — the per-(batch row, head) kernels of ops/attention.h and ops/attention_backward.h
-// and the rotary embedding's per-shard rotation. Scores, softmax and sums in the operands' element
-// type (float for F32, double for F64) with the BLAS; under a causal mask the query rows run in
-// blocks that skip the masked keys. Shards are (batch, seq, heads, head_dim) boxes with seq and
-// head_dim whole; a key mask shard is (batch, keys) of I32, I64, U8 or BOOL.
+// attention.h — the per-(batch row, head) kernels of ops/attention.h and ops/attention_backward.h,
+// the forward of a whole shard's (batch row, head) tasks at once (attention_shard_forward: what
+// device kinds run, one launch for all heads), and the rotary embedding's per-shard rotation.
+// On the CPU: scores, softmax and sums in the operands' element type (float for F32, double for
+// F64) with the BLAS; under a causal mask the query rows run in blocks that skip the masked keys.
+// Shards are (batch, seq, heads, head_dim) boxes with seq and head_dim whole; a key mask shard is
+// (batch, keys) of I32, I64, U8 or BOOL.
 //
 // Example (ops/attention.cc, one task per (output shard, batch row, head), on the pool):
 //   attention_head_forward(kind, {.out = &os, .q = qs, .k = ks, .v = vs, .b = 0, .h = 1,
@@ -54,6 +56,45 @@ struct AttentionHeadForward {
   DType dtype;  // F32 or F64
 };
 
+/// Every (batch row, head) task of one output shard at once: out[b, :, h, :] for each local batch
+/// row b < out.box.shape[0] and local head h < out.box.shape[2], each exactly as
+/// AttentionHeadForward with these fields and that (b, h) (attention_head_task). The CPU
+/// implementation runs attention_head_forward_cpu task by task, in (b, h) order; a device kind
+/// runs the whole shard in one or a few launches (ops/attention.cc calls it for non-CPU kinds).
+struct AttentionShardForward {
+  Array::Shard* out;
+  const Array::Shard* q;
+  const Array::Shard* k;
+  const Array::Shard* v;
+  const Array::Shard* key_mask;  // null: none
+  DType mask_dtype;
+  int64_t T, S, L, r, D;
+  double scale;
+  AttentionMasking masking;
+  DType dtype;  // F32 or F64
+};
+
+/// The per-head arguments of task (b, h) of a shard's forward.
+inline AttentionHeadForward attention_head_task(const AttentionShardForward& a, int64_t b,
+                                                int64_t h) {
+  return {.out = a.out,
+          .q = a.q,
+          .k = a.k,
+          .v = a.v,
+          .key_mask = a.key_mask,
+          .mask_dtype = a.mask_dtype,
+          .b = b,
+          .h = h,
+          .T = a.T,
+          .S = a.S,
+          .L = a.L,
+          .r = a.r,
+          .D = a.D,
+          .scale = a.scale,
+          .masking = a.masking,
+          .dtype = a.dtype};
+}
+
 /// The gradients of key/value head j (global) of batch row b (local to the boxes) into dk and dv
 /// (kv boxes: kv_layout shards or partial sums over the head axes), and dq of the query heads of
 /// j's group that dq's box holds. q, d_out: dq's box; k, v: the forward's key/value shards.
@@ -88,11 +129,14 @@ struct RotateHalf {
 };
 
 void attention_head_forward_cpu(const AttentionHeadForward& args);
+void attention_shard_forward_cpu(const AttentionShardForward& args);
 void attention_head_backward_cpu(const AttentionHeadBackward& args);
 void rotate_half_cpu(const RotateHalf& args);
 
 inline KernelOp<void(const AttentionHeadForward&)> attention_head_forward{
     "attention_head_forward", &attention_head_forward_cpu};
+inline KernelOp<void(const AttentionShardForward&)> attention_shard_forward{
+    "attention_shard_forward", &attention_shard_forward_cpu};
 inline KernelOp<void(const AttentionHeadBackward&)> attention_head_backward{
     "attention_head_backward", &attention_head_backward_cpu};
 inline KernelOp<void(const RotateHalf&)> rotate_half{"rotate_half", &rotate_half_cpu};

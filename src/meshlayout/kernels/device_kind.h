@@ -1,6 +1,7 @@
 // device_kind.h — DeviceKind: the kinds of device an array's shards can live on, each with its
 // own implementation of every kernel (kernel_op.h). CPU and CUDA (built with
-// -DMESHLAYOUT_CUDA=ON). The kind of a device comes from its name, as list_devices() gives it: "cpu:3".
+// -DMESHLAYOUT_CUDA=ON). The kind of a device comes from its name, as list_devices() gives it:
+// "cpu:3".
 //
 // Example:
 //   DeviceKind k = kind_of(array);            // DeviceKind::kCpu for arrays on cpu:K devices

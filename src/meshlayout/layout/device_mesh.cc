@@ -100,12 +100,12 @@ DeviceMesh::DeviceMesh(std::vector<int64_t> shape, std::vector<std::string> axis
                                       : "none configured",
             kGpuDevicesEnvVar));
       }
-      throw ValueError(fmt::format(
-          "DeviceMesh device {} (position {}) is not a known device; known devices are "
-          "'{}:0' … '{}:{}' (list_devices({}); set {}{} for more)",
-          quote(names[i]), i, device_kind_name(kind), device_kind_name(kind), known - 1,
-          gpu ? "\"gpu\"" : "", gpu ? kGpuDevicesEnvVar : kCpuDevicesEnvVar,
-          gpu ? "" : " or set_device_count()"));
+      throw ValueError(
+          fmt::format("DeviceMesh device {} (position {}) is not a known device; known devices are "
+                      "'{}:0' … '{}:{}' (list_devices({}); set {}{} for more)",
+                      quote(names[i]), i, device_kind_name(kind), device_kind_name(kind), known - 1,
+                      gpu ? "\"gpu\"" : "", gpu ? kGpuDevicesEnvVar : kCpuDevicesEnvVar,
+                      gpu ? "" : " or set_device_count()"));
     }
     auto [it, inserted] = seen.emplace(*id, i);
     if (!inserted) {

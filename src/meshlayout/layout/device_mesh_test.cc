@@ -279,7 +279,9 @@ TEST_F(DeviceMeshTest, RejectsDuplicateDevices) {
 }
 
 TEST_F(DeviceMeshTest, RejectsUnknownDeviceType) {
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2}, {"a"}, Names{"tpu:0", "cpu:1"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2}, {"a"}, Names{"tpu:0", "cpu:1"});
+            }),
             "DeviceMesh device 'tpu:0' (position 0) is not a known device; known devices are "
             "'cpu:0' … 'cpu:7' (list_devices(); set MESHLAYOUT_CPU_DEVICES or "
             "set_device_count() for more)");
@@ -287,14 +289,17 @@ TEST_F(DeviceMeshTest, RejectsUnknownDeviceType) {
 
 TEST_F(DeviceMeshTest, HoldsDevicesOfOneKind) {
   setenv(kGpuDevicesEnvVar, "4", 1);
-  EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({2}, {"a"}, Names{"gpu:0", "cpu:1"}); }),
+  EXPECT_EQ(ValueErrorMessage([] {
+              DeviceMesh({2}, {"a"}, Names{"gpu:0", "cpu:1"});
+            }),
             "DeviceMesh devices must be of one kind: 'gpu:0' (position 0) is a gpu device but "
             "'cpu:1' (position 1) is not");
   const DeviceMesh gpus({2, 2}, {"data", "model"}, Names{"gpu:0", "gpu:1", "gpu:2", "gpu:3"});
   EXPECT_EQ(gpus.device_kind(), DeviceKind::kCuda);
   EXPECT_EQ(gpus.device_ids(), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(DeviceMesh({8}, {"a"}).device_kind(), DeviceKind::kCpu);
-  const DeviceMesh moved = DeviceMesh::from_string("data=2,model=2").with_device_kind(DeviceKind::kCuda);
+  const DeviceMesh moved =
+      DeviceMesh::from_string("data=2,model=2").with_device_kind(DeviceKind::kCuda);
   EXPECT_EQ(moved, gpus);
   EXPECT_EQ(moved.with_device_kind(DeviceKind::kCpu), DeviceMesh::from_string("data=2,model=2"));
   EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({1}, {"a"}, Names{"gpu:4"}); }),

@@ -56,9 +56,9 @@ void reset_device_count() { g_device_count_override.store(0, std::memory_order_r
 std::vector<std::string> list_devices(std::string_view device_type) {
   const std::string_view type = device_type == "cuda" ? "gpu" : device_type;
   if (type != "cpu" && type != "gpu") {
-    throw ValueError(fmt::format(
-        "unknown device type {}; meshlayout has devices of types 'cpu' and 'gpu'",
-        quote(device_type)));
+    throw ValueError(
+        fmt::format("unknown device type {}; meshlayout has devices of types 'cpu' and 'gpu'",
+                    quote(device_type)));
   }
   const DeviceKind kind = type == "gpu" ? DeviceKind::kCuda : DeviceKind::kCpu;
   const int64_t n = kind == DeviceKind::kCuda ? gpu_device_count() : device_count();

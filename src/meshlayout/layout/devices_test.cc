@@ -86,8 +86,9 @@ TEST_F(DevicesTest, ListsGpuDevicesFromTheVariableOrThePhysicalGpus) {
     list_devices("gpu");
     ADD_FAILURE() << "accepted MESHLAYOUT_GPU_DEVICES=0";
   } catch (const ValueError& e) {
-    EXPECT_STREQ(e.what(), "MESHLAYOUT_GPU_DEVICES='0' must be a whole number of devices from 1 "
-                           "to 1048576");
+    EXPECT_STREQ(e.what(),
+                 "MESHLAYOUT_GPU_DEVICES='0' must be a whole number of devices from 1 "
+                 "to 1048576");
   }
   unsetenv(kGpuDevicesEnvVar);
   EXPECT_EQ(device_kind_of("gpu:3"), DeviceKind::kCuda);

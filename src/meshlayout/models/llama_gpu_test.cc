@@ -6,11 +6,11 @@
 // (reported as skipped) without a GPU.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "meshlayout/models/generation.h"

@@ -160,6 +160,32 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
                                      TensorLayout({q_layout.axes()[0], None}, q.mesh()), m_store)
                         : nullptr;
   Array out = allocate_agreed(q_layout, q.shape(), q.dtype(), q.runtime_ptr());
+  const DeviceKind kind = kind_of(out);
+  const AttentionMasking masking = internal_ops::masking_of(options);
+
+  if (kind != DeviceKind::kCpu) {
+    // A device kind runs every (batch row, query head) of a shard in one op: one or a few
+    // launches per shard instead of one per head.
+    out.runtime().pool().parallel_for(out.local_shards().size(), [&](size_t i) {
+      Array::Shard& os = out.local_shards()[i];
+      if (os.box.empty()) return;
+      attention_shard_forward(kind, {.out = &os,
+                                     .q = qt.shard_at(os.position),
+                                     .k = kt.shard_at(os.position),
+                                     .v = vt.shard_at(os.position),
+                                     .key_mask = mt ? mt->shard_at(os.position) : nullptr,
+                                     .mask_dtype = mt ? mt->dtype() : DType::kI32,
+                                     .T = T,
+                                     .S = S,
+                                     .L = L,
+                                     .r = r,
+                                     .D = D,
+                                     .scale = scale,
+                                     .masking = masking,
+                                     .dtype = out.dtype()});
+    });
+    return out;
+  }
 
   // One task per (local shard, batch row, query head) of the output.
   struct Task {
@@ -174,8 +200,6 @@ Array attention(const Array& q, const Array& k, const Array& v, const AttentionO
     }
   }
   cpu_kernels::use_single_threaded_blas();
-  const DeviceKind kind = kind_of(out);
-  const AttentionMasking masking = internal_ops::masking_of(options);
   out.runtime().pool().parallel_for(tasks.size(), [&](size_t n) {
     const Task& task = tasks[n];
     Array::Shard& os = out.local_shards()[task.shard];

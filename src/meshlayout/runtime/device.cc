@@ -33,10 +33,10 @@ DeviceMemory* memory_of_kind(DeviceKind kind, int64_t id) {
 #ifdef MESHLAYOUT_WITH_CUDA
   return &cuda_device_memory(id);
 #else
-  throw FailedPreconditionError(fmt::format(
-      "{} is a GPU device, and this meshlayout was built without CUDA (configure with "
-      "-DMESHLAYOUT_CUDA=ON on a machine with nvcc)",
-      device_name(id, kind)));
+  throw FailedPreconditionError(
+      fmt::format("{} is a GPU device, and this meshlayout was built without CUDA (configure with "
+                  "-DMESHLAYOUT_CUDA=ON on a machine with nvcc)",
+                  device_name(id, kind)));
 #endif
 }
 

@@ -97,8 +97,13 @@ struct BoxCopy {
   size_t run_bytes;
   CopyDirection direction;
   StridedCopy copy() const {
-    return {.dst = dst, .src = src, .extent = extent, .dst_stride = dst_stride,
-            .src_stride = src_stride, .run_bytes = run_bytes, .direction = direction};
+    return {.dst = dst,
+            .src = src,
+            .extent = extent,
+            .dst_stride = dst_stride,
+            .src_stride = src_stride,
+            .run_bytes = run_bytes,
+            .direction = direction};
   }
 };
 /// The strided copy copy_box_through would run; nothing is copied. Empty regions give runs of 0.

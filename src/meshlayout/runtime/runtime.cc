@@ -11,7 +11,10 @@ namespace meshlayout {
 
 Runtime::Runtime(std::shared_ptr<Communicator> comm, int64_t local_device_count,
                  std::shared_ptr<ThreadPool> pool, DeviceKind kind)
-    : comm_(std::move(comm)), local_count_(local_device_count), pool_(std::move(pool)), kind_(kind) {
+    : comm_(std::move(comm)),
+      local_count_(local_device_count),
+      pool_(std::move(pool)),
+      kind_(kind) {
   if (local_count_ < 1) {
     throw ValueError(
         fmt::format("a process needs at least one local device, got {}", local_device_count));

@@ -1,5 +1,6 @@
 // cpu/attention.cc — the CPU implementation of kernels/attention.h (moved unchanged from
-// ops/attention.cc and ops/attention_backward.cc).
+// ops/attention.cc and ops/attention_backward.cc; attention_shard_forward runs the per-head
+// forward for each (batch row, head) of the shard in turn).
 #include "meshlayout/kernels/attention.h"
 
 #include <algorithm>
@@ -259,6 +260,15 @@ void rotate(const RotateHalf& a) {
 
 void attention_head_forward_cpu(const AttentionHeadForward& args) {
   dispatch_float(args.dtype, [&]<typename E>(E* /*tag*/) { forward_head<E>(args); });
+}
+
+void attention_shard_forward_cpu(const AttentionShardForward& args) {
+  const Box& box = args.out->box;
+  for (int64_t b = 0; b < box.shape[0]; ++b) {
+    for (int64_t h = 0; h < box.shape[2]; ++h) {
+      attention_head_forward_cpu(attention_head_task(args, b, h));
+    }
+  }
 }
 
 void attention_head_backward_cpu(const AttentionHeadBackward& args) {

@@ -118,9 +118,9 @@ void hf_permute_into_shard_cuda(const HfPermuteIntoShard& a) {
   // Host staging (pageable or pinned) goes up first; device (or managed) staging is read where
   // it is.
   cudaPointerAttributes attributes{};
-  const bool on_device = cudaPointerGetAttributes(&attributes, a.staging) == cudaSuccess &&
-                         (attributes.type == cudaMemoryTypeDevice ||
-                          attributes.type == cudaMemoryTypeManaged);
+  const bool on_device =
+      cudaPointerGetAttributes(&attributes, a.staging) == cudaSuccess &&
+      (attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged);
   cudaGetLastError();
   const size_t bytes = static_cast<size_t>(total) * elem;
   std::optional<DeviceScratch> scratch;
@@ -148,8 +148,7 @@ void hf_permute_into_shard_cuda(const HfPermuteIntoShard& a) {
   // free right after this returns waits for the kernel.
 }
 
-__global__ void first_non_finite_kernel(const float* x, int64_t n,
-                                        unsigned long long* first) {
+__global__ void first_non_finite_kernel(const float* x, int64_t n, unsigned long long* first) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     if ((__float_as_uint(x[i]) & 0x7F800000u) == 0x7F800000u) {
@@ -230,7 +229,8 @@ void sum_of_squares_cuda(const SumOfSquares& a) {
   if (n == 0) return;
   const int64_t id = sh.device_id;
   cudaStream_t s = cuda::enter_device(id);
-  const int blocks = static_cast<int>(std::min<int64_t>(kReduceBlocks, grid_for(n, kReduceThreads)));
+  const int blocks =
+      static_cast<int>(std::min<int64_t>(kReduceBlocks, grid_for(n, kReduceThreads)));
   DeviceScratch partial(sizeof(double) * (static_cast<size_t>(blocks) + 1), s, id);
   double* p = partial.as<double>();
   if (a.dtype == DType::kF32) {

@@ -23,10 +23,10 @@
 #include "meshlayout/array/array.h"
 #include "meshlayout/runtime/cuda/cuda_context.h"
 
-#define MESHLAYOUT_REQUIRE_GPU()                                                   \
-  do {                                                                             \
-    if (::meshlayout::cuda::physical_gpu_count() == 0)                             \
-      GTEST_SKIP() << "no GPU: " << ::meshlayout::cuda::no_gpu_reason();           \
+#define MESHLAYOUT_REQUIRE_GPU()                                         \
+  do {                                                                   \
+    if (::meshlayout::cuda::physical_gpu_count() == 0)                   \
+      GTEST_SKIP() << "no GPU: " << ::meshlayout::cuda::no_gpu_reason(); \
   } while (0)
 
 namespace meshlayout::testing_cuda {
@@ -56,7 +56,8 @@ class GpuBlock {
 
   /// A shard of gpu:device_id over this block holding `box`.
   Array::Shard shard(Box box, int64_t position = 0) {
-    return Array::Shard{position, device_id_, std::move(box), DeviceBuffer::borrowed(data(), bytes_)};
+    return Array::Shard{position, device_id_, std::move(box),
+                        DeviceBuffer::borrowed(data(), bytes_)};
   }
 
   /// The block's bytes as T (after every op enqueued on the device has finished).
@@ -78,9 +79,9 @@ class GpuBlock {
 /// A shard of cpu:0 over host data (the caller keeps `data` alive).
 template <typename T>
 Array::Shard host_shard(std::vector<T>& data, Box box, int64_t position = 0) {
-  return Array::Shard{position, 0, std::move(box),
-                      DeviceBuffer::borrowed(reinterpret_cast<std::byte*>(data.data()),
-                                             data.size() * sizeof(T))};
+  return Array::Shard{
+      position, 0, std::move(box),
+      DeviceBuffer::borrowed(reinterpret_cast<std::byte*>(data.data()), data.size() * sizeof(T))};
 }
 
 /// n values uniform in [lo, hi), reproducible from `seed`.

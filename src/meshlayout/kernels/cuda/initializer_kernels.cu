@@ -161,15 +161,15 @@ __device__ __forceinline__ double cos_2pi(double u) {
   const int32_t q = __double2int_rz(__dadd_rn(t, 0.5));
   const double x = __dmul_rn(__dsub_rn(t, __int2double_rn(q)), 1.57079632679489661923);
   const double x2 = __dmul_rn(x, x);
-  const double kSin[] = {-1.0 / 6,        1.0 / 120,        -1.0 / 5040,
-                         1.0 / 362880,    -1.0 / 39916800,  1.0 / 6227020800,
-                         -1.0 / 1307674368000, 1.0 / 355687428096000};
-  const double kCos[] = {1.0 / 24,          -1.0 / 720,          1.0 / 40320,
-                         -1.0 / 3628800,    1.0 / 479001600,     -1.0 / 87178291200,
-                         1.0 / 20922789888000, -1.0 / 6402373705728000};
+  const double kSin[] = {
+      -1.0 / 6,        1.0 / 120,        -1.0 / 5040,          1.0 / 362880,
+      -1.0 / 39916800, 1.0 / 6227020800, -1.0 / 1307674368000, 1.0 / 355687428096000};
+  const double kCos[] = {
+      1.0 / 24,        -1.0 / 720,         1.0 / 40320,          -1.0 / 3628800,
+      1.0 / 479001600, -1.0 / 87178291200, 1.0 / 20922789888000, -1.0 / 6402373705728000};
   const double sin_x = __dadd_rn(x, __dmul_rn(__dmul_rn(x, x2), horner(x2, kSin)));
-  const double cos_x = __dadd_rn(__dsub_rn(1.0, __dmul_rn(0.5, x2)),
-                                 __dmul_rn(__dmul_rn(x2, x2), horner(x2, kCos)));
+  const double cos_x =
+      __dadd_rn(__dsub_rn(1.0, __dmul_rn(0.5, x2)), __dmul_rn(__dmul_rn(x2, x2), horner(x2, kCos)));
   const uint64_t odd = 0ull - static_cast<uint64_t>(q & 1);
   const uint64_t r = (static_cast<uint64_t>(__double_as_longlong(sin_x)) & odd) |
                      (static_cast<uint64_t>(__double_as_longlong(cos_x)) & ~odd);
@@ -216,7 +216,8 @@ __device__ __forceinline__ uint16_t f16_bits(float f) {
 __device__ __forceinline__ float sample_float(const InitLaunch& a, uint64_t g) {
   const uint32_t c0 = static_cast<uint32_t>(g), c1 = static_cast<uint32_t>(g >> 32);
   const Words w = philox(c0, c1, 0, 0, a.k0, a.k1);
-  if (a.sampler == Sampler::kUniform) return __fadd_rn(a.lo_f, __fmul_rn(a.span_f, unit_float(w.w0)));
+  if (a.sampler == Sampler::kUniform)
+    return __fadd_rn(a.lo_f, __fmul_rn(a.span_f, unit_float(w.w0)));
   float z = normal_float(w.w0, w.w1);
   if (a.sampler == Sampler::kTruncatedNormal) {
     for (uint64_t attempt = 1; !(fabsf(z) <= 2.0f); ++attempt) {
@@ -341,7 +342,8 @@ void set_sampler(const Initializer& init, const Shape& shape, InitLaunch& l, DTy
           l.sampler = Sampler::kNormal, a = 0.0, b = std::sqrt(scale);
           break;
         case VarianceDistribution::kTruncatedNormal:
-          l.sampler = Sampler::kTruncatedNormal, a = 0.0, b = std::sqrt(scale) / 0.87962566103423978;
+          l.sampler = Sampler::kTruncatedNormal, a = 0.0,
+          b = std::sqrt(scale) / 0.87962566103423978;
           break;
       }
     }
@@ -390,10 +392,10 @@ void fill_part(const Initializer& init, const Shape& shape, const Box& sub, DTyp
     return;
   }
   if (!is_floating(dtype)) {
-    throw ValueError(concat({"initializer '", init.to_string(), "' cannot fill dtype ",
-                             dtype_name(dtype),
-                             ": random initializers need a floating dtype (F32, F64, BF16 or "
-                             "F16)"}));
+    throw ValueError(
+        concat({"initializer '", init.to_string(), "' cannot fill dtype ", dtype_name(dtype),
+                ": random initializers need a floating dtype (F32, F64, BF16 or "
+                "F16)"}));
   }
   if (total == 0) return;
   set_sampler(init, shape, l, dtype);
@@ -464,8 +466,8 @@ void fill_initializer_cuda(const FillInitializer& a) {
       Box sub = box;
       sub.offset[last] = lo - start;
       sub.shape[last] = hi - lo;
-      fill_part(*a.runs[i].initializer, seg_shape, sub, a.dtype, a.key + i, sh.buffer.data(),
-                width, lo - box.offset[last], s, id);
+      fill_part(*a.runs[i].initializer, seg_shape, sub, a.dtype, a.key + i, sh.buffer.data(), width,
+                lo - box.offset[last], s, id);
     }
     start += a.runs[i].length;
   }

@@ -33,6 +33,7 @@ void register_cuda_attention_kernels();           // attention_kernels.cu: atten
 void register_cuda_cross_entropy_kernels();       // cross_entropy_kernels.cu
 void register_cuda_layer_backward_kernels();      // layer_backward_kernels.cu: the backward ops
 void register_cuda_attention_backward_kernels();  // attention_backward_kernels.cu
+void register_cuda_attention_shard_kernels();     // attention_shard_kernels.cu
 }  // namespace meshlayout::internal_cuda
 
 // The helpers live in their own namespace (the other kernel files' are in cuda_kernels).

@@ -383,6 +383,7 @@ void register_cuda_layer_kernels() {
   embedding_find_bad_id.define(DeviceKind::kCuda, &layer_cuda::embedding_find_bad_id_cuda);
   embedding_lookup.define(DeviceKind::kCuda, &layer_cuda::embedding_lookup_cuda);
   register_cuda_attention_kernels();
+  register_cuda_attention_shard_kernels();
   register_cuda_attention_backward_kernels();
   register_cuda_cross_entropy_kernels();
   register_cuda_layer_backward_kernels();

@@ -50,9 +50,9 @@ Blas& blas() {
 
 void check_blas(cublasStatus_t status, std::string_view what, int64_t id) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  const std::string message = concat({"cuBLAS error on gpu:", std::to_string(id), " in ", what,
-                                      ": ", cublasGetStatusName(status), ": ",
-                                      cublasGetStatusString(status)});
+  const std::string message =
+      concat({"cuBLAS error on gpu:", std::to_string(id), " in ", what, ": ",
+              cublasGetStatusName(status), ": ", cublasGetStatusString(status)});
   if (status == CUBLAS_STATUS_ALLOC_FAILED) throw ResourceExhaustedError(message);
   throw InternalError(message);
 }
@@ -66,9 +66,9 @@ cublasHandle_t handle_of(int64_t id, cudaStream_t s) {
     check_blas(cublasCreate(&h), "cublasCreate", id);
     check_blas(cublasSetStream(h, s), "cublasSetStream", id);
     // Full F32 precision: no TF32, no reduced-precision split-K reductions.
-    check_blas(cublasSetMathMode(h, static_cast<cublasMath_t>(
-                                        CUBLAS_DEFAULT_MATH |
-                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+    check_blas(cublasSetMathMode(
+                   h, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
                "cublasSetMathMode", id);
     b.handles[gpu] = h;
   });
@@ -77,8 +77,8 @@ cublasHandle_t handle_of(int64_t id, cudaStream_t s) {
 
 int blas_int(int64_t v, std::string_view what) {
   if (v < 0 || v > INT_MAX) {
-    throw ValueError(concat({"matmul_rows on CUDA: ", what, " = ", std::to_string(v),
-                             " exceeds cuBLAS's int"}));
+    throw ValueError(
+        concat({"matmul_rows on CUDA: ", what, " = ", std::to_string(v), " exceeds cuBLAS's int"}));
   }
   return static_cast<int>(v);
 }
@@ -100,22 +100,22 @@ void matmul_rows_cuda(const MatmulRows& c) {
     const std::byte* x = c.x->buffer.data() + static_cast<size_t>(c.row * c.k) * elem;
     const std::byte* w = c.w->buffer.data();
     cublasHandle_t h = handle_of(id, s);
-    std::lock_guard<std::mutex> lock(blas().mutexes[static_cast<size_t>(
-        cuda::physical_gpu_of(id))]);
+    std::lock_guard<std::mutex> lock(
+        blas().mutexes[static_cast<size_t>(cuda::physical_gpu_of(id))]);
     if (c.dtype == DType::kF32) {
       const float one = 1, zero = 0;
-      check_blas(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one,
-                             reinterpret_cast<const float*>(w), m,
-                             reinterpret_cast<const float*>(x), k, &zero,
-                             reinterpret_cast<float*>(out), m),
-                 "matmul_rows (cublasSgemm)", id);
+      check_blas(
+          cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, reinterpret_cast<const float*>(w),
+                      m, reinterpret_cast<const float*>(x), k, &zero, reinterpret_cast<float*>(out),
+                      m),
+          "matmul_rows (cublasSgemm)", id);
     } else if (c.dtype == DType::kF64) {
       const double one = 1, zero = 0;
-      check_blas(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one,
-                             reinterpret_cast<const double*>(w), m,
-                             reinterpret_cast<const double*>(x), k, &zero,
-                             reinterpret_cast<double*>(out), m),
-                 "matmul_rows (cublasDgemm)", id);
+      check_blas(
+          cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one,
+                      reinterpret_cast<const double*>(w), m, reinterpret_cast<const double*>(x), k,
+                      &zero, reinterpret_cast<double*>(out), m),
+          "matmul_rows (cublasDgemm)", id);
     } else {
       const float one = 1, zero = 0;
       check_blas(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16BF, m, x,
@@ -154,7 +154,7 @@ __device__ __forceinline__ T mul(T a, T b) {
   }
 }
 
-#define MESHLAYOUT_GRID_LOOP(i, n)                                                   \
+#define MESHLAYOUT_GRID_LOOP(i, n)                                          \
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
        i += int64_t{gridDim.x} * blockDim.x)
 
@@ -183,8 +183,8 @@ void add_into_cuda(const AddInto& a) {
   const int64_t id = a.dst->device_id;
   cudaStream_t s = cuda::enter_device(id);
   dispatch_f32_f64("add_into", a.dtype, [&]<typename T>(T* /*tag*/) {
-    add_into_kernel<T><<<grid_for(a.n), kThreads, 0, s>>>(elements<T>(a.dst), elements<T>(a.src),
-                                                         a.n);
+    add_into_kernel<T>
+        <<<grid_for(a.n), kThreads, 0, s>>>(elements<T>(a.dst), elements<T>(a.src), a.n);
   });
   cuda::check_launch("add_into", id);
 }
@@ -198,8 +198,8 @@ void combine_shards_cuda(const CombineShards& a) {
     if (a.function == Binary::kAdd) {
       add_into_kernel<T><<<grid_for(n), kThreads, 0, s>>>(elements<T>(a.y), elements<T>(a.x), n);
     } else {
-      multiply_into_kernel<T><<<grid_for(n), kThreads, 0, s>>>(elements<T>(a.y), elements<T>(a.x),
-                                                               n);
+      multiply_into_kernel<T>
+          <<<grid_for(n), kThreads, 0, s>>>(elements<T>(a.y), elements<T>(a.x), n);
     }
   });
   cuda::check_launch("combine_shards", id);
@@ -212,8 +212,8 @@ void add_bias_cuda(const AddBias& a) {
   const int64_t id = a.y->device_id;
   cudaStream_t s = cuda::enter_device(id);
   dispatch_f32_f64("add_bias", a.dtype, [&]<typename T>(T* /*tag*/) {
-    add_bias_kernel<T><<<grid_for(n), kThreads, 0, s>>>(elements<T>(a.y), elements<T>(a.bias),
-                                                        a.inner, n);
+    add_bias_kernel<T>
+        <<<grid_for(n), kThreads, 0, s>>>(elements<T>(a.y), elements<T>(a.bias), a.inner, n);
   });
   cuda::check_launch("add_bias", id);
 }
@@ -224,8 +224,8 @@ void scale_elements_cuda(const ScaleElements& a) {
   const int64_t id = a.a->device_id;
   cudaStream_t s = cuda::enter_device(id);
   dispatch_f32_f64("scale_elements", a.dtype, [&]<typename T>(T* /*tag*/) {
-    scale_elements_kernel<T><<<grid_for(n), kThreads, 0, s>>>(elements<T>(a.a),
-                                                              static_cast<T>(a.factor), n);
+    scale_elements_kernel<T>
+        <<<grid_for(n), kThreads, 0, s>>>(elements<T>(a.a), static_cast<T>(a.factor), n);
   });
   cuda::check_launch("scale_elements", id);
 }
@@ -352,9 +352,9 @@ void sum_piece_cuda(const SumPiece& job) {
     }
   }
   if (shape.size() > static_cast<size_t>(kPieceRank)) {
-    throw ValueError(concat({"sum_piece on CUDA: the region ", job.region.to_string(),
-                             " has more than ", std::to_string(kPieceRank),
-                             " non-contiguous dimensions"}));
+    throw ValueError(
+        concat({"sum_piece on CUDA: the region ", job.region.to_string(), " has more than ",
+                std::to_string(kPieceRank), " non-contiguous dimensions"}));
   }
 
   PieceArgs a{};

@@ -81,15 +81,29 @@ void check_matmul(int64_t m, int64_t k, int64_t n, int64_t row, int64_t rows, do
   Array::Shard dx = gx.shard(xb), dw = gw.shard(wb), dout = gout.shard(ob), drep = grep.shard(ob);
   Array::Shard* cpu_replicas[] = {&cr};
   Array::Shard* gpu_replicas[] = {&drep};
-  matmul_rows(kCpu, {.x = &cx, .w = &cw, .out = &co, .replicas = cpu_replicas, .k = k, .n = n,
-                     .row = row, .rows = rows, .dtype = dtype_of<T>()});
-  matmul_rows(kCuda, {.x = &dx, .w = &dw, .out = &dout, .replicas = gpu_replicas, .k = k, .n = n,
-                      .row = row, .rows = rows, .dtype = dtype_of<T>()});
+  matmul_rows(kCpu, {.x = &cx,
+                     .w = &cw,
+                     .out = &co,
+                     .replicas = cpu_replicas,
+                     .k = k,
+                     .n = n,
+                     .row = row,
+                     .rows = rows,
+                     .dtype = dtype_of<T>()});
+  matmul_rows(kCuda, {.x = &dx,
+                      .w = &dw,
+                      .out = &dout,
+                      .replicas = gpu_replicas,
+                      .k = k,
+                      .n = n,
+                      .row = row,
+                      .rows = rows,
+                      .dtype = dtype_of<T>()});
   std::vector<T> got = gout.download<T>(), got_replica = grep.download<T>();
   // Rows outside the range keep their (poisoned) bytes; inside, every element is written.
   const size_t lo = static_cast<size_t>(row * n), hi = static_cast<size_t>((row + rows) * n);
-  std::vector<T> in_cpu(out.begin() + lo, out.begin() + hi), in_gpu(got.begin() + lo,
-                                                                     got.begin() + hi);
+  std::vector<T> in_cpu(out.begin() + lo, out.begin() + hi),
+      in_gpu(got.begin() + lo, got.begin() + hi);
   EXPECT_TRUE(all_finite(in_gpu)) << "an element of the row range was not written";
   EXPECT_LE(relative_error(in_gpu, in_cpu), tolerance);
   for (size_t i = 0; i < got.size(); ++i) {
@@ -121,8 +135,15 @@ TEST(CudaLinearKernelsTest, MatmulRowsKZeroWritesZeros) {
   GpuBlock gx(size_t{0}), gw(size_t{0}), gout(poisoned<float>(7 * 5));
   Array::Shard dx = gx.shard(Box{{0, 0}, {7, 0}}), dw = gw.shard(Box{{0, 0}, {0, 5}}),
                dout = gout.shard(Box{{0, 0}, {7, 5}});
-  matmul_rows(kCuda, {.x = &dx, .w = &dw, .out = &dout, .replicas = {}, .k = 0, .n = 5, .row = 0,
-                      .rows = 7, .dtype = DType::kF32});
+  matmul_rows(kCuda, {.x = &dx,
+                      .w = &dw,
+                      .out = &dout,
+                      .replicas = {},
+                      .k = 0,
+                      .n = 5,
+                      .row = 0,
+                      .rows = 7,
+                      .dtype = DType::kF32});
   EXPECT_EQ(gout.download<float>(), std::vector<float>(35, 0.0f));
 }
 
@@ -146,8 +167,15 @@ TEST(CudaLinearKernelsTest, MatmulRowsBf16AgainstFloat64) {
   GpuBlock gx(x), gw(w), gout(poisoned<uint16_t>(static_cast<size_t>(m * n)));
   Array::Shard dx = gx.shard(Box{{0, 0}, {m, k}}), dw = gw.shard(Box{{0, 0}, {k, n}}),
                dout = gout.shard(Box{{0, 0}, {m, n}});
-  matmul_rows(kCuda, {.x = &dx, .w = &dw, .out = &dout, .replicas = {}, .k = k, .n = n, .row = 0,
-                      .rows = m, .dtype = DType::kBF16});
+  matmul_rows(kCuda, {.x = &dx,
+                      .w = &dw,
+                      .out = &dout,
+                      .replicas = {},
+                      .k = k,
+                      .n = n,
+                      .row = 0,
+                      .rows = m,
+                      .dtype = DType::kBF16});
   std::vector<uint16_t> bits = gout.download<uint16_t>();
   std::vector<double> got(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) got[i] = float_from_bf16(bits[i]);
@@ -159,8 +187,15 @@ TEST(CudaLinearKernelsTest, MatmulRowsRefusesOtherDtypes) {
   MESHLAYOUT_REQUIRE_GPU();
   GpuBlock g(size_t{64});
   Array::Shard s = g.shard(Box{{0, 0}, {2, 2}});
-  EXPECT_THROW(matmul_rows(kCuda, {.x = &s, .w = &s, .out = &s, .replicas = {}, .k = 2, .n = 2,
-                                   .row = 0, .rows = 2, .dtype = DType::kI32}),
+  EXPECT_THROW(matmul_rows(kCuda, {.x = &s,
+                                   .w = &s,
+                                   .out = &s,
+                                   .replicas = {},
+                                   .k = 2,
+                                   .n = 2,
+                                   .row = 0,
+                                   .rows = 2,
+                                   .dtype = DType::kI32}),
                ValueError);
 }
 
@@ -338,8 +373,8 @@ template <typename T>
 void check_sum_piece(const std::vector<int>& sizes, int also_count) {
   SCOPED_TRACE("terms " + std::to_string(sizes.size()) + " also " + std::to_string(also_count));
   const Box dst_box{{2, 10, 0}, {9, 20, 6}}, region{{4, 12, 0}, {5, 13, 6}};
-  std::vector<Box> boxes = {{{3, 11, 0}, {7, 17, 6}}, {{4, 12, 0}, {5, 13, 6}},
-                            {{0, 0, 0}, {12, 40, 6}}};
+  std::vector<Box> boxes = {
+      {{3, 11, 0}, {7, 17, 6}}, {{4, 12, 0}, {5, 13, 6}}, {{0, 0, 0}, {12, 40, 6}}};
   struct Source {
     std::vector<T> host;
     std::unique_ptr<GpuBlock> gpu;
@@ -380,10 +415,18 @@ void check_sum_piece(const std::vector<int>& sizes, int also_count) {
   }
   Array::Shard cd = host_shard(dst, dst_box), gd = gdst.shard(dst_box);
   for (bool stream : {false, true}) {
-    sum_piece(kCpu, {.dst = &cd, .region = region, .terms = cpu_terms, .also = cpu_also,
-                     .stream = stream, .dtype = dtype_of<T>()});
-    sum_piece(kCuda, {.dst = &gd, .region = region, .terms = gpu_terms, .also = gpu_also,
-                      .stream = stream, .dtype = dtype_of<T>()});
+    sum_piece(kCpu, {.dst = &cd,
+                     .region = region,
+                     .terms = cpu_terms,
+                     .also = cpu_also,
+                     .stream = stream,
+                     .dtype = dtype_of<T>()});
+    sum_piece(kCuda, {.dst = &gd,
+                      .region = region,
+                      .terms = gpu_terms,
+                      .also = gpu_also,
+                      .stream = stream,
+                      .dtype = dtype_of<T>()});
   }
   std::vector<T> got = gdst.download<T>();
   EXPECT_SAME_BITS(got, dst);
@@ -398,9 +441,9 @@ TEST(CudaLinearKernelsTest, SumPieceMatchesCpuBitForBit) {
   check_sum_piece<float>({1}, 0);
   check_sum_piece<float>({1, 1, 1}, 1);
   check_sum_piece<float>({2, 1, 3}, 2);
-  check_sum_piece<float>({}, 1);                                 // no terms: zeros
-  check_sum_piece<float>({3, 3, 3, 3, 3, 3, 2}, 1);              // 20 sources: descriptors in scratch
-  check_sum_piece<float>({1, 2}, 9);                             // 9 replicas: in scratch
+  check_sum_piece<float>({}, 1);                     // no terms: zeros
+  check_sum_piece<float>({3, 3, 3, 3, 3, 3, 2}, 1);  // 20 sources: descriptors in scratch
+  check_sum_piece<float>({1, 2}, 9);                 // 9 replicas: in scratch
   check_sum_piece<double>({1, 1, 1, 1}, 1);
   check_sum_piece<double>({4, 2}, 0);
 }
@@ -414,11 +457,19 @@ TEST(CudaLinearKernelsTest, SumPieceWholeBoxes) {
   GpuBlock ga(a), gb(b), gd(dst);
   Array::Shard ca = host_shard(a, box), cb = host_shard(b, box), cd = host_shard(dst, box);
   Array::Shard da = ga.shard(box), db = gb.shard(box), dd = gd.shard(box);
-  std::vector<std::vector<const Array::Shard*>> cpu_terms = {{&ca}, {&cb}}, gpu_terms = {{&da},
-                                                                                           {&db}};
-  sum_piece(kCpu, {.dst = &cd, .region = box, .terms = cpu_terms, .also = {}, .stream = false,
+  std::vector<std::vector<const Array::Shard*>> cpu_terms = {{&ca}, {&cb}},
+                                                gpu_terms = {{&da}, {&db}};
+  sum_piece(kCpu, {.dst = &cd,
+                   .region = box,
+                   .terms = cpu_terms,
+                   .also = {},
+                   .stream = false,
                    .dtype = DType::kF32});
-  sum_piece(kCuda, {.dst = &dd, .region = box, .terms = gpu_terms, .also = {}, .stream = false,
+  sum_piece(kCuda, {.dst = &dd,
+                    .region = box,
+                    .terms = gpu_terms,
+                    .also = {},
+                    .stream = false,
                     .dtype = DType::kF32});
   std::vector<float> got = gd.download<float>();
   EXPECT_SAME_BITS(got, dst);

@@ -62,8 +62,8 @@ void copy_box_on_device_cuda(const CopyBoxOnDevice& a) {
   const int64_t id = a.dst->device_id;
   cudaStream_t s = cuda::enter_device(id);
   const size_t rank = a.region.shape.size();
-  const std::vector<int64_t> ds = byte_strides(a.dst_box, a.elem), ss = byte_strides(a.src_box,
-                                                                                       a.elem);
+  const std::vector<int64_t> ds = byte_strides(a.dst_box, a.elem),
+                             ss = byte_strides(a.src_box, a.elem);
   StridedCopy c{};
   c.dst = a.dst->buffer.data();
   c.src = a.src->buffer.data();
@@ -105,8 +105,8 @@ void fill_scalar_cuda(const FillScalar& a) {
   cudaStream_t s = cuda::enter_device(sh.device_id);
   // As the CPU op: F64 from the float value, anything else as F32.
   if (a.dtype == DType::kF64) {
-    fill_kernel<double><<<grid_for(n), kThreads, 0, s>>>(elements<double>(&sh),
-                                                         static_cast<double>(a.value), n);
+    fill_kernel<double>
+        <<<grid_for(n), kThreads, 0, s>>>(elements<double>(&sh), static_cast<double>(a.value), n);
   } else {
     fill_kernel<float><<<grid_for(n), kThreads, 0, s>>>(elements<float>(&sh), a.value, n);
   }
@@ -159,9 +159,9 @@ void copy_replica_shard_cuda(const CopyReplicaShard& a) {
   const int64_t id = a.dst->device_id;
   cudaStream_t s = cuda::enter_device(id);
   wait_for_device(s, id, a.src->device_id);
-  cuda::check(cudaMemcpyAsync(a.dst->buffer.data(), a.src->buffer.data(), bytes,
-                              cudaMemcpyDefault, s),
-              "copy_replica_shard", id);
+  cuda::check(
+      cudaMemcpyAsync(a.dst->buffer.data(), a.src->buffer.data(), bytes, cudaMemcpyDefault, s),
+      "copy_replica_shard", id);
 }
 
 }  // namespace

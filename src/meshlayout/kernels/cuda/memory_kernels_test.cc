@@ -84,20 +84,40 @@ void check_copy_runs(CopyRuns args, size_t src_bytes, size_t dst_bytes) {
 TEST(CudaMemoryKernelsTest, CopyRunsMatchesCpu) {
   MESHLAYOUT_REQUIRE_GPU();
   // cudaMemcpy2DAsync: pitches >= run.
-  check_copy_runs({.dst_offset = 8, .dst_stride = 40, .src_offset = 4, .src_stride = 24,
-                   .runs = 5, .run_bytes = 20}, 200, 256);
+  check_copy_runs({.dst_offset = 8,
+                   .dst_stride = 40,
+                   .src_offset = 4,
+                   .src_stride = 24,
+                   .runs = 5,
+                   .run_bytes = 20},
+                  200, 256);
   // One run (strides unused), odd sizes and offsets.
   check_copy_runs({.dst_offset = 3, .src_offset = 5, .runs = 1, .run_bytes = 77}, 100, 100);
   // Contiguous runs: merged into one copy.
   check_copy_runs({.dst_stride = 16, .src_stride = 16, .runs = 9, .run_bytes = 16}, 160, 160);
   // A source stride of 0 (the same run broadcast): the kernel.
-  check_copy_runs({.dst_offset = 2, .dst_stride = 13, .src_offset = 1, .src_stride = 0,
-                   .runs = 7, .run_bytes = 13}, 50, 100);
+  check_copy_runs({.dst_offset = 2,
+                   .dst_stride = 13,
+                   .src_offset = 1,
+                   .src_stride = 0,
+                   .runs = 7,
+                   .run_bytes = 13},
+                  50, 100);
   // Misaligned runs of 8-byte multiples: byte words.
-  check_copy_runs({.dst_offset = 1, .dst_stride = 33, .src_offset = 0, .src_stride = 8,
-                   .runs = 4, .run_bytes = 8}, 64, 200);
-  check_copy_runs({.dst_offset = 0, .dst_stride = 8, .src_offset = 0, .src_stride = 8,
-                   .runs = 3, .run_bytes = 0}, 64, 64);  // nothing
+  check_copy_runs({.dst_offset = 1,
+                   .dst_stride = 33,
+                   .src_offset = 0,
+                   .src_stride = 8,
+                   .runs = 4,
+                   .run_bytes = 8},
+                  64, 200);
+  check_copy_runs({.dst_offset = 0,
+                   .dst_stride = 8,
+                   .src_offset = 0,
+                   .src_stride = 8,
+                   .runs = 3,
+                   .run_bytes = 0},
+                  64, 64);  // nothing
 }
 
 TEST(CudaMemoryKernelsTest, CopyFromHostPageableAndPinned) {
@@ -106,20 +126,24 @@ TEST(CudaMemoryKernelsTest, CopyFromHostPageableAndPinned) {
   std::vector<uint8_t> src = pattern(257, 2);
   const Box box{{0}, {300}};
   Array::Shard cd = dst.cpu_shard(box), gd = dst.gpu_shard(box);
-  copy_from_host(kCpu, {.dst = &cd, .dst_offset = 7, .host = reinterpret_cast<std::byte*>(src.data()),
+  copy_from_host(kCpu, {.dst = &cd,
+                        .dst_offset = 7,
+                        .host = reinterpret_cast<std::byte*>(src.data()),
                         .bytes = src.size()});
-  copy_from_host(kCuda, {.dst = &gd, .dst_offset = 7,
-                         .host = reinterpret_cast<std::byte*>(src.data()), .bytes = src.size()});
+  copy_from_host(kCuda, {.dst = &gd,
+                         .dst_offset = 7,
+                         .host = reinterpret_cast<std::byte*>(src.data()),
+                         .bytes = src.size()});
   std::fill(src.begin(), src.end(), 0);  // reusing the host bytes right away is allowed
   EXPECT_SAME_BITS(dst.gpu.download<uint8_t>(), dst.host);
 
   void* pinned = nullptr;
   ASSERT_EQ(cudaMallocHost(&pinned, 64), cudaSuccess);
   std::memset(pinned, 0x5A, 64);
-  copy_from_host(kCpu, {.dst = &cd, .dst_offset = 100, .host = static_cast<std::byte*>(pinned),
-                        .bytes = 64});
-  copy_from_host(kCuda, {.dst = &gd, .dst_offset = 100, .host = static_cast<std::byte*>(pinned),
-                         .bytes = 64});
+  copy_from_host(
+      kCpu, {.dst = &cd, .dst_offset = 100, .host = static_cast<std::byte*>(pinned), .bytes = 64});
+  copy_from_host(
+      kCuda, {.dst = &gd, .dst_offset = 100, .host = static_cast<std::byte*>(pinned), .bytes = 64});
   std::memset(pinned, 0, 64);  // returns after the copy: the GPU has the 0x5A bytes
   EXPECT_SAME_BITS(dst.gpu.download<uint8_t>(), dst.host);
   cudaFreeHost(pinned);
@@ -132,10 +156,18 @@ void check_copy_box(const Box& src_box, const Box& dst_box, const Box& region, s
   Both dst(poisoned(static_cast<size_t>(dst_box.num_elements()) * elem));
   Array::Shard cs = src.cpu_shard(src_box), cd = dst.cpu_shard(dst_box);
   Array::Shard gs = src.gpu_shard(src_box), gd = dst.gpu_shard(dst_box);
-  copy_box_on_device(kCpu, {.dst = &cd, .dst_box = dst_box, .src = &cs, .src_box = src_box,
-                            .region = region, .elem = elem});
-  copy_box_on_device(kCuda, {.dst = &gd, .dst_box = dst_box, .src = &gs, .src_box = src_box,
-                             .region = region, .elem = elem});
+  copy_box_on_device(kCpu, {.dst = &cd,
+                            .dst_box = dst_box,
+                            .src = &cs,
+                            .src_box = src_box,
+                            .region = region,
+                            .elem = elem});
+  copy_box_on_device(kCuda, {.dst = &gd,
+                             .dst_box = dst_box,
+                             .src = &gs,
+                             .src_box = src_box,
+                             .region = region,
+                             .elem = elem});
   EXPECT_SAME_BITS(dst.gpu.download<uint8_t>(), dst.host);
 }
 
@@ -211,34 +243,45 @@ void check_fill(const Initializer& init, const Shape& shape, const Box& box, DTy
   Both out(poisoned(static_cast<size_t>(box.num_elements()) * dtype_size(dtype)));
   Array::Shard c = out.cpu_shard(box), g = out.gpu_shard(box);
   const uint64_t key = variable_key("dense/kernel");
-  fill_initializer(kCpu, {.shard = &c, .initializer = &init, .runs = runs, .shape = &shape,
-                          .dtype = dtype, .key = key});
-  fill_initializer(kCuda, {.shard = &g, .initializer = &init, .runs = runs, .shape = &shape,
-                           .dtype = dtype, .key = key});
+  fill_initializer(kCpu, {.shard = &c,
+                          .initializer = &init,
+                          .runs = runs,
+                          .shape = &shape,
+                          .dtype = dtype,
+                          .key = key});
+  fill_initializer(kCuda, {.shard = &g,
+                           .initializer = &init,
+                           .runs = runs,
+                           .shape = &shape,
+                           .dtype = dtype,
+                           .key = key});
   std::vector<uint8_t> got = out.gpu.download<uint8_t>();
   const int64_t diff = first_difference(got, out.host);
-  EXPECT_EQ(diff, -1) << "first differing byte (element " << diff / static_cast<int64_t>(dtype_size(dtype)) << ")";
+  EXPECT_EQ(diff, -1) << "first differing byte (element "
+                      << diff / static_cast<int64_t>(dtype_size(dtype)) << ")";
 }
 
 std::vector<Initializer> all_initializers() {
-  return {Initializer::zeros(),
-          Initializer::ones(),
-          Initializer::constant(0.7),
-          Initializer::random_uniform({.minval = -0.3, .maxval = 1.7, .seed = 5}),
-          Initializer::random_uniform(),
-          Initializer::random_normal({.mean = 0.5, .stddev = 2.0, .seed = 9}),
-          Initializer::truncated_normal({.mean = -1, .stddev = 0.02}),
-          Initializer::variance_scaling({.scale = 2.0, .mode = FanMode::kFanAvg,
-                                         .distribution = VarianceDistribution::kUntruncatedNormal}),
-          Initializer::variance_scaling({.scale = 0.5, .mode = FanMode::kFanOut,
-                                         .distribution = VarianceDistribution::kUniform}),
-          Initializer::glorot_uniform(),
-          Initializer::glorot_normal(3),
-          Initializer::he_uniform(),
-          Initializer::he_normal(),
-          Initializer::lecun_uniform(),
-          Initializer::lecun_normal(7),
-          Initializer::orthogonal(1.5)};
+  return {
+      Initializer::zeros(),
+      Initializer::ones(),
+      Initializer::constant(0.7),
+      Initializer::random_uniform({.minval = -0.3, .maxval = 1.7, .seed = 5}),
+      Initializer::random_uniform(),
+      Initializer::random_normal({.mean = 0.5, .stddev = 2.0, .seed = 9}),
+      Initializer::truncated_normal({.mean = -1, .stddev = 0.02}),
+      Initializer::variance_scaling({.scale = 2.0,
+                                     .mode = FanMode::kFanAvg,
+                                     .distribution = VarianceDistribution::kUntruncatedNormal}),
+      Initializer::variance_scaling(
+          {.scale = 0.5, .mode = FanMode::kFanOut, .distribution = VarianceDistribution::kUniform}),
+      Initializer::glorot_uniform(),
+      Initializer::glorot_normal(3),
+      Initializer::he_uniform(),
+      Initializer::he_normal(),
+      Initializer::lecun_uniform(),
+      Initializer::lecun_normal(7),
+      Initializer::orthogonal(1.5)};
 }
 
 TEST(CudaMemoryKernelsTest, FillInitializerIsBitIdenticalToCpu) {
@@ -278,12 +321,20 @@ TEST(CudaMemoryKernelsTest, FillInitializerEdgeCases) {
   Both out(poisoned(64));
   Array::Shard g = out.gpu_shard(Box{{0, 0}, {4, 4}});
   const Initializer uniform = Initializer::random_uniform();
-  EXPECT_THROW(fill_initializer(kCuda, {.shard = &g, .initializer = &uniform, .runs = {},
-                                        .shape = &shape, .dtype = DType::kI32, .key = 1}),
+  EXPECT_THROW(fill_initializer(kCuda, {.shard = &g,
+                                        .initializer = &uniform,
+                                        .runs = {},
+                                        .shape = &shape,
+                                        .dtype = DType::kI32,
+                                        .key = 1}),
                ValueError);
   const Initializer big = Initializer::constant(300);
-  EXPECT_THROW(fill_initializer(kCuda, {.shard = &g, .initializer = &big, .runs = {},
-                                        .shape = &shape, .dtype = DType::kI8, .key = 1}),
+  EXPECT_THROW(fill_initializer(kCuda, {.shard = &g,
+                                        .initializer = &big,
+                                        .runs = {},
+                                        .shape = &shape,
+                                        .dtype = DType::kI8,
+                                        .key = 1}),
                ValueError);
 }
 
@@ -327,12 +378,19 @@ void check_hf_permute(DType src_dtype, const Shape& view, const std::vector<int>
   GpuBlock device_staging(staging);
   Array::Shard cd = dst.cpu_shard(shard_box), gd = dst.gpu_shard(shard_box);
   hf_permute_into_shard(kCpu, {.staging = reinterpret_cast<const std::byte*>(staging.data()),
-                               .src_dtype = src_dtype, .view_shape = &view, .perm = perm,
-                               .dst = &cd, .region = &region});
+                               .src_dtype = src_dtype,
+                               .view_shape = &view,
+                               .perm = perm,
+                               .dst = &cd,
+                               .region = &region});
   const std::byte* gpu_staging =
       host_staging ? reinterpret_cast<const std::byte*>(staging.data()) : device_staging.data();
-  hf_permute_into_shard(kCuda, {.staging = gpu_staging, .src_dtype = src_dtype,
-                                .view_shape = &view, .perm = perm, .dst = &gd, .region = &region});
+  hf_permute_into_shard(kCuda, {.staging = gpu_staging,
+                                .src_dtype = src_dtype,
+                                .view_shape = &view,
+                                .perm = perm,
+                                .dst = &gd,
+                                .region = &region});
   EXPECT_SAME_BITS(dst.gpu.download<uint8_t>(), dst.host);
 }
 
@@ -343,8 +401,7 @@ TEST(CudaMemoryKernelsTest, HfPermuteIntoShardMatchesCpu) {
       // A (13, 7) file block transposed into rows 2:9, cols 4:17 of a (10, 20) shard.
       check_hf_permute(dtype, {13, 7}, {1, 0}, Box{{0, 0}, {10, 20}}, Box{{2, 4}, {7, 13}}, host);
       // Identity into the whole shard.
-      check_hf_permute(dtype, {33, 65}, {0, 1}, Box{{0, 0}, {33, 65}}, Box{{0, 0}, {33, 65}},
-                       host);
+      check_hf_permute(dtype, {33, 65}, {0, 1}, Box{{0, 0}, {33, 65}}, Box{{0, 0}, {33, 65}}, host);
       // Rank 3: output dims (view 2, view 0, view 1).
       check_hf_permute(dtype, {4, 6, 5}, {2, 0, 1}, Box{{10, 0, 0}, {7, 4, 9}},
                        Box{{11, 0, 2}, {5, 4, 6}}, host);
@@ -355,8 +412,11 @@ TEST(CudaMemoryKernelsTest, HfPermuteIntoShardMatchesCpu) {
   const Shape view{4};
   const Box region{{0}, {4}};
   const std::vector<int> perm{0};
-  EXPECT_THROW(hf_permute_into_shard(kCuda, {.staging = dst.gpu.data(), .src_dtype = DType::kI32,
-                                             .view_shape = &view, .perm = perm, .dst = &gd,
+  EXPECT_THROW(hf_permute_into_shard(kCuda, {.staging = dst.gpu.data(),
+                                             .src_dtype = DType::kI32,
+                                             .view_shape = &view,
+                                             .perm = perm,
+                                             .dst = &gd,
                                              .region = &region}),
                ValueError);
 }
@@ -365,9 +425,11 @@ TEST(CudaMemoryKernelsTest, FindNonFiniteMatchesCpu) {
   MESHLAYOUT_REQUIRE_GPU();
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  for (std::vector<std::pair<size_t, float>> bad :
-       {std::vector<std::pair<size_t, float>>{}, {{1000, nan}, {5000, inf}}, {{77777, -inf}},
-        {{0, inf}, {3, nan}}, {{100002, nan}}}) {
+  for (std::vector<std::pair<size_t, float>> bad : {std::vector<std::pair<size_t, float>>{},
+                                                    {{1000, nan}, {5000, inf}},
+                                                    {{77777, -inf}},
+                                                    {{0, inf}, {3, nan}},
+                                                    {{100002, nan}}}) {
     std::vector<float> x = random_values<float>(100003, 9);
     for (auto [at, v] : bad) x[at] = v;
     GpuBlock g(x);

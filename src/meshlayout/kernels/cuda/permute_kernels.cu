@@ -23,8 +23,8 @@ constexpr int kTileRows = 8;
 
 // dst (cols × rows) = srcᵀ (src rows × cols); each block moves 32 × 32 tiles.
 template <typename T>
-__global__ void transpose_kernel(const T* src, T* dst, int64_t rows, int64_t cols,
-                                 int64_t tiles_x, int64_t tiles) {
+__global__ void transpose_kernel(const T* src, T* dst, int64_t rows, int64_t cols, int64_t tiles_x,
+                                 int64_t tiles) {
   __shared__ T tile[kTile][kTile + 1];
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t r0 = (t / tiles_x) * kTile, c0 = (t % tiles_x) * kTile;
@@ -51,8 +51,8 @@ void transpose_box_cuda(const TransposeBox& a) {
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t{1} << 16));
   const dim3 block(kTile, kTileRows);
   dispatch_f32_f64("transpose_box", a.dtype, [&]<typename T>(T* /*tag*/) {
-    transpose_kernel<T><<<grid, block, 0, s>>>(elements<T>(a.src), elements<T>(a.dst), rows,
-                                               cols, tiles_x, tiles);
+    transpose_kernel<T>
+        <<<grid, block, 0, s>>>(elements<T>(a.src), elements<T>(a.dst), rows, cols, tiles_x, tiles);
   });
   cuda::check_launch("transpose_box", id);
 }
@@ -121,12 +121,14 @@ __global__ void tiled_permute_kernel(const TiledPermute p) {
     }
     for (int j = threadIdx.y; j < kTile; j += kTileRows) {
       const int64_t ia = a0 + j, ib = b0 + threadIdx.x;
-      if (ia < p.a_extent && ib < p.b_extent) tile[j][threadIdx.x] = src[s_base + ib + ia * p.a_src_stride];
+      if (ia < p.a_extent && ib < p.b_extent)
+        tile[j][threadIdx.x] = src[s_base + ib + ia * p.a_src_stride];
     }
     __syncthreads();
     for (int j = threadIdx.y; j < kTile; j += kTileRows) {
       const int64_t ib = b0 + j, ia = a0 + threadIdx.x;
-      if (ia < p.a_extent && ib < p.b_extent) dst[d_base + ib * p.b_dst_stride + ia] = tile[threadIdx.x][j];
+      if (ia < p.a_extent && ib < p.b_extent)
+        dst[d_base + ib * p.b_dst_stride + ia] = tile[threadIdx.x][j];
     }
     __syncthreads();
   }
@@ -179,8 +181,11 @@ void permute_shard_cuda(const PermuteShard& a) {
   // The widest word that divides the element and aligns both buffers.
   const uint64_t bits = reinterpret_cast<uintptr_t>(a.src->buffer.data()) |
                         reinterpret_cast<uintptr_t>(a.dst->buffer.data()) | a.element_size;
-  const size_t word = bits % 16 == 0 ? 16 : bits % 8 == 0 ? 8 : bits % 4 == 0 ? 4
-                                           : bits % 2 == 0 ? 2 : 1;
+  const size_t word = bits % 16 == 0  ? 16
+                      : bits % 8 == 0 ? 8
+                      : bits % 4 == 0 ? 4
+                      : bits % 2 == 0 ? 2
+                                      : 1;
   const int64_t per_element = static_cast<int64_t>(a.element_size / word);
   // Output dims (source strides in words), then the words of an element as the last dim;
   // extents of 1 dropped and dims the source walks contiguously merged.

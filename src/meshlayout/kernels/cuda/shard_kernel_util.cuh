@@ -58,8 +58,8 @@ inline std::string concat(std::initializer_list<std::string_view> parts) {
 /// ValueError: `op` on CUDA takes `expected`, not `dtype`.
 [[noreturn]] inline void unsupported_dtype(std::string_view op, DType dtype,
                                            std::string_view expected = "F32 or F64") {
-  throw ValueError(concat({op, " on CUDA: dtype ", dtype_name(dtype), " is not supported (",
-                           expected, ")"}));
+  throw ValueError(
+      concat({op, " on CUDA: dtype ", dtype_name(dtype), " is not supported (", expected, ")"}));
 }
 
 /// f(float*) for F32, f(double*) for F64 (null tags), else unsupported_dtype.
@@ -138,10 +138,10 @@ inline void ensure_peer_access(int64_t device_id, int64_t other) {
     int can = 0;
     cuda::check(cudaDeviceCanAccessPeer(&can, gpu, peer), "cudaDeviceCanAccessPeer", device_id);
     if (!can) {
-      throw FailedPreconditionError(concat(
-          {"gpu:", std::to_string(device_id), " cannot access the memory of gpu:",
-           std::to_string(other), " (physical GPUs ", std::to_string(gpu), " and ",
-           std::to_string(peer), " have no peer access)"}));
+      throw FailedPreconditionError(
+          concat({"gpu:", std::to_string(device_id),
+                  " cannot access the memory of gpu:", std::to_string(other), " (physical GPUs ",
+                  std::to_string(gpu), " and ", std::to_string(peer), " have no peer access)"}));
     }
     const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
     if (status == cudaErrorPeerAccessAlreadyEnabled) {
@@ -226,8 +226,8 @@ inline void strided_copy(StridedCopy c, cudaStream_t s, int64_t device_id, std::
                 what, device_id);
     return;
   }
-  uint64_t bits = reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) |
-                  c.run_bytes;
+  uint64_t bits =
+      reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) | c.run_bytes;
   for (int d = 0; d < c.rank; ++d) {
     bits |= static_cast<uint64_t>(c.dst_stride[d]) | static_cast<uint64_t>(c.src_stride[d]);
   }

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <vector>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "meshlayout/core/errors.h"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "meshlayout/core/errors.h"
 #include "meshlayout/core/byte_size.h"
+#include "meshlayout/core/errors.h"
 #include "meshlayout/runtime/cuda/cuda_context.h"
 #include "meshlayout/runtime/cuda/strided_copy.h"
 
@@ -55,9 +55,9 @@ class CudaMemory final : public DeviceMemory {
       cudaGetLastError();
       size_t free = 0, total = 0;
       cudaMemGetInfo(&free, &total);
-      throw ResourceExhaustedError(fmt::format(
-          "out of GPU memory on physical GPU {}: asked {} ({} bytes), {} free of {}", gpu_,
-          format_bytes(bytes), bytes, format_bytes(free), format_bytes(total)));
+      throw ResourceExhaustedError(
+          fmt::format("out of GPU memory on physical GPU {}: asked {} ({} bytes), {} free of {}",
+                      gpu_, format_bytes(bytes), bytes, format_bytes(free), format_bytes(total)));
     }
     cuda::check(status, fmt::format("cudaMallocAsync of {} bytes", bytes), gpu_);
     return static_cast<std::byte*>(p);
@@ -79,8 +79,8 @@ class CudaMemory final : public DeviceMemory {
     if (status != cudaSuccess) {
       cudaGetLastError();
       if (status != cudaErrorCudartUnloading) {
-        std::fprintf(stderr, "meshlayout: freeing %zu bytes on physical GPU %d failed: %s\n",
-                     bytes, gpu_, cudaGetErrorString(status));
+        std::fprintf(stderr, "meshlayout: freeing %zu bytes on physical GPU %d failed: %s\n", bytes,
+                     gpu_, cudaGetErrorString(status));
       }
     }
   }
@@ -145,10 +145,10 @@ class CudaMemory final : public DeviceMemory {
                       "cudaMemcpy2DAsync", gpu_);
         } else {
           for (int64_t r = 0; r < rows; ++r) {
-            cuda::check(cudaMemcpyAsync(c.dst + dst_off + r * c.dst_stride[rank - 1],
-                                        c.src + src_off + r * c.src_stride[rank - 1],
-                                        c.run_bytes, kind, s),
-                        "cudaMemcpyAsync", gpu_);
+            cuda::check(
+                cudaMemcpyAsync(c.dst + dst_off + r * c.dst_stride[rank - 1],
+                                c.src + src_off + r * c.src_stride[rank - 1], c.run_bytes, kind, s),
+                "cudaMemcpyAsync", gpu_);
           }
         }
         for (size_t d = rank - 1; d-- > 0;) {
@@ -164,8 +164,7 @@ class CudaMemory final : public DeviceMemory {
       }
     }
     if (c.direction == CopyDirection::kDeviceToHost) {
-      cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize after a copy to the host",
-                  gpu_);
+      cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize after a copy to the host", gpu_);
     }
   }
 

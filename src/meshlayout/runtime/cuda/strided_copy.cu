@@ -55,7 +55,10 @@ __global__ void __launch_bounds__(kThreads) strided_copy_kernel(const Piece* pie
   int lo = 0, hi = n - 1;  // the last piece whose first task is <= task
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (pieces[mid].first_task <= task) lo = mid; else hi = mid - 1;
+    if (pieces[mid].first_task <= task)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   const Piece p = pieces[lo];
   const int64_t t = task - p.first_task;
@@ -64,11 +67,21 @@ __global__ void __launch_bounds__(kThreads) strided_copy_kernel(const Piece* pie
   const int64_t nrows = min(p.rows_per_task, p.rows - row0);
   const int64_t ncols = min(p.words_per_task, p.words_per_row - col0);
   switch (p.word) {
-    case 16: copy_task<uint4>(p, row0, nrows, col0, ncols); break;
-    case 8: copy_task<uint2>(p, row0, nrows, col0, ncols); break;
-    case 4: copy_task<uint32_t>(p, row0, nrows, col0, ncols); break;
-    case 2: copy_task<uint16_t>(p, row0, nrows, col0, ncols); break;
-    default: copy_task<uint8_t>(p, row0, nrows, col0, ncols); break;
+    case 16:
+      copy_task<uint4>(p, row0, nrows, col0, ncols);
+      break;
+    case 8:
+      copy_task<uint2>(p, row0, nrows, col0, ncols);
+      break;
+    case 4:
+      copy_task<uint32_t>(p, row0, nrows, col0, ncols);
+      break;
+    case 2:
+      copy_task<uint16_t>(p, row0, nrows, col0, ncols);
+      break;
+    default:
+      copy_task<uint8_t>(p, row0, nrows, col0, ncols);
+      break;
   }
 }
 
