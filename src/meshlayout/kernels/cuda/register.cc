@@ -11,6 +11,7 @@ void register_cuda_kernels() {
     internal_cuda::register_cuda_memory_kernels();
     internal_cuda::register_cuda_linear_kernels();
     internal_cuda::register_cuda_layer_kernels();
+    internal_cuda::register_cuda_optimizer_kernels();
   });
 }
 

@@ -18,6 +18,7 @@ namespace internal_cuda {
 void register_cuda_memory_kernels();  // memory_kernels.cu: copies, fills, initializers
 void register_cuda_linear_kernels();  // linear_kernels.cu: matmul (cuBLAS), sums, bias, permutes
 void register_cuda_layer_kernels();   // layer_kernels.cu: norms, RoPE, attention, gated, embedding
+void register_cuda_optimizer_kernels();  // optimizer_kernels.cu: optimizer_prepare, the updates
 }  // namespace internal_cuda
 
 }  // namespace meshlayout
