@@ -24,6 +24,7 @@ steps=(
   "cuda_kernels|cuda_kernels_test|"
   "memcheck_reshard|compute-sanitizer|--tool memcheck --error-exitcode 3 BUNDLE/bin/array_test --gtest_filter=GpuArrayTest.Megatron*"
   "io_gpu|io_test|--gtest_filter=*Gpu*"
+  "ops_gpu|ops_test|--gtest_filter=AttentionGpu*"
   "llama_gpu|models_test|--gtest_filter=LlamaGpu*"
   "generate_gpu|meshlayout|-"
   "bench_baselines|gpu_baselines|--json OUTDIR/gpu_baselines.json"
@@ -39,7 +40,7 @@ prepare() {
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHLAYOUT_WERROR=ON \
       -DMESHLAYOUT_CUDA=ON -DMESHLAYOUT_BUILD_BENCHMARKS=ON -DMESHLAYOUT_WITH_MPI=ON || return 1
   fi
-  local targets=(array_test cuda_kernels_test io_test models_test meshlayout gpu_baselines
+  local targets=(array_test cuda_kernels_test io_test ops_test models_test meshlayout gpu_baselines
                  gpu_reshard_bench gpu_checkpoint_bench gpu_llama_bench)
   local present=()
   for t in "${targets[@]}"; do
