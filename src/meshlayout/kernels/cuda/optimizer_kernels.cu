@@ -1,8 +1,8 @@
 // optimizer_kernels.cu — the CUDA implementations of the optimizers' per-shard kernels:
 // optimizer.h's optimizer_prepare, and the updates of sgd_update.h, adam_update.h (Adam and
 // AdamW: AdamW's decoupled weight decay is the step's weight_decay), rmsprop_update.h,
-// adagrad_update.h and lion_update.h. (write_scalar and sum_of_squares are in memory_kernels.cu;
-// Adafactor has no CUDA kernel.)
+// adagrad_update.h and lion_update.h; its register function also registers adafactor_kernels.cu.
+// (write_scalar and sum_of_squares are in memory_kernels.cu and checkpoint_kernels.cu.)
 //
 // Each update is one element-wise kernel that does what the CPU does in its passes
 // (kernels/cpu/optimizer_step.h, then cpu/<name>_update.cc), per element k: the gradient cast to
@@ -341,6 +341,7 @@ void register_cuda_optimizer_kernels() {
   rmsprop_update.define(DeviceKind::kCuda, &rmsprop_update_cuda);
   adagrad_update.define(DeviceKind::kCuda, &adagrad_update_cuda);
   lion_update.define(DeviceKind::kCuda, &lion_update_cuda);
+  register_cuda_adafactor_kernels();
 }
 
 }  // namespace meshlayout::internal_cuda

@@ -19,6 +19,7 @@ void register_cuda_memory_kernels();  // memory_kernels.cu: copies, fills, initi
 void register_cuda_linear_kernels();  // linear_kernels.cu: matmul (cuBLAS), sums, bias, permutes
 void register_cuda_layer_kernels();   // layer_kernels.cu: norms, RoPE, attention, gated, embedding
 void register_cuda_optimizer_kernels();  // optimizer_kernels.cu: optimizer_prepare, the updates
+void register_cuda_adafactor_kernels();  // adafactor_kernels.cu (called by the line above)
 }  // namespace internal_cuda
 
 }  // namespace meshlayout
