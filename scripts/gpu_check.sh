@@ -53,7 +53,7 @@ prepare() {
   rm -rf .gpu/stage && mkdir -p .gpu/stage/bin .gpu/stage/lib
   for t in "${present[@]}"; do
     f=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -1)
-    [[ -n $f && $f -nt $BUILD/build.ninja ]] || [[ -n $f ]] || continue
+    [[ -n $f ]] || continue
     cp "$f" .gpu/stage/bin/ && strip --strip-debug .gpu/stage/bin/"$t"
   done
   # Shared libraries outside the C runtime and CUDA's own (those come from the GPU machine).
