@@ -401,8 +401,13 @@ def test_list_devices_as_keras():
     # Keras: None is the default device type, and type names are lower-cased.
     assert dist.list_devices(None) == DEVICES == dist.list_devices("CPU") == dist.list_devices()
     assert dist.get_device_count("Cpu") == dist.get_device_count(None) == 8
-    with pytest.raises(ValueError, match="unknown device type 'gpu'"):
-        dist.list_devices("GPU")
+    # GPUs are a device type: as Keras, an empty list where there is none (this machine), one
+    # name per GPU (or MESHLAYOUT_GPU_DEVICES virtual ones) where there are some.
+    gpus = dist.list_devices("GPU")
+    assert all(name.startswith("gpu:") for name in gpus)
+    assert dist.get_device_count("gpu") == len(gpus)
+    with pytest.raises(ValueError, match="unknown device type 'tpu'"):
+        dist.list_devices("TPU")
 
 
 def test_wrong_types_name_the_value(mesh8):
