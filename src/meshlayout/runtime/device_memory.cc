@@ -58,26 +58,10 @@ class HostMemory final : public DeviceMemory {
 
   void copy_strided(const StridedCopy& c) override {
     check_strided(c);
-    const size_t rank = c.extent.size();
-    int64_t runs = 1;
-    for (int64_t e : c.extent) runs *= e;
-    if (runs == 0 || c.run_bytes == 0) return;
-    std::vector<int64_t> index(rank, 0);
-    int64_t dst_off = 0, src_off = 0;
-    for (int64_t r = 0; r < runs; ++r) {
+    if (c.run_bytes == 0) return;
+    for_each_outer_offset(c, c.extent.size(), [&](int64_t dst_off, int64_t src_off) {
       std::memcpy(c.dst + dst_off, c.src + src_off, c.run_bytes);
-      // Advance the index, innermost dimension first, keeping the offsets in step.
-      for (size_t d = rank; d-- > 0;) {
-        if (++index[d] < c.extent[d]) {
-          dst_off += c.dst_stride[d];
-          src_off += c.src_stride[d];
-          break;
-        }
-        dst_off -= (c.extent[d] - 1) * c.dst_stride[d];
-        src_off -= (c.extent[d] - 1) * c.src_stride[d];
-        index[d] = 0;
-      }
-    }
+    });
   }
 };
 

@@ -43,6 +43,30 @@ struct StridedCopy {
   CopyDirection direction = CopyDirection::kDeviceToDevice;
 };
 
+/// Calls fn(dst_offset, src_offset) once per index of the first `dims` dimensions of `copy`'s
+/// extent (outer first, the last of them fastest), with the byte offsets of that index on each
+/// side; nothing when one of those extents is 0. The walk every kind's copy_strided shares.
+template <typename Fn>
+void for_each_outer_offset(const StridedCopy& copy, size_t dims, Fn&& fn) {
+  int64_t count = 1;
+  for (size_t d = 0; d < dims; ++d) count *= copy.extent[d];
+  std::vector<int64_t> index(dims, 0);
+  int64_t dst = 0, src = 0;
+  for (int64_t o = 0; o < count; ++o) {
+    fn(dst, src);
+    for (size_t d = dims; d-- > 0;) {  // advance, innermost first, keeping the offsets in step
+      if (++index[d] < copy.extent[d]) {
+        dst += copy.dst_stride[d];
+        src += copy.src_stride[d];
+        break;
+      }
+      dst -= (copy.extent[d] - 1) * copy.dst_stride[d];
+      src -= (copy.extent[d] - 1) * copy.src_stride[d];
+      index[d] = 0;
+    }
+  }
+}
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;

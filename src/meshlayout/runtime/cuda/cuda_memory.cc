@@ -135,33 +135,20 @@ class CudaMemory final : public DeviceMemory {
       size_t spitch = static_cast<size_t>(c.src_stride[rank - 1]);
       if (rows == 1) dpitch = spitch = c.run_bytes;  // a pitch is checked even for one row
       const bool two_d = dpitch >= c.run_bytes && spitch >= c.run_bytes;
-      const int64_t outer = runs / rows;
-      std::vector<int64_t> index(rank - 1, 0);
-      int64_t dst_off = 0, src_off = 0;
-      for (int64_t o = 0; o < outer; ++o) {
+      for_each_outer_offset(c, rank - 1, [&](int64_t dst_off, int64_t src_off) {
         if (two_d) {
           cuda::check(cudaMemcpy2DAsync(c.dst + dst_off, dpitch, c.src + src_off, spitch,
                                         c.run_bytes, static_cast<size_t>(rows), kind, s),
                       "cudaMemcpy2DAsync", gpu_);
-        } else {
-          for (int64_t r = 0; r < rows; ++r) {
-            cuda::check(
-                cudaMemcpyAsync(c.dst + dst_off + r * c.dst_stride[rank - 1],
-                                c.src + src_off + r * c.src_stride[rank - 1], c.run_bytes, kind, s),
-                "cudaMemcpyAsync", gpu_);
-          }
+          return;
         }
-        for (size_t d = rank - 1; d-- > 0;) {
-          if (++index[d] < c.extent[d]) {
-            dst_off += c.dst_stride[d];
-            src_off += c.src_stride[d];
-            break;
-          }
-          dst_off -= (c.extent[d] - 1) * c.dst_stride[d];
-          src_off -= (c.extent[d] - 1) * c.src_stride[d];
-          index[d] = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+          cuda::check(
+              cudaMemcpyAsync(c.dst + dst_off + r * c.dst_stride[rank - 1],
+                              c.src + src_off + r * c.src_stride[rank - 1], c.run_bytes, kind, s),
+              "cudaMemcpyAsync", gpu_);
         }
-      }
+      });
     }
     if (c.direction == CopyDirection::kDeviceToHost) {
       cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize after a copy to the host", gpu_);

@@ -104,10 +104,7 @@ void add_pieces(const StridedCopy& c, std::vector<Piece>& pieces, int64_t& tasks
   const int64_t dpitch = rank == 0 ? 0 : c.dst_stride[rank - 1];
   const int64_t spitch = rank == 0 ? 0 : c.src_stride[rank - 1];
   const int64_t run = static_cast<int64_t>(c.run_bytes);
-  const int64_t outer = runs / rows;
-  std::vector<int64_t> index(rank > 0 ? rank - 1 : 0, 0);
-  int64_t dst_off = 0, src_off = 0;
-  for (int64_t o = 0; o < outer; ++o) {
+  for_each_outer_offset(c, rank > 0 ? rank - 1 : 0, [&](int64_t dst_off, int64_t src_off) {
     Piece p{};
     p.dst = reinterpret_cast<char*>(c.dst + dst_off);
     p.src = reinterpret_cast<const char*>(c.src + src_off);
@@ -129,17 +126,7 @@ void add_pieces(const StridedCopy& c, std::vector<Piece>& pieces, int64_t& tasks
     p.first_task = tasks;
     tasks += ((rows + p.rows_per_task - 1) / p.rows_per_task) * p.tasks_per_row;
     pieces.push_back(p);
-    for (size_t d = index.size(); d-- > 0;) {
-      if (++index[d] < c.extent[d]) {
-        dst_off += c.dst_stride[d];
-        src_off += c.src_stride[d];
-        break;
-      }
-      dst_off -= (c.extent[d] - 1) * c.dst_stride[d];
-      src_off -= (c.extent[d] - 1) * c.src_stride[d];
-      index[d] = 0;
-    }
-  }
+  });
 }
 
 }  // namespace
