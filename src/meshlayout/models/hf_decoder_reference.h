@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -140,11 +141,34 @@ inline void rotate(HfVec& x, int64_t B, int64_t T, int64_t heads, int64_t D, con
   }
 }
 
+// The gated MLP down(act(x·gateᵀ) · x·upᵀ) on x (rows, d), gate/up (ff, d), down (d, ff); act is
+// SiLU, or gelu_pytorch_tanh for Gemma.
+inline HfVec gated_mlp(const HfVec& x, int64_t rows, int64_t d, int64_t ff, const HfVec& gate_w,
+                       const HfVec& up_w, const HfVec& down_w, bool gelu = false) {
+  HfVec gate = linear(x, gate_w, rows, d, ff);
+  const HfVec up = linear(x, up_w, rows, d, ff);
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = gate[i];
+    const double act =
+        gelu  // gelu_pytorch_tanh, or silu
+            ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)))
+            : g / (1 + std::exp(-g));
+    gate[i] = act * up[i];
+  }
+  return linear(gate, down_w, rows, ff, d);
+}
+
 }  // namespace hf_reference_internal
 
+/// Replaces layer `layer`'s feed-forward block: takes its input (the normed h, (B·T, d)) and
+/// returns its output (B·T, d). hf_moe_reference.h's mixture-of-experts blocks.
+using HfMlpOverride = std::function<HfVec(int64_t layer, const HfVec& mlp_in)>;
+
 /// The logits (B, T, vocab) of `tokens` (B·T ids, row-major) under the HF tensors `hf`.
+/// `mlp`, when given, computes every layer's feed-forward block instead of the dense MLP.
 inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::string, HostTensor>& hf,
-                                 const std::vector<int32_t>& tokens, int64_t B, int64_t T) {
+                                 const std::vector<int32_t>& tokens, int64_t B, int64_t T,
+                                 const HfMlpOverride& mlp = nullptr) {
   using namespace hf_reference_internal;
   const int64_t d = c.hidden_size, H = c.num_attention_heads, Hkv = c.num_key_value_heads,
                 D = c.head_dim, ff = c.intermediate_size, V = c.vocab_size, N = B * T;
@@ -233,17 +257,10 @@ inline HfVec hf_reference_logits(const LlamaConfig& c, const std::map<std::strin
                                   values(hf, p + (post_norms ? "pre_feedforward_layernorm.weight"
                                                              : "post_attention_layernorm.weight")),
                                   eps, gemma);
-    HfVec gate = linear(mlp_in, values(hf, p + "mlp.gate_proj.weight"), N, d, ff);
-    const HfVec up = linear(mlp_in, values(hf, p + "mlp.up_proj.weight"), N, d, ff);
-    for (size_t i = 0; i < gate.size(); ++i) {
-      const double g = gate[i];
-      const double act =
-          gemma  // gelu_pytorch_tanh, or silu
-              ? 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g)))
-              : g / (1 + std::exp(-g));
-      gate[i] = act * up[i];
-    }
-    HfVec down = linear(gate, values(hf, p + "mlp.down_proj.weight"), N, ff, d);
+    HfVec down = mlp ? mlp(layer, mlp_in)
+                     : gated_mlp(mlp_in, N, d, ff, values(hf, p + "mlp.gate_proj.weight"),
+                                 values(hf, p + "mlp.up_proj.weight"),
+                                 values(hf, p + "mlp.down_proj.weight"), gemma);
     if (post_norms)
       down = rms_norm(down, d, values(hf, p + "post_feedforward_layernorm.weight"), eps, true);
     for (size_t i = 0; i < h.size(); ++i) h[i] += down[i];
