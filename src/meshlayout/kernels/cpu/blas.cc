@@ -30,8 +30,8 @@ void use_single_threaded_blas() {
 }
 
 template <typename T>
-void gemm_impl(bool transpose_b, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
-               const T* b, int64_t ldb, T* c, int64_t ldc) {
+void gemm_impl(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const T* a,
+               int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, static_cast<size_t>(n) * sizeof(T));
@@ -41,24 +41,32 @@ void gemm_impl(bool transpose_b, int64_t m, int64_t n, int64_t k, const T* a, in
   const int ilda = checked_int(lda, "lda"), ildb = checked_int(ldb, "ldb"),
             ildc = checked_int(ldc, "ldc");
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, im, in, ik,
-                1.0f, a, ilda, b, ildb, 0.0f, c, ildc);
+    cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+                transpose_b ? CblasTrans : CblasNoTrans, im, in, ik, 1.0f, a, ilda, b, ildb, 0.0f,
+                c, ildc);
   } else {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, im, in, ik,
-                1.0, a, ilda, b, ildb, 0.0, c, ildc);
+    cblas_dgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans,
+                transpose_b ? CblasTrans : CblasNoTrans, im, in, ik, 1.0, a, ilda, b, ildb, 0.0, c,
+                ildc);
   }
 }
 
 template <typename T>
 void gemm(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
           int64_t ldc) {
-  gemm_impl(false, m, n, k, a, lda, b, ldb, c, ldc);
+  gemm_impl(false, false, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 template <typename T>
 void gemm_nt(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
              T* c, int64_t ldc) {
-  gemm_impl(true, m, n, k, a, lda, b, ldb, c, ldc);
+  gemm_impl(false, true, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+template <typename T>
+void gemm_tn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+             T* c, int64_t ldc) {
+  gemm_impl(true, false, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 template void gemm<float>(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
@@ -68,6 +76,10 @@ template void gemm<double>(int64_t, int64_t, int64_t, const double*, int64_t, co
 template void gemm_nt<float>(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                              int64_t, float*, int64_t);
 template void gemm_nt<double>(int64_t, int64_t, int64_t, const double*, int64_t, const double*,
+                              int64_t, double*, int64_t);
+template void gemm_tn<float>(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                             int64_t, float*, int64_t);
+template void gemm_tn<double>(int64_t, int64_t, int64_t, const double*, int64_t, const double*,
                               int64_t, double*, int64_t);
 
 }  // namespace meshlayout::cpu_kernels

@@ -33,4 +33,9 @@ template <typename T>
 void gemm_nt(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
              T* c, int64_t ldc);
 
+/// Row-major C (m × n, ldc) = Aᵀ · B, A stored k × m (lda): a weight gradient xᵀ · dy.
+template <typename T>
+void gemm_tn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
+             T* c, int64_t ldc);
+
 }  // namespace meshlayout::cpu_kernels

@@ -1,0 +1,361 @@
+// moe.cc — see moe.h. The experts' blocks are partial sums over the expert (and F) axes, the
+// kernels' gradients partial sums over the tokens' axes; both completed by ops/partial_sum.h.
+#include "meshlayout/ops/moe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/core/strings.h"
+#include "meshlayout/kernels/device_kind.h"
+#include "meshlayout/kernels/moe.h"
+#include "meshlayout/ops/attention_internal.h"
+#include "meshlayout/ops/partial_sum.h"
+
+namespace meshlayout {
+namespace {
+
+using internal_ops::in_layout;
+
+// `layout`'s leading dimensions without the axes in `drop`, then `None` for the last one.
+TensorLayout leading_layout(const TensorLayout& layout, const std::set<std::string>& drop) {
+  std::vector<DimSharding> axes = layout.axes();
+  for (size_t i = 0; i + 1 < axes.size(); ++i) {
+    std::vector<std::string> kept;
+    for (const std::string& a : axes[i].axes()) {
+      if (!drop.contains(a)) kept.push_back(a);
+    }
+    axes[i] = DimSharding(std::move(kept));
+  }
+  axes.back() = DimSharding();
+  return TensorLayout(std::move(axes), *layout.device_mesh());
+}
+
+std::vector<int> axis_indices(const DeviceMesh& mesh, const std::vector<std::string>& names,
+                              int64_t* extent) {
+  std::vector<int> out;
+  *extent = 1;
+  for (const std::string& a : names) {
+    out.push_back(*mesh.axis_index(a));
+    *extent *= mesh.axis_size(a);
+  }
+  return out;
+}
+
+Shape with_last(Shape shape, int64_t last) {
+  shape.back() = last;
+  return shape;
+}
+
+void check_float(std::string_view op, std::string_view what, const Array& a, DType dtype) {
+  if (a.dtype() != dtype || (dtype != DType::kF32 && dtype != DType::kF64)) {
+    throw ValueError(fmt::format("{}: {} must be F32 or F64 like x ({}), got {}", op, what,
+                                 dtype_name(dtype), dtype_name(a.dtype())));
+  }
+}
+
+// The checks of expert_mixture's operands; returns (E, d, F).
+void check_mixture(std::string_view op, const Array& x, const Array& ids, const Array& weights,
+                   const Array& gate, const Array& up, const Array& down) {
+  const Shape& xs = x.shape();
+  if (xs.size() < 2) {
+    throw ValueError(
+        fmt::format("{}: x must be (…, d) of rank >= 2, got shape {}", op, shape_to_string(xs)));
+  }
+  check_float(op, "x", x, x.dtype());
+  for (auto [name, a] :
+       {std::pair{"gate", &gate}, {"up", &up}, {"down", &down}, {"weights", &weights}}) {
+    check_float(op, name, *a, x.dtype());
+    if (!(a->mesh() == x.mesh())) {
+      throw ValueError(fmt::format("{}: {} is on {}, x on {}", op, name, a->mesh().to_string(),
+                                   x.mesh().to_string()));
+    }
+  }
+  const int64_t d = xs.back();
+  const Shape& g = gate.shape();
+  if (g.size() != 3 || g[1] != d || up.shape() != g || down.shape() != Shape{g[0], g[2], g[1]}) {
+    throw ValueError(fmt::format(
+        "{}: gate and up must be (E, d={}, F) and down (E, F, d), got gate {}, up {}, down {}", op,
+        d, shape_to_string(g), shape_to_string(up.shape()), shape_to_string(down.shape())));
+  }
+  if (ids.dtype() != DType::kI32 || ids.shape() != weights.shape() ||
+      ids.shape().size() != xs.size() ||
+      !std::equal(xs.begin(), xs.end() - 1, ids.shape().begin())) {
+    throw ValueError(fmt::format(
+        "{}: ids (I32) and weights must be x's leading shape plus top_k, got ids {} {}, "
+        "weights {}, x {}",
+        op, dtype_name(ids.dtype()), shape_to_string(ids.shape()), shape_to_string(weights.shape()),
+        shape_to_string(xs)));
+  }
+  const auto& ga = gate.layout().axes();
+  const auto& da = down.layout().axes();
+  if (!(up.layout() == gate.layout()) || !(da[0] == ga[0]) || !(da[1] == ga[2])) {
+    throw ValueError(fmt::format(
+        "{}: up must be split as gate ({}) and down as (experts, F) of gate, got up {}, down {}",
+        op, gate.layout().to_string(), up.layout().to_string(), down.layout().to_string()));
+  }
+}
+
+// Everything both directions share: the operands in their compute layouts and the partial
+// layouts of the outputs.
+struct MixturePlan {
+  std::set<std::string> expert_axes;           // experts' and F's mesh axes
+  std::optional<TensorLayout> tokens, rows_k;  // x (…, d), ids/weights (…, k): compute layout
+  std::optional<TensorLayout> gate_c, down_c;  // the kernels with d whole
+  std::vector<int> k_axes;                     // expert axes then F axes
+  int64_t k_extent = 1;
+  std::vector<int> token_axes;  // the axes the compute layout splits tokens over
+  int64_t token_extent = 1;
+};
+
+MixturePlan plan_mixture(const Array& x, const Array& gate) {
+  MixturePlan p;
+  const DeviceMesh& mesh = x.mesh();
+  const DimSharding& experts = gate.layout().axes()[0];
+  const DimSharding& columns = gate.layout().axes()[2];
+  std::vector<std::string> names = experts.axes();
+  names.insert(names.end(), columns.axes().begin(), columns.axes().end());
+  p.expert_axes = std::set<std::string>(names.begin(), names.end());
+  p.k_axes = axis_indices(mesh, names, &p.k_extent);
+  p.tokens = leading_layout(x.layout(), p.expert_axes);
+  p.rows_k = p.tokens;
+  p.gate_c = TensorLayout({experts, None, columns}, mesh);
+  p.down_c = TensorLayout({experts, columns, None}, mesh);
+  std::vector<std::string> token_names;
+  for (size_t i = 0; i + 1 < p.tokens->axes().size(); ++i) {
+    for (const std::string& a : p.tokens->axes()[i].axes()) token_names.push_back(a);
+  }
+  p.token_axes = axis_indices(mesh, token_names, &p.token_extent);
+  return p;
+}
+
+int64_t rows_of(const Box& box) { return box.num_elements() / box.shape.back(); }
+
+}  // namespace
+
+ExpertRouting route_experts(const Array& logits, int64_t top_k, bool normalize) {
+  const Shape& s = logits.shape();
+  if (s.size() < 2 || (logits.dtype() != DType::kF32 && logits.dtype() != DType::kF64)) {
+    throw ValueError(fmt::format("route_experts: logits must be F32 or F64 (…, experts), got {} {}",
+                                 dtype_name(logits.dtype()), shape_to_string(s)));
+  }
+  const int64_t experts = s.back();
+  if (top_k < 1 || top_k > experts) {
+    throw ValueError(fmt::format("route_experts: top_k must be in [1, {}] (the experts), got {}",
+                                 experts, top_k));
+  }
+  const TensorLayout layout = leading_layout(logits.layout(), {});
+  std::optional<Array> store;
+  const Array& l = in_layout(logits, layout, store);
+  ExpertRouting r{
+      allocate_agreed(layout, with_last(s, top_k), DType::kI32, logits.runtime_ptr()),
+      allocate_agreed(layout, with_last(s, top_k), logits.dtype(), logits.runtime_ptr()),
+      allocate_agreed(layout, s, logits.dtype(), logits.runtime_ptr())};
+  const DeviceKind kind = kind_of(l);
+  auto& shards = r.ids.local_shards();
+  logits.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
+    const int64_t p = shards[i].position;
+    moe_route(kind, {.logits = l.shard_at(p),
+                     .ids = &shards[i],
+                     .weights = r.weights.shard_at(p),
+                     .probs = r.probs.shard_at(p),
+                     .rows = rows_of(shards[i].box),
+                     .experts = experts,
+                     .top_k = top_k,
+                     .normalize = normalize,
+                     .dtype = logits.dtype()});
+  });
+  return r;
+}
+
+Array route_experts_backward(const ExpertRouting& routing, const Array& dweights, bool normalize,
+                             const std::vector<double>* probs_grad) {
+  const int64_t experts = routing.probs.shape().back();
+  const int64_t top_k = routing.ids.shape().back();
+  if (dweights.shape() != routing.weights.shape() || dweights.dtype() != routing.weights.dtype()) {
+    throw ValueError(fmt::format("route_experts_backward: dweights must be {} {}, got {} {}",
+                                 dtype_name(routing.weights.dtype()),
+                                 shape_to_string(routing.weights.shape()),
+                                 dtype_name(dweights.dtype()), shape_to_string(dweights.shape())));
+  }
+  if (probs_grad && static_cast<int64_t>(probs_grad->size()) != experts) {
+    throw ValueError(fmt::format("route_experts_backward: probs_grad has {} values for {} experts",
+                                 probs_grad->size(), experts));
+  }
+  std::optional<Array> store;
+  const Array& dw = in_layout(dweights, routing.weights.layout(), store);
+  Array out = allocate_agreed(routing.probs.layout(), routing.probs.shape(), routing.probs.dtype(),
+                              routing.probs.runtime_ptr());
+  const DeviceKind kind = kind_of(out);
+  auto& shards = out.local_shards();
+  out.runtime().pool().parallel_for(shards.size(), [&](size_t i) {
+    const int64_t p = shards[i].position;
+    moe_route_backward(kind, {.dlogits = &shards[i],
+                              .probs = routing.probs.shard_at(p),
+                              .ids = routing.ids.shard_at(p),
+                              .dweights = dw.shard_at(p),
+                              .probs_grad = probs_grad ? probs_grad->data() : nullptr,
+                              .rows = rows_of(shards[i].box),
+                              .experts = experts,
+                              .top_k = top_k,
+                              .normalize = normalize,
+                              .dtype = out.dtype()});
+  });
+  return out;
+}
+
+ExpertStatistics expert_statistics(const ExpertRouting& routing) {
+  const int64_t experts = routing.probs.shape().back();
+  const int64_t top_k = routing.ids.shape().back();
+  const DeviceMesh& mesh = routing.ids.mesh();
+  const int rank = static_cast<int>(routing.ids.shape().size());
+  // Every token once: the (small) ids and probabilities replicated, counted on one device.
+  Array ids = distribute_tensor(routing.ids, TensorLayout::replicated(rank, mesh));
+  Array probs = distribute_tensor(routing.probs, TensorLayout::replicated(rank, mesh));
+  ExpertStatistics out{std::vector<double>(static_cast<size_t>(experts)),
+                       std::vector<double>(static_cast<size_t>(experts)),
+                       num_elements(routing.ids.shape()) / top_k};
+  if (!ids.local_shards().empty()) {
+    const Array::Shard& s = ids.local_shards().front();
+    moe_count(kind_of(ids), {.ids = &s,
+                             .probs = probs.shard_at(s.position),
+                             .rows = out.tokens,
+                             .top_k = top_k,
+                             .experts = experts,
+                             .counts = out.counts.data(),
+                             .prob_sums = out.prob_sums.data(),
+                             .dtype = probs.dtype()});
+  }
+  return out;
+}
+
+Array expert_mixture(const Array& x, const Array& ids, const Array& weights, const Array& gate,
+                     const Array& up, const Array& down, GateFunction function) {
+  check_mixture("expert_mixture", x, ids, weights, gate, up, down);
+  const MixturePlan plan = plan_mixture(x, gate);
+  std::optional<Array> xs, is, ws, gs, us, ds;
+  const Array& xc = in_layout(x, *plan.tokens, xs);
+  const Array& ic = in_layout(ids, *plan.rows_k, is);
+  const Array& wc = in_layout(weights, *plan.rows_k, ws);
+  const Array& gc = in_layout(gate, *plan.gate_c, gs);
+  const Array& uc = in_layout(up, *plan.gate_c, us);
+  const Array& dc = in_layout(down, *plan.down_c, ds);
+  const size_t elem = dtype_size(x.dtype());
+  const internal_ops::PartialLayout partial{ShardGeometry(*plan.tokens, x.shape()), plan.k_axes,
+                                            plan.k_extent};
+  internal_ops::LocalPartials parts = internal_ops::allocate_local_partials(partial, xc, elem);
+  const DeviceKind kind = kind_of(xc);
+  const int64_t d = x.shape().back(), top_k = ids.shape().back();
+  x.runtime().pool().parallel_for(parts.size(), [&](size_t i) {
+    const int64_t p = parts[i].position;
+    const Array::Shard* g = gc.shard_at(p);
+    moe_experts_forward(kind, {.x = xc.shard_at(p),
+                               .ids = ic.shard_at(p),
+                               .weights = wc.shard_at(p),
+                               .gate = g,
+                               .up = uc.shard_at(p),
+                               .down = dc.shard_at(p),
+                               .out = &parts[i],
+                               .rows = rows_of(parts[i].box),
+                               .d = d,
+                               .top_k = top_k,
+                               .first_expert = g->box.offset[0],
+                               .experts = g->box.shape[0],
+                               .f = g->box.shape[2],
+                               .function = function,
+                               .dtype = x.dtype()});
+  });
+  Array out = allocate_agreed(x.layout(), x.shape(), x.dtype(), x.runtime_ptr());
+  const internal_ops::ReductionPlan reduction =
+      internal_ops::plan_reduction(partial, out.geometry(), elem, x.runtime().local_device_count());
+  internal_ops::reduce_partials(parts, reduction, out);
+  return out;
+}
+
+ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, const Array& weights,
+                                           const Array& gate, const Array& up, const Array& down,
+                                           const Array& dy, GateFunction function) {
+  check_mixture("expert_mixture_backward", x, ids, weights, gate, up, down);
+  if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
+    throw ValueError(fmt::format("expert_mixture_backward: dy must be x's {} {}, got {} {}",
+                                 dtype_name(x.dtype()), shape_to_string(x.shape()),
+                                 dtype_name(dy.dtype()), shape_to_string(dy.shape())));
+  }
+  const MixturePlan plan = plan_mixture(x, gate);
+  std::optional<Array> xs, is, ws, gs, us, ds, dys;
+  const Array& xc = in_layout(x, *plan.tokens, xs);
+  const Array& dyc = in_layout(dy, *plan.tokens, dys);
+  const Array& ic = in_layout(ids, *plan.rows_k, is);
+  const Array& wc = in_layout(weights, *plan.rows_k, ws);
+  const Array& gc = in_layout(gate, *plan.gate_c, gs);
+  const Array& uc = in_layout(up, *plan.gate_c, us);
+  const Array& dc = in_layout(down, *plan.down_c, ds);
+  const size_t elem = dtype_size(x.dtype());
+  // dx and dweights: partial over the expert axes; the kernels' gradients: over the tokens'.
+  const internal_ops::PartialLayout px{ShardGeometry(*plan.tokens, x.shape()), plan.k_axes,
+                                       plan.k_extent};
+  const internal_ops::PartialLayout pw{ShardGeometry(*plan.rows_k, weights.shape()), plan.k_axes,
+                                       plan.k_extent};
+  const internal_ops::PartialLayout pg{ShardGeometry(*plan.gate_c, gate.shape()), plan.token_axes,
+                                       plan.token_extent};
+  const internal_ops::PartialLayout pd{ShardGeometry(*plan.down_c, down.shape()), plan.token_axes,
+                                       plan.token_extent};
+  internal_ops::LocalPartials dx_parts = internal_ops::allocate_local_partials(px, xc, elem);
+  internal_ops::LocalPartials dw_parts = internal_ops::allocate_local_partials(pw, xc, elem);
+  internal_ops::LocalPartials dg_parts = internal_ops::allocate_local_partials(pg, xc, elem);
+  internal_ops::LocalPartials du_parts = internal_ops::allocate_local_partials(pg, xc, elem);
+  internal_ops::LocalPartials dd_parts = internal_ops::allocate_local_partials(pd, xc, elem);
+  // The same device units in every list (a unit is a token block × an expert block): find each
+  // unit's entries by its position.
+  const auto find = [](internal_ops::LocalPartials& parts, const internal_ops::PartialLayout& l,
+                       int64_t position) -> internal_ops::LocalPartial& {
+    const std::vector<int64_t> block = l.product_block_of(position);
+    const int64_t kb = l.k_block_of(position);
+    for (auto& part : parts) {
+      if (part.block == block && part.k_block == kb) return part;
+    }
+    throw InternalError("expert_mixture_backward: a device unit has no partial");
+  };
+  const DeviceKind kind = kind_of(xc);
+  const int64_t d = x.shape().back(), top_k = ids.shape().back();
+  x.runtime().pool().parallel_for(dx_parts.size(), [&](size_t i) {
+    const int64_t p = dx_parts[i].position;
+    const Array::Shard* g = gc.shard_at(p);
+    moe_experts_backward(kind, {.x = xc.shard_at(p),
+                                .ids = ic.shard_at(p),
+                                .weights = wc.shard_at(p),
+                                .gate = g,
+                                .up = uc.shard_at(p),
+                                .down = dc.shard_at(p),
+                                .dy = dyc.shard_at(p),
+                                .dx = &dx_parts[i],
+                                .dweights = &find(dw_parts, pw, p),
+                                .dgate = &find(dg_parts, pg, p),
+                                .dup = &find(du_parts, pg, p),
+                                .ddown = &find(dd_parts, pd, p),
+                                .rows = rows_of(dx_parts[i].box),
+                                .d = d,
+                                .top_k = top_k,
+                                .first_expert = g->box.offset[0],
+                                .experts = g->box.shape[0],
+                                .f = g->box.shape[2],
+                                .function = function,
+                                .dtype = x.dtype()});
+  });
+  const size_t local = static_cast<size_t>(x.runtime().local_device_count());
+  const auto reduce = [&](const internal_ops::LocalPartials& parts,
+                          const internal_ops::PartialLayout& l, const Array& like) {
+    Array out = allocate_agreed(like.layout(), like.shape(), like.dtype(), like.runtime_ptr());
+    internal_ops::reduce_partials(
+        parts, internal_ops::plan_reduction(l, out.geometry(), elem, static_cast<int64_t>(local)),
+        out);
+    return out;
+  };
+  return {reduce(dx_parts, px, x), reduce(dw_parts, pw, weights), reduce(dg_parts, pg, gate),
+          reduce(du_parts, pg, up), reduce(dd_parts, pd, down)};
+}
+
+}  // namespace meshlayout
