@@ -8,7 +8,7 @@ packages=(
   libre2-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
-  libsentencepiece-dev sentencepiece python3-sentencepiece
+  libsentencepiece-dev sentencepiece python3-sentencepiece libicu-dev
   pybind11-dev python3-dev python3-numpy python3-pytest clang-format
   python3-venv python3-pip python3-setuptools python3-wheel
 )

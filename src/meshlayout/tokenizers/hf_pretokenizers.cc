@@ -7,6 +7,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
 #include "meshlayout/tokenizers/hf_json.h"
+#include "meshlayout/tokenizers/unicode_normalization.h"
 #include "meshlayout/tokenizers/unicode_text.h"
 
 namespace meshlayout::tokenizers {
@@ -413,6 +414,7 @@ std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& j, const std:
         parse_pattern(hf_field(j, "pattern", path), hf_path(path, "pattern")),
         hf_string(j, "content", path));
   }
+  if (auto unicode = make_unicode_normalizer(type)) return unicode;  // NFC, NFD, NFKC, NFKD
   if (type == "Sequence") {
     const std::string items = hf_path(path, "normalizers");
     std::vector<std::unique_ptr<Normalizer>> steps;
@@ -423,7 +425,7 @@ std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& j, const std:
     }
     return std::make_unique<SequenceNormalizer>(std::move(steps));
   }
-  hf_unsupported("normalizer", type, path, "Prepend, Replace and Sequence");
+  hf_unsupported("normalizer", type, path, "NFC, NFD, NFKC, NFKD, Prepend, Replace and Sequence");
 }
 
 std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const nlohmann::json& j,

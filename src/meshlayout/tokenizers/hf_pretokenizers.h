@@ -1,7 +1,7 @@
 // hf_pretokenizers.h — the text stages of a Hugging Face tokenizer.json before the model:
-// normalizers (Prepend, Replace, Sequence) and pre-tokenizers (ByteLevel, Split, Metaspace,
-// Sequence), the byte-level alphabet (GPT-2's bytes_to_unicode) and the regexes of Split and
-// ByteLevel run on RE2.
+// normalizers (NFC, NFD, NFKC, NFKD from unicode_normalization.h; Prepend, Replace, Sequence)
+// and pre-tokenizers (ByteLevel, Split, Metaspace, Sequence), the byte-level alphabet (GPT-2's
+// bytes_to_unicode) and the regexes of Split and ByteLevel run on RE2.
 //
 // Regexes: `\s` and `\S` mean Unicode White_Space (as in Oniguruma, which the reference
 // library uses), `\p{L}`/`\p{N}` are Unicode classes. RE2 has no look-around, so the one
@@ -79,7 +79,7 @@ class PreTokenizer {
 };
 
 /// From the JSON at `path` (null gives nullptr). ValueError naming an unsupported type (e.g.
-/// NFC, BertNormalizer) or a malformed field with its path.
+/// Lowercase, BertNormalizer) or a malformed field with its path.
 std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& j, const std::string& path);
 std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const nlohmann::json& j, const std::string& path);
 

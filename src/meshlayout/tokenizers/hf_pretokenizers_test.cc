@@ -90,12 +90,14 @@ TEST(HfPreTokenizersTest, NormalizersPrependAndReplace) {
 TEST(HfPreTokenizersTest, UnknownTypesAreErrorsNamingTypeAndPath) {
   try {
     parse_normalizer(
-        nlohmann::json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFC"}]})"),
+        nlohmann::json::parse(R"({"type": "Sequence", "normalizers": [{"type": "Lowercase"}]})"),
         "normalizer");
     FAIL();
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("normalizer type \"NFC\" at normalizer.normalizers[0].type is "
-                                    "not supported"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("normalizer type \"Lowercase\" at normalizer.normalizers[0].type "
+                          "is not supported; meshlayout reads NFC, NFD, NFKC, NFKD, "
+                          "Prepend, Replace and Sequence"));
   }
   try {
     parse_pre_tokenizer(nlohmann::json::parse(R"({"type": "BertPreTokenizer"})"), "pre_tokenizer");

@@ -127,8 +127,8 @@ TEST(HfTokenizerTest, UnsupportedOrMalformedFilesNameWhatAndWhere) {
               HasSubstr("'m/tokenizer.json': model type \"WordPiece\" at model.type is not "
                         "supported; meshlayout reads BPE"));
   json j = byte_level_json();
-  j["normalizer"] = {{"type", "NFKC"}};
-  EXPECT_THAT(error_of(j), HasSubstr("normalizer type \"NFKC\" at normalizer.type"));
+  j["normalizer"] = {{"type", "BertNormalizer"}};
+  EXPECT_THAT(error_of(j), HasSubstr("normalizer type \"BertNormalizer\" at normalizer.type"));
   j = byte_level_json();
   j["model"]["merges"].push_back("he zz");
   EXPECT_THAT(error_of(j), HasSubstr("BPE merge 2 ('he' 'zz') names the token 'zz'"));

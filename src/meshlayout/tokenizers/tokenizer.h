@@ -4,7 +4,8 @@
 // there is none, a SentencePiece `tokenizer.model` (Gemma; sentencepiece_tokenizer.h).
 //
 // Round trips: decode(encode(s, false)) == s
-//   - byte-level BPE: for any bytes, invalid UTF-8 included (the bytes come back as given);
+//   - byte-level BPE: for any bytes, invalid UTF-8 included (the bytes come back as given;
+//     with a normalizer, e.g. Qwen 2.5's NFC, what comes back is the normalised text);
 //   - BPE with byte fallback (Llama 2 style, Prepend + Strip decoders): for any valid UTF-8;
 //     text that is not valid UTF-8 is refused (ValueError naming the first bad byte and its
 //     offset), as Hugging Face, which takes only Unicode strings, cannot encode it either;

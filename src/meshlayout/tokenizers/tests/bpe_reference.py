@@ -191,6 +191,9 @@ class Reference:
             return n["prepend"] + s if s else s
         if n["type"] == "Replace":
             return s.replace(n["pattern"]["String"], n["content"])
+        if n["type"] in ("NFC", "NFD", "NFKC", "NFKD"):
+            # Invalid bytes are lone surrogates here: they neither decompose nor compose.
+            return unicodedata.normalize(n["type"], s)
         raise ValueError(n["type"])
 
     def pre_tokenize(self, pieces, p):

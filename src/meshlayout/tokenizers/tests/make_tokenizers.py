@@ -1,11 +1,11 @@
 """make_tokenizers.py - builds the small tokenizers the reference test compares: BPE merges
 learnt by the textbook algorithm (count adjacent pairs, merge the most frequent, repeat) on a
-training text, written as Hugging Face tokenizer.json files in the layouts of Llama 3 and
-Qwen 2 (byte-level) and of Llama 2 and Mistral (byte fallback); and a SentencePiece model
+training text, written as Hugging Face tokenizer.json files in the layouts of Llama 3,
+Qwen 2 and Qwen 2.5 (byte-level; Qwen 2.5 with its NFC normalizer) and of Llama 2 and Mistral (byte fallback); and a SentencePiece model
 (BPE with byte fallback, as Gemma's) trained by SentencePiece itself.
 
 Example:
-    make_all("/tmp/toks")   # /tmp/toks/{llama3,qwen2,llama2,mistral,spm}/
+    make_all("/tmp/toks")   # /tmp/toks/{llama3,qwen2,qwen25,llama2,mistral,spm}/
 """
 import collections
 import json
@@ -69,7 +69,7 @@ def template(token, token_id):
             "special_tokens": {token: {"id": token, "ids": [token_id], "tokens": [token]}}}
 
 
-def byte_level(pattern, merge_pairs, ignore_merges, specials, bos):
+def byte_level(pattern, merge_pairs, ignore_merges, specials, bos, normalizer=None):
     words = collections.Counter()
     for line in TRAIN.splitlines(keepends=True):
         for piece in ref.split_isolated(pattern, line):
@@ -91,7 +91,7 @@ def byte_level(pattern, merge_pairs, ignore_merges, specials, bos):
         post = {"type": "Sequence", "processors": [post, template(specials[0], n)]}
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added_tokens,
-        "normalizer": None,
+        "normalizer": normalizer,
         "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated",
              "invert": False},
@@ -164,6 +164,10 @@ def make_all(root):
                              ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"], True),
         "qwen2": byte_level(ref.QWEN2, True, True,
                             ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False),
+        # Qwen 2.5's layout: Qwen 2's plus {"type": "NFC"}, merges as "a b" strings.
+        "qwen25": byte_level(ref.QWEN2, False, False,
+                             ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False,
+                             normalizer={"type": "NFC"}),
         "llama2": byte_fallback(False),
         "mistral": byte_fallback(True),
     }

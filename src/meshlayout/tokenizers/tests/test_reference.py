@@ -1,6 +1,7 @@
 """test_reference.py - meshlayout's tokenizers against references, on a corpus of tricky text:
-Hugging Face tokenizer.json files (byte-level BPE in the Llama 3 and Qwen 2 layouts, BPE with
-byte fallback in the Llama 2 and Mistral layouts) against bpe_reference.py, and a
+Hugging Face tokenizer.json files (byte-level BPE in the Llama 3, Qwen 2 and Qwen 2.5 layouts,
+the last with its NFC normalizer; BPE with byte fallback in the Llama 2 and Mistral layouts)
+against bpe_reference.py, and a
 SentencePiece model against SentencePiece's own library. The tokenizers are built here, by
 make_tokenizers.py. Run by ctest (tokenizers.reference) with TOKENIZE_LINES and
 MESHLAYOUT_BIN naming the programs.
@@ -13,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import unicodedata
 
 import pytest
 
@@ -42,6 +44,13 @@ CORPUS = [
     b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     b"The quick brown fox jumps over the lazy dog. It's what they'd've wanted, isn't it?",
     "Ünïcödé façade naïve café résumé HELLO".encode(),
+    # Unicode normalisation (Qwen 2.5's NFC): marks in both orders, Hangul, singletons, CJK
+    # compatibility ideographs, exclusions, compatibility characters NFC keeps, invalid bytes.
+    "cafe\u0301 e\u0327\u0301 e\u0301\u0327 q\u0307\u0323 \u1e0b\u0323".encode(),
+    "\u1100\u1161\u11a8 \uac00\u11a8 \ud55c\uad6d\uc5b4".encode(),
+    "\u212b \u2126 \u212a A\u030a \uf900\uf9dc \U0002f800 \u0958 \u0344".encode(),
+    "\ufb01 \u2460 \uff21 \u00bd \U0001f469\u200d\U0001f469\u200d\U0001f467".encode(),
+    b"e\xff\xcc\x81 A\xcc\x8a\xfe\xe2\x84\xab \xed\xa0\x80\xcc\x81",
 ]
 
 
@@ -67,7 +76,7 @@ def reference_result(tok, text):
             "decoded_plain": tok.decode(tok.encode(text, False)).hex()}
 
 
-@pytest.mark.parametrize("name", ["llama3", "qwen2", "llama2", "mistral"])
+@pytest.mark.parametrize("name", ["llama3", "qwen2", "qwen25", "llama2", "mistral"])
 def test_bpe_matches_the_reference(toks, name):
     with open(os.path.join(toks, name, "tokenizer.json"), encoding="utf-8") as f:
         tok = ref.Reference(json.load(f))
@@ -84,9 +93,9 @@ def test_bpe_matches_the_reference(toks, name):
     assert matched == len(CORPUS)
 
 
-@pytest.mark.parametrize("name", ["llama3", "qwen2", "llama2"])
+@pytest.mark.parametrize("name", ["llama3", "qwen2", "qwen25", "llama2"])
 def test_round_trip(toks, name):
-    byte_level = name in ("llama3", "qwen2")
+    byte_level = name in ("llama3", "qwen2", "qwen25")
     for text, mine in zip(CORPUS, run_lines(os.path.join(toks, name), CORPUS)):
         if b"<mask>" in text:
             continue  # an lstrip added token takes the spaces before it, by design
@@ -97,6 +106,9 @@ def test_round_trip(toks, name):
                 continue  # refused (checked above)
             if b"<s>" in text or b"<unk>" in text:
                 continue  # Llama 2's legacy "<s>hello" decodes as "<s> hello", as in HF
+        if name == "qwen25":  # the text comes back NFC-normalised, invalid bytes as they were
+            text = ref.to_bytes(unicodedata.normalize(
+                "NFC", text.decode("utf-8", "surrogateescape")))
         assert bytes.fromhex(mine["decoded_plain"]) == text
 
 

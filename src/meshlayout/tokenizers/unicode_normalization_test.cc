@@ -1,0 +1,140 @@
+// unicode_normalization_test.cc — NFC, NFD, NFKC and NFKD on a corpus of tricky text against
+// Python's unicodedata.normalize (Unicode 14.0; the expected strings below were generated once
+// by it, with invalid bytes read as lone surrogates: surrogateescape), and the tokenizer.json
+// normalizers of those types. The end-to-end comparison with a Qwen-2.5-shaped tokenizer is
+// tests/test_reference.py (qwen25).
+#include "meshlayout/tokenizers/unicode_normalization.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/tokenizers/hf_tokenizer.h"
+
+namespace meshlayout::tokenizers {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Case {
+  const char* name;
+  std::string_view text, nfc, nfd, nfkc, nfkd;
+};
+
+// clang-format off
+const Case kCorpus[] = {
+    {"empty", "", "", "", "", ""},
+    {"ascii", "Hello, world!", "Hello, world!", "Hello, world!", "Hello, world!", "Hello, world!"},
+    {"e + acute", "e\xCC\x81", "\xC3\xA9", "e\xCC\x81", "\xC3\xA9", "e\xCC\x81"},
+    {"precomposed", "\xC3\xA9", "\xC3\xA9", "e\xCC\x81", "\xC3\xA9", "e\xCC\x81"},
+    {"cedilla then acute", "e\xCC\xA7\xCC\x81", "\xC8\xA9\xCC\x81", "e\xCC\xA7\xCC\x81", "\xC8\xA9\xCC\x81", "e\xCC\xA7\xCC\x81"},
+    {"acute then cedilla", "e\xCC\x81\xCC\xA7", "\xC8\xA9\xCC\x81", "e\xCC\xA7\xCC\x81", "\xC8\xA9\xCC\x81", "e\xCC\xA7\xCC\x81"},
+    {"dot below, acute: both orders", "a\xCC\x81\xCC\xA3 a\xCC\xA3\xCC\x81", "\xE1\xBA\xA1\xCC\x81 \xE1\xBA\xA1\xCC\x81", "a\xCC\xA3\xCC\x81 a\xCC\xA3\xCC\x81", "\xE1\xBA\xA1\xCC\x81 \xE1\xBA\xA1\xCC\x81", "a\xCC\xA3\xCC\x81 a\xCC\xA3\xCC\x81"},
+    {"d dot above + dot below", "\xE1\xB8\x8B\xCC\xA3", "\xE1\xB8\x8D\xCC\x87", "d\xCC\xA3\xCC\x87", "\xE1\xB8\x8D\xCC\x87", "d\xCC\xA3\xCC\x87"},
+    {"q + marks out of order", "q\xCC\x87\xCC\xA3", "q\xCC\xA3\xCC\x87", "q\xCC\xA3\xCC\x87", "q\xCC\xA3\xCC\x87", "q\xCC\xA3\xCC\x87"},
+    {"zalgo", "Z\xCC\xA4\xCD\x94\xCD\xA7\xCC\x91\xCC\x93", "Z\xCC\xA4\xCD\x94\xCD\xA7\xCC\x91\xCC\x93", "Z\xCC\xA4\xCD\x94\xCD\xA7\xCC\x91\xCC\x93", "Z\xCC\xA4\xCD\x94\xCD\xA7\xCC\x91\xCC\x93", "Z\xCC\xA4\xCD\x94\xCD\xA7\xCC\x91\xCC\x93"},
+    {"hangul syllables", "\xEA\xB0\x80\xED\x9E\xA3 \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4", "\xEA\xB0\x80\xED\x9E\xA3 \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4", "\xE1\x84\x80\xE1\x85\xA1\xE1\x84\x92\xE1\x85\xB5\xE1\x87\x82 \xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB\xE1\x84\x80\xE1\x85\xAE\xE1\x86\xA8\xE1\x84\x8B\xE1\x85\xA5", "\xEA\xB0\x80\xED\x9E\xA3 \xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4", "\xE1\x84\x80\xE1\x85\xA1\xE1\x84\x92\xE1\x85\xB5\xE1\x87\x82 \xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB\xE1\x84\x80\xE1\x85\xAE\xE1\x86\xA8\xE1\x84\x8B\xE1\x85\xA5"},
+    {"hangul jamo L V T", "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8 \xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB", "\xEA\xB0\x81 \xED\x95\x9C", "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8 \xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB", "\xEA\xB0\x81 \xED\x95\x9C", "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8 \xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB"},
+    {"hangul LV + T", "\xEA\xB0\x80\xE1\x86\xA8", "\xEA\xB0\x81", "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81", "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"},
+    {"singletons: angstrom ohm kelvin", "\xE2\x84\xAB \xE2\x84\xA6 \xE2\x84\xAA", "\xC3\x85 \xCE\xA9 K", "A\xCC\x8A \xCE\xA9 K", "\xC3\x85 \xCE\xA9 K", "A\xCC\x8A \xCE\xA9 K"},
+    {"cjk compatibility ideographs", "\xEF\xA4\x80\xEF\xA7\x9C \xF0\xAF\xA0\x80", "\xE8\xB1\x88\xE9\x9A\x86 \xE4\xB8\xBD", "\xE8\xB1\x88\xE9\x9A\x86 \xE4\xB8\xBD", "\xE8\xB1\x88\xE9\x9A\x86 \xE4\xB8\xBD", "\xE8\xB1\x88\xE9\x9A\x86 \xE4\xB8\xBD"},
+    {"emoji zwj and flags", "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7 \xE2\x9D\xA4\xEF\xB8\x8F", "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7 \xE2\x9D\xA4\xEF\xB8\x8F", "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7 \xE2\x9D\xA4\xEF\xB8\x8F", "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7 \xE2\x9D\xA4\xEF\xB8\x8F", "\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 \xF0\x9F\x87\xAB\xF0\x9F\x87\xB7 \xE2\x9D\xA4\xEF\xB8\x8F"},
+    {"composition exclusions", "\xE0\xA5\x98 \xCD\x84 \xE2\xAB\x9C", "\xE0\xA4\x95\xE0\xA4\xBC \xCC\x88\xCC\x81 \xE2\xAB\x9D\xCC\xB8", "\xE0\xA4\x95\xE0\xA4\xBC \xCC\x88\xCC\x81 \xE2\xAB\x9D\xCC\xB8", "\xE0\xA4\x95\xE0\xA4\xBC \xCC\x88\xCC\x81 \xE2\xAB\x9D\xCC\xB8", "\xE0\xA4\x95\xE0\xA4\xBC \xCC\x88\xCC\x81 \xE2\xAB\x9D\xCC\xB8"},
+    {"greek with ypogegrammeni", "\xCE\xB1\xCC\x93\xCC\x81\xCD\x85", "\xE1\xBE\x84", "\xCE\xB1\xCC\x93\xCC\x81\xCD\x85", "\xE1\xBE\x84", "\xCE\xB1\xCC\x93\xCC\x81\xCD\x85"},
+    {"indic two-part vowels", "\xE0\xAD\x87\xE0\xAC\xBE \xE0\xAF\x86\xE0\xAE\xBE", "\xE0\xAD\x8B \xE0\xAF\x8A", "\xE0\xAD\x87\xE0\xAC\xBE \xE0\xAF\x86\xE0\xAE\xBE", "\xE0\xAD\x8B \xE0\xAF\x8A", "\xE0\xAD\x87\xE0\xAC\xBE \xE0\xAF\x86\xE0\xAE\xBE"},
+    {"compatibility forms", "\xEF\xAC\x81 \xC2\xB2 \xE2\x91\xA0 \xEF\xBC\xA1 \xEF\xBD\xB6 \xE3\x8D\xBF \xC2\xBD", "\xEF\xAC\x81 \xC2\xB2 \xE2\x91\xA0 \xEF\xBC\xA1 \xEF\xBD\xB6 \xE3\x8D\xBF \xC2\xBD", "\xEF\xAC\x81 \xC2\xB2 \xE2\x91\xA0 \xEF\xBC\xA1 \xEF\xBD\xB6 \xE3\x8D\xBF \xC2\xBD", "fi 2 1 A \xE3\x82\xAB \xE6\xA0\xAA\xE5\xBC\x8F\xE4\xBC\x9A\xE7\xA4\xBE 1\xE2\x81\x84" "2", "fi 2 1 A \xE3\x82\xAB \xE6\xA0\xAA\xE5\xBC\x8F\xE4\xBC\x9A\xE7\xA4\xBE 1\xE2\x81\x84" "2"},
+    {"invalid byte between e and acute", "e\xFF\xCC\x81", "e\xFF\xCC\x81", "e\xFF\xCC\x81", "e\xFF\xCC\x81", "e\xFF\xCC\x81"},
+    {"lone combining mark", "\xCC\x81x", "\xCC\x81x", "\xCC\x81x", "\xCC\x81x", "\xCC\x81x"},
+    {"invalid bytes around angstrom", "A\xCC\x8A\xFF\xE2\x84\xAB\xFE", "\xC3\x85\xFF\xC3\x85\xFE", "A\xCC\x8A\xFF" "A\xCC\x8A\xFE", "\xC3\x85\xFF\xC3\x85\xFE", "A\xCC\x8A\xFF" "A\xCC\x8A\xFE"},
+    {"truncated and surrogate", "\xE2\x84 \xED\xA0\x80\xCC\x81", "\xE2\x84 \xED\xA0\x80\xCC\x81", "\xE2\x84 \xED\xA0\x80\xCC\x81", "\xE2\x84 \xED\xA0\x80\xCC\x81", "\xE2\x84 \xED\xA0\x80\xCC\x81"},
+    {"overlong and too big", "\xC0\xAF\xF4\x90\x80\x80" "e\xCC\x81", "\xC0\xAF\xF4\x90\x80\x80\xC3\xA9", "\xC0\xAF\xF4\x90\x80\x80" "e\xCC\x81", "\xC0\xAF\xF4\x90\x80\x80\xC3\xA9", "\xC0\xAF\xF4\x90\x80\x80" "e\xCC\x81"},
+};
+// clang-format on
+
+TEST(UnicodeNormalizationTest, MatchesPythonOnTheCorpus) {
+  for (const Case& c : kCorpus) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(unicode_normalize(c.text, UnicodeForm::kNfc), c.nfc);
+    EXPECT_EQ(unicode_normalize(c.text, UnicodeForm::kNfd), c.nfd);
+    EXPECT_EQ(unicode_normalize(c.text, UnicodeForm::kNfkc), c.nfkc);
+    EXPECT_EQ(unicode_normalize(c.text, UnicodeForm::kNfkd), c.nfkd);
+  }
+}
+
+TEST(UnicodeNormalizationTest, FormsAreStableAndConsistent) {
+  for (const Case& c : kCorpus) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(unicode_normalize(c.nfc, UnicodeForm::kNfc), c.nfc);  // idempotent
+    EXPECT_EQ(unicode_normalize(c.nfd, UnicodeForm::kNfc), c.nfc);  // NFC(NFD(x)) == NFC(x)
+    EXPECT_EQ(unicode_normalize(c.nfc, UnicodeForm::kNfd), c.nfd);
+    EXPECT_EQ(unicode_normalize(c.nfkd, UnicodeForm::kNfkc), c.nfkc);
+  }
+}
+
+TEST(UnicodeNormalizationTest, InvalidBytesAreKeptAndSeparateRuns) {
+  // The acute after the invalid byte does not compose with the e before it.
+  EXPECT_EQ(unicode_normalize("e\xFF\xCC\x81", UnicodeForm::kNfc), "e\xFF\xCC\x81");
+  EXPECT_EQ(unicode_normalize("e\xCC\x81\xFF", UnicodeForm::kNfc), "\xC3\xA9\xFF");
+  EXPECT_EQ(unicode_normalize("\xFF", UnicodeForm::kNfd), "\xFF");
+}
+
+TEST(UnicodeNormalizationTest, NamesAndVersion) {
+  EXPECT_EQ(unicode_form_from_name("NFKC"), UnicodeForm::kNfkc);
+  EXPECT_EQ(unicode_form_name(UnicodeForm::kNfd), "NFD");
+  EXPECT_EQ(unicode_form_from_name("nfc"), std::nullopt);  // Hugging Face's spelling only
+  EXPECT_EQ(make_unicode_normalizer("Lowercase"), nullptr);
+  EXPECT_THAT(unicode_normalization_version(), ::testing::MatchesRegex("[0-9]+\\.[0-9]+"));
+}
+
+TEST(UnicodeNormalizationTest, TokenizerJsonNormalizers) {
+  const auto parse = [](const char* text) {
+    return parse_normalizer(nlohmann::json::parse(text), "normalizer");
+  };
+  EXPECT_EQ(parse(R"({"type": "NFC"})")->apply("\xE2\x84\xAB"), "\xC3\x85");
+  EXPECT_EQ(parse(R"({"type": "NFKD"})")->apply("\xEF\xAC\x81"), "fi");
+  // A sequence: NFD, then every combining acute removed, then NFC (accents stripped).
+  EXPECT_EQ(parse(R"({"type": "Sequence", "normalizers": [{"type": "NFD"},
+                  {"type": "Replace", "pattern": {"String": "\u0301"}, "content": ""},
+                  {"type": "NFC"}]})")
+                ->apply("caf\xC3\xA9 \xC3\x85"),
+            "cafe \xC3\x85");
+}
+
+// A byte-level BPE tokenizer.json with Qwen 2.5's {"type": "NFC"} normalizer: the text is
+// normalised before it is split (Å ANGSTROM SIGN and A + ring give the one token "Å"); added
+// tokens ("normalized": false) are matched in the raw text.
+TEST(UnicodeNormalizationTest, NfcInATokenizer) {
+  nlohmann::json vocab = nlohmann::json::object();
+  const std::array<std::string, 256>& alphabet = byte_level_alphabet();
+  for (int b = 0; b < 256; ++b) vocab[alphabet[static_cast<size_t>(b)]] = b;
+  const std::string a_ring = alphabet[0xC3] + alphabet[0x85];  // Å in the byte-level alphabet
+  vocab[a_ring] = 256;
+  const nlohmann::json byte_level = {{"type", "ByteLevel"},
+                                     {"add_prefix_space", false},
+                                     {"trim_offsets", true},
+                                     {"use_regex", false}};
+  const nlohmann::json j = {
+      {"added_tokens",
+       {{{"id", 257}, {"content", "<|im_end|>"}, {"special", true}, {"normalized", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer", byte_level},
+      {"decoder", byte_level},
+      {"model",
+       {{"type", "BPE"},
+        {"vocab", vocab},
+        {"merges", nlohmann::json::array({alphabet[0xC3] + " " + alphabet[0x85]})}}}};
+  const auto tok = HfTokenizer::from_json(j.dump(), "tokenizer.json", nullptr);
+  const std::vector<int64_t> want = {256, 256, 256, 257};
+  EXPECT_EQ(tok->encode("\xE2\x84\xAB"
+                        "A\xCC\x8A\xC3\x85<|im_end|>",
+                        false),
+            want);
+  EXPECT_EQ(tok->decode(want, false), "\xC3\x85\xC3\x85\xC3\x85<|im_end|>");
+  // An invalid byte passes through the normaliser and the byte-level alphabet unchanged.
+  EXPECT_EQ(tok->decode(tok->encode("A\xFF\xCC\x8A", false), false), "A\xFF\xCC\x8A");
+}
+
+}  // namespace
+}  // namespace meshlayout::tokenizers
