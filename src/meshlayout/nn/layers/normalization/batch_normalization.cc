@@ -5,7 +5,6 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/kernels/device_kind.h"
 #include "meshlayout/kernels/normalization.h"
-#include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/nn/layers/normalization/normalization_core.h"
 
@@ -45,7 +44,7 @@ void BatchNormalization::build(const Shape& input_shape) {
                                  .initializer = options_.moving_variance_initializer,
                                  .trainable = false,
                                  .layout = options_.moving_variance_layout});
-  internal_nn::check_compute_dtype("BatchNormalization", name(), moving_mean_->dtype());
+  internal_nn::check_built_dtype("BatchNormalization", name(), moving_mean_->dtype());
 }
 
 TensorLayout BatchNormalization::data_layout(const Array& x) const {

@@ -4,7 +4,6 @@
 
 #include "meshlayout/kernels/device_kind.h"
 #include "meshlayout/kernels/normalization.h"
-#include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 #include "meshlayout/nn/layers/normalization/normalization_core.h"
 
@@ -29,7 +28,7 @@ void LayerNormalization::build(const Shape& input_shape) {
                         .initializer = options_.beta_initializer,
                         .layout = options_.beta_layout});
   }
-  internal_nn::check_compute_dtype("LayerNormalization", name(), compute_dtype());
+  internal_nn::check_built_dtype("LayerNormalization", name(), compute_dtype());
 }
 
 DType LayerNormalization::compute_dtype() const {

@@ -7,6 +7,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/strings.h"
+#include "meshlayout/nn/float_compute.h"
 #include "meshlayout/nn/gradient_ops.h"
 
 namespace meshlayout::internal_nn {
@@ -25,6 +26,10 @@ int64_t normalized_features(std::string_view kind, const std::string& layer,
                                  quote(layer), shape_to_string(input_shape)));
   }
   return input_shape.back();
+}
+
+void check_built_dtype(std::string_view kind, const std::string& layer, DType compute) {
+  check_compute_dtype(kind, layer, compute);
 }
 
 void check_normalized_input(std::string_view kind, const std::string& layer, const Array& x,

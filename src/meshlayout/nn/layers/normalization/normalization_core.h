@@ -4,6 +4,7 @@
 // per-shard arithmetic is the kernels' (kernels/normalization.h).
 //
 // Example (a layer's backward):
+//   internal_nn::check_built_dtype("RMSNormalization", name(), scale_->dtype());   // in build
 //   internal_nn::check_normalized_backward("LayerNormalization", name(), built(), x, dy,
 //                                          compute_dtype(), features_);
 //   const TensorLayout target = internal_nn::whole_rows_layout(x, mesh);
@@ -25,6 +26,11 @@ void check_epsilon(std::string_view kind, double epsilon, bool positive = false)
 /// "<kind> layer '<name>' needs inputs of rank >= 1, got shape ()".
 int64_t normalized_features(std::string_view kind, const std::string& layer,
                             const Shape& input_shape);
+
+/// The last step of each build: ValueError unless the weights' dtype (the compute dtype) is F32
+/// or F64, as every layer computing in floats (check_compute_dtype, float_compute.h):
+/// "<kind> layer '<name>' has BF16 weights (its dtype); it computes in F32 or F64 only …".
+void check_built_dtype(std::string_view kind, const std::string& layer, DType compute);
 
 /// How check_normalized_input words a refusal.
 enum class InputMessage {

@@ -38,6 +38,7 @@ void RMSNormalization::build(const Shape& input_shape) {
                        .shape = {features_},
                        .initializer = options_.scale_initializer,
                        .layout = options_.scale_layout});
+  internal_nn::check_built_dtype("RMSNormalization", name(), scale_->dtype());
 }
 
 Array RMSNormalization::call(const Array& x) {

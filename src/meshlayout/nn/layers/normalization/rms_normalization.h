@@ -44,7 +44,8 @@ class RMSNormalization : public Layer {
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
  protected:
-  /// ValueError for a rank-0 input.
+  /// ValueError for a rank-0 input, or a scale of a dtype other than F32 or F64 (built under
+  /// floatx BF16 or F16: the layer computes in F32 or F64 only).
   void build(const Shape& input_shape) override;
   /// ValueError if x is not of the scale's dtype (F32 or F64: computed in it, no cast) or its
   /// last dimension differs from the built one.
