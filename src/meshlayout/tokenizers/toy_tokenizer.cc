@@ -101,8 +101,24 @@ std::string toy_tokenizer_json(int64_t vocab_size) {
   return j.dump(1);
 }
 
-void write_toy_tokenizer(const std::string& dir, int64_t vocab_size) {
-  const std::string text = toy_tokenizer_json(vocab_size);
+std::string toy_chat_tokenizer_json(int64_t vocab_size) {
+  constexpr int64_t n = std::size(kToyChatTokens);
+  nlohmann::json j = nlohmann::json::parse(toy_tokenizer_json(vocab_size - n));
+  for (int64_t i = 0; i < n; ++i) {
+    j["added_tokens"].push_back({{"id", vocab_size - n + i},
+                                 {"content", kToyChatTokens[i]},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", false},
+                                 {"special", true}});
+  }
+  return j.dump(1);
+}
+
+void write_toy_tokenizer(const std::string& dir, int64_t vocab_size, bool chat) {
+  const std::string text =
+      chat ? toy_chat_tokenizer_json(vocab_size) : toy_tokenizer_json(vocab_size);
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   const std::string path = (std::filesystem::path(dir) / "tokenizer.json").string();

@@ -22,8 +22,18 @@ namespace meshlayout::tokenizers {
 /// naming vocab_size when it is below 36 or above 4096.
 std::string toy_tokenizer_json(int64_t vocab_size);
 
-/// Writes `dir`/tokenizer.json (toy_tokenizer_json), creating `dir` if needed. ValueError as
-/// that; ResourceExhaustedError naming the file when it cannot be written.
-void write_toy_tokenizer(const std::string& dir, int64_t vocab_size);
+/// The chat formats' special tokens (chat_template.h) that toy_chat_tokenizer_json adds.
+inline constexpr const char* kToyChatTokens[] = {
+    "<|im_start|>",      "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
+    "<|end_header_id|>", "<|eot_id|>", "<start_of_turn>",   "<end_of_turn>"};
+
+/// The toy tokenizer of vocab_size - 8 tokens plus kToyChatTokens as special added tokens,
+/// ids vocab_size - 8 … vocab_size - 1 (every chat format but gemma, which needs <bos>).
+std::string toy_chat_tokenizer_json(int64_t vocab_size);
+
+/// Writes `dir`/tokenizer.json (toy_tokenizer_json, or with `chat` toy_chat_tokenizer_json),
+/// creating `dir` if needed. ValueError as that; ResourceExhaustedError naming the file when it
+/// cannot be written.
+void write_toy_tokenizer(const std::string& dir, int64_t vocab_size, bool chat = false);
 
 }  // namespace meshlayout::tokenizers
