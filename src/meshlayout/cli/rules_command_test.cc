@@ -142,5 +142,142 @@ TEST_F(RulesCommandTest, ErrorsNameTheFileAndTheRule) {
                         "features"));
 }
 
+// suggest -> check -> diff on a model directory (config.json only: nothing is allocated).
+class RulesAnalysisTest : public RulesCommandTest {
+ protected:
+  void SetUp() override {
+    RulesCommandTest::SetUp();
+    LlamaConfig c{.vocab_size = 64,
+                  .hidden_size = 32,
+                  .intermediate_size = 48,
+                  .num_hidden_layers = 2,
+                  .num_attention_heads = 4,
+                  .num_key_value_heads = 2,
+                  .head_dim = 8,
+                  .max_position_embeddings = 64};
+    std::filesystem::create_directories(dir_ + "/model");
+    model_ = write("model/config.json", c.to_json());
+  }
+  template <typename Args, typename Run>
+  std::string run_cmd(Run run, const Args& args, int want_exit) {
+    std::ostringstream out, err;
+    EXPECT_EQ(run(args, out, err), want_exit);
+    err_ = err.str();
+    return out.str();
+  }
+  template <typename Args, typename Run>
+  std::string error_in(Run run, const Args& args) {
+    try {
+      std::ostringstream out, err;
+      run(args, out, err);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  std::string model_dir() const { return dir_ + "/model"; }
+  std::string model_;
+};
+
+TEST_F(RulesAnalysisTest, SuggestThenCheck) {
+  const std::string rules = run_cmd(run_rules_suggest,
+                                    RulesSuggestArgs{.model = model_dir(),
+                                                     .mesh = "batch=2,model=3",
+                                                     .strategy = "megatron+fsdp",
+                                                     .min_bytes = "200"},
+                                    0);
+  EXPECT_THAT(rules, HasSubstr("\"mesh\": {\"shape\": [2, 3], \"axis_names\": [\"batch\", "
+                               "\"model\"]}"));
+  // 4 heads over 3 devices: the hidden size instead, said so.
+  EXPECT_THAT(rules, HasSubstr("[\"^transformer_layer_\\\\d+/self_attention/query/kernel$\", "
+                               "[\"model\", \"batch\", null],\n     \"megatron: the hidden size "
+                               "(32) over 'model' (3): row-parallel"));
+  EXPECT_THAT(err_, HasSubstr("rules suggest: "));
+  EXPECT_THAT(err_, HasSubstr("note: the model: "));  // 4 heads over 3: uneven, said so
+  const std::string file = write("suggested.json", rules);
+  EXPECT_THAT(run_cmd(run_rules_check,
+                      RulesCheckArgs{.model = model_dir(), .rules = file, .min_bytes = "200"}, 0),
+              HasSubstr("ok: "));
+  // The default threshold (1 MiB) leaves this tiny model nothing to split: every rule is
+  // still used, and nothing large is replicated.
+  run_cmd(run_rules_check, RulesCheckArgs{.model = model_dir(), .rules = file}, 0);
+  // Below the suggestion's threshold the norm scales (128 bytes) are replicated: problems.
+  const std::string p = run_cmd(
+      run_rules_check, RulesCheckArgs{.model = model_dir(), .rules = file, .min_bytes = "8"}, 1);
+  EXPECT_THAT(p, HasSubstr("problem: tensor 'transformer_layer_0/self_attention_layernorm/scale' "
+                           "(32,) (128 bytes) is replicated: no rule matches it"));
+  EXPECT_THAT(p, HasSubstr("rules check: 5 problems with"));
+  // Weights-only is not needed for suggest: a directory without config.json is read by its
+  // safetensors files, and an empty one is an error naming it.
+  std::filesystem::create_directories(dir_ + "/empty");
+  EXPECT_THAT(
+      error_in(run_rules_suggest, RulesSuggestArgs{.model = dir_ + "/empty", .mesh = "model=8"}),
+      HasSubstr("empty"));
+}
+
+TEST_F(RulesAnalysisTest, CheckListsEveryProblemAndDiffEveryTensor) {
+  const std::string bad = write("bad.json", R"({"rules": [["query", [null, "model", null]],
+      ["kernel", ["model", null, null]], ["typo_dense", [null, "model"]]]})");
+  const std::string p = run_cmd(
+      run_rules_check, RulesCheckArgs{.model = model_dir(), .rules = bad, .min_bytes = "1KiB"}, 1);
+  EXPECT_THAT(p, HasSubstr("problem: tensor 'transformer_layer_0/self_attention/query/kernel' "
+                           "matches 2 rules"));
+  EXPECT_THAT(p, HasSubstr("problem: tensor 'transformer_layer_1/self_attention/query/kernel' "
+                           "matches 2 rules"));
+  EXPECT_THAT(p, HasSubstr("('typo_dense') is unused"));
+  EXPECT_THAT(p, HasSubstr("'token_embedding/embeddings' (64, 32) (8192 bytes) is replicated"));
+  // An HF plan against keras-hub's map: one line per tensor with both layouts.
+  const std::string plan = write("plan.json", kPlan);
+  const std::string keras = write("keras.json", R"({
+    "token_embedding/embeddings": ["model", "batch"],
+    "transformer_layer.*self_attention.*(query|key|value).kernel": ["model", "batch", null],
+    "transformer_layer.*attention_output.kernel": ["model", null, "batch"]})");
+  const std::string d = run_cmd(run_rules_diff,
+                                RulesDiffArgs{.a = plan,
+                                              .b = keras,
+                                              .model = model_dir(),
+                                              .from_a = "hf-tp-plan",
+                                              .from_b = "keras-hub"},
+                                1);
+  EXPECT_THAT(d, HasSubstr("token_embedding/embeddings (64, 32): A replicated  B [\"model\", "
+                           "\"batch\"]\n"));
+  EXPECT_THAT(d, HasSubstr("transformer_layer_1/self_attention/query/kernel (32, 4, 8): A [null, "
+                           "\"model\", null]  B [\"model\", \"batch\", null]\n"));
+  EXPECT_THAT(d, HasSubstr("transformer_layer_0/feedforward_output_dense/kernel (48, 32): A "
+                           "[\"model\", null]  B replicated\n"));
+  EXPECT_THAT(err_, HasSubstr("rules diff: "));
+  EXPECT_EQ(run_cmd(run_rules_diff,
+                    RulesDiffArgs{.a = plan,
+                                  .b = plan,
+                                  .model = model_dir(),
+                                  .from_a = "hf-tp-plan",
+                                  .from_b = "hf-tp-plan"},
+                    0),
+            "");
+}
+
+TEST_F(RulesAnalysisTest, BadInputIsNamed) {
+  EXPECT_THAT(
+      error_in(run_rules_suggest,
+               RulesSuggestArgs{.model = model_dir(), .mesh = "model=8", .strategy = "zero3"}),
+      HasSubstr("unknown strategy 'zero3'"));
+  EXPECT_THAT(error_in(run_rules_suggest, RulesSuggestArgs{.model = model_dir(), .mesh = "data=8"}),
+              HasSubstr("has no axis 'model'"));
+  EXPECT_THAT(error_in(run_rules_suggest,
+                       RulesSuggestArgs{.model = model_dir(), .mesh = "model=8", .family = "bert"}),
+              HasSubstr("unknown model family 'bert'"));
+  EXPECT_THAT(
+      error_in(run_rules_suggest,
+               RulesSuggestArgs{.model = model_dir(), .mesh = "model=8", .min_bytes = "lots"}),
+      HasSubstr("--min-bytes"));
+  const std::string malformed = write("m.json", R"({"rules": [["a"]]})");
+  EXPECT_THAT(error_in(run_rules_check, RulesCheckArgs{.model = model_dir(), .rules = malformed}),
+              HasSubstr("m.json"));
+  EXPECT_THAT(error_in(run_rules_diff,
+                       RulesDiffArgs{
+                           .a = malformed, .b = malformed, .model = model_dir(), .from_a = "flax"}),
+              HasSubstr("unknown rules dialect 'flax'"));
+}
+
 }  // namespace
 }  // namespace meshlayout::cli

@@ -186,15 +186,23 @@ RulesFile parse_rules_json(std::string_view json_text, std::string_view source) 
   for (size_t i = 0; i < rules.size(); ++i) {
     const std::string where = fmt::format("rules[{}]", i);
     const json& r = rules[i];
-    if (!r.is_array() || r.size() != 2) {
+    if (!r.is_array() || r.size() < 2 || r.size() > 3) {
       fail(source, where,
-           fmt::format("must be a [pattern, layout] pair, got {} {}", type_name(r), excerpt(r)));
+           fmt::format("must be a [pattern, layout] pair or a [pattern, layout, \"reason\"] "
+                       "triple, got {} {}",
+                       type_name(r), excerpt(r)));
     }
     if (!r[0].is_string()) {
       fail(source, where,
            fmt::format("the pattern must be a string, got {} {}", type_name(r[0]), excerpt(r[0])));
     }
+    if (r.size() == 3 && !r[2].is_string()) {
+      fail(source, where,
+           fmt::format("the reason (third element) must be a string, got {} {}", type_name(r[2]),
+                       excerpt(r[2])));
+    }
     file.rules.emplace_back(r[0].get<std::string>(), parse_layout(r[1], source, where));
+    file.reasons.push_back(r.size() == 3 ? r[2].get<std::string>() : std::string());
   }
   // Check every rule now, so a bad file is refused whole with the rule's position.
   (void)file.to_layout_map();

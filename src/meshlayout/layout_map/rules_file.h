@@ -5,9 +5,10 @@
 //    "rules": [["dense.*kernel", [null, "model"]],
 //              ["emb", [["data", "model"], null]]]}
 //
-// Each rule is [pattern, layout]; a layout entry is null (not split), an axis name, or a list
-// of axis names (several axes on one dimension, major first). The mesh may also list
-// "devices". Errors name the rule's position and what is wrong.
+// Each rule is [pattern, layout] or [pattern, layout, "why"] (a free-text reason, e.g. what
+// `meshlayout rules suggest` writes; it changes nothing in the lookup); a layout entry is null
+// (not split), an axis name, or a list of axis names (several axes on one dimension, major
+// first). The mesh may also list "devices". Errors name the rule's position and what is wrong.
 //
 // Example:
 //   RulesFile rules = parse_rules_json(text, "rules.json");
@@ -30,6 +31,9 @@ struct RulesFile {
   std::optional<DeviceMesh> mesh;
   MatchMode mode = MatchMode::kSearch;
   std::vector<std::pair<std::string, std::vector<DimSharding>>> rules;
+  /// Each rule's reason (its third element; "" for none): reasons[i] belongs to rules[i], and a
+  /// missing entry (reasons shorter than rules) means none.
+  std::vector<std::string> reasons;
 
   /// The LayoutMap these rules describe; `mode` overrides the file's mode when given.
   /// ValueError (naming the rule's position) for a rule the map refuses.

@@ -48,14 +48,24 @@ TEST_F(RulesFileTest, MeshAndModeAreOptional) {
   EXPECT_EQ(f.to_layout_map().get("a")->to_string(), "layout[x]");
 }
 
+TEST_F(RulesFileTest, ReasonIsAnOptionalThirdElement) {
+  RulesFile f = parse_rules_json(R"({"rules": [["a", ["x"], "why a"], ["b", [null]]]})");
+  ASSERT_EQ(f.rules.size(), 2u);
+  EXPECT_EQ(f.reasons, (std::vector<std::string>{"why a", ""}));
+  EXPECT_EQ(f.to_layout_map().get("a")->to_string(), "layout[x]");
+}
+
 TEST_F(RulesFileTest, BadJson) {
   EXPECT_THAT(error_of("{\"rules\": [}"), HasSubstr("rules file 'r.json': not valid JSON: "));
 }
 
 TEST_F(RulesFileTest, MalformedRuleNamesItsPosition) {
   EXPECT_EQ(error_of(R"({"rules": [["a", [null]], ["b"]]})"),
-            "rules file 'r.json': rules[1]: must be a [pattern, layout] pair, got a list "
-            "[\"b\"]");
+            "rules file 'r.json': rules[1]: must be a [pattern, layout] pair or a [pattern, "
+            "layout, \"reason\"] triple, got a list [\"b\"]");
+  EXPECT_EQ(error_of(R"({"rules": [["a", [null], 7]]})"),
+            "rules file 'r.json': rules[0]: the reason (third element) must be a string, got a "
+            "number 7");
   EXPECT_EQ(error_of(R"({"rules": [["a", [null]], [5, [null]]]})"),
             "rules file 'r.json': rules[1]: the pattern must be a string, got a number 5");
   EXPECT_EQ(error_of(R"({"rules": [["a", [null, 5]]]})"),

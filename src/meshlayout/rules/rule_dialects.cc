@@ -495,7 +495,8 @@ RuleSet read_meshlayout(std::string_view text, const ConvertOptions& options,
     ConvertedRule r{
         .pattern = file.rules[i].first,
         .layout = file.rules[i].second,
-        .origin = fmt::format("{} rules[{}] ({})", source, i, quote(file.rules[i].first))};
+        .origin = fmt::format("{} rules[{}] ({})", source, i, quote(file.rules[i].first)),
+        .reason = i < file.reasons.size() ? file.reasons[i] : std::string()};
     check_layout(r, options.mesh ? options.mesh : file.mesh);
     out.rules.push_back(std::move(r));
   }
@@ -510,8 +511,15 @@ std::string rules_lines(const RuleSet& rules, bool as_object) {
         ojson(r.pattern).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     const std::string layout = layout_text(r.layout);
     const std::string sep = i + 1 < rules.rules.size() ? "," : "";
-    out += as_object ? fmt::format("  {}: {}{}\n", pattern, layout, sep)
-                     : fmt::format("    [{}, {}]{}\n", pattern, layout, sep);
+    if (as_object) {
+      out += fmt::format("  {}: {}{}\n", pattern, layout, sep);
+    } else if (r.reason.empty()) {
+      out += fmt::format("    [{}, {}]{}\n", pattern, layout, sep);
+    } else {  // meshlayout's third element: why
+      out += fmt::format(
+          "    [{}, {},\n     {}]{}\n", pattern, layout,
+          ojson(r.reason).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), sep);
+    }
   }
   return out;
 }

@@ -129,6 +129,9 @@ struct ConvertedRule {
   std::optional<std::string> hf_style;
   /// The MaxText logical axis names it was read from, when it was (one per dimension).
   std::optional<std::vector<std::optional<std::string>>> logical_axes;
+  /// Why the rule is what it is (a meshlayout rules file's third element, e.g. what
+  /// rules suggest says); written back to meshlayout files only.
+  std::string reason;
 };
 
 struct RuleSet {
