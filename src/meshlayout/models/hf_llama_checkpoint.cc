@@ -88,7 +88,9 @@ void refuse_non_finite_weights(const HfLlamaCheckpoint& checkpoint,
     const Array::Shard* shard;
   };
   std::vector<Check> checks;
+  std::set<const Array*> seen;  // a stacked variable is checked once
   for (const auto& [mapping, array] : work) {
+    if (!seen.insert(array).second) continue;
     for (const Array::Shard& shard : array->local_shards())
       checks.push_back({mapping, array, &shard});
   }
@@ -184,6 +186,36 @@ std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
       add(k + (gemma ? "pre_ffw_norm" : "feedforward_layernorm") + "/scale",
           h + "post_attention_layernorm.weight", {d}, {d}, {0}, d_fields);
     }
+    if (c.sparse_layer(i)) {  // the router, then each expert's three projections
+      const int64_t experts = c.num_experts, f = c.expert_intermediate_size();
+      const bool mixtral = c.family == "mixtral";
+      const std::string kb = k + c.sparse_block_name(i) + "/";
+      const std::string hb = h + (mixtral ? "block_sparse_moe." : "mlp.");
+      const std::string ff_field = mixtral ? "intermediate_size" : "moe_intermediate_size";
+      add(kb + "sparse_feedforward_gate_dense/kernel", hb + "gate.weight", {experts, d},
+          {experts, d}, {1, 0}, fmt::format("(num_experts, hidden_size) = ({}, {})", experts, d));
+      const auto expert = [&](const char* keras, std::string hf, Shape hf_shape, Shape stacked,
+                              std::string fields, int64_t e) {
+        Shape view{1};
+        view.insert(view.end(), hf_shape.begin(), hf_shape.end());
+        add(kb + "experts/" + keras, std::move(hf), std::move(hf_shape), std::move(view), {0, 2, 1},
+            std::move(fields));
+        out.back().stack_index = e;
+        out.back().stacked_shape = std::move(stacked);
+      };
+      for (int64_t e = 0; e < experts; ++e) {
+        const std::string he = fmt::format("{}experts.{}.", hb, e);
+        const std::string f_d = fmt::format("({}, hidden_size) = ({}, {})", ff_field, f, d);
+        expert("expert_feedforward_gate_dense", he + (mixtral ? "w1" : "gate_proj") + ".weight",
+               {f, d}, {experts, d, f}, f_d, e);
+        expert("expert_feedforward_intermediate_dense",
+               he + (mixtral ? "w3" : "up_proj") + ".weight", {f, d}, {experts, d, f}, f_d, e);
+        expert("expert_feedforward_output_dense", he + (mixtral ? "w2" : "down_proj") + ".weight",
+               {d, f}, {experts, f, d}, fmt::format("(hidden_size, {}) = ({}, {})", ff_field, d, f),
+               e);
+      }
+      continue;
+    }
     const std::string ff_d = fmt::format("(intermediate_size, hidden_size) = ({}, {})", ff, d);
     add(k + (gemma ? "ffw_gating" : "feedforward_gate_dense") + "/kernel",
         h + "mlp.gate_proj.weight", {ff, d}, {ff, d}, {1, 0}, ff_d);
@@ -207,6 +239,14 @@ const HfWeightMapping* HfLlamaCheckpoint::find(std::string_view keras_path) cons
     if (m.keras_path == keras_path) return &m;
   }
   return nullptr;
+}
+
+std::vector<size_t> HfLlamaCheckpoint::find_all(std::string_view keras_path) const {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < mappings_.size(); ++i) {
+    if (mappings_[i].keras_path == keras_path) out.push_back(i);
+  }
+  return out;
 }
 
 HfLlamaCheckpoint HfLlamaCheckpoint::open(const std::string& dir) {
@@ -276,12 +316,13 @@ std::vector<TensorInfo> keras_variable_infos(const HfLlamaCheckpoint& checkpoint
   std::vector<TensorInfo> infos;
   uint64_t offset = 0;
   for (const HfWeightMapping& m : checkpoint.mappings()) {
+    if (m.stack_index > 0) continue;  // a stacked variable once, whole
     TensorInfo t;
     t.name = m.keras_path;
     t.dtype_name = "F32";
     t.dtype = DType::kF32;
     t.element_size = 4;
-    t.shape = m.keras_shape;
+    t.shape = m.variable_shape();
     t.begin = offset;
     t.end = offset + static_cast<uint64_t>(num_elements(t.shape)) * 4;
     offset = t.end;
@@ -301,7 +342,8 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
   std::shared_ptr<Runtime> runtime;
   std::vector<std::pair<size_t, Array*>> work;  // mapping index, target
   for (const auto& [path, array] : targets) {
-    const HfWeightMapping* m = checkpoint.find(path);
+    const std::vector<size_t> indices = checkpoint.find_all(path);
+    const HfWeightMapping* m = indices.empty() ? nullptr : &checkpoint.mappings()[indices[0]];
     if (m == nullptr) {
       throw ValueError(fmt::format(
           "{} is not a variable of this Llama ({} layers, {}tied embeddings); variables are "
@@ -311,12 +353,12 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
           checkpoint.config().tie_word_embeddings ? "" : "un"));
     }
     if (array == nullptr) throw ValueError(fmt::format("the target of {} is null", quote(path)));
-    if (array->shape() != m->keras_shape || array->dtype() != DType::kF32) {
+    if (array->shape() != m->variable_shape() || array->dtype() != DType::kF32) {
       throw ValueError(fmt::format("the target of {} is {} {}, expected F32 {} (from {} {} {})",
                                    quote(path), dtype_name(array->dtype()),
-                                   shape_to_string(array->shape()), shape_to_string(m->keras_shape),
-                                   quote(m->hf_name), shape_to_string(m->hf_shape),
-                                   m->hf_shape_fields));
+                                   shape_to_string(array->shape()),
+                                   shape_to_string(m->variable_shape()), quote(m->hf_name),
+                                   shape_to_string(m->hf_shape), m->hf_shape_fields));
     }
     if (runtime && array->runtime_ptr() != runtime) {
       throw ValueError(
@@ -324,7 +366,7 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
           "handles the arrays of one runtime");
     }
     runtime = array->runtime_ptr();
-    work.emplace_back(static_cast<size_t>(m - checkpoint.mappings().data()), array);
+    for (size_t index : indices) work.emplace_back(index, array);
   }
   report.tensors_loaded = static_cast<int64_t>(work.size());
 
@@ -346,6 +388,7 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
   };
   std::vector<Piece> pieces;
   std::vector<Copy> copies;
+  std::set<std::pair<const Array::Shard*, Array::Shard*>> copied;  // a stacked variable's once
   std::map<int64_t, std::vector<size_t>> by_device;  // device id → its pieces, in order
   for (const auto& [index, array] : work) {
     const HfWeightMapping& m = checkpoint.mappings()[index];
@@ -360,21 +403,33 @@ HfLoadReport load_hf_llama(const HfLlamaCheckpoint& checkpoint,
       auto same = std::find_if(readers.begin(), readers.end(),
                                [&](const Array::Shard* r) { return r->box == shard.box; });
       if (same != readers.end()) {
-        copies.push_back({*same, &shard, kind});
+        if (copied.emplace(*same, &shard).second) copies.push_back({*same, &shard, kind});
         continue;
       }
       readers.push_back(&shard);
+      // A stacked variable's slice: the part of the shard in slice stack_index.
+      Box region = shard.box;
+      if (m.stack_index >= 0) {
+        const int64_t lo = std::max(region.offset[0], m.stack_index);
+        const int64_t hi = std::min(region.offset[0] + region.shape[0], m.stack_index + 1);
+        if (hi <= lo) continue;
+        region.offset[0] = lo;
+        region.shape[0] = hi - lo;
+      }
       // Read straight into the shard where its memory is host-addressable (CPU).
       std::byte* target = nullptr;
-      if (same_layout) shard_host_bytes(kind, {.shard = &shard, .bytes = &target});
+      if (same_layout && m.stack_index < 0) {
+        shard_host_bytes(kind, {.shard = &shard, .bytes = &target});
+      }
       const bool direct = target != nullptr;
-      report.box_bytes += static_cast<uint64_t>(shard.box.num_elements()) * view.element_size;
-      std::vector<Box> parts =
-          direct ? std::vector<Box>{shard.box} : split_box(shard.box, max_elements);
+      report.box_bytes += static_cast<uint64_t>(region.num_elements()) * view.element_size;
+      std::vector<Box> parts = direct ? std::vector<Box>{region} : split_box(region, max_elements);
       for (Box& part : parts) {
+        // In the mapping's own (slice) coordinates, then the file's.
+        const int64_t first = m.stack_index < 0 ? 0 : m.stack_index;
         Box view_box{Shape(part.shape.size()), Shape(part.shape.size())};
         for (size_t i = 0; i < m.perm.size(); ++i) {
-          view_box.offset[static_cast<size_t>(m.perm[i])] = part.offset[i];
+          view_box.offset[static_cast<size_t>(m.perm[i])] = part.offset[i] - (i == 0 ? first : 0);
           view_box.shape[static_cast<size_t>(m.perm[i])] = part.shape[i];
         }
         const uint64_t staging =

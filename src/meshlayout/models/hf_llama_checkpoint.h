@@ -43,10 +43,18 @@ struct HfWeightMapping {
   /// The config fields hf_shape comes from, for messages: "(num_attention_heads*head_dim,
   /// hidden_size)".
   std::string hf_shape_fields;
+  /// A stacked variable (a mixture of experts' (E, d, F) kernels): this HF tensor is slice
+  /// stack_index of its first dimension (keras_shape is the slice's, 1 × …), and stacked_shape
+  /// the whole variable's. -1: the mapping is the whole variable.
+  int64_t stack_index = -1;
+  Shape stacked_shape;
+  /// The keras variable's shape: keras_shape, or stacked_shape for a slice.
+  const Shape& variable_shape() const { return stack_index < 0 ? keras_shape : stacked_shape; }
 };
 
 /// Every weight of a LlamaForCausalLM of `config`, in HF order (embeddings, layer by layer,
-/// final norm, lm_head when not tied). Validates `config` first.
+/// final norm, lm_head when not tied). A mixture of experts' expert e is one mapping per HF
+/// tensor into slice e of the stacked variable (stack_index). Validates `config` first.
 std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& config);
 
 /// A Hugging Face Llama checkpoint directory, opened and checked against its config.json.
@@ -65,8 +73,11 @@ class HfLlamaCheckpoint {
   const LlamaConfig& config() const { return config_; }
   const Checkpoint& checkpoint() const { return checkpoint_; }
   const std::vector<HfWeightMapping>& mappings() const { return mappings_; }
-  /// The mapping of keras variable `keras_path`, or nullptr.
+  /// The mapping of keras variable `keras_path` (a stacked variable's first slice), or nullptr.
   const HfWeightMapping* find(std::string_view keras_path) const;
+  /// The indices (into mappings()) of every mapping of `keras_path`: one, or a stacked
+  /// variable's slices in order; empty when it is not a variable.
+  std::vector<size_t> find_all(std::string_view keras_path) const;
   /// File tensors that are not loaded, each with the reason: "lm_head.weight (tied …)".
   const std::vector<std::string>& ignored_tensors() const { return ignored_; }
 

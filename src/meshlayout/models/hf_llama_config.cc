@@ -53,6 +53,15 @@ class FieldReader {
     fail(field, *v, "a positive integer");
   }
 
+  double non_negative_number(std::string_view field, double fallback) const {
+    const json* v = find(field);
+    if (v == nullptr) return fallback;
+    if (!v->is_number() || !(v->get<double>() >= 0) || !std::isfinite(v->get<double>())) {
+      fail(field, *v, "a number >= 0");
+    }
+    return v->get<double>();
+  }
+
   double positive_number(std::string_view field, double fallback) const {
     const json* v = find(field);
     if (v == nullptr) return fallback;
@@ -97,8 +106,9 @@ std::string rope_type_of(const FieldReader& outer, std::string_view field, const
 
 // The Hugging Face class of each family, in kLlamaFamilies' order.
 constexpr std::string_view kArchitectures[] = {
-    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-    "GemmaForCausalLM", "Gemma2ForCausalLM",  "Gemma3ForCausalLM"};
+    "LlamaForCausalLM",  "MistralForCausalLM", "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",  "GemmaForCausalLM",   "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM"};
 
 std::string supported_families() {
   std::string out;
@@ -135,6 +145,36 @@ std::optional<Llama3RopeScaling> read_rope_scaling(std::string_view source, std:
   s.original_max_position_embeddings =
       r.positive_int("original_max_position_embeddings", s.original_max_position_embeddings);
   return s;
+}
+
+// The mixture of experts' fields (transformers' MixtralConfig / Qwen3MoeConfig defaults).
+void read_experts(const FieldReader& f, const std::string& model_type, LlamaConfig& c) {
+  const bool mixtral = model_type == "mixtral";
+  c.num_experts = f.positive_int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128);
+  c.num_experts_per_tok = f.positive_int("num_experts_per_tok", mixtral ? 2 : 8);
+  c.norm_topk_prob = mixtral || f.boolean("norm_topk_prob", false);
+  c.router_aux_loss_coef = f.non_negative_number("router_aux_loss_coef", 0.001);
+  c.output_router_logits = f.boolean("output_router_logits", false);
+  if (mixtral) {
+    if (f.non_negative_number("router_jitter_noise", 0.0) != 0.0) {
+      f.fail("router_jitter_noise", *f.find("router_jitter_noise"),
+             "0 (meshlayout's router adds no training noise)");
+    }
+    return;
+  }
+  c.moe_intermediate_size = f.positive_int("moe_intermediate_size", 768);
+  c.decoder_sparse_step = f.positive_int("decoder_sparse_step", 1);
+  if (const json* only = f.find("mlp_only_layers")) {
+    if (!only->is_array()) f.fail("mlp_only_layers", *only, "a list of layer indices");
+    for (const json& i : *only) {
+      if (!i.is_number_integer() || i.get<int64_t>() < 0 ||
+          i.get<int64_t>() >= c.num_hidden_layers) {
+        f.fail("mlp_only_layers", *only,
+               fmt::format("a list of layer indices in [0, {})", c.num_hidden_layers));
+      }
+      c.mlp_only_layers.push_back(i.get<int64_t>());
+    }
+  }
 }
 
 }  // namespace
@@ -197,14 +237,7 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
                     "feed-forward has no biases), expected false",
                     source));
   }
-  if (model_type == "qwen2" || model_type == "qwen3") {
-    if (f.boolean("use_sliding_window", false)) {
-      throw ValueError(fmt::format(
-          "{}: 'use_sliding_window' is true, which is not supported for {} (sliding windows on "
-          "the layers from max_window_layers on), expected false",
-          source, quote(model_type)));
-    }
-  }
+  const bool qwen = model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe";
 
   LlamaConfig c;
   c.vocab_size = f.positive_int("vocab_size", std::nullopt);
@@ -214,12 +247,12 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
   c.num_attention_heads = f.positive_int("num_attention_heads", std::nullopt);
   c.num_key_value_heads = f.positive_int("num_key_value_heads", c.num_attention_heads);
   // transformers' defaults: Qwen3Config's head_dim is 128, the others derive it.
-  c.head_dim = f.positive_int("head_dim", model_type == "qwen3" ? 128
-                                          : gemma               ? 256
+  c.head_dim = f.positive_int("head_dim", model_type == "qwen3" || model_type == "qwen3_moe" ? 128
+                                          : gemma                                            ? 256
                                                   : c.hidden_size / c.num_attention_heads);
-  c.rms_norm_eps = f.positive_number("rms_norm_eps", 1e-6);
+  c.rms_norm_eps = f.positive_number("rms_norm_eps", model_type == "mixtral" ? 1e-5 : 1e-6);
   c.family = model_type;
-  c.rope_theta = f.positive_number("rope_theta", gemma3 ? 1e6 : 10000.0);
+  c.rope_theta = f.positive_number("rope_theta", gemma3 || model_type == "mixtral" ? 1e6 : 10000.0);
   const json* linear = f.find("rope_scaling");
   if (gemma3 && linear != nullptr && rope_type_of(f, "rope_scaling", *linear) == "linear") {
     // Gemma 3's global layers: positions stretched by the factor.
@@ -243,6 +276,12 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
     c.sliding_window =
         j.contains("sliding_window") ? f.positive_int("sliding_window", 0) : int64_t{4096};
   }
+  if (model_type == "mixtral") c.sliding_window = f.positive_int("sliding_window", 0);  // null
+  if (qwen && f.boolean("use_sliding_window", false)) {  // transformers' Qwen2Config defaults
+    c.sliding_window = f.positive_int("sliding_window", 4096);
+    c.max_window_layers = f.positive_int("max_window_layers", 28);
+  }
+  if (model_type == "mixtral" || model_type == "qwen3_moe") read_experts(f, model_type, c);
   if (gemma) {
     c.query_pre_attn_scalar = f.positive_number(
         "query_pre_attn_scalar", model_type == "gemma" ? static_cast<double>(c.head_dim) : 256.0);
@@ -331,7 +370,24 @@ void LlamaConfig::validate() const {
     throw ValueError(
         fmt::format("'model_type' is {}, expected one of {}", quote(family), supported_families()));
   }
-  const bool windowed = family == "mistral" || family == "gemma2" || family == "gemma3_text";
+  const bool windowed = family == "mistral" || family == "gemma2" || family == "gemma3_text" ||
+                        family == "mixtral" || qwen();
+  const bool experts = family == "mixtral" || family == "qwen3_moe";
+  if (experts != moe()) {
+    throw ValueError(fmt::format("'num_experts' is {}, expected {} for model_type {}", num_experts,
+                                 experts ? "a positive number" : "0", quote(family)));
+  }
+  if (moe() && (num_experts_per_tok < 1 || num_experts_per_tok > num_experts)) {
+    throw ValueError(fmt::format("'num_experts_per_tok' is {}, expected 1 to {} (the experts)",
+                                 num_experts_per_tok, num_experts));
+  }
+  if (moe() && (expert_intermediate_size() <= 0 || decoder_sparse_step < 1 ||
+                !(router_aux_loss_coef >= 0))) {
+    throw ValueError(fmt::format(
+        "the experts' 'moe_intermediate_size' ({}) and 'decoder_sparse_step' ({}) must be "
+        "positive and 'router_aux_loss_coef' ({}) at least 0",
+        expert_intermediate_size(), decoder_sparse_step, router_aux_loss_coef));
+  }
   if (family == "gemma3_text" && (sliding_window_pattern < 1 || !(rope_local_base_freq > 0))) {
     throw ValueError(fmt::format(
         "'sliding_window_pattern' is {} and 'rope_local_base_freq' {}, expected positive numbers",
@@ -411,7 +467,30 @@ std::string LlamaConfig::to_json() const {
   if (family == "mistral") {
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
   }
-  if (family == "qwen2" || family == "qwen3") j["use_sliding_window"] = false;
+  if (qwen()) {
+    const bool sliding = sliding_window > 0;
+    j["use_sliding_window"] = sliding;
+    if (sliding) {
+      j["sliding_window"] = sliding_window;
+      j["max_window_layers"] = max_window_layers;
+    }
+  }
+  if (family == "mixtral") {
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    j["num_local_experts"] = num_experts;
+  }
+  if (family == "qwen3_moe") {
+    j["num_experts"] = num_experts;
+    j["moe_intermediate_size"] = moe_intermediate_size;
+    j["norm_topk_prob"] = norm_topk_prob;
+    j["decoder_sparse_step"] = decoder_sparse_step;
+    j["mlp_only_layers"] = mlp_only_layers;
+  }
+  if (moe()) {
+    j["num_experts_per_tok"] = num_experts_per_tok;
+    j["router_aux_loss_coef"] = router_aux_loss_coef;
+    j["output_router_logits"] = output_router_logits;
+  }
   if (gemma()) {
     j.erase("hidden_act");
     j["hidden_activation"] = "gelu_pytorch_tanh";
@@ -446,6 +525,13 @@ Rope LlamaConfig::rope_of_layer(int64_t i) const {
 
 double LlamaConfig::attention_scale() const {
   return gemma() ? 1.0 / std::sqrt(query_pre_attn_scalar) : 0.0;
+}
+
+std::string LlamaConfig::sparse_block_name(int64_t i) const {
+  int64_t before = 0;
+  for (int64_t j = 0; j < i; ++j) before += sparse_layer(j) ? 1 : 0;
+  const char* base = family == "mixtral" ? "mixtral_sparse_moe_block" : "qwen3_sparse_moe_block";
+  return before > 0 ? fmt::format("{}_{}", base, before) : std::string(base);
 }
 
 std::string LlamaConfig::architecture() const {

@@ -12,6 +12,12 @@
 //   gemma2  Gemma2ForCausalLM  (and post-attention/post-feed-forward norms, attention and
 //                               final-logit soft-capping, query_pre_attn_scalar, a sliding
 //                               window on every other layer)
+//   mixtral MixtralForCausalLM (Mistral's block with a mixture of experts: a top-k router over
+//                               num_local_experts SwiGLU experts, weights renormalised)
+//   qwen3_moe Qwen3MoeForCausalLM (Qwen 3's block; experts of moe_intermediate_size on the
+//                               layers decoder_sparse_step / mlp_only_layers choose, top-k
+//                               weights renormalised when norm_topk_prob)
+// Qwen 2/3 may also use a sliding window (use_sliding_window) on layers from max_window_layers.
 // head_dim may differ from hidden_size / num_attention_heads (Qwen 3, Mistral Nemo).
 //
 // Example:
@@ -25,18 +31,20 @@
 //   std::string json = tiny.to_json();
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "meshlayout/kernels/rope.h"
 
 namespace meshlayout {
 
 /// The Llama-style families LlamaConfig reads, as config.json's model_type names them.
-inline constexpr std::string_view kLlamaFamilies[] = {"llama", "mistral", "qwen2",      "qwen3",
-                                                      "gemma", "gemma2",  "gemma3_text"};
+inline constexpr std::string_view kLlamaFamilies[] = {
+    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "mixtral", "qwen3_moe"};
 
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -70,6 +78,23 @@ struct LlamaConfig {
   double rope_local_base_freq = 0;
   int64_t sliding_window_pattern = 0;
   double rope_linear_factor = 1.0;
+  /// Qwen's use_sliding_window: the window applies to layers max_window_layers and above.
+  int64_t max_window_layers = 0;
+  /// Mixture of experts (mixtral, qwen3_moe): experts per sparse layer (0: a dense model), how
+  /// many each token uses, their hidden size (Qwen's moe_intermediate_size; Mixtral's experts
+  /// use intermediate_size), whether the chosen weights are renormalised, and the auxiliary
+  /// load-balancing loss added to training's loss (coefficient times transformers'
+  /// load_balancing_loss_func) when output_router_logits is true.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
+  /// Qwen MoE: layer i is sparse when i is not in mlp_only_layers and (i + 1) is a multiple of
+  /// decoder_sparse_step; the other layers have a dense feed-forward of intermediate_size.
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
 
   /// keras-hub's Gemma block and names (gemma, gemma2, gemma3_text).
   bool gemma() const { return family == "gemma" || family == "gemma2" || family == "gemma3_text"; }
@@ -79,7 +104,27 @@ struct LlamaConfig {
   bool sliding_layer(int64_t i) const {
     if (family == "gemma2") return i % 2 == 0;
     if (family == "gemma3_text") return (i + 1) % sliding_window_pattern != 0;
+    if (qwen()) return i >= max_window_layers;
     return true;
+  }
+  /// Qwen 2 / 3 and Qwen 3 MoE (Qwen's config fields).
+  bool qwen() const { return family == "qwen2" || family == "qwen3" || family == "qwen3_moe"; }
+  /// A mixture-of-experts family.
+  bool moe() const { return num_experts > 0; }
+  /// Whether layer i's feed-forward is the mixture of experts.
+  bool sparse_layer(int64_t i) const {
+    if (!moe()) return false;
+    if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), i) != mlp_only_layers.end()) {
+      return false;
+    }
+    return (i + 1) % decoder_sparse_step == 0;
+  }
+  /// keras-hub's automatic name of layer i's sparse block: "mixtral_sparse_moe_block" (or
+  /// "qwen3_sparse_moe_block"), then _1, _2, … for the later sparse layers.
+  std::string sparse_block_name(int64_t i) const;
+  /// The experts' hidden size.
+  int64_t expert_intermediate_size() const {
+    return family == "mixtral" ? intermediate_size : moe_intermediate_size;
   }
   /// The sliding window of layer i (0: full attention).
   int64_t window_of_layer(int64_t i) const { return sliding_layer(i) ? sliding_window : 0; }
@@ -93,7 +138,9 @@ struct LlamaConfig {
   /// The output projection with a bias: attention_bias (never for qwen2).
   bool output_bias() const { return attention_bias && family != "qwen2"; }
   /// Per-head RMS norms of q and k: Qwen 3's, or Gemma 3's (named query_norm, 1 + scale).
-  bool qk_norm() const { return family == "qwen3" || family == "gemma3_text"; }
+  bool qk_norm() const {
+    return family == "qwen3" || family == "qwen3_moe" || family == "gemma3_text";
+  }
   /// The Hugging Face class of the family: "LlamaForCausalLM", "Qwen2ForCausalLM", …
   std::string architecture() const;
 

@@ -75,9 +75,10 @@ TEST(LlamaConfigTest, RefusesOtherArchitecturesAndModelTypes) {
   std::string m = refusal(R"("architectures": ["Gemma3ForCausalLM"])");
   EXPECT_TRUE(HasSubstr(m, "unsupported architecture [\"Gemma3ForCausalLM\"]"));
   EXPECT_TRUE(HasSubstr(m, "expected LlamaForCausalLM"));
-  m = refusal(R"("model_type": "mixtral")");
-  EXPECT_TRUE(HasSubstr(m, "model_type 'mixtral'"));
+  m = refusal(R"("model_type": "phi3")");
+  EXPECT_TRUE(HasSubstr(m, "model_type 'phi3'"));
   EXPECT_TRUE(HasSubstr(m, "Qwen3ForCausalLM (model_type 'qwen3')"));
+  EXPECT_TRUE(HasSubstr(m, "MixtralForCausalLM (model_type 'mixtral')"));
   // architectures and model_type must agree.
   m = refusal(R"("architectures": ["MistralForCausalLM"], "model_type": "qwen2")");
   EXPECT_TRUE(HasSubstr(m, "for model_type 'qwen2', expected Qwen2ForCausalLM"));
@@ -212,6 +213,20 @@ TEST(LlamaConfigTest, RefusesOtherRopeScalings) {
   EXPECT_TRUE(HasSubstr(m, "factor >= 1, got factor=0.5"));
 }
 
+// Qwen's use_sliding_window: the window on the layers from max_window_layers on (transformers'
+// layer_types), written back as read.
+TEST(LlamaConfigTest, QwenSlidingWindowFromMaxWindowLayers) {
+  const LlamaConfig c = LlamaConfig::from_json(config_text(
+      R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": 5,
+         "max_window_layers": 1)"));
+  EXPECT_EQ(c.window_of_layer(0), 0);
+  EXPECT_EQ(c.window_of_layer(1), 5);
+  EXPECT_EQ(LlamaConfig::from_json(c.to_json()), c);
+  const LlamaConfig off =
+      LlamaConfig::from_json(config_text(R"("model_type": "qwen3", "sliding_window": 5)"));
+  EXPECT_EQ(off.window_of_layer(1), 0);  // use_sliding_window absent: no window
+}
+
 TEST(LlamaConfigTest, RefusesMlpBiasesQwenWindowsAndOtherActivations) {
   std::string m = refusal(R"("mlp_bias": true)");
   EXPECT_TRUE(HasSubstr(m, "'mlp_bias' is true"));
@@ -222,8 +237,6 @@ TEST(LlamaConfigTest, RefusesMlpBiasesQwenWindowsAndOtherActivations) {
   m = refusal(R"("model_type": "gemma2", "layer_types": ["full_attention", "full_attention"])");
   EXPECT_TRUE(HasSubstr(m, "'layer_types' is"));
   EXPECT_TRUE(HasSubstr(m, "the alternating pattern of Gemma 2"));
-  m = refusal(R"("model_type": "qwen2", "use_sliding_window": true)");
-  EXPECT_TRUE(HasSubstr(m, "'use_sliding_window' is true, which is not supported for 'qwen2'"));
   LlamaConfig c = LlamaConfig::from_json(config_text());
   c.sliding_window = 8;  // a window on a family without one
   EXPECT_TRUE(HasSubstr(ValueErrorMessage([&] { c.validate(); }),

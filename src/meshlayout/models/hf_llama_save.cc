@@ -53,7 +53,17 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
   }
 }
 
-// The HF tensor of mapping `m` in `file_dtype`, from the whole keras variable.
+// Slice `index` of a stacked variable's first dimension, (1, …).
+HostTensor stack_slice(const HostTensor& whole, int64_t index) {
+  Shape shape = whole.shape();
+  const size_t bytes = whole.num_bytes() / static_cast<size_t>(shape[0]);
+  shape[0] = 1;
+  HostTensor out(whole.dtype(), shape);
+  std::memcpy(out.data(), whole.data() + static_cast<size_t>(index) * bytes, bytes);
+  return out;
+}
+
+// The HF tensor of mapping `m` in `file_dtype`, from the whole keras variable (a slice's).
 HostTensor to_hf_tensor(const HostTensor& keras, const HfWeightMapping& m, DType file_dtype) {
   const HostTensor* source = &keras;
   HostTensor narrowed;  // F64 variables: rounded to F32 first
@@ -148,7 +158,7 @@ void save_hf_llama(const std::string& dir, const LlamaConfig& config,
   std::set<std::string> known;
   std::vector<std::string> missing;
   for (const HfWeightMapping& m : mappings) {
-    known.insert(m.keras_path);
+    if (!known.insert(m.keras_path).second) continue;  // a stacked variable's later slices
     if (!by_keras_path.contains(m.keras_path)) missing.push_back(quote(m.keras_path));
   }
   for (const auto& [path, array] : by_keras_path) {
@@ -166,12 +176,12 @@ void save_hf_llama(const std::string& dir, const LlamaConfig& config,
   std::shared_ptr<Runtime> runtime;
   for (const HfWeightMapping& m : mappings) {
     const Array* a = by_keras_path.at(m.keras_path);
-    if (a == nullptr || a->shape() != m.keras_shape || !is_floating(a->dtype())) {
+    if (a == nullptr || a->shape() != m.variable_shape() || !is_floating(a->dtype())) {
       throw ValueError(fmt::format(
           "variable {} is {}, expected a floating array of shape {}", quote(m.keras_path),
           a == nullptr ? std::string("null")
                        : fmt::format("{} {}", dtype_name(a->dtype()), shape_to_string(a->shape())),
-          shape_to_string(m.keras_shape)));
+          shape_to_string(m.variable_shape())));
     }
     if (runtime && a->runtime_ptr() != runtime) {
       throw ValueError("the variables given to save_hf_llama live on different runtimes");
@@ -182,11 +192,15 @@ void save_hf_llama(const std::string& dir, const LlamaConfig& config,
   const bool writer = runtime->comm().rank() == 0;
   std::vector<HostTensor> tensors(mappings.size());
   std::exception_ptr error;
+  HostTensor whole;
   for (size_t i = 0; i < mappings.size(); ++i) {
-    HostTensor whole = by_keras_path.at(mappings[i].keras_path)->gather();  // collective
+    const HfWeightMapping& m = mappings[i];
+    // A stacked variable is gathered once, at its first slice (collective).
+    if (m.stack_index <= 0) whole = by_keras_path.at(m.keras_path)->gather();
     if (!writer || error) continue;
     try {
-      tensors[i] = to_hf_tensor(whole, mappings[i], file_dtype);
+      tensors[i] = to_hf_tensor(m.stack_index < 0 ? whole : stack_slice(whole, m.stack_index), m,
+                                file_dtype);
     } catch (...) {
       error = std::current_exception();
     }

@@ -108,9 +108,56 @@ LayoutMap gemma_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
   return out;
 }
 
+namespace {
+
+// keras-hub's rules for a sparse block's router and stacked experts (MixtralBackbone,
+// Qwen3MoeBackbone): experts replicated, d over the data axis, F over the model axis.
+void add_expert_rules(LayoutMap& rules, const DimSharding& model, const DimSharding& data) {
+  rules["experts/expert_feedforward_(gate|intermediate)_dense"] = TensorLayout({None, data, model});
+  rules["experts/expert_feedforward_output_dense"] = TensorLayout({None, model, data});
+  rules["sparse_feedforward_gate_dense/kernel"] = TensorLayout({data, None});
+}
+
+}  // namespace
+
+LayoutMap mixtral_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
+                             const std::string& data_dim) {
+  check_layout_map_axes("mixtral_layout_map", mesh, model_dim, data_dim);
+  const DimSharding model(model_dim), data(data_dim);
+  LayoutMap out(mesh);
+  out["token_embedding/embeddings"] = TensorLayout({model, data});
+  out["token_embedding/reverse_embeddings"] = TensorLayout({data, model});
+  out["transformer_layer.*self_attention.*query.kernel"] = TensorLayout({data, model, None});
+  out["transformer_layer.*self_attention.*(key|value).kernel"] = TensorLayout({data, None, None});
+  out["transformer_layer.*attention_output.kernel"] = TensorLayout({model, None, data});
+  add_expert_rules(out, model, data);
+  return out;
+}
+
+LayoutMap qwen3_moe_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
+                               const std::string& data_dim) {
+  check_layout_map_axes("qwen3_moe_layout_map", mesh, model_dim, data_dim);
+  const DimSharding model(model_dim), data(data_dim);
+  LayoutMap out(mesh);
+  out["token_embedding/embeddings"] = TensorLayout({model, data});
+  out["token_embedding/reverse_embeddings"] = TensorLayout({model, data});
+  out["transformer_layer.*self_attention.*query.kernel"] = TensorLayout({model, data, None});
+  out["transformer_layer.*self_attention.*(key|value).kernel"] = TensorLayout({model, None, None});
+  out["transformer_layer.*attention_output.kernel"] = TensorLayout({model, None, data});
+  // The dense layers (mlp_only_layers) only: the router's path also ends in
+  // feedforward_gate_dense/kernel.
+  out["transformer_layer_[0-9]+/feedforward_(gate|intermediate)_dense/kernel"] =
+      TensorLayout({data, model});
+  out["transformer_layer_[0-9]+/feedforward_output_dense/kernel"] = TensorLayout({model, data});
+  add_expert_rules(out, model, data);
+  return out;
+}
+
 LayoutMap family_layout_map(const LlamaConfig& config, const DeviceMesh& mesh,
                             const std::string& model_dim, const std::string& data_dim) {
   if (config.gemma()) return gemma_layout_map(mesh, model_dim, data_dim);
+  if (config.family == "mixtral") return mixtral_layout_map(mesh, model_dim, data_dim);
+  if (config.family == "qwen3_moe") return qwen3_moe_layout_map(mesh, model_dim, data_dim);
   if (config.family == "qwen2" || config.family == "qwen3") {
     return qwen_layout_map(mesh, model_dim, data_dim);
   }
@@ -153,6 +200,16 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
                                 .name = attention_name}));
   if (config.post_norms()) post_attention_norm_ = norm("post_attention_norm");
   feedforward_norm_ = norm(gemma ? "pre_ffw_norm" : "feedforward_layernorm");
+  if (config.sparse_layer(index)) {
+    const std::string block = config.sparse_block_name(index);
+    moe_ = track(block, std::make_shared<SparseMoe>(
+                            SparseMoeOptions{.name = block,
+                                             .num_experts = config.num_experts,
+                                             .top_k = config.num_experts_per_tok,
+                                             .intermediate_dim = config.expert_intermediate_size(),
+                                             .normalize_top_k = config.norm_topk_prob}));
+    return;
+  }
   feedforward_ = std::make_shared<GatedFeedForward>(
       config.intermediate_size, config.hidden_size,
       GatedFeedForwardOptions{
@@ -173,6 +230,10 @@ void LlamaDecoderLayer::build(const Shape& input_shape) {
   attention_->maybe_build(input_shape);
   if (post_attention_norm_) post_attention_norm_->maybe_build(input_shape);
   feedforward_norm_->maybe_build(input_shape);
+  if (moe_) {
+    moe_->maybe_build(input_shape);
+    return;
+  }
   feedforward_->maybe_build(input_shape);
   if (post_feedforward_norm_) post_feedforward_norm_->maybe_build(input_shape);
 }
@@ -191,6 +252,7 @@ Array LlamaDecoderLayer::forward(const Array& x, KVCache* cache, int64_t start,
   // The residual sums and the gating are computed into the fresh outputs they consume.
   const Array h = attention_->call_plus(n, x, cache, start, max_length);
   const Array m = feedforward_norm_->call_on(h);
+  if (moe_) return add(moe_->forward(m), h);
   // The residual is fused into the down projection: with a row-parallel kernel it joins one
   // partial sum per block instead of being added to every replica of the output.
   return feedforward_->forward(m, &h);
@@ -207,11 +269,13 @@ Array LlamaDecoderLayer::forward_for_training(const Array& x, Saved& saved) {
   }
   saved.h.emplace(attention_->call_plus(attention_norm_->call_on(x), x));
   const Array m = feedforward_norm_->call_on(*saved.h);
+  if (moe_) return add(moe_->forward(m, &saved.moe), *saved.h);
   return add(feedforward_->forward_for_training(m, saved.feedforward), *saved.h);
 }
 
 Array LlamaDecoderLayer::backward_saved(const Array& x, const Saved& saved, const Array& dy,
-                                        Gradients& grads) {
+                                        Gradients& grads,
+                                        const std::vector<double>* router_probs_grad) {
   NameScope scope = open_name_scope();
   const Array& h = *saved.h;
   if (post_attention_norm_) {
@@ -228,7 +292,8 @@ Array LlamaDecoderLayer::backward_saved(const Array& x, const Saved& saved, cons
   }
   // y = h + ff(m), m = norm(h).
   const Array m = feedforward_norm_->call_on(h);
-  const Array dm = feedforward_->backward_saved(m, saved.feedforward, dy, grads);
+  const Array dm = moe_ ? moe_->backward_saved(m, saved.moe, dy, grads, router_probs_grad)
+                        : feedforward_->backward_saved(m, saved.feedforward, dy, grads);
   // h = x + attn(n), n = norm(x).
   const Array dh = add(feedforward_norm_->backward(h, dm, grads), dy);
   const Array n = attention_norm_->call_on(x);
@@ -311,7 +376,7 @@ Array LlamaModel::hidden_states(const Array& tokens, std::vector<KVCache>* cache
 
 Array LlamaModel::forward_backward(
     const Array& tokens, const std::function<Array(const Array& f, const Array& kernel)>& top,
-    Gradients& grads) {
+    Gradients& grads, double* aux_loss) {
   // Forward, keeping each block's input and what its backward needs (sharded like the
   // activations: nothing whole).
   std::vector<Array> xs;
@@ -321,12 +386,38 @@ Array LlamaModel::forward_backward(
   for (size_t i = 0; i < blocks_.size(); ++i)
     xs.push_back(blocks_[i]->forward_for_training(xs.back(), saved[i]));
   const Array f = final_norm_->call_on(xs.back());
+  // transformers' load_balancing_loss_func over the routers of every sparse layer (their tokens
+  // concatenated): E · Σ_e (choices of e / N) · (Σ p_e / N), linear in p given the choice.
+  std::optional<std::vector<double>> probs_grad;
+  if (aux_loss && config_.moe() && config_.output_router_logits) {
+    const size_t experts = static_cast<size_t>(config_.num_experts);
+    std::vector<double> counts(experts), prob_sums(experts);
+    double tokens_seen = 0;
+    for (const LlamaDecoderLayer::Saved& s : saved) {
+      if (!s.moe.routing) continue;
+      const ExpertStatistics stats = expert_statistics(*s.moe.routing);
+      for (size_t e = 0; e < experts; ++e) {
+        counts[e] += stats.counts[e];
+        prob_sums[e] += stats.prob_sums[e];
+      }
+      tokens_seen += static_cast<double>(stats.tokens);
+    }
+    double aux = 0;
+    probs_grad.emplace(experts);
+    const double coef = config_.router_aux_loss_coef, n = tokens_seen;
+    for (size_t e = 0; e < experts; ++e) {
+      aux += counts[e] / n * (prob_sums[e] / n);
+      (*probs_grad)[e] = coef * static_cast<double>(experts) * counts[e] / (n * n);
+    }
+    *aux_loss = coef * static_cast<double>(experts) * aux;
+  }
   std::optional<Array> transposed_table;  // tied: made once for the forward and the backward
   const Array& reverse_kernel = embedding_->reverse_kernel(transposed_table);
   // Backward, block by block from the top, freeing each block's activations as it goes.
   Array dx = final_norm_->backward(xs.back(), top(f, reverse_kernel), grads);
   for (size_t i = blocks_.size(); i-- > 0;) {
-    dx = blocks_[i]->backward_saved(xs[i], saved[i], dx, grads);
+    dx =
+        blocks_[i]->backward_saved(xs[i], saved[i], dx, grads, probs_grad ? &*probs_grad : nullptr);
     saved[i] = {};
     xs.pop_back();
   }
@@ -352,7 +443,7 @@ Array LlamaModel::capped(Array logits) const {
 }
 
 double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets, Gradients& grads) {
-  double loss = 0;
+  double loss = 0, aux_loss = 0;
   forward_backward(
       inputs,
       [&](const Array& f, const Array& kernel) {
@@ -364,8 +455,8 @@ double LlamaModel::loss_and_gradients(const Array& inputs, const Array& targets,
         }
         return embedding_->reverse_backward(f, ce.dlogits, grads, &kernel);
       },
-      grads);
-  return loss;
+      grads, &aux_loss);
+  return loss + aux_loss;
 }
 
 Array LlamaModel::backward(const Array& tokens, const Array& dlogits, Gradients& grads) {

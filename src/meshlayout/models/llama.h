@@ -42,6 +42,7 @@
 #include "meshlayout/nn/layers/attention/multi_head_attention.h"
 #include "meshlayout/nn/layers/core/gated_feed_forward.h"
 #include "meshlayout/nn/layers/core/reversible_embedding.h"
+#include "meshlayout/nn/layers/moe/sparse_moe.h"
 #include "meshlayout/nn/layers/normalization/rms_normalization.h"
 #include "meshlayout/nn/model.h"
 
@@ -66,6 +67,19 @@ LayoutMap qwen_layout_map(const DeviceMesh& mesh, const std::string& model_dim =
 LayoutMap gemma_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
                            const std::string& data_dim = "batch");
 
+/// keras-hub's MixtralBackbone.get_layout_map rules: embeddings (model, batch), reverse
+/// embeddings (batch, model), query (batch, model, None), key/value (batch, None, None),
+/// attention_output (model, None, batch), the stacked experts' gate/intermediate (None, batch,
+/// model) and output (None, model, batch), the router (batch, None). For expert parallelism,
+/// put a rule splitting the experts' first dimension before these (or replace them).
+LayoutMap mixtral_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
+                             const std::string& data_dim = "batch");
+
+/// Qwen 3 MoE: qwen_layout_map's attention and dense feed-forward rules plus the experts' and
+/// router's rules of mixtral_layout_map.
+LayoutMap qwen3_moe_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
+                               const std::string& data_dim = "batch");
+
 /// keras-hub's get_layout_map of `config`'s family: qwen_layout_map for qwen2 / qwen3,
 /// gemma_layout_map for gemma / gemma2, llama_layout_map for llama and mistral
 /// (MistralBackbone's rules are the Llama's).
@@ -81,19 +95,24 @@ class LlamaDecoderLayer : public Layer {
   /// The block on x (batch, seq, d); with a cache, at positions start… (see MultiHeadAttention).
   Array forward(const Array& x, KVCache* cache, int64_t start, int64_t max_length);
   const std::shared_ptr<MultiHeadAttention>& self_attention() const { return attention_; }
+  /// The mixture of experts of a sparse layer (LlamaConfig::sparse_layer), else null.
+  const std::shared_ptr<SparseMoe>& sparse_moe() const { return moe_; }
 
   /// What backward_saved needs from the forward, in the activations' layouts.
   struct Saved {
     std::optional<Array> h;               // x + attention(norm(x))
     GatedFeedForward::Saved feedforward;  // its projections before the SwiGLU gate
+    SparseMoe::Saved moe;                 // a sparse layer's router choice
     // With post norms (Gemma 2): the attention's and the feed-forward's outputs before them.
     std::optional<Array> attention_out, feedforward_out;
   };
   /// The block's forward (as call) keeping `saved`. Collective.
   Array forward_for_training(const Array& x, Saved& saved);
   /// dL/dx in x's layout given the block's input x, its `saved` and dy; accumulates the
-  /// gradient of every weight of the block. Recomputes the two norms and the attention. Collective.
-  Array backward_saved(const Array& x, const Saved& saved, const Array& dy, Gradients& grads);
+  /// gradient of every weight of the block. Recomputes the two norms and the attention. A sparse
+  /// layer adds router_probs_grad to its router's dL/dp (the auxiliary loss). Collective.
+  Array backward_saved(const Array& x, const Saved& saved, const Array& dy, Gradients& grads,
+                       const std::vector<double>* router_probs_grad = nullptr);
   /// Layer::backward: forward_for_training then backward_saved.
   Array backward(const Array& x, const Array& dy, Gradients& grads) override;
 
@@ -108,6 +127,8 @@ class LlamaDecoderLayer : public Layer {
   std::shared_ptr<MultiHeadAttention> attention_;
   // SwiGLU, flat: its feedforward_{gate,intermediate,output}_dense are tracked by the block.
   std::shared_ptr<GatedFeedForward> feedforward_;
+  // A sparse layer's mixture of experts instead (feedforward_ null).
+  std::shared_ptr<SparseMoe> moe_;
 };
 
 struct LlamaOptions {
@@ -146,7 +167,9 @@ class LlamaModel : public Model {
   /// The mean sparse categorical cross-entropy of logits(inputs) against targets (batch, seq)
   /// over every position, as every process sees it. Collective.
   double loss(const Array& inputs, const Array& targets);
-  /// The same loss, and its gradient for every variable accumulated into `grads` (each in its
+  /// The same loss (a mixture of experts with output_router_logits: plus router_aux_loss_coef
+  /// times transformers' load-balancing loss over every sparse layer's router), and its
+  /// gradient for every variable accumulated into `grads` (each in its
   /// variable's layout, summed over the data-parallel replicas; a tied table gets the lookup's
   /// and the output projection's parts). Keeps each block's input and feed-forward activations
   /// until its backward; recomputes the norms and the attention. Collective.
@@ -185,9 +208,11 @@ class LlamaModel : public Model {
   // (given the final hidden states f and the reverse kernel) returns dL/df and accumulates the
   // output projection's gradient; then the blocks' backward from the top and the lookup's.
   // Returns the lookup's (empty) token gradient.
+  // With aux_loss, a mixture of experts' load-balancing loss (times its coefficient) is stored
+  // there and its gradient joins the routers'.
   Array forward_backward(const Array& tokens,
                          const std::function<Array(const Array& f, const Array& kernel)>& top,
-                         Gradients& grads);
+                         Gradients& grads, double* aux_loss = nullptr);
 };
 
 }  // namespace meshlayout

@@ -15,8 +15,8 @@
 namespace meshlayout {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::distribute_on;
+using ::testing::HasSubstr;
 
 constexpr int64_t kExperts = 4, kD = 8, kF = 6, kTopK = 2;
 const Shape kTokens{2, 3, kD};
@@ -56,7 +56,8 @@ std::vector<double> reference(const HostTensor& x, const HostTensor& ids, const 
       }
       for (int64_t k = 0; k < kD; ++k) {
         double o = 0;
-        for (int64_t c = 0; c < kF; ++c) o += h[static_cast<size_t>(c)] * value(dn, (e * kF + c) * kD + k);
+        for (int64_t c = 0; c < kF; ++c)
+          o += h[static_cast<size_t>(c)] * value(dn, (e * kF + c) * kD + k);
         out[static_cast<size_t>(r * kD + k)] += value(w, r * kTopK + j) * o;
       }
     }
@@ -69,7 +70,8 @@ struct Operands {
 };
 
 Operands random_operands(DType dtype, uint64_t seed) {
-  return {HostTensor::random(dtype, kTokens, seed), HostTensor::random(dtype, {2, 3, kExperts}, seed + 1),
+  return {HostTensor::random(dtype, kTokens, seed),
+          HostTensor::random(dtype, {2, 3, kExperts}, seed + 1),
           HostTensor::random(dtype, {kExperts, kD, kF}, seed + 2),
           HostTensor::random(dtype, {kExperts, kD, kF}, seed + 3),
           HostTensor::random(dtype, {kExperts, kF, kD}, seed + 4)};
@@ -97,7 +99,8 @@ TEST_F(MoeOpTest, RoutingPicksTheLargestProbabilitiesAndNormalises) {
           const double want = probs[order[j]] / sum / (normalize ? chosen : 1.0);
           EXPECT_NEAR(w.data_as<double>()[row * 3 + j], want, 1e-14);
         }
-        for (int64_t e = 0; e < 5; ++e) EXPECT_NEAR(p.data_as<double>()[row * 5 + e], probs[e] / sum, 1e-15);
+        for (int64_t e = 0; e < 5; ++e)
+          EXPECT_NEAR(p.data_as<double>()[row * 5 + e], probs[e] / sum, 1e-15);
       }
     }
   }
@@ -234,10 +237,17 @@ TEST_F(MoeOpTest, RefusesMismatchedOperandsNamingThem) {
   const ExpertRouting r = route_experts(on(h.logits, "None,None,None"), kTopK, true);
   const Array x = on(h.x, "None,None,None");
   const Array g = on(h.gate, "None,None,None"), u = on(h.up, "None,None,None");
-  EXPECT_THAT([&] { expert_mixture(x, r.ids, r.weights, g, u, on(h.up, "None,None,None"), GateFunction::kSilu); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("down (E, F, d)")));
-  EXPECT_THAT([&] { expert_mixture(x, r.ids, r.weights, g, on(h.up, "model,None,None"), on(h.down, "None,None,None"), GateFunction::kSilu); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("up must be split as gate")));
+  EXPECT_THAT(
+      [&] {
+        expert_mixture(x, r.ids, r.weights, g, u, on(h.up, "None,None,None"), GateFunction::kSilu);
+      },
+      ::testing::ThrowsMessage<ValueError>(HasSubstr("down (E, F, d)")));
+  EXPECT_THAT(
+      [&] {
+        expert_mixture(x, r.ids, r.weights, g, on(h.up, "model,None,None"),
+                       on(h.down, "None,None,None"), GateFunction::kSilu);
+      },
+      ::testing::ThrowsMessage<ValueError>(HasSubstr("up must be split as gate")));
   EXPECT_THAT([&] { route_experts(on(h.logits, "None,None,None"), 5, true); },
               ::testing::ThrowsMessage<ValueError>(HasSubstr("top_k must be in [1, 4]")));
 }
