@@ -1,0 +1,227 @@
+// The mixture-of-experts families (Mixtral, Qwen 3 MoE) from their Hugging Face directories:
+// small random models written in Hugging Face format (random_moe_hf.h), loaded sharded under
+// replicated rules, keras-hub's rules, and expert parallelism over either mesh axis (the
+// tokens' own axis: dispatch by gathering, combine by reduce-scatter); logits within 1e-4 of the
+// float64 reference written from transformers' equations (hf_moe_reference.h) and greedy tokens
+// equal to its; expert parallelism equal to the replicated experts; training's loss (with the
+// load-balancing auxiliary loss) against the reference, and its gradients against central
+// differences in float64.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "meshlayout/core/errors.h"
+#include "meshlayout/models/generation.h"
+#include "meshlayout/models/hf_moe_reference.h"
+#include "meshlayout/models/llama.h"
+#include "meshlayout/models/llama_families_test_util.h"
+#include "meshlayout/models/random_moe_hf.h"
+#include "meshlayout/testing/test_util.h"
+
+namespace meshlayout {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::max_relative_error;
+
+class MoeModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_device_count(8);
+    clear_session();
+    dir_ =
+        std::filesystem::temp_directory_path() / ("meshlayout_moe_" + std::to_string(::getpid()));
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    reset_device_count();
+  }
+  // Expert parallelism: the experts' first dimension over `axis`, everything else replicated.
+  LayoutMap expert_parallel(const std::string& axis) const {
+    LayoutMap rules(mesh_);
+    rules["experts/expert_feedforward_(gate|intermediate)_dense"] =
+        TensorLayout({axis, None, None});
+    rules["experts/expert_feedforward_output_dense"] = TensorLayout({axis, None, None});
+    return rules;
+  }
+  Array tokens(const std::vector<int32_t>& ids, int64_t batch) const {
+    HostTensor t(DType::kI32, {batch, static_cast<int64_t>(ids.size()) / batch});
+    std::copy(ids.begin(), ids.end(), t.data_as<int32_t>());
+    return distribute_tensor(t, TensorLayout({"batch", None}, mesh_));
+  }
+  DeviceMesh mesh_{{2, 4}, {"batch", "model"}};
+  std::filesystem::path dir_;
+};
+
+TEST_F(MoeModelTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquationsUnderExpertParallelism) {
+  const std::vector<int32_t> ids = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8, 11, 2, 7, 60};  // (2, 7)
+  uint64_t seed = 5;
+  for (const char* family : {"mixtral", "qwen3_moe"}) {
+    SCOPED_TRACE(family);
+    const HfMoeSpec spec = small_hf_moe_spec(family);
+    const auto hf = random_hf_moe_tensors(spec, seed += 100);
+    const std::filesystem::path dir = dir_ / family;
+    write_hf_moe(dir.string(), spec, hf);
+    const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open(dir.string());
+    EXPECT_EQ(checkpoint.config().num_experts, spec.num_experts);
+    const std::vector<double> want = testing::hf_moe_reference_logits(spec, hf, ids, 2, 7);
+    const std::vector<int32_t> want_greedy =
+        testing::hf_moe_reference_greedy(spec, hf, {3, 17, 42}, 4);
+    std::optional<HostTensor> replicated;
+    const std::pair<std::string, LayoutMap> rule_sets[] = {
+        {"replicated", LayoutMap(mesh_)},
+        {"keras-hub", family_layout_map(checkpoint.config(), mesh_, "model", "batch")},
+        {"experts over model", expert_parallel("model")},
+        {"experts over batch (the tokens' axis)", expert_parallel("batch")}};
+    for (const auto& [name, rules] : rule_sets) {
+      SCOPED_TRACE(name);
+      clear_session();
+      LlamaModel model(checkpoint.config(), rules);
+      const HfLoadReport report = load_hf_llama(checkpoint, model.variables_by_path());
+      EXPECT_GT(report.tensors_loaded, 0);
+      const HostTensor logits = model.logits(tokens(ids, 2)).gather();
+      EXPECT_LT(max_relative_error(logits, want), 1e-4);
+      if (!replicated) replicated = logits;
+      EXPECT_LT(max_relative_error(logits,
+                                   [&] {
+                                     std::vector<double> r(
+                                         static_cast<size_t>(replicated->num_elements()));
+                                     for (size_t i = 0; i < r.size(); ++i)
+                                       r[i] = replicated->data_as<float>()[i];
+                                     return r;
+                                   }()),
+                1e-6);
+      const GenerateResult g = generate(model, {{3, 17, 42}}, {.max_new_tokens = 4});
+      EXPECT_EQ(g.tokens[0], want_greedy);
+    }
+  }
+}
+
+// The variables carry keras-hub's paths: the block named as Keras names it automatically, the
+// stacked experts under "experts".
+TEST_F(MoeModelTest, VariablesCarryKerasHubPaths) {
+  const LlamaConfig config = LlamaConfig::from_json(small_hf_moe_spec("mixtral").to_json());
+  LlamaModel model(config, mixtral_layout_map(mesh_));
+  const auto vars = model.variables_by_path();
+  for (const char* path : {"transformer_layer_0/mixtral_sparse_moe_block/"
+                           "sparse_feedforward_gate_dense/kernel",
+                           "transformer_layer_1/mixtral_sparse_moe_block_1/experts/"
+                           "expert_feedforward_gate_dense",
+                           "transformer_layer_1/mixtral_sparse_moe_block_1/experts/"
+                           "expert_feedforward_output_dense"}) {
+    ASSERT_TRUE(vars.contains(path)) << path;
+  }
+  const Array& gate = *vars.at(
+      "transformer_layer_0/mixtral_sparse_moe_block/experts/expert_feedforward_gate_dense");
+  EXPECT_EQ(gate.shape(),
+            (Shape{config.num_experts, config.hidden_size, config.intermediate_size}));
+  EXPECT_EQ(gate.layout(), TensorLayout({None, "batch", "model"}, mesh_));
+}
+
+// Training: the loss with the auxiliary loss equals the reference's; expert parallelism gives
+// the replicated run's loss and gradients; float64 gradients match central differences.
+TEST_F(MoeModelTest, TrainingLossAndGradientsIncludeTheLoadBalancingLoss) {
+  const std::vector<int32_t> inputs = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8};  // (2, 5)
+  const std::vector<int32_t> targets = {17, 42, 5, 9, 2, 0, 63, 30, 8, 11};
+  HfMoeSpec spec = small_hf_moe_spec("qwen3_moe");
+  spec.router_aux_loss_coef = 0.3;  // large enough to matter in the check
+  LlamaConfig config = LlamaConfig::from_json(spec.to_json());
+  config.output_router_logits = true;
+  const auto hf = random_hf_moe_tensors(spec, 77);
+  write_hf_moe((dir_ / "q").string(), spec, hf);
+  const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open((dir_ / "q").string());
+  const testing::HfMoeLoss want = testing::hf_moe_reference_loss(spec, hf, inputs, targets, 2, 5);
+  std::optional<double> first_loss;
+  std::map<std::string, HostTensor> first_grads;
+  for (const char* axis : {"", "model", "batch"}) {
+    SCOPED_TRACE(axis);
+    clear_session();
+    LlamaModel model(config, *axis ? expert_parallel(axis) : LayoutMap(mesh_));
+    load_hf_llama(checkpoint, model.variables_by_path());
+    Gradients grads;
+    const double loss = model.loss_and_gradients(tokens(inputs, 2), tokens(targets, 2), grads);
+    EXPECT_NEAR(loss, want.ce + spec.router_aux_loss_coef * want.aux, 1e-4 * std::abs(loss));
+    if (!first_loss) {
+      first_loss = loss;
+      for (const VariablePtr& v : model.variables())
+        first_grads[v->path()] = grads.find(*v)->gather();
+      continue;
+    }
+    EXPECT_NEAR(loss, *first_loss, 1e-6);
+    for (const VariablePtr& v : model.variables()) {
+      const HostTensor g = grads.find(*v)->gather();
+      const HostTensor& w = first_grads.at(v->path());
+      for (int64_t i = 0; i < g.num_elements(); ++i) {
+        ASSERT_NEAR(g.data_as<float>()[i], w.data_as<float>()[i],
+                    1e-5 * (1 + std::abs(w.data_as<float>()[i])))
+            << v->path() << " " << i;
+      }
+    }
+  }
+}
+
+TEST_F(MoeModelTest, Float64GradientsMatchCentralDifferencesUnderExpertParallelism) {
+  const std::vector<int32_t> inputs = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8};
+  const std::vector<int32_t> targets = {17, 42, 5, 9, 2, 0, 63, 30, 8, 11};
+  LlamaConfig config = LlamaConfig::from_json(small_hf_moe_spec("mixtral").to_json());
+  config.output_router_logits = true;
+  config.router_aux_loss_coef = 0.5;
+  LayoutMap rules = expert_parallel("model");
+  rules["sparse_feedforward_gate_dense/kernel"] = TensorLayout({"batch", None});
+  LlamaModel model(config, rules, {.dtype = DType::kF64});
+  uint64_t seed = 9;
+  for (const VariablePtr& v : model.variables()) {
+    HostTensor t = HostTensor::random(DType::kF64, v->shape(), seed++);
+    if (v->path().find("norm") != std::string::npos) {
+      for (int64_t i = 0; i < t.num_elements(); ++i) t.data_as<double>()[i] += 1.0;
+    }
+    v->assign(t);
+  }
+  const Array x = tokens(inputs, 2), y = tokens(targets, 2);
+  Gradients grads;
+  model.loss_and_gradients(x, y, grads);
+  for (const VariablePtr& v : model.variables()) {
+    const bool moe = v->path().find("moe_block") != std::string::npos;
+    if (!moe && v->path().find("embeddings") == std::string::npos) continue;
+    const HostTensor g = grads.find(*v)->gather();
+    HostTensor t = v->value().gather();
+    // Three entries of each expert kernel and router, one of each embedding table.
+    const int64_t step = std::max<int64_t>(1, t.num_elements() / (moe ? 3 : 1));
+    for (int64_t i = step / 2; i < t.num_elements(); i += step) {
+      const double keep = t.data_as<double>()[i], h = 1e-6;
+      const auto loss_at = [&](double value) {
+        t.data_as<double>()[i] = value;
+        v->assign(t);
+        Gradients unused;
+        return model.loss_and_gradients(x, y, unused);
+      };
+      const double numeric = (loss_at(keep + h) - loss_at(keep - h)) / (2 * h);
+      loss_at(keep);
+      EXPECT_NEAR(g.data_as<double>()[i], numeric, 1e-6 * (1 + std::abs(numeric)))
+          << v->path() << " " << i;
+    }
+  }
+}
+
+TEST_F(MoeModelTest, ConfigsRoundTripAndBadValuesAreRefusedByName) {
+  for (const char* family : {"mixtral", "qwen3_moe"}) {
+    const LlamaConfig c = LlamaConfig::from_json(small_hf_moe_spec(family).to_json());
+    EXPECT_TRUE(c.moe());
+    EXPECT_EQ(LlamaConfig::from_json(c.to_json()), c);
+  }
+  LlamaConfig c = LlamaConfig::from_json(small_hf_moe_spec("mixtral").to_json());
+  c.num_experts_per_tok = c.num_experts + 1;
+  EXPECT_THAT([&] { c.validate(); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("'num_experts_per_tok' is 5")));
+  std::string json = small_hf_moe_spec("mixtral").to_json();
+  json.insert(json.find('{') + 1, "\"router_jitter_noise\": 0.1,");
+  EXPECT_THAT([&] { LlamaConfig::from_json(json); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("router_jitter_noise")));
+  EXPECT_THAT([&] { LlamaConfig::from_json(small_hf_moe_spec("qwen2_moe").to_json()); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("qwen2_moe")));
+}
+
+}  // namespace
+}  // namespace meshlayout
