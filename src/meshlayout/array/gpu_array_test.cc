@@ -23,11 +23,6 @@ class GpuArrayTest : public ::testing::Test {
   void TearDown() override { unsetenv(kGpuDevicesEnvVar); }
 };
 
-#define REQUIRE_GPU()                                                        \
-  do {                                                                       \
-    if (physical_gpu_count() == 0) GTEST_SKIP() << "no GPU in this process"; \
-  } while (0)
-
 std::vector<std::string> gpus(int n) {
   std::vector<std::string> names;
   for (int i = 0; i < n; ++i) names.push_back(device_name(i, DeviceKind::kCuda));
@@ -63,7 +58,7 @@ TEST_F(GpuArrayTest, AGpuMeshNeedsTheGpuRuntime) {
 }
 
 TEST_F(GpuArrayTest, PropertyDistributeGatherAndReshardAreBitExactOnA2x4Mesh) {
-  REQUIRE_GPU();
+  MESHLAYOUT_REQUIRE_GPU();
   const uint64_t seed = testing::test_seed(20261127);
   SCOPED_TRACE("MESHLAYOUT_TEST_SEED=" + std::to_string(seed));
   auto rt = default_runtime(DeviceKind::kCuda);
@@ -73,7 +68,7 @@ TEST_F(GpuArrayTest, PropertyDistributeGatherAndReshardAreBitExactOnA2x4Mesh) {
 }
 
 TEST_F(GpuArrayTest, MegatronLayoutsReshardBitExactAndChargeEachDevice) {
-  REQUIRE_GPU();
+  MESHLAYOUT_REQUIRE_GPU();
   const DeviceMesh mesh({2, 4}, {"data", "model"}, gpus(8));
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kF64}) {
     const HostTensor x = HostTensor::random(dtype, {1030, 515}, 7);
@@ -99,7 +94,7 @@ TEST_F(GpuArrayTest, MegatronLayoutsReshardBitExactAndChargeEachDevice) {
 }
 
 TEST_F(GpuArrayTest, OutOfGpuMemoryNamesTheDeviceTheBytesAndWhatIsFree) {
-  REQUIRE_GPU();
+  MESHLAYOUT_REQUIRE_GPU();
   const DeviceMesh mesh({1}, {"model"}, gpus(1));
   const TensorLayout layout({std::nullopt}, mesh);
   try {

@@ -26,6 +26,7 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/runtime/device_memory.h"
 #include "meshlayout/runtime/runtime.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -81,11 +82,6 @@ class GpuArrayIoTest : public ::testing::Test {
   const DeviceMesh cpu_mesh_{{2, 4}, {"data", "model"}, devices(8, DeviceKind::kCpu)};
   fs::path dir_;
 };
-
-#define REQUIRE_GPU()                                                        \
-  do {                                                                       \
-    if (physical_gpu_count() == 0) GTEST_SKIP() << "no GPU in this process"; \
-  } while (0)
 
 // Layouts of a rank-`rank` tensor over a 2×4 mesh: replicated, each dim over "model", 2-D and
 // transposed 2-D, both axes on one dim.
@@ -207,7 +203,7 @@ TEST_F(GpuArrayIoTest, StagedSaveThroughHostMemoryWritesEveryBox) {
 // the CPU-saved file into GPU arrays, with default staging and with slots of a few hundred bytes
 // (preadv and mapped).
 TEST_F(GpuArrayIoTest, SavesAndLoadsBitExactAcrossLayoutsOfA2x4GpuMesh) {
-  REQUIRE_GPU();
+  MESHLAYOUT_REQUIRE_GPU();
   auto gpu = default_runtime(DeviceKind::kCuda);
   ASSERT_EQ(gpu->global_device_count(), 8);
   const DeviceMesh mesh({2, 4}, {"data", "model"}, devices(8, DeviceKind::kCuda));
@@ -267,7 +263,7 @@ TEST_F(GpuArrayIoTest, SavesAndLoadsBitExactAcrossLayoutsOfA2x4GpuMesh) {
 // Several tensors in one call, and dtype conversion on load (F32 and F64 files into BF16 and F32
 // GPU arrays): the same values as a CPU load with conversion.
 TEST_F(GpuArrayIoTest, SeveralTensorsAndConversionsMatchTheCpuLoad) {
-  REQUIRE_GPU();
+  MESHLAYOUT_REQUIRE_GPU();
   auto gpu = default_runtime(DeviceKind::kCuda);
   const DeviceMesh mesh({2, 4}, {"data", "model"}, devices(8, DeviceKind::kCuda));
   const HostTensor a = HostTensor::random(DType::kF32, {61, 29}, 1);
@@ -299,7 +295,7 @@ TEST_F(GpuArrayIoTest, SeveralTensorsAndConversionsMatchTheCpuLoad) {
 // slots: several slot fills each way), loaded replicated (read once, copied on the device to the
 // other 7) and 2-D sharded, and into CPU arrays.
 TEST_F(GpuArrayIoTest, A256MiBTensorGoesThroughSeveralStagingSlots) {
-  REQUIRE_GPU();
+  MESHLAYOUT_REQUIRE_GPU();
   auto gpu = default_runtime(DeviceKind::kCuda);
   const DeviceMesh mesh({2, 4}, {"data", "model"}, devices(8, DeviceKind::kCuda));
   const Shape shape{8192, 8192};

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "meshlayout/ops/attention.h"
+#include "meshlayout/testing/test_util.h"
 
 namespace meshlayout {
 namespace {
@@ -19,7 +20,7 @@ namespace {
 class AttentionGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (physical_gpu_count() == 0) GTEST_SKIP() << "no GPU in this process";
+    MESHLAYOUT_REQUIRE_GPU();
     setenv(kGpuDevicesEnvVar, "8", 1);
     set_device_count(8);
   }

@@ -2,6 +2,7 @@
 //
 //   EXPECT_EQ(ValueErrorMessage([] { DeviceMesh({}, {}); }), "Shape and axis_names …");
 //   EXPECT_TRUE(HasSubstr(text, "expected part"));
+//   MESHLAYOUT_REQUIRE_GPU();   // first in a GPU test: skipped where there is no GPU
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,6 +16,18 @@
 #include <vector>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/layout/devices.h"
+
+/// Skips the current test (reported as skipped, not passed) when this process sees no GPU:
+/// a build without -DMESHLAYOUT_CUDA=ON, or a machine without one (physical_gpu_count(),
+/// layout/devices.h). In a test body or a fixture's SetUp.
+#define MESHLAYOUT_REQUIRE_GPU()                                                 \
+  do {                                                                           \
+    if (::meshlayout::physical_gpu_count() == 0) {                               \
+      GTEST_SKIP() << "no GPU in this process (no CUDA GPU, or a build without " \
+                      "-DMESHLAYOUT_CUDA=ON)";                                   \
+    }                                                                            \
+  } while (0)
 
 namespace meshlayout::testing {
 

@@ -1,6 +1,7 @@
 // cuda_test_util.h — helpers for tests of CUDA kernel ops: shards whose bytes live in GPU memory
-// (cudaMalloc'd, filled from and read back to host vectors), host shards over vectors for the CPU
-// implementation of the same op, and a skip when the process has no GPU (reported as skipped).
+// (cudaMalloc'd, filled from and read back to host vectors) and host shards over vectors for the
+// CPU implementation of the same op; MESHLAYOUT_REQUIRE_GPU (testing/test_util.h) skips a test
+// where the process has no GPU (reported as skipped).
 //
 // Example:
 //   MESHLAYOUT_REQUIRE_GPU();
@@ -22,12 +23,7 @@
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/runtime/cuda/cuda_context.h"
-
-#define MESHLAYOUT_REQUIRE_GPU()                                         \
-  do {                                                                   \
-    if (::meshlayout::cuda::physical_gpu_count() == 0)                   \
-      GTEST_SKIP() << "no GPU: " << ::meshlayout::cuda::no_gpu_reason(); \
-  } while (0)
+#include "meshlayout/testing/test_util.h"  // MESHLAYOUT_REQUIRE_GPU
 
 namespace meshlayout::testing_cuda {
 
