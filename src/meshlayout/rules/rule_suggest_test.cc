@@ -6,6 +6,9 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/array/host_tensor.h"
@@ -13,6 +16,7 @@
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/llama.h"
 #include "meshlayout/models/llama_families_test_util.h"
+#include "meshlayout/models/random_llama.h"
 #include "meshlayout/nn/layer.h"
 #include "meshlayout/rules/rule_check.h"
 #include "meshlayout/rules/rules_test_util.h"
@@ -213,6 +217,23 @@ TEST_F(RuleSuggest, BadInputIsNamed) {
   EXPECT_TRUE(suggest_rules(model, DeviceMesh::from_string("model=8")).rules.rules.empty());
   const Suggestion all = suggest_rules(model, DeviceMesh::from_string("model=8"), {.min_bytes = 0});
   EXPECT_EQ(check_rules(all.rules, model.tensors, {.min_bytes = 0}), std::vector<std::string>{});
+}
+
+// A weights-only model (safetensors, no config.json): rules on the file's names, one per
+// tensor of every layer, without knowing what the dimensions are; still every large tensor split.
+TEST_F(RuleSuggest, WeightsOnlyModelsAreSplitByTheirShapes) {
+  const std::string dir = ::testing::TempDir() + "suggest_weights_" + std::to_string(getpid());
+  write_random_hf_llama(dir, testing::family_base("llama"));
+  std::filesystem::remove(dir + "/config.json");
+  const ModelTensors model = load_model_tensors(dir);
+  for (SuggestStrategy strategy : {SuggestStrategy::kMegatron, SuggestStrategy::kFsdp}) {
+    const Suggestion s = suggest_rules(model, DeviceMesh::from_string("batch=2,model=3"),
+                                       {.strategy = strategy, .min_bytes = 64});
+    EXPECT_EQ(check_rules(s.rules, model.tensors, {.min_bytes = 64}), std::vector<std::string>{});
+    const ConvertedRule& q = rule(s, "model.layers.*.self_attn.q_proj.weight");
+    EXPECT_THAT(q.reason, HasSubstr("dimension 0 (32)"));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
