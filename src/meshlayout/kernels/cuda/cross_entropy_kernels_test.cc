@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "meshlayout/kernels/cross_entropy.h"
@@ -114,32 +115,38 @@ void check_stats(const SpecCase& sc, DType target_dtype, int poison, uint64_t se
   const Box tbox = spec.sparse ? kLabelBox : kPredBox;
   const Box sbox{{0, 0}, {kRows, spec.width()}};
   std::vector<double> cpu_stats(static_cast<size_t>(kRows * spec.width()), -7.0);
-  std::optional<CrossEntropyFailure> cpu_failure, gpu_failure;
-  Array::Shard cp = host_shard(pred, kPredBox), ct = host_shard(targets, tbox),
-               cs = host_shard(cpu_stats, sbox);
-  cross_entropy_stats(kCpu, {.pred = &cp,
-                             .targets = &ct,
-                             .stats = &cs,
-                             .spec = spec,
-                             .pred_shape = &kPredShape,
-                             .pred_dtype = dtype_of<T>(),
-                             .target_dtype = target_dtype,
-                             .failure = &cpu_failure});
   GpuBlock gp(pred), gt(targets), gs(cpu_stats.size() * sizeof(double));
-  Array::Shard dp = gp.shard(kPredBox), dt = gt.shard(tbox), ds = gs.shard(sbox);
-  cross_entropy_stats(kCuda, {.pred = &dp,
-                              .targets = &dt,
-                              .stats = &ds,
-                              .spec = spec,
-                              .pred_shape = &kPredShape,
-                              .pred_dtype = dtype_of<T>(),
-                              .target_dtype = target_dtype,
-                              .failure = &gpu_failure});
-  expect_near_cpu(gs.download<double>(), cpu_stats, 1e-12, what + " statistics");
-  expect_same_failure(gpu_failure, cpu_failure, what + " failure");
-  if (poison >= 1) {
-    EXPECT_TRUE(cpu_failure.has_value()) << what;
+  struct Run {
+    DeviceKind kind;
+    Array::Shard pred, targets, stats;
+    std::optional<CrossEntropyFailure> failure;
+  } runs[] = {{kCpu, host_shard(pred, kPredBox), host_shard(targets, tbox),
+               host_shard(cpu_stats, sbox), std::nullopt},
+              {kCuda, gp.shard(kPredBox), gt.shard(tbox), gs.shard(sbox), std::nullopt}};
+  for (Run& r : runs) {
+    cross_entropy_stats(r.kind, {.pred = &r.pred,
+                                 .targets = &r.targets,
+                                 .stats = &r.stats,
+                                 .spec = spec,
+                                 .pred_shape = &kPredShape,
+                                 .pred_dtype = dtype_of<T>(),
+                                 .target_dtype = target_dtype,
+                                 .failure = &r.failure});
   }
+  const Run &cpu = runs[0], &gpu = runs[1];
+  expect_near_cpu(gs.download<double>(), cpu_stats, 1e-12, what + " statistics");
+  expect_same_failure(gpu.failure, cpu.failure, what + " failure");
+  if (poison >= 1) {
+    EXPECT_TRUE(cpu.failure.has_value()) << what;
+  }
+}
+
+// The (F64 predictions?, targets' dtype) pairs a spec runs in, in order: labels I32 and I64
+// (sparse) or targets F32 and F64 (categorical), under F32 then F64 predictions.
+std::vector<std::pair<bool, DType>> target_dtypes(const CrossEntropySpec& spec) {
+  const DType a = spec.sparse ? DType::kI32 : DType::kF32;
+  const DType b = spec.sparse ? DType::kI64 : DType::kF64;
+  return {{false, a}, {false, b}, {true, a}, {true, b}};
 }
 
 TEST(CudaCrossEntropyKernelsTest, Stats) {
@@ -147,12 +154,13 @@ TEST(CudaCrossEntropyKernelsTest, Stats) {
   uint64_t seed = 1;
   for (const SpecCase& sc : kSpecs) {
     for (int poison : {0, 1, 2}) {
-      const DType a = sc.spec.sparse ? DType::kI32 : DType::kF32;
-      const DType b = sc.spec.sparse ? DType::kI64 : DType::kF64;
-      check_stats<float>(sc, a, poison, seed++);
-      check_stats<float>(sc, b, poison, seed++);
-      check_stats<double>(sc, a, poison, seed++);
-      check_stats<double>(sc, b, poison, seed++);
+      for (const auto& [f64_pred, target_dtype] : target_dtypes(sc.spec)) {
+        if (f64_pred) {
+          check_stats<double>(sc, target_dtype, poison, seed++);
+        } else {
+          check_stats<float>(sc, target_dtype, poison, seed++);
+        }
+      }
     }
   }
 }
@@ -196,32 +204,28 @@ TEST(CudaCrossEntropyKernelsTest, Stats2) {
         std::vector<double> s1 = make_stats1(sc.spec, seed++);
         std::vector<double> cpu_out(static_cast<size_t>(kRows * 2), -7.0);
         const Box s1box{{0, 0, 0}, {kRows, kK, 2}}, obox{{0, 0}, {kRows, 2}};
-        Array::Shard cp =
-            pred_dtype == DType::kF32 ? host_shard(pred32, kPredBox) : host_shard(pred64, kPredBox);
-        Array::Shard ct = host_shard(targets, kPredBox), cs1 = host_shard(s1, s1box),
-                     co = host_shard(cpu_out, obox);
-        cross_entropy_stats2(kCpu, {.pred = &cp,
-                                    .targets = &ct,
-                                    .stats1 = &cs1,
-                                    .out = &co,
-                                    .spec = sc.spec,
-                                    .k = kK,
-                                    .classes = kV,
-                                    .pred_dtype = pred_dtype,
-                                    .target_dtype = target_dtype});
         GpuBlock gp32(pred32), gp64(pred64), gt(targets), gs1(s1),
             go(cpu_out.size() * sizeof(double));
-        Array::Shard dp = pred_dtype == DType::kF32 ? gp32.shard(kPredBox) : gp64.shard(kPredBox);
-        Array::Shard dt = gt.shard(kPredBox), ds1 = gs1.shard(s1box), dout = go.shard(obox);
-        cross_entropy_stats2(kCuda, {.pred = &dp,
-                                     .targets = &dt,
-                                     .stats1 = &ds1,
-                                     .out = &dout,
-                                     .spec = sc.spec,
-                                     .k = kK,
-                                     .classes = kV,
-                                     .pred_dtype = pred_dtype,
-                                     .target_dtype = target_dtype});
+        const bool f32 = pred_dtype == DType::kF32;
+        struct Run {
+          DeviceKind kind;
+          Array::Shard pred, targets, stats1, out;
+        } runs[] = {
+            {kCpu, f32 ? host_shard(pred32, kPredBox) : host_shard(pred64, kPredBox),
+             host_shard(targets, kPredBox), host_shard(s1, s1box), host_shard(cpu_out, obox)},
+            {kCuda, f32 ? gp32.shard(kPredBox) : gp64.shard(kPredBox), gt.shard(kPredBox),
+             gs1.shard(s1box), go.shard(obox)}};
+        for (Run& r : runs) {
+          cross_entropy_stats2(r.kind, {.pred = &r.pred,
+                                        .targets = &r.targets,
+                                        .stats1 = &r.stats1,
+                                        .out = &r.out,
+                                        .spec = sc.spec,
+                                        .k = kK,
+                                        .classes = kV,
+                                        .pred_dtype = pred_dtype,
+                                        .target_dtype = target_dtype});
+        }
         expect_near_cpu(go.download<double>(), cpu_out, 1e-12, what);
       }
     }
@@ -235,53 +239,36 @@ TEST(CudaCrossEntropyKernelsTest, LossSumAndRowLosses) {
     const std::string what = sc.name;
     std::vector<double> s1 = make_stats1(sc.spec, seed++), s2 = make_stats2(seed++);
     const Box s1box{{0, 0, 0}, {kRows, kK, sc.spec.width()}}, s2box{{0, 0, 0}, {kRows, kK, 2}};
-    Array::Shard cs1 = host_shard(s1, s1box), cs2 = host_shard(s2, s2box);
-    GpuBlock gs1(s1), gs2(s2);
-    Array::Shard ds1 = gs1.shard(s1box), ds2 = gs2.shard(s2box);
-    const bool two = sc.spec.two_rounds();
-    double cpu_total = 0.25, gpu_total = 0.25;
-    cross_entropy_loss_sum(kCpu, {.stats1 = &cs1,
-                                  .stats2 = two ? &cs2 : nullptr,
-                                  .spec = sc.spec,
-                                  .k = kK,
-                                  .total = &cpu_total});
-    cross_entropy_loss_sum(kCuda, {.stats1 = &ds1,
-                                   .stats2 = two ? &ds2 : nullptr,
-                                   .spec = sc.spec,
-                                   .k = kK,
-                                   .total = &gpu_total});
-    EXPECT_NEAR(gpu_total, cpu_total, 1e-12 * std::abs(cpu_total)) << what;
-
     const Box obox{{1, 0}, {2, 5}};  // one loss per row
     std::vector<double> cpu64(kRows, -7.0);
     std::vector<float> cpu32(kRows, -7.0f);
-    Array::Shard co64 = host_shard(cpu64, obox), co32 = host_shard(cpu32, obox);
-    cross_entropy_row_losses(kCpu, {.out = &co64,
-                                    .stats1 = &cs1,
-                                    .stats2 = two ? &cs2 : nullptr,
-                                    .spec = sc.spec,
-                                    .k = kK,
-                                    .dtype = DType::kF64});
-    cross_entropy_row_losses(kCpu, {.out = &co32,
-                                    .stats1 = &cs1,
-                                    .stats2 = two ? &cs2 : nullptr,
-                                    .spec = sc.spec,
-                                    .k = kK,
-                                    .dtype = DType::kF32});
-    GpuBlock go64(kRows * sizeof(double)), go32(kRows * sizeof(float));
-    Array::Shard do64 = go64.shard(obox), do32 = go32.shard(obox);
-    cross_entropy_row_losses(kCuda, {.out = &do64,
-                                     .stats1 = &ds1,
-                                     .stats2 = two ? &ds2 : nullptr,
-                                     .spec = sc.spec,
-                                     .k = kK,
-                                     .dtype = DType::kF64});
-    cross_entropy_row_losses(kCuda, {.out = &do32,
-                                     .stats1 = &ds1,
-                                     .stats2 = two ? &ds2 : nullptr,
-                                     .spec = sc.spec,
-                                     .k = kK,
-                                     .dtype = DType::kF32});
+    GpuBlock gs1(s1), gs2(s2), go64(kRows * sizeof(double)), go32(kRows * sizeof(float));
+    const bool two = sc.spec.two_rounds();
+    struct Run {
+      DeviceKind kind;
+      Array::Shard stats1, stats2, out64, out32;
+      double total;
+    } runs[] = {
+        {kCpu, host_shard(s1, s1box), host_shard(s2, s2box), host_shard(cpu64, obox),
+         host_shard(cpu32, obox), 0.25},
+        {kCuda, gs1.shard(s1box), gs2.shard(s2box), go64.shard(obox), go32.shard(obox), 0.25}};
+    for (Run& r : runs) {
+      Array::Shard* stats2 = two ? &r.stats2 : nullptr;
+      cross_entropy_loss_sum(
+          r.kind,
+          {.stats1 = &r.stats1, .stats2 = stats2, .spec = sc.spec, .k = kK, .total = &r.total});
+      for (auto [out, dtype] :
+           {std::pair{&r.out64, DType::kF64}, std::pair{&r.out32, DType::kF32}}) {
+        cross_entropy_row_losses(r.kind, {.out = out,
+                                          .stats1 = &r.stats1,
+                                          .stats2 = stats2,
+                                          .spec = sc.spec,
+                                          .k = kK,
+                                          .dtype = dtype});
+      }
+    }
+    const double cpu_total = runs[0].total, gpu_total = runs[1].total;
+    EXPECT_NEAR(gpu_total, cpu_total, 1e-12 * std::abs(cpu_total)) << what;
     expect_near_cpu(go64.download<double>(), cpu64, 1e-12, what + " row losses F64");
     expect_near_cpu(go32.download<float>(), cpu32, 1e-6, what + " row losses F32");
   }
@@ -301,34 +288,27 @@ void check_grad(const SpecCase& sc, DType target_dtype, uint64_t seed) {
   const Box s1box{{0, 0, 0}, {kRows, kK, spec.width()}}, s2box{{0, 0, 0}, {kRows, kK, 2}};
   const bool two = spec.two_rounds();
   std::vector<T> cpu_grad(pred.size(), T(-7));
-  Array::Shard cg = host_shard(cpu_grad, kPredBox), cp = host_shard(pred, kPredBox),
-               ct = host_shard(targets, tbox), cs1 = host_shard(s1, s1box),
-               cs2 = host_shard(s2, s2box);
-  cross_entropy_grad(kCpu, {.grad = &cg,
-                            .pred = &cp,
-                            .targets = &ct,
-                            .stats1 = &cs1,
-                            .stats2 = two ? &cs2 : nullptr,
-                            .spec = spec,
-                            .k = kK,
-                            .classes = kV,
-                            .pred_dtype = dtype_of<T>(),
-                            .target_dtype = target_dtype,
-                            .coef = 0.37});
   GpuBlock gg(pred.size() * sizeof(T)), gp(pred), gt(targets), gs1(s1), gs2(s2);
-  Array::Shard dg = gg.shard(kPredBox), dp = gp.shard(kPredBox), dt = gt.shard(tbox),
-               ds1 = gs1.shard(s1box), ds2 = gs2.shard(s2box);
-  cross_entropy_grad(kCuda, {.grad = &dg,
-                             .pred = &dp,
-                             .targets = &dt,
-                             .stats1 = &ds1,
-                             .stats2 = two ? &ds2 : nullptr,
-                             .spec = spec,
-                             .k = kK,
-                             .classes = kV,
-                             .pred_dtype = dtype_of<T>(),
-                             .target_dtype = target_dtype,
-                             .coef = 0.37});
+  struct Run {
+    DeviceKind kind;
+    Array::Shard grad, pred, targets, stats1, stats2;
+  } runs[] = {{kCpu, host_shard(cpu_grad, kPredBox), host_shard(pred, kPredBox),
+               host_shard(targets, tbox), host_shard(s1, s1box), host_shard(s2, s2box)},
+              {kCuda, gg.shard(kPredBox), gp.shard(kPredBox), gt.shard(tbox), gs1.shard(s1box),
+               gs2.shard(s2box)}};
+  for (Run& r : runs) {
+    cross_entropy_grad(r.kind, {.grad = &r.grad,
+                                .pred = &r.pred,
+                                .targets = &r.targets,
+                                .stats1 = &r.stats1,
+                                .stats2 = two ? &r.stats2 : nullptr,
+                                .spec = spec,
+                                .k = kK,
+                                .classes = kV,
+                                .pred_dtype = dtype_of<T>(),
+                                .target_dtype = target_dtype,
+                                .coef = 0.37});
+  }
   expect_near_cpu(gg.download<T>(), cpu_grad, tolerance<T>(), what);
 }
 
