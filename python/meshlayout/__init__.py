@@ -44,6 +44,9 @@ __all__ = [
     "current_layout_map", "device_memory", "distribute_tensor", "get_device_count",
     "list_devices", "load", "open_checkpoint", "plan", "save",
     "distribution",  # the submodule meshlayout.distribution (keras.distribution's names)
+    # layers, models and training (Keras' names): meshlayout.layers, .optimizers, .losses, …
+    "Input", "Layer", "Model", "Sequential", "Variable", "callbacks", "clear_session", "layers", "losses",
+    "optimizers", "regularizers",
 ]
 
 
@@ -91,3 +94,12 @@ from meshlayout._meshlayout import _plan_json as _meshlayout_plan_json  # noqa: 
 
 # keras.distribution's module: DataParallel, ModelParallel, set_distribution, distribution(), …
 from meshlayout import distribution  # noqa: E402
+
+# keras.layers, keras.Model / Sequential / Input, keras.optimizers, keras.losses, …
+from meshlayout import callbacks, layers, losses, optimizers, regularizers  # noqa: E402
+from meshlayout._training import Model, Sequential  # noqa: E402
+from meshlayout.layers import Input, Layer  # noqa: E402
+from meshlayout._meshlayout import _nn as _nn_module  # noqa: E402
+
+clear_session = _nn_module.clear_session
+Variable = _nn_module.Variable

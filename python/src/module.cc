@@ -4,6 +4,7 @@
 
 #include "bindings.h"
 #include "meshlayout/core/errors.h"
+#include "nn_bindings.h"
 
 namespace meshlayout::python {
 namespace {
@@ -40,6 +41,10 @@ PYBIND11_MODULE(_meshlayout, m) {
   bind_io(m);
   bind_distribution(m);
   bind_models(m);
+  py::module_ nn = m.def_submodule("_nn", "layers, models and training (meshlayout.layers, …)");
+  bind_layers(nn);
+  bind_model(nn);
+  bind_train(nn);
 }
 
 }  // namespace meshlayout::python

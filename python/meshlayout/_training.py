@@ -1,0 +1,365 @@
+"""meshlayout.Model, Sequential and the training methods (compile, fit, evaluate, predict,
+summary, save_weights, load_weights) of every model: subclassed, functional, Sequential.
+
+    class MyModel(meshlayout.Model):
+        def __init__(self):
+            super().__init__()
+            self.d1 = meshlayout.layers.Dense(16, name="d1")   # tracked: object path d1.kernel
+            self.d2 = meshlayout.layers.Dense(1, name="d2")
+        def call(self, x):
+            return self.d2(self.d1(x))
+
+A subclass's attributes holding layers (or lists of layers) are tracked as Keras tracks them
+(object paths "d1.kernel", "blocks.0.kernel"; Keras 3 paths "my_model/d1/kernel"). call() runs
+in Python on KerasTensors and composes layers (arithmetic on tensors is not available: use the
+merge layers); the model trains through the graph of its call, traced once.
+"""
+
+import numpy as np
+
+from meshlayout import _meshlayout
+from meshlayout import callbacks as _callbacks
+from meshlayout import losses as _losses
+from meshlayout import optimizers as _optimizers
+
+_nn = _meshlayout._nn
+Layer = _nn.Layer
+_CppModel = _nn.Model
+
+
+class _ModelType(type(_CppModel)):
+    """isinstance(x, meshlayout.Model) holds for every model: functional and Sequential ones
+    are C++ objects, not instances of the Python subclass."""
+
+    def __instancecheck__(cls, obj):
+        if cls is Model:
+            return isinstance(obj, _CppModel)
+        return super().__instancecheck__(obj)
+
+
+class Model(_CppModel, metaclass=_ModelType):
+    """keras.Model: Model(inputs, outputs, name=None) builds a functional model; a subclass
+    (super().__init__(name=None)) defines call(self, inputs)."""
+
+    def __new__(cls, *args, **kwargs):
+        if cls is Model and (args or "inputs" in kwargs or "outputs" in kwargs):
+            return _functional(*args, **kwargs)
+        return _CppModel.__new__(cls)
+
+    def __init__(self, name=None, **kwargs):
+        for k in ("trainable", "dtype"):
+            kwargs.pop(k, None)
+        if kwargs:
+            raise TypeError(f"Unrecognized keyword arguments passed to {type(self).__name__}: "
+                            f"{kwargs}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"Model name must be a string, got {name!r}")
+        _CppModel.__init__(self, name or "", _nn._to_snake_case(type(self).__name__))
+        self.__dict__["_ml_initialized"] = True
+
+    def __setattr__(self, attr, value):
+        layers = None
+        if isinstance(value, Layer):
+            layers = [(attr, value)]
+        elif isinstance(value, (list, tuple)) and value and \
+                all(isinstance(v, Layer) for v in value):
+            layers = [(f"{attr}.{i}", v) for i, v in enumerate(value)]
+        if layers:
+            if not self.__dict__.get("_ml_initialized"):
+                raise RuntimeError(
+                    "It looks like you are subclassing `Model` and you forgot to call "
+                    "`super().__init__()`. Always start with this line.")
+            for a, layer in layers:
+                self._track(a, layer)
+        super().__setattr__(attr, value)
+
+    def call(self, inputs):
+        raise NotImplementedError(
+            f"Model {self.name} does not have a `call()` method implemented.")
+
+
+def _functional(inputs=None, outputs=None, name=None, **kwargs):
+    kwargs.pop("trainable", None)
+    if kwargs:
+        raise TypeError(f"Unrecognized keyword arguments passed to Model: {kwargs}")
+    if not isinstance(outputs, _nn.KerasTensor):
+        if isinstance(outputs, (list, tuple)) and len(outputs) == 1:
+            outputs = outputs[0]
+        else:
+            raise ValueError("Model(inputs, outputs): meshlayout's functional models have one "
+                             f"output KerasTensor, got {outputs!r}")
+    if isinstance(inputs, dict):
+        raise ValueError("Model(inputs, outputs): inputs as a dict are not supported")
+    return _nn._functional(inputs, outputs, name or "")
+
+
+class Sequential(_nn.Sequential):
+    """keras.Sequential(layers=None, name=None): an Input (or layers[0] given input_shape) as
+    the first element builds it at once; otherwise it is built by its first call or fit."""
+
+    def __init__(self, layers=None, trainable=True, name=None):
+        layers = list(layers or [])
+        input_shape = None
+        if layers and isinstance(layers[0], _nn.KerasTensor):
+            input_shape = list(layers.pop(0).shape[1:])
+        for layer in layers:
+            if not isinstance(layer, Layer):
+                raise ValueError("Only instances of `keras.Layer` can be added to a Sequential "
+                                 f"model. Received: {layer} (of type {type(layer)})")
+        super().__init__(layers, name or "", input_shape)
+
+    def add(self, layer):
+        raise NotImplementedError("Sequential.add: meshlayout's Sequential takes its layers at "
+                                  "construction: Sequential([Input(...), layer, ...])")
+
+
+# --- the training methods of every model ------------------------------------------------------
+
+def _verbose(verbose):
+    if verbose == "auto":
+        return 1
+    if verbose not in (0, 1, 2):
+        raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
+    return int(verbose)
+
+
+def _batch_size(batch_size):
+    if batch_size is None:
+        return 32
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return int(batch_size)
+
+
+def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,  # noqa: A001
+            weighted_metrics=None, run_eagerly=False, steps_per_execution=1, jit_compile="auto",
+            auto_scale_loss=True):
+    """keras Model.compile(optimizer, loss, metrics): optimizer by name or a
+    meshlayout.optimizers object, loss by name or a meshlayout.losses object. metrics: "mse",
+    "mae", "accuracy" and friends are computed by evaluate() and on validation_data."""
+    if loss_weights is not None or weighted_metrics is not None:
+        raise ValueError("compile: loss_weights and weighted_metrics are not supported")
+    self._ml_optimizer = _optimizers.get(optimizer)
+    self._ml_loss = None if loss is None else _losses.get(loss)
+    self._ml_metrics = [_metric_name(m) for m in (metrics or [])]
+    self._ml_trainer = None
+    self.optimizer = self._ml_optimizer
+    self.loss = self._ml_loss
+    self.compiled = True
+
+
+_METRICS = {"mse": "mean_squared_error", "mean_squared_error": "mean_squared_error",
+            "mae": "mean_absolute_error", "mean_absolute_error": "mean_absolute_error",
+            "accuracy": "accuracy", "acc": "accuracy",
+            "sparse_categorical_accuracy": "sparse_categorical_accuracy",
+            "categorical_accuracy": "categorical_accuracy"}
+
+
+def _metric_name(m):
+    if isinstance(m, str) and m in _METRICS:
+        return m
+    raise ValueError(f"Could not interpret metric identifier: {m} (meshlayout computes "
+                     f"{', '.join(sorted(_METRICS))})")
+
+
+def _metric(name, y_true, y_pred):
+    kind = _METRICS[name]
+    y_true = np.asarray(y_true)
+    y_pred = np.asarray(y_pred)
+    if kind == "mean_squared_error":
+        return float(np.mean((y_pred.astype(np.float64) - y_true) ** 2))
+    if kind == "mean_absolute_error":
+        return float(np.mean(np.abs(y_pred.astype(np.float64) - y_true)))
+    if kind == "categorical_accuracy":
+        return float(np.mean(np.argmax(y_pred, -1) == np.argmax(y_true, -1)))
+    if kind == "accuracy" and y_pred.shape == y_true.shape and y_pred.shape[-1] > 1:
+        return float(np.mean(np.argmax(y_pred, -1) == np.argmax(y_true, -1)))
+    if kind == "sparse_categorical_accuracy" or y_pred.ndim == y_true.ndim + 1 or \
+            (y_pred.shape[-1] > 1 and y_true.shape[-1:] == (1,)):
+        return float(np.mean(np.argmax(y_pred, -1) == y_true.reshape(y_pred.shape[:-1])))
+    return float(np.mean((y_pred > 0.5) == (y_true > 0.5)))  # binary accuracy
+
+
+def _trainer(self):
+    if not getattr(self, "compiled", False):
+        raise RuntimeError("You must call `compile()` before using the model.")
+    if self._ml_loss is None:
+        raise ValueError("No loss to compute. Provide a `loss` argument in `compile()`.")
+    if self._ml_trainer is None:
+        self._ml_trainer = _nn._Trainer(self, self._ml_optimizer._cpp, self._ml_loss._keras_name,
+                                        self._ml_loss.from_logits,
+                                        self._ml_loss.label_smoothing)
+    return self._ml_trainer
+
+
+def _ensure_built(self, x):
+    """Keras builds an unbuilt model on the first batch: a forward pass on one row."""
+    if not self.built:
+        self(np.asarray(x)[:1])
+
+
+def _from_batches(iterator):
+    """A Python iterator of (x, y) batches → (x, y, batch_size): every batch but the last of
+    one size (they are concatenated; fit then reads the same batches)."""
+    xs, ys = [], []
+    for item in iterator:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ValueError("fit: an iterator must yield (x, y) batches, got "
+                             f"{type(item).__name__}")
+        xs.append(np.asarray(item[0]))
+        ys.append(np.asarray(item[1]))
+    if not xs:
+        raise ValueError("fit: the iterator yielded no batches")
+    size = len(xs[0])
+    for i, b in enumerate(xs[:-1]):
+        if len(b) != size:
+            raise ValueError(f"fit: batch {i} has {len(b)} rows, batch 0 has {size}: only the "
+                             "last batch may be smaller")
+    return np.concatenate(xs), np.concatenate(ys), size
+
+
+def _is_iterator(x):
+    return hasattr(x, "__next__") or (hasattr(x, "__iter__") and not hasattr(x, "__len__")
+                                      and not hasattr(x, "__array__"))
+
+
+def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
+        validation_split=0.0, validation_data=None, shuffle=True, initial_epoch=0,
+        steps_per_epoch=None, seed=0):
+    """keras Model.fit on numpy arrays (or a Python iterator of (x, y) batches): returns a
+    History (history["loss"], history["val_loss"], history["val_<metric>"]). The steps are the
+    C++ Trainer's, bit for bit; shuffle draws its permutation from `seed` (default 0, the same
+    every run). Ctrl-C stops between batches with KeyboardInterrupt; the model stays usable."""
+    if initial_epoch or steps_per_epoch is not None:
+        raise ValueError("fit: initial_epoch and steps_per_epoch are not supported for arrays")
+    if y is None and _is_iterator(x):
+        x, y, size = _from_batches(x)
+        batch_size = size if batch_size is None else batch_size
+    if x is None or y is None:
+        raise ValueError("fit: meshlayout needs x and y (numpy arrays) or an iterator of "
+                         "(x, y) batches")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
+        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
+    batch_size = _batch_size(batch_size)
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if validation_split and validation_data is None:
+        if not 0 < validation_split < 1:
+            raise ValueError(f"validation_split must be in (0, 1), got {validation_split}")
+        split = int(len(x) * (1 - validation_split))
+        x, y, validation_data = x[:split], y[:split], (x[split:], y[split:])
+    if validation_data is not None:
+        validation_data = (np.asarray(validation_data[0]), np.asarray(validation_data[1]))
+    trainer = _trainer(self)
+    _ensure_built(self, x)
+    history = _callbacks.History()
+    cbs = list(callbacks or [])
+    for cb in cbs + [history]:
+        if hasattr(cb, "set_model"):
+            cb.set_model(self)
+        if hasattr(cb, "set_params"):
+            cb.set_params({"epochs": epochs, "verbose": _verbose(verbose),
+                           "steps": -(-len(x) // batch_size)})
+    self.stop_training = False
+    metric_hook = _ValidationMetrics(self, validation_data, batch_size)
+    logs = trainer.fit(self, x, y, batch_size, int(epochs), bool(shuffle), int(seed),
+                       _verbose(verbose), [metric_hook] + cbs + [history], validation_data)
+    history.model = self
+    history.params = {"epochs": epochs, "steps": -(-len(x) // batch_size)}
+    del logs
+    return history
+
+
+class _ValidationMetrics:
+    """Adds val_<metric> to the epoch's logs (from predict on validation_data) before the user's
+    callbacks see them."""
+
+    def __init__(self, model, validation_data, batch_size):
+        self.model = model
+        self.data = validation_data
+        self.batch_size = batch_size
+
+    def on_epoch_end(self, epoch, logs):
+        metrics = getattr(self.model, "_ml_metrics", [])
+        if self.data is None or not metrics:
+            return
+        pred = self.model._ml_trainer.predict(self.data[0], self.batch_size)
+        for m in metrics:
+            logs["val_" + m] = _metric(m, self.data[1], pred)
+
+
+def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", return_dict=False):
+    """keras Model.evaluate: the loss (a batch-weighted mean, as Keras), then each compiled
+    metric ([loss, m1, …] with metrics; a dict with return_dict)."""
+    batch_size = _batch_size(batch_size)
+    trainer = _trainer(self)
+    _ensure_built(self, x)
+    x = np.asarray(x)
+    y = np.asarray(y)
+    loss = trainer.evaluate(x, y, batch_size, _verbose(verbose))
+    metrics = getattr(self, "_ml_metrics", [])
+    values = {"loss": loss}
+    if metrics:
+        pred = trainer.predict(x, batch_size)
+        for m in metrics:
+            values[m] = _metric(m, y, pred)
+    if return_dict:
+        return values
+    return loss if not metrics else list(values.values())
+
+
+def predict(self, x, batch_size=None, verbose="auto"):
+    """keras Model.predict: the outputs of every batch, concatenated, as a numpy array."""
+    batch_size = _batch_size(batch_size)
+    x = np.asarray(x)
+    _ensure_built(self, x)
+    trainer = getattr(self, "_ml_predictor", None)
+    if getattr(self, "compiled", False) and self._ml_loss is not None:
+        trainer = _trainer(self)
+    if trainer is None:  # predict needs no optimizer state: an SGD with a fixed name
+        trainer = _nn._Trainer(self, _nn._make_optimizer("sgd", {"name": "predict_sgd"}),
+                               "mean_squared_error", False, 0.0)
+        self._ml_predictor = trainer
+    return trainer.predict(x, batch_size)
+
+
+def summary(self, line_length=None, positions=None, print_fn=None, expand_nested=False,
+            show_trainable=False, layer_range=None):
+    """keras Model.summary: prints the C++ summary (one row per variable with its layout and
+    bytes per device, Keras' totals, the DTensor lines) through print_fn (default print)."""
+    text = _cpp_summary(self)
+    (print_fn or print)(text)
+
+
+def save_weights(self, filepath, overwrite=True, path_style="path"):
+    """Saves every variable to a safetensors file, named by its Keras 3 path
+    ("my_model/d1/kernel"; path_style="object_path": Keras 2's "d1.kernel"). Each process
+    writes only its shards' boxes."""
+    import os
+    if not overwrite and os.path.exists(filepath):
+        raise ValueError(f"save_weights: {filepath} exists and overwrite=False")
+    _nn._save_weights(self, str(filepath), _path_style(path_style))
+
+
+def load_weights(self, filepath, skip_mismatch=False, path_style="path"):
+    """Loads the variables save_weights saved (each device reads its box); skip_mismatch
+    leaves variables the file lacks as they are and ignores extra tensors."""
+    _nn._load_weights(self, str(filepath), _path_style(path_style), bool(skip_mismatch))
+
+
+def _path_style(style):
+    if style not in ("path", "object_path"):
+        raise ValueError(f"path_style must be 'path' (Keras 3) or 'object_path' (Keras 2), got "
+                         f"{style!r}")
+    return style == "path"
+
+
+_cpp_summary = _CppModel.summary
+for _f in (compile, fit, evaluate, predict, summary, save_weights, load_weights):
+    setattr(_CppModel, _f.__name__, _f)
+_CppModel.compiled = False
+_CppModel.optimizer = None
+_CppModel.loss = None
+_CppModel.stop_training = False
+del _f

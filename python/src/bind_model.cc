@@ -1,0 +1,224 @@
+// bind_model.cc — models from Python (issue 29 item 1): Model, subclassable in Python (its
+// call() runs in Python on KerasTensors; meshlayout/__init__.py's Model.__setattr__ tracks layer
+// attributes as Keras does, so object paths are "d1.kernel", "blocks.0.kernel" and Keras 3
+// paths "my_model/d1/kernel"), functional Model(inputs, outputs), Sequential and Input. A
+// Python-subclassed model trains through the graph of its call traced once on a symbolic
+// input (a functional model over the same layers and variables).
+#include <fmt/format.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meshlayout/core/strings.h"
+#include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/model.h"
+#include "nn_bindings.h"
+
+namespace meshlayout::python {
+namespace {
+
+// A model subclassed in Python: call() is the Python method.
+class PyModel : public Model {
+ public:
+  PyModel(std::string name, const std::string& class_name) : Model(std::move(name), class_name) {}
+
+  void track_layer(const std::string& attr, const std::shared_ptr<Layer>& layer) {
+    for (const auto& [name, existing] : tracked_) {
+      if (name == attr) {
+        throw ValueError(fmt::format(
+            "model {}: attribute {} already holds a tracked layer; meshlayout cannot replace a "
+            "tracked layer",
+            quote(this->name()), quote(attr)));
+      }
+    }
+    (void)track(attr, layer);
+  }
+
+  Tensor call(const Tensor& x) override {
+    py::gil_scoped_acquire gil;
+    py::function f = py::get_override(static_cast<const Model*>(this), "call");
+    if (!f) {
+      throw FailedPreconditionError(
+          fmt::format("model {} has no call() method: a Model subclass defines call(self, inputs)",
+                      quote(name())));
+    }
+    py::object out = f(x);
+    if (py::isinstance<Tensor>(out)) return out.cast<Tensor>();
+    if (py::isinstance<Array>(out)) {
+      const Array& a = out.cast<const Array&>();
+      return Tensor(distribute_tensor(a, a.layout()));
+    }
+    throw py::type_error(
+        fmt::format("{}.call must return the KerasTensor its layers computed, got {}",
+                    py::str(py::type::of(py::cast(static_cast<Model*>(this))).attr("__name__"))
+                        .cast<std::string>(),
+                    py::str(py::type::of(out).attr("__name__")).cast<std::string>()));
+  }
+
+  Array backward(const Array& x, const Array& dy, Gradients& grads) override {
+    return graph(x.shape()).backward(x, dy, grads);
+  }
+  Array recompute(const Array& x) override { return graph(x.shape()).recompute(x); }
+
+ private:
+  // The layer graph of call(), traced once on a symbolic input in the model's scope.
+  Model& graph(const Shape& shape) {
+    if (!built()) {
+      throw FailedPreconditionError(
+          fmt::format("model {} is not built: call it before its backward", quote(name())));
+    }
+    if (!graph_) {
+      NameScope scope = open_name_scope();
+      const Tensor in = Tensor::symbolic(shape);
+      const Tensor out = call(in);
+      graph_ = Model::functional(in, out, name() + "_graph");
+    }
+    return *graph_;
+  }
+  std::shared_ptr<Model> graph_;
+};
+
+Shape shape_of(const py::object& shape, const char* what) {
+  if (py::isinstance<py::str>(shape) || !py::hasattr(shape, "__iter__")) {
+    throw py::type_error(
+        fmt::format("{} must be a tuple of integers, got {}", what, std::string(py::repr(shape))));
+  }
+  Shape out;
+  for (const py::handle& d : shape) {
+    if (d.is_none()) {
+      throw ValueError(fmt::format(
+          "{} {}: meshlayout needs every dimension but the batch's (None is only allowed for the "
+          "batch dimension)",
+          what, std::string(py::repr(shape))));
+    }
+    out.push_back(d.cast<int64_t>());
+  }
+  return out;
+}
+
+std::shared_ptr<Model> functional(const py::object& inputs, const Tensor& outputs,
+                                  const std::string& name) {
+  std::vector<Tensor> ins;
+  if (py::isinstance<Tensor>(inputs)) {
+    ins.push_back(inputs.cast<Tensor>());
+  } else {
+    for (const py::handle& t : inputs) {
+      if (!py::isinstance<Tensor>(t)) {
+        throw py::type_error(fmt::format(
+            "Model(inputs, outputs): every input must be a KerasTensor (from Input), got {}",
+            py::str(py::type::of(t).attr("__name__")).cast<std::string>()));
+      }
+      ins.push_back(t.cast<Tensor>());
+    }
+  }
+  py::gil_scoped_release release;
+  return Model::functional(ins, outputs, name);
+}
+
+}  // namespace
+
+HostTensor host_from_numpy(const py::object& value, const char* what) {
+  if (py::isinstance<Array>(value)) {
+    const Array& a = value.cast<const Array&>();
+    py::gil_scoped_release release;
+    return a.gather();
+  }
+  py::array arr;
+  try {
+    arr = py::module_::import("numpy").attr("asarray")(value, py::arg("order") = "C");
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_ValueError) && !e.matches(PyExc_TypeError)) throw;
+    throw ValueError(fmt::format("{} does not convert to a numpy array: {}", what,
+                                 py::str(e.value()).cast<std::string>()));
+  }
+  if (arr.ndim() == 0) {
+    throw ValueError(fmt::format("{} must have a batch dimension, got a 0-d array", what));
+  }
+  DType dtype;
+  try {
+    dtype = dtype_from_numpy(arr.dtype());
+  } catch (const ValueError& e) {
+    throw ValueError(fmt::format("{}: {}", what, e.what()));
+  }
+  HostTensor out(dtype, Shape(arr.shape(), arr.shape() + arr.ndim()));
+  std::memcpy(out.data(), arr.data(), out.num_bytes());
+  return out;
+}
+
+py::array numpy_from_host(HostTensor tensor) {
+  auto owner = std::make_unique<HostTensor>(std::move(tensor));
+  HostTensor* t = owner.get();
+  py::capsule capsule(owner.release(), [](void* p) { delete static_cast<HostTensor*>(p); });
+  return py::array(numpy_dtype(t->dtype()),
+                   std::vector<py::ssize_t>(t->shape().begin(), t->shape().end()), t->data(),
+                   capsule);
+}
+
+std::shared_ptr<const Distribution> feed_distribution(const Layer& layer) {
+  if (const auto* model = dynamic_cast<const Model*>(&layer)) {
+    if (model->distribution()) return model->distribution();
+    if (model->layout_map() && model->layout_map()->device_mesh()) {
+      return std::make_shared<ModelParallel>(*model->layout_map());
+    }
+  }
+  if (auto d = distribution()) return d;
+  if (const LayoutMap* map = current_layout_map(); map && map->device_mesh()) {
+    return std::make_shared<ModelParallel>(*map);
+  }
+  for (const VariablePtr& v : layer.variables()) {
+    if (!v->is_lazy()) return std::make_shared<DataParallel>(v->value().mesh());
+  }
+  // layer.cc's mesh of the weights of a layer built outside any scope.
+  return std::make_shared<DataParallel>(
+      DeviceMesh({1}, {"replica"}, std::vector<std::string>{"cpu:0"}));
+}
+
+void bind_model(py::module_& m) {
+  py::class_<Model, PyModel, Layer, std::shared_ptr<Model>>(m, "Model", py::dynamic_attr())
+      .def(py::init_alias<std::string, const std::string&>(), py::arg("name"),
+           py::arg("class_name"))
+      .def_property_readonly("layers",
+                             [](const Model& model) {
+                               py::list out;
+                               for (const auto& l : model.layers()) out.append(py::cast(l));
+                               return out;
+                             })
+      .def("summary",
+           [](const Model& model) {
+             py::gil_scoped_release release;
+             return model.summary();
+           })
+      .def(
+          "_track",
+          [](Model& model, const std::string& attr, const std::shared_ptr<Layer>& layer) {
+            auto* py_model = dynamic_cast<PyModel*>(&model);
+            if (!py_model) return;  // a C++ model (functional, Sequential) tracks nothing more
+            py_model->track_layer(attr, layer);
+          },
+          py::arg("attr"), py::arg("layer"));
+
+  py::class_<Sequential, Model, std::shared_ptr<Sequential>>(m, "Sequential")
+      .def(py::init([](const std::vector<std::shared_ptr<Layer>>& layers, const std::string& name,
+                       const std::optional<std::vector<int64_t>>& input_shape) {
+             SequentialOptions options{.name = name};
+             if (input_shape) options.input_shape = Shape(input_shape->begin(), input_shape->end());
+             py::gil_scoped_release release;
+             return std::make_shared<Sequential>(layers, options);
+           }),
+           py::arg("layers"), py::arg("name"), py::arg("input_shape"));
+
+  m.def("_functional", &functional, py::arg("inputs"), py::arg("outputs"), py::arg("name"));
+  m.def(
+      "Input",
+      [](const py::object& shape, const py::object& batch_size) {
+        const Shape s = shape_of(shape, "Input shape");
+        return Input(s, batch_size.is_none() ? 1 : batch_size.cast<int64_t>());
+      },
+      py::arg("shape"), py::arg("batch_size") = py::none());
+  m.def("_to_snake_case", &to_snake_case, py::arg("class_name"));
+}
+
+}  // namespace meshlayout::python

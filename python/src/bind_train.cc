@@ -1,0 +1,320 @@
+// bind_train.cc — training from Python (issue 29 item 2): optimizers (the C++ registry by
+// Keras name with Keras' arguments), the losses' names, a compiled model's fit / evaluate /
+// predict on numpy arrays through the C++ Trainer (the same steps as a C++ fit: bit for bit),
+// Python callbacks called from C++ with the GIL held only while they run, Ctrl-C between
+// batches (KeyboardInterrupt, the model left usable), Keras' progress lines on sys.stdout, and
+// save_weights / load_weights (nn/model_checkpoint.h). The GIL is released while C++ computes.
+#include <fmt/format.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <streambuf>
+#include <string>
+#include <vector>
+
+#include "meshlayout/core/strings.h"
+#include "meshlayout/io/array_io.h"
+#include "meshlayout/io/safetensors_file.h"
+#include "meshlayout/nn/model_checkpoint.h"
+#include "meshlayout/train/losses.h"
+#include "meshlayout/train/optimizer.h"
+#include "meshlayout/train/trainer.h"
+#include "nn_bindings.h"
+
+namespace meshlayout::python {
+namespace {
+
+// Writes to Python's sys.stdout (taking the GIL) at each line end or '\r', as Keras prints.
+class PythonStdoutBuf : public std::streambuf {
+ protected:
+  int overflow(int c) override {
+    if (c == EOF) return 0;
+    buffer_.push_back(static_cast<char>(c));
+    if (c == '\n' || c == '\r') sync();
+    return c;
+  }
+  int sync() override {
+    if (buffer_.empty()) return 0;
+    py::gil_scoped_acquire gil;
+    py::object out = py::module_::import("sys").attr("stdout");
+    out.attr("write")(buffer_);
+    out.attr("flush")();
+    buffer_.clear();
+    return 0;
+  }
+
+ private:
+  std::string buffer_;
+};
+
+// Thrown from a callback to leave fit early: a Python exception (stored) or stop_training.
+struct LeaveFit {};
+
+// Python callbacks, validation and Ctrl-C inside the C++ fit loop.
+class PyCallbacks : public Callback {
+ public:
+  PyCallbacks(py::list callbacks, py::object model, const HostTensor* x_val,
+              const HostTensor* y_val, int64_t batch_size)
+      : callbacks_(std::move(callbacks)),
+        model_(std::move(model)),
+        x_val_(x_val),
+        y_val_(y_val),
+        batch_size_(batch_size) {}
+
+  void on_train_begin(Trainer&) override { call_each("on_train_begin", {}); }
+
+  void on_train_batch_end(Trainer&, const BatchLogs& logs) override {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) stash();  // Ctrl-C: KeyboardInterrupt between batches
+    py::dict d;
+    d["loss"] = logs.loss;
+    invoke("on_train_batch_end", py::int_(logs.batch), d);
+  }
+
+  void on_epoch_end(Trainer& trainer, int64_t epoch, double loss) override {
+    std::optional<double> val_loss;
+    if (x_val_) val_loss = trainer.evaluate(*x_val_, *y_val_, {.batch_size = batch_size_});
+    py::gil_scoped_acquire gil;
+    losses.push_back(loss);
+    py::dict d;
+    d["loss"] = loss;
+    if (val_loss) {
+      val_losses.push_back(*val_loss);
+      d["val_loss"] = *val_loss;
+    }
+    invoke("on_epoch_end", py::int_(epoch), d);
+    if (py::hasattr(model_, "stop_training") && model_.attr("stop_training").cast<bool>()) {
+      stopped = true;
+      throw LeaveFit{};
+    }
+  }
+
+  void on_train_end(Trainer&) override { call_each("on_train_end", {}); }
+
+  std::vector<double> losses, val_losses;
+  bool stopped = false;
+  std::optional<py::error_already_set> error;
+
+ private:
+  void call_each(const char* hook, std::optional<int64_t> index) {
+    py::gil_scoped_acquire gil;
+    invoke(hook, index ? py::object(py::int_(*index)) : py::object(), py::dict());
+  }
+
+  // Calls hook(index, logs) (or hook(logs)) on every callback that has it; a Python error is
+  // kept and ends fit.
+  void invoke(const char* hook, const py::object& index, const py::dict& logs) {
+    for (const py::handle& cb : callbacks_) {
+      if (!py::hasattr(cb, hook)) continue;
+      try {
+        if (index) {
+          cb.attr(hook)(index, logs);
+        } else {
+          cb.attr(hook)(logs);
+        }
+      } catch (py::error_already_set& e) {
+        error.emplace(std::move(e));
+        throw LeaveFit{};
+      }
+    }
+  }
+
+  void stash() {
+    error.emplace();  // fetches the pending KeyboardInterrupt
+    throw LeaveFit{};
+  }
+
+  py::list callbacks_;
+  py::object model_;
+  const HostTensor* x_val_;
+  const HostTensor* y_val_;
+  int64_t batch_size_;
+};
+
+struct PyTrainer {
+  std::shared_ptr<Model> model;
+  std::unique_ptr<Trainer> trainer;
+};
+
+std::unique_ptr<PyTrainer> compile_model(const std::shared_ptr<Model>& model,
+                                         const std::shared_ptr<Optimizer>& optimizer,
+                                         const std::string& loss, bool from_logits,
+                                         double label_smoothing) {
+  auto out = std::make_unique<PyTrainer>();
+  out->model = model;
+  CompileOptions options{
+      .optimizer_instance = optimizer,
+      .loss = loss,
+      .loss_options = {.from_logits = from_logits, .label_smoothing = label_smoothing}};
+  out->trainer = std::make_unique<Trainer>(model, std::move(options));
+  return out;
+}
+
+py::dict fit(PyTrainer& self, const py::object& model, const py::object& x, const py::object& y,
+             int64_t batch_size, int64_t epochs, bool shuffle, uint64_t seed, int verbose,
+             const py::list& callbacks, const py::object& validation) {
+  const HostTensor hx = host_from_numpy(x, "x");
+  const HostTensor hy = host_from_numpy(y, "y");
+  std::optional<HostTensor> xv, yv;
+  if (!validation.is_none()) {
+    xv = host_from_numpy(validation[py::int_(0)], "validation_data's x");
+    yv = host_from_numpy(validation[py::int_(1)], "validation_data's y");
+  }
+  PythonStdoutBuf buf;
+  std::ostream out(&buf);
+  auto hooks = std::make_shared<PyCallbacks>(callbacks, model, xv ? &*xv : nullptr,
+                                             yv ? &*yv : nullptr, batch_size);
+  FitOptions options{.batch_size = batch_size,
+                     .epochs = epochs,
+                     .shuffle = shuffle,
+                     .shuffle_seed = seed,
+                     .verbose = verbose,
+                     .out = &out,
+                     .callbacks = {hooks}};
+  {
+    py::gil_scoped_release release;
+    try {
+      (void)self.trainer->fit(hx, hy, options);
+    } catch (const LeaveFit&) {
+      self.model->set_training(false);
+      out.flush();
+    }
+  }
+  if (hooks->error) {
+    hooks->error->restore();
+    throw py::error_already_set();
+  }
+  if (hooks->stopped) {
+    py::gil_scoped_release release;
+    hooks->on_train_end(*self.trainer);
+  }
+  py::dict history;
+  history["loss"] = hooks->losses;
+  if (xv) history["val_loss"] = hooks->val_losses;
+  return history;
+}
+
+double evaluate(PyTrainer& self, const py::object& x, const py::object& y, int64_t batch_size,
+                int verbose) {
+  const HostTensor hx = host_from_numpy(x, "x");
+  const HostTensor hy = host_from_numpy(y, "y");
+  PythonStdoutBuf buf;
+  std::ostream out(&buf);
+  py::gil_scoped_release release;
+  return self.trainer->evaluate(hx, hy,
+                                {.batch_size = batch_size, .verbose = verbose, .out = &out});
+}
+
+py::array predict(PyTrainer& self, const py::object& x, int64_t batch_size) {
+  const HostTensor hx = host_from_numpy(x, "x");
+  HostTensor out;
+  {
+    py::gil_scoped_release release;
+    out = self.trainer->predict(hx, {.batch_size = batch_size});
+  }
+  return numpy_from_host(std::move(out));
+}
+
+OptimizerOptions optimizer_options(const py::dict& kwargs) {
+  OptimizerOptions o;
+  for (const auto& [key_handle, value] : kwargs) {
+    const std::string key = py::str(key_handle);
+    if (value.is_none()) continue;
+    if (key == "name") {
+      o.name = value.cast<std::string>();
+    } else if (key == "learning_rate") {
+      o.learning_rate = value.cast<double>();
+    } else if (key == "weight_decay") {
+      o.weight_decay = value.cast<double>();
+    } else if (key == "clipnorm") {
+      o.clipnorm = value.cast<double>();
+    } else if (key == "clipvalue") {
+      o.clipvalue = value.cast<double>();
+    } else if (key == "global_clipnorm") {
+      o.global_clipnorm = value.cast<double>();
+    } else if (key == "momentum") {
+      o.momentum = value.cast<double>();
+    } else if (key == "nesterov") {
+      o.nesterov = value.cast<bool>();
+    } else if (key == "beta_1") {
+      o.beta_1 = value.cast<double>();
+    } else if (key == "beta_2") {
+      o.beta_2 = value.cast<double>();
+    } else if (key == "epsilon") {
+      o.epsilon = value.cast<double>();
+    } else if (key == "amsgrad") {
+      o.amsgrad = value.cast<bool>();
+    } else if (py::isinstance<py::bool_>(value)) {
+      o.arguments[key] = value.cast<bool>();
+    } else {
+      o.arguments[key] = value.cast<double>();
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+void bind_train(py::module_& m) {
+  py::class_<Optimizer, std::shared_ptr<Optimizer>>(m, "_Optimizer")
+      .def_property_readonly("name", &Optimizer::name)
+      .def_property("learning_rate", &Optimizer::learning_rate, &Optimizer::set_learning_rate)
+      .def_property_readonly("iterations", &Optimizer::iterations)
+      .def_property_readonly("variables", &Optimizer::variables);
+  m.def(
+      "_make_optimizer",
+      [](const std::string& name, const py::dict& kwargs) {
+        return std::shared_ptr<Optimizer>(make_optimizer(name, optimizer_options(kwargs)));
+      },
+      py::arg("name"), py::arg("kwargs"));
+  m.def("_optimizer_names", &optimizer_names);
+  m.def("_loss_names", &loss_names);
+  m.def(
+      "_check_loss",
+      [](const std::string& name, bool from_logits, double label_smoothing) {
+        return make_loss(name, {.from_logits = from_logits, .label_smoothing = label_smoothing})
+            ->name();
+      },
+      py::arg("name"), py::arg("from_logits"), py::arg("label_smoothing"));
+
+  py::class_<PyTrainer>(m, "_Trainer")
+      .def(py::init(&compile_model), py::arg("model"), py::arg("optimizer"), py::arg("loss"),
+           py::arg("from_logits"), py::arg("label_smoothing"))
+      .def("fit", &fit, py::arg("model"), py::arg("x"), py::arg("y"), py::arg("batch_size"),
+           py::arg("epochs"), py::arg("shuffle"), py::arg("seed"), py::arg("verbose"),
+           py::arg("callbacks"), py::arg("validation"))
+      .def("evaluate", &evaluate, py::arg("x"), py::arg("y"), py::arg("batch_size"),
+           py::arg("verbose"))
+      .def("predict", &predict, py::arg("x"), py::arg("batch_size"));
+
+  m.def(
+      "_save_weights",
+      [](const Model& model, const std::string& path, bool keras3_paths) {
+        io_call([&] {
+          py::gil_scoped_release release;
+          (void)save_model(model, path,
+                           {.path_style = keras3_paths ? VariablePathStyle::kScope
+                                                       : VariablePathStyle::kObject});
+        });
+      },
+      py::arg("model"), py::arg("path"), py::arg("keras3_paths"));
+  m.def(
+      "_load_weights",
+      [](Model& model, const std::string& path, bool keras3_paths, bool skip_mismatch) {
+        return io_call([&] {
+          py::gil_scoped_release release;
+          const Checkpoint checkpoint = Checkpoint::open(path);
+          ModelLoadReport r = load_model(
+              model, checkpoint,
+              {.path_style = keras3_paths ? VariablePathStyle::kScope : VariablePathStyle::kObject,
+               .allow_missing = skip_mismatch,
+               .allow_unexpected = skip_mismatch});
+          return r.loaded;
+        });
+      },
+      py::arg("model"), py::arg("path"), py::arg("keras3_paths"), py::arg("skip_mismatch"));
+}
+
+}  // namespace meshlayout::python
