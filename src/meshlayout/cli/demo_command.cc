@@ -66,6 +66,19 @@ LlamaConfig demo_config(const std::string& family) {
     c.rope_theta = 1e6;
     c.rope_linear_factor = 8;
   }
+  if (family == "mixtral") {  // four experts, two per token, every layer sparse
+    c.num_experts = 4;
+    c.num_experts_per_tok = 2;
+    c.norm_topk_prob = true;
+  }
+  if (family == "qwen3_moe") {  // eight small experts; layer 0 dense (mlp_only_layers)
+    c.head_dim = 24;
+    c.num_experts = 8;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 64;
+    c.norm_topk_prob = true;
+    c.mlp_only_layers = {0};
+  }
   if (family == "gemma2") {
     // Untied here: with tied embeddings, random weights and post norms holding each block's
     // output to unit size, the scaled embedding dominates and every step repeats the last token.
@@ -89,6 +102,15 @@ std::string family_story(const LlamaConfig& c) {
                        c.head_dim, c.hidden_size, c.num_attention_heads);
   }
   if (c.family == "gemma") return "Gemma (GemmaForCausalLM), keras-hub's Gemma block";
+  if (c.family == "mixtral") {
+    return fmt::format("Mixtral (MixtralForCausalLM), {} experts per layer, top-{}", c.num_experts,
+                       c.num_experts_per_tok);
+  }
+  if (c.family == "qwen3_moe") {
+    return fmt::format(
+        "Qwen 3 MoE (Qwen3MoeForCausalLM), {} experts of {} on layer 1, top-{}, layer 0 dense",
+        c.num_experts, c.moe_intermediate_size, c.num_experts_per_tok);
+  }
   if (c.family == "gemma3_text") {
     return "Gemma 3 (Gemma3ForCausalLM), q/k norms, a local-rope sliding layer and a global one";
   }
@@ -116,6 +138,17 @@ LayoutMap megatron_rules(const DeviceMesh& mesh, const LlamaConfig& config) {
   }
   if (config.qkv_bias()) {
     rules["transformer_layer.*self_attention.*(query|key|value).bias"] = {"model", None};
+  }
+  if (config.moe()) {  // expert parallelism: each device of the model axis holds its experts
+    rules["experts/expert_feedforward_.*"] = {"model", None, None};
+    rules["token_embedding/embeddings"] = {"model", None};
+    rules["token_embedding/reverse_embeddings"] = {None, "model"};
+    rules["transformer_layer.*self_attention.*(query|key|value).kernel"] = {None, "model", None};
+    rules["transformer_layer.*attention_output.kernel"] = {"model", None, None};
+    rules["transformer_layer_[0-9]+/feedforward_(gate|intermediate)_dense.kernel"] = {None,
+                                                                                      "model"};
+    rules["transformer_layer_[0-9]+/feedforward_output_dense.kernel"] = {"model", None};
+    return rules;
   }
   rules["token_embedding/embeddings"] = {"model", None};
   rules["token_embedding/reverse_embeddings"] = {None, "model"};
@@ -252,7 +285,9 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   out << fmt::format(
       "\n3. keras-hub's {}Backbone.get_layout_map(mesh, \"model\", \"batch\"): {} rules, "
       "keyed by variable path (search mode, as Keras 3):\n",
-      qwen                         ? "Qwen"
+      config.family == "qwen3_moe" ? "Qwen3Moe"
+      : config.family == "mixtral" ? "Mixtral"
+      : qwen                       ? "Qwen"
       : config.gemma()             ? "Gemma"
       : config.family == "mistral" ? "Mistral"
                                    : "Llama",
@@ -270,12 +305,17 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   const CheckpointPlan plan = plan_tensors(spec_ptrs, rules);
   out << render_plan_text(plan);
 
-  const std::string gate = config.gemma() ? "decoder_block_0/ffw_gating/kernel"
-                                          : "transformer_layer_0/feedforward_gate_dense/kernel";
-  out << fmt::format("\n5. How {} ({}, {}) is cut:\n", gate, config.hidden_size,
-                     config.intermediate_size);
-  out << render_layout_grid(
-      ShardGeometry(*rules.get(gate), {config.hidden_size, config.intermediate_size}));
+  // A dense feed-forward kernel, or a sparse layer's router (d, experts).
+  const int64_t last = config.num_hidden_layers - 1;
+  const std::string gate =
+      config.gemma() ? "decoder_block_0/ffw_gating/kernel"
+      : config.sparse_layer(last)
+          ? fmt::format("transformer_layer_{}/{}/sparse_feedforward_gate_dense/kernel", last,
+                        config.sparse_block_name(last))
+          : "transformer_layer_0/feedforward_gate_dense/kernel";
+  const int64_t columns = config.sparse_layer(last) ? config.num_experts : config.intermediate_size;
+  out << fmt::format("\n5. How {} ({}, {}) is cut:\n", gate, config.hidden_size, columns);
+  out << render_layout_grid(ShardGeometry(*rules.get(gate), {config.hidden_size, columns}));
 
   out << "\n6. Build the model sharded and load the checkpoint: each device reads only the bytes "
          "of its "
@@ -381,8 +421,11 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
                      ms_since(start));
 
   const LayoutMap megatron = megatron_rules(mesh, config);
-  out << "\n10. Reload it into another sharding, Megatron's tensor parallelism "
-         "(examples/rules/llama_megatron.json):\n";
+  out << (config.moe() ? "\n10. Reload it into another sharding, expert parallelism (each device "
+                         "of the model axis holds its experts; the tokens they route are "
+                         "combined across it) with Megatron's attention:\n"
+                       : "\n10. Reload it into another sharding, Megatron's tensor parallelism "
+                         "(examples/rules/llama_megatron.json):\n");
   const CheckpointPlan megatron_plan = plan_tensors(spec_ptrs, megatron);
   for (const PlanIssue& issue : megatron_plan.issues) {
     out << fmt::format("   plan {}: {}\n", plan_issue_kind_name(issue.kind), issue.message);
@@ -432,13 +475,15 @@ void add_demo_command(CLI::App& app, int* exit_code) {
       "checked against one device, saved and reloaded into Megatron's sharding.");
   auto options = std::make_shared<DemoOptions>();
   options->progress = stderr_is_terminal();
-  cmd->add_option("--family", options->family,
-                  "The model family: llama (default), mistral (sliding window), qwen2 (q/k/v "
-                  "biases), qwen3 (q/k head norms), gemma, gemma2 (post norms, soft caps) or "
-                  "gemma3_text (q/k norms, local and global ropes); its "
-                  "Hugging Face format and keras-hub rules")
-      ->check(
-          CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"}));
+  cmd->add_option(
+         "--family", options->family,
+         "The model family: llama (default), mistral (sliding window), qwen2 (q/k/v "
+         "biases), qwen3 (q/k head norms), gemma, gemma2 (post norms, soft caps) or "
+         "gemma3_text (q/k norms, local and global ropes), mixtral or qwen3_moe (mixtures of "
+         "experts, reloaded with expert parallelism); its "
+         "Hugging Face format and keras-hub rules")
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+                             "mixtral", "qwen3_moe"}));
   cmd->add_option("--keep", options->keep_dir,
                   "Write the model and the checkpoint into this directory and keep them "
                   "(default: a temporary directory, removed)");

@@ -77,7 +77,9 @@ TEST(DemoCommandTest, EveryFamilyPassesEveryCheck) {
       {"qwen3", "Qwen 3 (Qwen3ForCausalLM), q/k head norms, head_dim 24 != 128 / 8"},
       {"gemma", "Gemma (GemmaForCausalLM), keras-hub's Gemma block"},
       {"gemma2", "Gemma 2 (Gemma2ForCausalLM), post norms, soft caps 50 and 30"},
-      {"gemma3_text", "Gemma 3 (Gemma3ForCausalLM), q/k norms"}};
+      {"gemma3_text", "Gemma 3 (Gemma3ForCausalLM), q/k norms"},
+      {"mixtral", "Mixtral (MixtralForCausalLM), 4 experts per layer, top-2"},
+      {"qwen3_moe", "Qwen 3 MoE (Qwen3MoeForCausalLM), 8 experts of 64 on layer 1, top-2"}};
   std::string llama_tokens;
   {
     std::ostringstream out;
@@ -96,6 +98,8 @@ TEST(DemoCommandTest, EveryFamilyPassesEveryCheck) {
     EXPECT_THAT(text, Not(HasSubstr("FAILED")));
     EXPECT_THAT(text, HasSubstr(family == "mistral"           ? "MistralBackbone.get_layout_map"
                                 : family.starts_with("gemma") ? "GemmaBackbone.get_layout_map"
+                                : family == "mixtral"         ? "MixtralBackbone.get_layout_map"
+                                : family == "qwen3_moe"       ? "Qwen3MoeBackbone.get_layout_map"
                                                               : "QwenBackbone.get_layout_map"));
     EXPECT_TRUE(std::filesystem::exists(dir / family / "config.json"));
     // What distinguishes the family changes the tokens (the window, the biases, the norms).

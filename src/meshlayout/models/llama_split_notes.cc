@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <map>
 #include <optional>
 
@@ -61,6 +63,12 @@ std::vector<std::string> llama_split_notes(const LlamaConfig& config, const Layo
       for (size_t at = key.find(index); at != std::string::npos; at = key.find(index, at)) {
         key.replace(at, index.size(), block + "*/");
       }
+      if (config.sparse_layer(layer)) {  // mixtral_sparse_moe_block_1 → *
+        const std::string name = config.sparse_block_name(layer) + "/";
+        for (size_t at = key.find(name); at != std::string::npos; at = key.find(name, at)) {
+          key.replace(at, name.size(), "*/");
+        }
+      }
     }
     auto [it, inserted] = seen.try_emplace(key, text, 0);
     if (inserted) order.push_back(key);
@@ -106,6 +114,33 @@ std::vector<std::string> llama_split_notes(const LlamaConfig& config, const Layo
                     "heads need",
                     Hkv, H, axes_text(q_heads, mesh), quote(query), Hkv, axes_text(q_heads, mesh)));
       }
+    }
+    if (config.sparse_layer(i)) {  // the stacked experts (E, d, F) and (E, F, d)
+      const std::string experts = p + config.sparse_block_name(i) + "/experts/";
+      const std::string gate = experts + "expert_feedforward_gate_dense";
+      uneven(i, gate, 0, config.num_experts, "the experts",
+             "uneven expert blocks: devices hold different numbers of experts (the tokens routed "
+             "to the larger blocks take longer; the result is exact)");
+      uneven(i, gate, 2, config.expert_intermediate_size(), "the experts' width",
+             "uneven column blocks, summed as they are");
+      const DimSharding d = dim_of(rules, gate, 1);
+      if (d.is_sharded()) {
+        note(i, fmt::format("the experts' input dimension ({}) split over {} by {}: the kernels "
+                            "are gathered whole over it at every call (as FSDP does)",
+                            config.hidden_size, axes_text(d, mesh), quote(gate)));
+      }
+      // Tokens split over the experts' own axis (ModelParallel splits the batch over the mesh's
+      // first axis): gathered over it first, their outputs reduce-scattered back.
+      const DimSharding e = dim_of(rules, gate, 0);
+      const std::string& batch_axis = mesh.axis_names()[0];
+      if (std::find(e.axes().begin(), e.axes().end(), batch_axis) != e.axes().end() &&
+          mesh.axis_size(batch_axis) > 1) {
+        note(i, fmt::format("the experts split over the batch axis {} by {}: each device "
+                            "gathers the tokens of its {} group, runs its experts on the ones "
+                            "routed to them, and the outputs are reduce-scattered back",
+                            quote(batch_axis), quote(gate), quote(batch_axis)));
+      }
+      continue;
     }
     for (const char* ff : {gemma ? "ffw_gating" : "feedforward_gate_dense",
                            gemma ? "ffw_gating_2" : "feedforward_intermediate_dense"}) {

@@ -107,3 +107,32 @@ TEST_F(LlamaSplitNotesTest, GemmaNamesAndHeadsFirstKernels) {
 
 }  // namespace
 }  // namespace meshlayout
+
+namespace meshlayout {
+namespace {
+
+// A mixture of experts: 6 experts over a 4-way axis are uneven blocks, once for every sparse
+// layer; experts over the batch axis say how the tokens travel; 4 experts over 4 say nothing.
+TEST(LlamaSplitNotesMoeTest, UnevenExpertsAndExpertsOverTheBatchAxisAreSaid) {
+  set_device_count(8);
+  LlamaConfig c = config(4, 2, 64, 48);
+  c.family = "mixtral";
+  c.num_experts = 6;
+  c.num_experts_per_tok = 2;
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  LayoutMap rules(mesh);
+  rules["experts/expert_feedforward_.*"] = TensorLayout({"model", None, None});
+  std::vector<std::string> notes = llama_split_notes(c, rules);
+  EXPECT_TRUE(has(notes, "the experts (6) split over 'model' (4)")) << all(notes);
+  EXPECT_TRUE(has(notes, "(and the same in 2 more layers)")) << all(notes);
+  c.num_experts = 4;
+  EXPECT_TRUE(llama_split_notes(c, rules).empty()) << all(llama_split_notes(c, rules));
+  LayoutMap over_batch(mesh);
+  over_batch["experts/expert_feedforward_.*"] = TensorLayout({"batch", None, None});
+  notes = llama_split_notes(c, over_batch);
+  EXPECT_TRUE(has(notes, "the experts split over the batch axis 'batch'")) << all(notes);
+  reset_device_count();
+}
+
+}  // namespace
+}  // namespace meshlayout
