@@ -26,8 +26,8 @@ std::string trim(std::string_view s) {
 // The config fields of each view dimension, from a mapping's hf_shape_fields
 // ("(num_attention_heads*head_dim, hidden_size) = (4*8, 32)"): one per view dimension, with
 // the HF dimension each belongs to; empty when the text does not give one field per view
-// dimension.
-std::vector<std::pair<std::string, int>> view_fields(const HfWeightMapping& m) {
+// dimension after the first `skip` (a stacked slice's leading 1).
+std::vector<std::pair<std::string, int>> view_fields(const HfWeightMapping& m, size_t skip) {
   std::string_view text = m.hf_shape_fields;
   text = text.substr(0, text.find(" = "));
   if (text.size() < 2 || text.front() != '(' || text.back() != ')') return {};
@@ -49,7 +49,9 @@ std::vector<std::pair<std::string, int>> view_fields(const HfWeightMapping& m) {
     }
     start = comma + 1;
   }
-  if (out.size() != m.view_shape.size() || hf_dim != static_cast<int>(m.hf_shape.size())) return {};
+  if (out.size() + skip != m.view_shape.size() || hf_dim != static_cast<int>(m.hf_shape.size())) {
+    return {};
+  }
   return out;
 }
 
@@ -58,11 +60,16 @@ std::vector<std::pair<std::string, int>> view_fields(const HfWeightMapping& m) {
 std::vector<ModelTensor> model_tensors(const LlamaConfig& config) {
   std::vector<ModelTensor> out;
   for (const HfWeightMapping& m : hf_llama_weight_mappings(config)) {
+    // A stacked variable (a mixture's (E, d, F) expert kernels) once, whole: its first
+    // dimension is the experts (one HF tensor each), the others its slices'.
+    if (m.stack_index > 0) continue;
+    const bool stacked = m.stack_index == 0;
     ModelTensor t{.path = m.keras_path,
-                  .shape = m.keras_shape,
-                  .bytes = num_elements(m.keras_shape) * 4,  // F32, as LlamaModel holds them
+                  .shape = m.variable_shape(),
+                  .bytes = num_elements(m.variable_shape()) * 4,  // F32, as LlamaModel holds them
                   .hf_name = m.hf_name};
-    const std::vector<std::pair<std::string, int>> fields = view_fields(m);
+    std::vector<std::pair<std::string, int>> fields = view_fields(m, stacked ? 1 : 0);
+    if (stacked && !fields.empty()) fields.insert(fields.begin(), {"num_experts", -1});
     // The first view dimension of each HF dimension is its major part.
     for (int view : m.perm) {
       const auto v = static_cast<size_t>(view);

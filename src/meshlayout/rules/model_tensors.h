@@ -1,7 +1,8 @@
 // model_tensors.h — a model's tensors as rules see them, before anything is allocated: the
 // path rules match (keras-hub's, as LlamaModel names its variables), the shape, the bytes the
 // model holds, and what each dimension is — the config field it comes from (vocab_size,
-// hidden_size, num_attention_heads, num_key_value_heads, head_dim, intermediate_size, …) and
+// hidden_size, num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
+// num_experts for a mixture's stacked (E, d, F) expert kernels, …) and
 // the Hugging Face dimension it is the major part of (an nn.Linear weight is (out, in)).
 // `rules suggest`, `rules check` and `rules diff` take their tensors from here only, and this
 // takes them from the family's weight mappings (hf_llama_weight_mappings): a family added

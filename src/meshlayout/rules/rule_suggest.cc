@@ -56,6 +56,11 @@ std::string role(const ModelTensor& t, int d) {
   const int hf = t.hf_dims[static_cast<size_t>(d)];
   const std::string& name = t.hf_name;
   const bool linear = name.ends_with(".weight") && t.shape.size() >= 2;
+  if (t.dims[static_cast<size_t>(d)].find("expert") != std::string::npos) {
+    return hf < 0 ? "expert-parallel: each device holds whole experts and runs the tokens routed "
+                    "to them"
+                  : "each device scores its block of experts";
+  }
   if (name.find("embed_tokens") != std::string::npos) {
     return hf == 0 ? "vocab-parallel embedding: each device looks up its block of rows"
                    : "each device holds a slice of every embedding vector";

@@ -4,6 +4,7 @@
 // the replicated model's; the reasons name what was chosen and why; bad input is named.
 #include "meshlayout/rules/rule_suggest.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "meshlayout/models/llama.h"
 #include "meshlayout/models/llama_families_test_util.h"
 #include "meshlayout/models/random_llama.h"
+#include "meshlayout/models/random_moe_hf.h"
 #include "meshlayout/nn/layer.h"
 #include "meshlayout/rules/rule_check.h"
 #include "meshlayout/rules/rules_test_util.h"
@@ -32,6 +34,16 @@ constexpr int64_t kMinBytes = 64;  // every kernel, embedding, norm scale and bi
 const char* const kMeshes[] = {
     "model=8",        "batch=2,model=4",       "batch=2,model=3",
     "data=1,model=6", "data=2,fsdp=2,model=2", "pipe=1,data=2,fsdp=2,model=2"};
+
+// Every family: the dense ones of the family tests and the mixtures of experts (Mixtral: 4
+// experts in every layer; Qwen 3 MoE).
+std::vector<testing::Family> all_families() {
+  std::vector<testing::Family> out = testing::families();
+  for (const char* moe : {"mixtral", "qwen3_moe"}) {
+    out.push_back({moe, LlamaConfig::from_json(small_hf_moe_spec(moe).to_json())});
+  }
+  return out;
+}
 
 int64_t ways(const TensorLayout& layout) {
   int64_t n = 1;
@@ -50,7 +62,7 @@ class RuleSuggestTest : public ::testing::TestWithParam<SuggestStrategy> {
 // The must-hold of issue 28: no tensor above the threshold replicated, on every family and
 // mesh; the model builds under the rules (each variable where the rules put it).
 TEST_P(RuleSuggestTest, EveryFamilyAndMeshSplitsEveryLargeTensor) {
-  for (const testing::Family& f : testing::families()) {
+  for (const testing::Family& f : all_families()) {
     SCOPED_TRACE(f.what);
     const ModelTensors model{.config = f.config, .tensors = model_tensors(f.config)};
     for (const char* spec : kMeshes) {
@@ -106,14 +118,16 @@ class RuleSuggest : public ::testing::Test {
     for (const ConvertedRule& r : s.rules.rules) {
       if (r.pattern == glob_to_regex(glob)) return r;
     }
-    throw ValueError("no rule for " + glob);
+    std::string patterns;
+    for (const ConvertedRule& r : s.rules.rules) patterns += " " + r.pattern;
+    throw ValueError("no rule for " + glob + "; rules:" + patterns);
   }
 };
 
 // Suggested rules compute what the replicated model computes, on awkward meshes too.
 TEST_F(RuleSuggest, LogitsEqualTheReplicatedModel) {
   const std::vector<int32_t> tokens = {3, 17, 42, 5, 9, 1, 0, 63};
-  for (const testing::Family& f : testing::families()) {
+  for (const testing::Family& f : all_families()) {
     SCOPED_TRACE(f.what);
     const ModelTensors model{.config = f.config, .tensors = model_tensors(f.config)};
     for (auto [spec, strategy] : {std::pair{"batch=2,model=3", SuggestStrategy::kMegatronFsdp},
@@ -234,6 +248,30 @@ TEST_F(RuleSuggest, WeightsOnlyModelsAreSplitByTheirShapes) {
     EXPECT_THAT(q.reason, HasSubstr("dimension 0 (32)"));
   }
   std::filesystem::remove_all(dir);
+}
+
+// A mixture of experts: its stacked (E, d, F) expert kernels split on the experts when the
+// axis divides them (expert parallelism), else on the feed-forward width.
+TEST_F(RuleSuggest, ExpertsSplitWhenTheAxisDividesThem) {
+  const LlamaConfig c = LlamaConfig::from_json(small_hf_moe_spec("mixtral").to_json());
+  const ModelTensors model{.config = c, .tensors = model_tensors(c)};
+  const std::string glob =
+      "transformer_layer_*/mixtral_sparse_moe_block/experts/"
+      "expert_feedforward_gate_dense";
+  for (const ModelTensor& t : model.tensors) {
+    if (layer_glob(t.path) == glob) {
+      EXPECT_EQ(t.dims[0], "num_experts");
+      EXPECT_EQ(t.shape[0], c.num_experts);
+    }
+  }
+  const Suggestion s = suggest_rules(
+      model, DeviceMesh::from_string(fmt::format("model={}", c.num_experts)), {.min_bytes = 64});
+  EXPECT_EQ(rule(s, glob).layout, (std::vector<DimSharding>{"model", None, None}));
+  EXPECT_THAT(rule(s, glob).reason, HasSubstr("expert-parallel"));
+  const Suggestion three =
+      suggest_rules(model, DeviceMesh::from_string("model=3"), {.min_bytes = 64});
+  EXPECT_THAT(rule(three, glob).reason,
+              HasSubstr("not the " + std::to_string(c.num_experts) + " experts"));
 }
 
 }  // namespace
