@@ -47,7 +47,10 @@ def Input(shape, batch_size=None, dtype=None, name=None):  # noqa: N802  (Keras'
         raise ValueError(f"Input: dtype {dtype!r} is not supported; meshlayout inputs are float32")
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
-    return _nn.Input(tuple(shape), batch_size)
+    batch_size = _int(batch_size, "batch_size", "Input")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"Input: batch_size must be positive, got {batch_size}")
+    return _nn.Input(shape, batch_size)
 
 
 def _common(cls_name, kwargs):
@@ -73,6 +76,33 @@ def _positive(cls_name, arg, value):
         raise ValueError(f"Received an invalid value for `{arg}`, expected a positive integer. "
                          f"Received: {arg}={value}")
     return int(value)
+
+
+def _int(value, arg, what, allow_none=True):
+    """An integer argument (int or numpy integer, not bool); None passes when allowed."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{what}: `{arg}` must be an integer, got {value!r} "
+                        f"(of type {type(value).__name__})")
+    return int(value)
+
+
+def _float(value, arg, what, allow_none=True):
+    """A real-number argument (int, float or numpy number, not bool)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{what}: `{arg}` must be a number, got {value!r} "
+                        f"(of type {type(value).__name__})")
+    return float(value)
+
+
+def _ints(value, arg, what):
+    """A sequence of integers (a shape); an int alone is refused as Keras refuses it."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{what}: `{arg}` must be a tuple of integers, got {value!r}")
+    return [_int(v, arg, what, allow_none=False) for v in value]
 
 
 def _activation(value):
@@ -123,10 +153,10 @@ def _no_extra(cls_name, **unsupported):
             raise ValueError(f"{cls_name}: `{k}` is not supported by meshlayout (got {v!r})")
 
 
-def _pair_arg(value, arg):
-    if isinstance(value, (int, np.integer)):
+def _pair_arg(value, arg, what="Conv2D"):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return (int(value), int(value))
-    value = tuple(int(v) for v in value)
+    value = tuple(_ints(value, arg, what))
     if len(value) != 2:
         raise ValueError(f"The `{arg}` argument must be a tuple of 2 integers. Received: "
                          f"{arg}={value}")
@@ -167,7 +197,8 @@ class EinsumDense(_nn.EinsumDense):
                  kernel_layout=None, bias_layout=None, **kwargs):
         if isinstance(output_shape, (int, np.integer)):
             output_shape = (output_shape,)
-        output_shape = [-1 if d is None else int(d) for d in output_shape]
+        output_shape = [-1 if d is None else _int(d, "output_shape", "EinsumDense")
+                        for d in output_shape]
         super().__init__(str(equation), output_shape, _options(
             _common("EinsumDense", kwargs), activation=activation, bias_axes=bias_axes,
             kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
@@ -224,14 +255,16 @@ class Dropout(_nn.Dropout):
             raise ValueError("Invalid value received for argument `rate`. Expected a float "
                              f"value between 0 and 1. Received: rate={rate}")
         _no_extra("Dropout", noise_shape=noise_shape)
-        super().__init__(float(rate), _options(_common("Dropout", kwargs), seed=seed))
+        super().__init__(float(rate), _options(_common("Dropout", kwargs),
+                                               seed=_int(seed, "seed", "Dropout")))
 
 
 class Reshape(_nn.Reshape):
     """keras.layers.Reshape(target_shape): (batch, …) → (batch, *target_shape)."""
 
     def __init__(self, target_shape, **kwargs):
-        super().__init__([int(d) for d in target_shape], _common("Reshape", kwargs))
+        super().__init__(_ints(target_shape, "target_shape", "Reshape"),
+                         _common("Reshape", kwargs))
 
 
 class Flatten(_nn.Flatten):
@@ -261,7 +294,8 @@ class Concatenate(_nn.Concatenate):
     """keras.layers.Concatenate(axis=-1)."""
 
     def __init__(self, axis=-1, **kwargs):
-        super().__init__(int(axis), _common("Concatenate", kwargs)["name"])
+        super().__init__(_int(axis, "axis", "Concatenate", allow_none=False),
+                         _common("Concatenate", kwargs)["name"])
 
 
 class Conv2D(_nn.Conv2D):
@@ -301,11 +335,11 @@ class SeparableConv2D(_nn.SeparableConv2D):
                  **kwargs):
         if data_format not in (None, "channels_last"):
             raise ValueError(f"SeparableConv2D: data_format {data_format!r} is not supported")
-        if _pair_arg(dilation_rate, "dilation_rate") != (1, 1):
+        if _pair_arg(dilation_rate, "dilation_rate", "SeparableConv2D") != (1, 1):
             raise ValueError("SeparableConv2D: dilation_rate other than 1 is not supported")
         super().__init__(_positive("SeparableConv2D", "filters", filters), _options(
-            _common("SeparableConv2D", kwargs), kernel_size=_pair_arg(kernel_size, "kernel_size"),
-            strides=_pair_arg(strides, "strides"), padding=_padding(padding),
+            _common("SeparableConv2D", kwargs), kernel_size=_pair_arg(kernel_size, "kernel_size", "SeparableConv2D"),
+            strides=_pair_arg(strides, "strides", "SeparableConv2D"), padding=_padding(padding),
             depth_multiplier=_positive("SeparableConv2D", "depth_multiplier", depth_multiplier),
             activation=activation, use_bias=bool(use_bias),
             depthwise_initializer=depthwise_initializer,
@@ -324,12 +358,13 @@ class PReLU(_nn.PReLU):
         _no_extra("PReLU", alpha_constraint=alpha_constraint)
         if isinstance(alpha_initializer, str) and alpha_initializer == "Zeros":
             alpha_initializer = "zeros"
-        if shared_axes is not None and isinstance(shared_axes, (int, np.integer)):
-            shared_axes = [int(shared_axes)]
+        if isinstance(shared_axes, (int, np.integer)):
+            shared_axes = [shared_axes]
         super().__init__(_options(
             _common("PReLU", kwargs), alpha_initializer=alpha_initializer,
             alpha_regularizer=alpha_regularizer,
-            shared_axes=None if shared_axes is None else [int(a) for a in shared_axes],
+            shared_axes=None if shared_axes is None else _ints(shared_axes, "shared_axes",
+                                                               "PReLU"),
             alpha_layout=alpha_layout))
 
 
@@ -341,7 +376,8 @@ class LayerNormalization(_nn.LayerNormalization):
         if axis != -1:
             raise ValueError(f"LayerNormalization: axis={axis!r} is not supported (the last axis)")
         super().__init__(_options(
-            _common("LayerNormalization", kwargs), epsilon=float(epsilon), center=bool(center),
+            _common("LayerNormalization", kwargs),
+            epsilon=_float(epsilon, "epsilon", "LayerNormalization", allow_none=False), center=bool(center),
             scale=bool(scale), beta_initializer=beta_initializer,
             gamma_initializer=gamma_initializer, beta_layout=beta_layout,
             gamma_layout=gamma_layout))
@@ -354,7 +390,8 @@ class RMSNormalization(_nn.RMSNormalization):
                  **kwargs):
         if axis != -1:
             raise ValueError(f"RMSNormalization: axis={axis!r} is not supported (the last axis)")
-        super().__init__(_options(_common("RMSNormalization", kwargs), epsilon=float(epsilon),
+        super().__init__(_options(_common("RMSNormalization", kwargs),
+                                  epsilon=_float(epsilon, "epsilon", "RMSNormalization", False),
                                   scale_initializer=scale_initializer, scale_layout=scale_layout))
 
 
@@ -369,8 +406,9 @@ class BatchNormalization(_nn.BatchNormalization):
         if axis != -1:
             raise ValueError(f"BatchNormalization: axis={axis!r} is not supported (the last axis)")
         super().__init__(_options(
-            _common("BatchNormalization", kwargs), momentum=float(momentum),
-            epsilon=float(epsilon), center=bool(center), scale=bool(scale),
+            _common("BatchNormalization", kwargs),
+            momentum=_float(momentum, "momentum", "BatchNormalization", allow_none=False),
+            epsilon=_float(epsilon, "epsilon", "BatchNormalization", allow_none=False), center=bool(center), scale=bool(scale),
             beta_initializer=beta_initializer, gamma_initializer=gamma_initializer,
             moving_mean_initializer=moving_mean_initializer,
             moving_variance_initializer=moving_variance_initializer, beta_layout=beta_layout,
@@ -412,4 +450,6 @@ class MultiHeadAttention(_nn.MultiHeadAttention):
                              _common("MultiHeadAttention", kwargs), use_bias=bool(use_bias),
                              kernel_initializer=kernel_initializer,
                              use_causal_mask=bool(use_causal_mask),
-                             num_key_value_heads=num_key_value_heads, rope_theta=rope_theta))
+                             num_key_value_heads=_int(num_key_value_heads, "num_key_value_heads",
+                                                      "MultiHeadAttention"),
+                             rope_theta=_float(rope_theta, "rope_theta", "MultiHeadAttention")))

@@ -84,7 +84,7 @@ struct TrainingMode {
   TrainingMode(Layer& l, const py::object& training) {
     if (training.is_none()) return;
     layer = &l;
-    l.set_training(training.cast<bool>());
+    l.set_training(py::bool_(training));  // Python truthiness, as Keras' `if training:`
   }
   ~TrainingMode() {
     if (layer) layer->set_training(false);
@@ -174,9 +174,25 @@ py::list variables_list(const std::vector<VariablePtr>& vs, std::optional<bool> 
   return out;
 }
 
+// An input shape (None for the batch dimension); TypeError for anything but integers.
 Shape shape_arg(const py::object& shape) {
+  if (py::isinstance<py::str>(shape) || !py::hasattr(shape, "__iter__")) {
+    throw py::type_error(
+        fmt::format("input_shape must be a tuple of integers (None for the batch), "
+                    "got {}",
+                    std::string(py::repr(shape))));
+  }
   Shape out;
-  for (const py::handle& d : shape) out.push_back(d.is_none() ? 1 : d.cast<int64_t>());
+  for (const py::handle& d : shape) {
+    if (d.is_none()) {
+      out.push_back(1);
+    } else if (py::isinstance<py::bool_>(d) || !py::hasattr(d, "__index__")) {
+      throw py::type_error(fmt::format("input_shape must be a tuple of integers, got {}",
+                                       std::string(py::repr(shape))));
+    } else {
+      out.push_back(d.attr("__index__")().cast<int64_t>());
+    }
+  }
   return out;
 }
 
@@ -231,7 +247,7 @@ void bind_tensor_and_variable(py::module_& m) {
       .def(
           "assign",
           [](Variable& v, const py::object& value) {
-            HostTensor t = host_from_numpy(value, "the assigned value");
+            HostTensor t = host_from_numpy(value, "the assigned value", /*allow_scalar=*/true);
             py::gil_scoped_release release;
             v.assign(t);
           },
@@ -291,7 +307,14 @@ void bind_layer_base(py::module_& m) {
           py::arg("input_shape"))
       .def(
           "enable_lora",
-          [](Layer& l, int64_t rank, std::optional<double> lora_alpha) {
+          [](Layer& l, const py::object& rank_arg, const py::object& alpha_arg) {
+            if (py::isinstance<py::bool_>(rank_arg) || !py::hasattr(rank_arg, "__index__")) {
+              throw py::type_error(fmt::format("enable_lora: rank must be an integer, got {}",
+                                               std::string(py::repr(rank_arg))));
+            }
+            const int64_t rank = rank_arg.attr("__index__")().cast<int64_t>();
+            std::optional<double> lora_alpha;
+            if (!alpha_arg.is_none()) lora_alpha = py::float_(alpha_arg).cast<double>();
             if (auto* d = dynamic_cast<Dense*>(&l)) return d->enable_lora(rank, lora_alpha);
             if (auto* e = dynamic_cast<EinsumDense*>(&l)) return e->enable_lora(rank, lora_alpha);
             if (auto* c = dynamic_cast<Conv2D*>(&l)) return c->enable_lora(rank, lora_alpha);

@@ -94,7 +94,11 @@ Shape shape_of(const py::object& shape, const char* what) {
           "batch dimension)",
           what, std::string(py::repr(shape))));
     }
-    out.push_back(d.cast<int64_t>());
+    if (py::isinstance<py::bool_>(d) || !py::hasattr(d, "__index__")) {
+      throw py::type_error(fmt::format("{} must be a tuple of integers, got {}", what,
+                                       std::string(py::repr(shape))));
+    }
+    out.push_back(d.attr("__index__")().cast<int64_t>());
   }
   return out;
 }
@@ -120,7 +124,7 @@ std::shared_ptr<Model> functional(const py::object& inputs, const Tensor& output
 
 }  // namespace
 
-HostTensor host_from_numpy(const py::object& value, const char* what) {
+HostTensor host_from_numpy(const py::object& value, const char* what, bool allow_scalar) {
   if (py::isinstance<Array>(value)) {
     const Array& a = value.cast<const Array&>();
     py::gil_scoped_release release;
@@ -134,7 +138,7 @@ HostTensor host_from_numpy(const py::object& value, const char* what) {
     throw ValueError(fmt::format("{} does not convert to a numpy array: {}", what,
                                  py::str(e.value()).cast<std::string>()));
   }
-  if (arr.ndim() == 0) {
+  if (arr.ndim() == 0 && !allow_scalar) {
     throw ValueError(fmt::format("{} must have a batch dimension, got a 0-d array", what));
   }
   DType dtype;

@@ -217,39 +217,65 @@ py::array predict(PyTrainer& self, const py::object& x, int64_t batch_size) {
   return numpy_from_host(std::move(out));
 }
 
+// A number argument of an optimizer (int, float, numpy number; not a bool or a string).
+double number(const py::handle& value, const std::string& key) {
+  if (py::isinstance<py::bool_>(value) || !py::hasattr(value, "__float__")) {
+    throw py::type_error(fmt::format("optimizer argument {} must be a number, got {}", key,
+                                     std::string(py::repr(value))));
+  }
+  return py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
+}
+
+bool flag(const py::handle& value, const std::string& key) {
+  if (!py::isinstance<py::bool_>(value)) {
+    throw py::type_error(fmt::format("optimizer argument {} must be a bool, got {}", key,
+                                     std::string(py::repr(value))));
+  }
+  return value.cast<bool>();
+}
+
 OptimizerOptions optimizer_options(const py::dict& kwargs) {
   OptimizerOptions o;
   for (const auto& [key_handle, value] : kwargs) {
     const std::string key = py::str(key_handle);
     if (value.is_none()) continue;
     if (key == "name") {
+      if (!py::isinstance<py::str>(value)) {
+        throw py::type_error(
+            fmt::format("optimizer name must be a string, got {}", std::string(py::repr(value))));
+      }
       o.name = value.cast<std::string>();
-    } else if (key == "learning_rate") {
-      o.learning_rate = value.cast<double>();
-    } else if (key == "weight_decay") {
-      o.weight_decay = value.cast<double>();
-    } else if (key == "clipnorm") {
-      o.clipnorm = value.cast<double>();
-    } else if (key == "clipvalue") {
-      o.clipvalue = value.cast<double>();
-    } else if (key == "global_clipnorm") {
-      o.global_clipnorm = value.cast<double>();
-    } else if (key == "momentum") {
-      o.momentum = value.cast<double>();
-    } else if (key == "nesterov") {
-      o.nesterov = value.cast<bool>();
-    } else if (key == "beta_1") {
-      o.beta_1 = value.cast<double>();
-    } else if (key == "beta_2") {
-      o.beta_2 = value.cast<double>();
-    } else if (key == "epsilon") {
-      o.epsilon = value.cast<double>();
-    } else if (key == "amsgrad") {
-      o.amsgrad = value.cast<bool>();
-    } else if (py::isinstance<py::bool_>(value)) {
+      continue;
+    }
+    if (key == "nesterov" || key == "amsgrad") {
+      (key == "nesterov" ? o.nesterov : o.amsgrad) = flag(value, key);
+      continue;
+    }
+    if (py::isinstance<py::bool_>(value)) {
       o.arguments[key] = value.cast<bool>();
+      continue;
+    }
+    const double v = number(value, key);
+    if (key == "learning_rate") {
+      o.learning_rate = v;
+    } else if (key == "weight_decay") {
+      o.weight_decay = v;
+    } else if (key == "clipnorm") {
+      o.clipnorm = v;
+    } else if (key == "clipvalue") {
+      o.clipvalue = v;
+    } else if (key == "global_clipnorm") {
+      o.global_clipnorm = v;
+    } else if (key == "momentum") {
+      o.momentum = v;
+    } else if (key == "beta_1") {
+      o.beta_1 = v;
+    } else if (key == "beta_2") {
+      o.beta_2 = v;
+    } else if (key == "epsilon") {
+      o.epsilon = v;
     } else {
-      o.arguments[key] = value.cast<double>();
+      o.arguments[key] = v;
     }
   }
   return o;

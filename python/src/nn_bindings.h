@@ -21,8 +21,8 @@ void bind_model(py::module_& m);   // Model (subclassable), Sequential, function
 void bind_train(py::module_& m);   // compile/fit/evaluate/predict, optimizers, losses, weights
 
 /// A numpy array (or array-like, or Array) as a HostTensor (C order, a copy). ValueError naming
-/// `what` for a 0-d array or a dtype meshlayout lacks.
-HostTensor host_from_numpy(const py::object& value, const char* what);
+/// `what` for a 0-d array (unless allow_scalar) or a dtype meshlayout lacks.
+HostTensor host_from_numpy(const py::object& value, const char* what, bool allow_scalar = false);
 
 /// A HostTensor as a numpy array owning its bytes (no copy).
 py::array numpy_from_host(HostTensor tensor);

@@ -189,6 +189,22 @@ def test_initializer_strings():
     (lambda: L.Embedding(0, 4), ValueError, "input_dim"),
     (lambda: L.LSTM(4, activation="relu"), ValueError, "tanh"),
     (lambda: keras.regularizers.L2(-1.0), ValueError, "l2"),
+    # wrong types: TypeError naming the argument (never pybind11's "incompatible arguments")
+    (lambda: L.Dropout(0.5, seed="x"), TypeError, "Dropout: `seed` must be an integer"),
+    (lambda: L.MultiHeadAttention(2, 4, num_key_value_heads="x"), TypeError,
+     "num_key_value_heads"),
+    (lambda: L.LayerNormalization(epsilon="x"), TypeError, "`epsilon` must be a number"),
+    (lambda: L.PReLU(shared_axes="x"), TypeError, "shared_axes"),
+    (lambda: L.Reshape(3), TypeError, "Reshape: `target_shape` must be a tuple of integers"),
+    (lambda: L.Conv2D(2, "x"), TypeError, "Conv2D: `kernel_size`"),
+    (lambda: L.Concatenate(axis="x"), TypeError, "axis"),
+    (lambda: keras.Input((3,), batch_size="x"), TypeError, "batch_size"),
+    (lambda: keras.Input("abc"), TypeError, "Input shape must be a tuple of integers"),
+    (lambda: L.Dense(2).build("x"), TypeError, "input_shape must be a tuple of integers"),
+    (lambda: L.Dense(2).enable_lora("x"), TypeError, "rank must be an integer"),
+    (lambda: keras.optimizers.Adam(learning_rate="x"), TypeError,
+     "learning_rate must be a number"),
+    (lambda: keras.optimizers.SGD(nesterov=1), TypeError, "nesterov must be a bool"),
 ])
 def test_bad_arguments_raise_keras_errors(make, error, match):
     with pytest.raises(error, match=match):

@@ -268,6 +268,23 @@ def test_optimizers_and_losses_by_object_and_name():
     assert keras.losses.get("mse").name == "mean_squared_error"
 
 
+def test_no_device_memory_is_left_after_a_model_is_dropped():
+    import gc
+    gc.collect()
+    before = {d: m["bytes_live"] for d, m in keras.device_memory().items()}
+    x, y = reference_data()
+    m = reference_model()
+    m.compile(optimizer="adam", loss="mse")
+    m.fit(x, y, batch_size=4, epochs=2, verbose=0)
+    m.predict(x)
+    assert any(keras.device_memory()[d]["bytes_live"] > before[d] for d in before)
+    with pytest.raises(ValueError):
+        m.fit(x, y[:3], verbose=0)  # an error on the way leaks nothing either
+    del m
+    gc.collect()
+    assert {d: m["bytes_live"] for d, m in keras.device_memory().items()} == before
+
+
 def test_training_errors_are_keras_errors():
     x, y = reference_data()
     m = reference_model()
