@@ -134,7 +134,14 @@ DecoderShapes decoder_shapes(const LlamaConfig& config) {
       .feedforward_norm = block + (gemma ? "pre_ffw_norm/scale" : "feedforward_layernorm/scale"),
       .embeddings = "token_embedding/embeddings",
       .reverse = config.tie_word_embeddings ? "" : "token_embedding/reverse_embeddings",
-      .final_norm = gemma ? "final_normalization/scale" : "sequence_output_layernorm/scale"};
+      .final_norm = gemma ? "final_normalization/scale" : "sequence_output_layernorm/scale",
+      .expert_layers = [&] {
+        std::vector<int64_t> out;
+        for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+          if (config.sparse_layer(i)) out.push_back(i);
+        }
+        return out;
+      }()};
 }
 
 namespace {
@@ -232,6 +239,13 @@ MemoryPlan plan_memory(const CheckpointPlan& plan, const LayoutMap& map,
     const StepMemory step = replay_training_step(*options.shapes, map, mesh, options.batch,
                                                  options.seq, options.recompute);
     out.peak_phase = step.peak_phase;
+    if (!step.experts_left_out.empty()) {
+      out.notes.push_back(fmt::format(
+          "the mixture-of-experts feed-forward of {} block(s) is not in the activations (router "
+          "logits, dispatched and combined tokens, the experts' gate/up: no "
+          "DecoderShapes::expert_activations hook for this family yet)",
+          step.experts_left_out.size()));
+    }
     out.largest_reshard = step.largest_reshard_text;
     for (size_t p = 0; p < n; ++p) {
       DeviceMemoryPlan& d = out.devices[p];
@@ -292,6 +306,7 @@ std::string render_memory_text(const MemoryPlan& memory, const DeviceMesh& mesh)
   if (!memory.peak_phase.empty())
     out += fmt::format(", activations peaking at the {}", memory.peak_phase);
   out += "\n";
+  for (const std::string& note : memory.notes) out += fmt::format("  note: {}\n", note);
   if (!memory.largest_reshard.empty()) {
     out += fmt::format("  largest reshard of the step: {}\n", memory.largest_reshard);
   }
@@ -338,6 +353,7 @@ nlohmann::json memory_json(const MemoryPlan& memory, const DeviceMesh& mesh) {
           {"device_memory", o.device_memory ? nlohmann::json(*o.device_memory) : nullptr},
           {"peak_phase", memory.peak_phase},
           {"largest_reshard", memory.largest_reshard},
+          {"notes", memory.notes},
           {"devices", devices},
           {"max_peak", most},
           {"all_fit", all_fit}};

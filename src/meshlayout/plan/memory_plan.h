@@ -90,6 +90,10 @@ struct DecoderShapes {
   // empty when tied) and of the final norm; block_prefix + i names block i.
   std::string block_prefix, query, key, value, output, gate, up, down, attention_norm,
       feedforward_norm, embeddings, reverse, final_norm;
+  /// Blocks whose feed-forward is a mixture of experts (LlamaConfig::sparse_layer). Their
+  /// feed-forward's activations are expert_activations' (the dense gate/up/down replay does not
+  /// apply); without the hook they are left out and MemoryPlan::notes says so.
+  std::vector<int64_t> expert_layers;
   ExpertActivationHook expert_activations;  // mixture of experts: see ExpertActivationBytes
 };
 
@@ -116,8 +120,10 @@ struct MemoryPlan {
   /// Where the activations peak on the device with the largest peak: "top of the backward",
   /// "backward of block i", "embedding backward"; empty without activations.
   std::string peak_phase;
-  /// The reshard behind reshard_temp ("feedforward_gate_dense kernel to layout[…]"), or empty.
+  /// The reshard behind reshard_temp ("…/feedforward_gate_dense/kernel to layout[…]"), or empty.
   std::string largest_reshard;
+  /// What the plan leaves out (a mixture of experts' activations without a hook).
+  std::vector<std::string> notes;
 };
 
 /// The memory plan of `plan`'s tensors under `map` (the map the plan was made with).
@@ -131,8 +137,9 @@ MemoryPlan plan_memory(const CheckpointPlan& plan, const LayoutMap& map,
 std::string render_memory_text(const MemoryPlan& memory, const DeviceMesh& mesh);
 
 /// {"batch", "seq", "cache_length", "recompute", "device_memory" (null if none), "peak_phase",
-///  "largest_reshard", "devices": [{"device", "weights", "gradients", "slots", "activations",
-///  "cache", "reshard_temp", "gradients_at_peak", "peak", "fits"}], "max_peak", "all_fit"}
+///  "largest_reshard", "notes", "devices": [{"device", "weights", "gradients", "slots",
+///  "activations", "cache", "reshard_temp", "gradients_at_peak", "peak", "fits"}], "max_peak",
+///  "all_fit"}
 nlohmann::json memory_json(const MemoryPlan& memory, const DeviceMesh& mesh);
 
 }  // namespace meshlayout

@@ -171,5 +171,110 @@ TEST_F(MemoryPlanTest, Qwen3IsExactAndItsActivationsWithinTenPercent) {
   check(qwen, megatron(mesh), 4, 32);
 }
 
+// The planner on its own: what recomputation saves, the mixture-of-experts hook, the cache's
+// growth with its length, the fits column, the text and JSON, and refused options.
+class MemoryPlanOptionsTest : public MemoryPlanTest {
+ protected:
+  MemoryPlan plan(const LlamaConfig& config, const LayoutMap& rules, MemoryPlanOptions o) {
+    LlamaModel model(config, rules);
+    infos_.clear();
+    for (const VariablePtr& v : model.variables()) {
+      infos_.push_back(TensorInfo{.name = v->path(),
+                                  .dtype_name = "F32",
+                                  .dtype = DType::kF32,
+                                  .element_size = 4,
+                                  .shape = v->shape(),
+                                  .end = static_cast<uint64_t>(num_elements(v->shape())) * 4});
+    }
+    std::vector<const TensorInfo*> pointers;
+    for (const TensorInfo& t : infos_) pointers.push_back(&t);
+    checkpoint_.emplace(plan_tensors(pointers, rules));
+    if (!o.optimizer) o.optimizer = adam_.get();
+    if (!o.shapes) o.shapes = decoder_shapes(config);
+    return plan_memory(*checkpoint_, rules, o);
+  }
+  std::vector<TensorInfo> infos_;
+  std::optional<CheckpointPlan> checkpoint_;
+  std::unique_ptr<Optimizer> adam_ = make_optimizer("adam");
+};
+
+TEST_F(MemoryPlanOptionsTest, RecomputingKeepsLessAndTheCacheGrowsWithItsLength) {
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  LlamaConfig config = llama();
+  config.num_hidden_layers = 4;
+  const LayoutMap rules = megatron(mesh);
+  uint64_t last = 0;
+  for (const Recompute r : {Recompute::kBlock, Recompute::kAttention, Recompute::kNone}) {
+    const MemoryPlan m = plan(config, rules, {.batch = 8, .seq = 64, .recompute = r});
+    EXPECT_GT(m.devices[0].activations, last) << recompute_name(r);
+    last = m.devices[0].activations;
+  }
+  const MemoryPlan short_cache = plan(config, rules, {.batch = 4, .cache_length = 16});
+  const MemoryPlan long_cache = plan(config, rules, {.batch = 4, .cache_length = 32});
+  EXPECT_EQ(long_cache.devices[0].cache, 2 * short_cache.devices[0].cache);
+  // Megatron: 4 KV heads of 8 on 4 devices, batch whole (generation's tokens are replicated).
+  EXPECT_EQ(short_cache.devices[0].cache, 4u * 2 * (4 * 16 * 1 * 8) * 4);
+  EXPECT_EQ(short_cache.devices[0].activations, 0u);
+}
+
+TEST_F(MemoryPlanOptionsTest, FitsSaysWhichDevicesExceedTheMemory) {
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  const MemoryPlan m = plan(llama(), megatron(mesh), {.batch = 4, .seq = 32});
+  const uint64_t peak = m.devices[0].peak;
+  EXPECT_TRUE(plan(llama(), megatron(mesh), {.batch = 4, .seq = 32, .device_memory = peak})
+                  .devices[0]
+                  .fits);
+  const MemoryPlan tight =
+      plan(llama(), megatron(mesh), {.batch = 4, .seq = 32, .device_memory = peak - 1});
+  EXPECT_FALSE(tight.devices[0].fits);
+  const std::string text = render_memory_text(tight, mesh);
+  EXPECT_THAT(text, HasSubstr("weights       grads       slots  activations"));
+  EXPECT_THAT(text, HasSubstr("does NOT fit: 8 of 8 devices exceed"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("cpu:7 +[0-9.]+ KiB .* NO\n"));
+  const nlohmann::json j = memory_json(tight, mesh);
+  EXPECT_EQ(j.at("devices").size(), 8u);
+  EXPECT_EQ(j.at("devices")[0].at("peak").get<uint64_t>(), peak);
+  EXPECT_FALSE(j.at("all_fit").get<bool>());
+  EXPECT_EQ(j.at("recompute"), "attention");
+  EXPECT_EQ(j.at("device_memory").get<uint64_t>(), peak - 1);
+}
+
+TEST_F(MemoryPlanOptionsTest, AMixtureOfExpertsTakesItsActivationsFromTheHook) {
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  LlamaConfig config = llama();
+  config.family = "mixtral";
+  config.num_experts = 4;
+  config.num_experts_per_tok = 2;
+  const LayoutMap rules = megatron(mesh);
+  DecoderShapes shapes = decoder_shapes(config);
+  EXPECT_EQ(shapes.expert_layers, (std::vector<int64_t>{0, 1}));
+  const MemoryPlan without = plan(config, rules, {.batch = 4, .seq = 32, .shapes = shapes});
+  ASSERT_EQ(without.notes.size(), 1u);
+  EXPECT_THAT(without.notes[0], HasSubstr("mixture-of-experts feed-forward of 2 block(s)"));
+  EXPECT_THAT(render_memory_text(without, mesh), HasSubstr("note: the mixture-of-experts"));
+  shapes.expert_activations = [](int64_t, int64_t, int64_t) {
+    return ExpertActivationBytes{.saved_per_block = 1000, .working = 0};
+  };
+  const MemoryPlan with = plan(config, rules, {.batch = 4, .seq = 32, .shapes = shapes});
+  EXPECT_TRUE(with.notes.empty());
+  // Both blocks' saved bytes are live at the peak (the top of the backward or block 1's).
+  EXPECT_GE(with.devices[0].activations, without.devices[0].activations + 1000);
+}
+
+TEST_F(MemoryPlanOptionsTest, BadOptionsAreRefusedByName) {
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  EXPECT_THAT(testing::ValueErrorMessage([] { parse_recompute("layers"); }),
+              HasSubstr("--recompute 'layers' is not one of none, attention, block"));
+  EXPECT_EQ(parse_recompute("block"), Recompute::kBlock);
+  EXPECT_THAT(testing::ValueErrorMessage([&] { plan(llama(), megatron(mesh), {.batch = 4}); }),
+              HasSubstr("activations need both --batch and --seq, got --batch 4 and --seq 0"));
+  EXPECT_THAT(
+      testing::ValueErrorMessage([&] { plan(llama(), megatron(mesh), {.cache_length = 9}); }),
+      HasSubstr("the key/value cache of 9 positions needs --batch"));
+  EXPECT_THAT(
+      testing::ValueErrorMessage([&] { plan(llama(), megatron(mesh), {.batch = -1, .seq = 4}); }),
+      HasSubstr("must be >= 0, got -1"));
+}
+
 }  // namespace
 }  // namespace meshlayout

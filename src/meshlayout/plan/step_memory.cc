@@ -361,6 +361,7 @@ Sym projection_backward(Replay& r, const Sym& x, const Sym& dy, const Sym& w,
 
 struct Saved {
   std::optional<Sym> h, gate, up, n, m;
+  std::shared_ptr<Hold> experts;  // a mixture of experts' saved activations (the hook's)
   std::optional<Qkv> qkv;
   std::optional<Sym> o;
 };
@@ -371,9 +372,22 @@ std::string block_path(const DecoderShapes& s, int64_t i, const std::string& blo
   return s.block_prefix + std::to_string(i) + "/" + block0_path.substr(zero.size());
 }
 
+// The hook's bytes of a mixture-of-experts feed-forward (saved per block or working), zero
+// without a hook.
+PerDevice expert_bytes(Replay& r, const DecoderShapes& s, const Sym& h, bool saved) {
+  PerDevice out(static_cast<size_t>(r.mesh().size()));
+  if (!s.expert_activations) return out;
+  for (size_t p = 0; p < out.size(); ++p) {
+    const ExpertActivationBytes e =
+        s.expert_activations(h.shape[0], h.shape[1], static_cast<int64_t>(p));
+    out[p] = saved ? e.saved_per_block : e.working;
+  }
+  return out;
+}
+
 // LlamaDecoderLayer::forward_for_training.
 Sym block_forward(Replay& r, const DecoderShapes& s, const Weights& w, const Sym& x, Saved& saved,
-                  Recompute recompute) {
+                  Recompute recompute, bool experts) {
   {
     const Sym n = rms(r, x);
     const Qkv qkv = project_qkv(r, s, w, n);
@@ -382,6 +396,12 @@ Sym block_forward(Replay& r, const DecoderShapes& s, const Weights& w, const Sym
     if (recompute == Recompute::kNone) saved.n = n, saved.qkv = qkv, saved.o = o;
   }
   const Sym m = rms(r, *saved.h);
+  if (experts) {  // a mixture of experts: the hook's bytes, or nothing (a note says so)
+    const PerDevice bytes = expert_bytes(r, s, *saved.h, /*saved=*/true);
+    if (recompute == Recompute::kNone) saved.m = m;
+    saved.experts = r.charge(bytes);
+    return add_into(r, r.alloc(saved.h->layout, saved.h->shape), *saved.h);
+  }
   saved.gate = matmul(r, m, w.gate, {}, s.gate);
   saved.up = matmul(r, m, w.up, {}, s.up);
   if (recompute == Recompute::kNone) saved.m = m;
@@ -395,12 +415,18 @@ Sym block_forward(Replay& r, const DecoderShapes& s, const Weights& w, const Sym
 // LlamaDecoderLayer::backward_saved (GatedFeedForward::backward_saved and
 // MultiHeadAttention::backward inlined).
 Sym block_backward(Replay& r, const DecoderShapes& s, const Weights& w, int64_t i, const Sym& x,
-                   Saved& saved, const Sym& dy, Recompute recompute) {
+                   Saved& saved, const Sym& dy, Recompute recompute, bool experts) {
   const auto path = [&](const std::string& p) { return block_path(s, i, p); };
-  if (recompute == Recompute::kBlock) block_forward(r, s, w, x, saved, Recompute::kAttention);
+  if (recompute == Recompute::kBlock) {
+    block_forward(r, s, w, x, saved, Recompute::kAttention, experts);
+  }
   const Sym& h = *saved.h;
   const Sym m = saved.m ? *saved.m : rms(r, h);
   const Sym dm = [&] {
+    if (experts) {
+      const std::shared_ptr<Hold> working = r.charge(expert_bytes(r, s, h, /*saved=*/false));
+      return r.alloc(m.layout, m.shape);
+    }
     const Sym ff = swiglu(r, *saved.gate, *saved.up);
     r.gradient(path(s.down), matmul_backward_weight(r, ff, dy, w.down.layout));
     Sym dg, du;
@@ -467,8 +493,12 @@ StepMemory replay_training_step(const DecoderShapes& s, const LayoutMap& map,
   r.phase = "forward";
   std::vector<Sym> xs{embed()};
   std::vector<Saved> saved(static_cast<size_t>(s.layers));
+  const auto experts = [&](int64_t i) {
+    return std::find(s.expert_layers.begin(), s.expert_layers.end(), i) != s.expert_layers.end();
+  };
   for (size_t i = 0; i < saved.size(); ++i) {
-    xs.push_back(block_forward(r, s, w, xs.back(), saved[i], recompute));
+    xs.push_back(
+        block_forward(r, s, w, xs.back(), saved[i], recompute, experts(static_cast<int64_t>(i))));
     if (recompute == Recompute::kBlock) saved[i] = {};
   }
   r.phase = "top of the backward";
@@ -491,13 +521,15 @@ StepMemory replay_training_step(const DecoderShapes& s, const LayoutMap& map,
   for (int64_t i = s.layers; i-- > 0;) {
     r.phase = fmt::format("backward of block {}", i);
     dx = block_backward(r, s, w, i, xs[static_cast<size_t>(i)], saved[static_cast<size_t>(i)], dx,
-                        recompute);
+                        recompute, experts(i));
     saved[static_cast<size_t>(i)] = {};
     xs.pop_back();
   }
   r.phase = "embedding backward";
   r.gradient(s.embeddings, r.alloc(w.table_layout, {s.vocab, s.hidden}));
-  return r.result();
+  StepMemory out = r.result();
+  if (!s.expert_activations) out.experts_left_out = s.expert_layers;
+  return out;
 }
 
 }  // namespace meshlayout

@@ -28,6 +28,8 @@ struct StepMemory {
   std::vector<uint64_t> largest_reshard;    // the largest single reshard's target shard
   std::string largest_reshard_text;         // "… to layout[…]" on the first device
   std::string peak_phase;                   // where device 0 peaks ("backward of block 1")
+  /// Blocks of DecoderShapes::expert_layers replayed without their feed-forward (no hook).
+  std::vector<int64_t> experts_left_out;
 };
 
 /// Replays one training step of a decoder of `shapes` whose weights are laid out by `map` on
