@@ -117,6 +117,36 @@ std::string TokenTextStream::finish() {
   return out;
 }
 
+GenerateOptions decoding_options(int64_t max_new_tokens, std::optional<double> temperature,
+                                 std::optional<int64_t> top_k, std::optional<double> top_p,
+                                 std::optional<uint64_t> seed) {
+  if (max_new_tokens < 1) {
+    throw ValueError(fmt::format("--max-new-tokens must be at least 1, got {}", max_new_tokens));
+  }
+  GenerateOptions g;
+  g.max_new_tokens = max_new_tokens;
+  g.do_sample = temperature || top_k || top_p || seed;
+  if (temperature) g.temperature = *temperature;
+  if (top_k) g.top_k = *top_k;
+  if (top_p) g.top_p = *top_p;
+  if (seed) g.seed = *seed;
+  try {
+    check_sampling_options(g);
+  } catch (const ValueError& e) {  // name the options as the user wrote them
+    std::string message = e.what();
+    for (const auto& [from, to] : {std::pair{"temperature", "--temperature"},
+                                   std::pair{"top_k", "--top-k"}, std::pair{"top_p", "--top-p"}}) {
+      if (const size_t at = message.find(std::string("generate: ") + from);
+          at != std::string::npos) {
+        message =
+            to + message.substr(at + std::string("generate: ").size() + std::string(from).size());
+      }
+    }
+    throw ValueError(message);
+  }
+  return g;
+}
+
 int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   const std::shared_ptr<Runtime> runtime = default_runtime();
   const bool leader = runtime->process_id() == 0;
@@ -149,32 +179,8 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
           "a prompt is required: --prompt \"text\" (tokenised with the model directory's "
           "tokenizer) or --prompt-ids 5,17,42, each repeatable");
     }
-    if (options.max_new_tokens < 1) {
-      throw ValueError(
-          fmt::format("--max-new-tokens must be at least 1, got {}", options.max_new_tokens));
-    }
-    generate_options.max_new_tokens = options.max_new_tokens;
-    generate_options.do_sample =
-        options.temperature || options.top_k || options.top_p || options.seed;
-    if (options.temperature) generate_options.temperature = *options.temperature;
-    if (options.top_k) generate_options.top_k = *options.top_k;
-    if (options.top_p) generate_options.top_p = *options.top_p;
-    if (options.seed) generate_options.seed = *options.seed;
-    try {
-      check_sampling_options(generate_options);
-    } catch (const ValueError& e) {  // name the options as the user wrote them
-      std::string message = e.what();
-      for (const auto& [from, to] :
-           {std::pair{"temperature", "--temperature"}, std::pair{"top_k", "--top-k"},
-            std::pair{"top_p", "--top-p"}}) {
-        if (const size_t at = message.find(std::string("generate: ") + from);
-            at != std::string::npos) {
-          message =
-              to + message.substr(at + std::string("generate: ").size() + std::string(from).size());
-        }
-      }
-      throw ValueError(message);
-    }
+    generate_options = decoding_options(options.max_new_tokens, options.temperature, options.top_k,
+                                        options.top_p, options.seed);
     if (options.device != "cpu" && options.device != "gpu") {
       throw ValueError(fmt::format("--device {}: expected cpu or gpu", quote(options.device)));
     }

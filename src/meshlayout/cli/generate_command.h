@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "meshlayout/layout/device_mesh.h"
+#include "meshlayout/models/generation.h"
 #include "meshlayout/tokenizers/tokenizer.h"
 
 namespace meshlayout::cli {
@@ -79,6 +80,13 @@ class TokenTextStream {
 /// The token ids of a --prompt-ids: a comma-separated list of whole numbers from 0 to 2^31-1
 /// (spaces around items allowed). ValueError quoting the text and the item that is not one.
 std::vector<int32_t> parse_prompt(std::string_view text);
+
+/// The GenerateOptions of the decoding options (generate's and chat's): sampling when any of
+/// temperature, top_k, top_p or seed is given. ValueError naming the option as written
+/// (--max-new-tokens below 1, --temperature <= 0, --top-k < 0, --top-p outside (0, 1]).
+GenerateOptions decoding_options(int64_t max_new_tokens, std::optional<double> temperature,
+                                 std::optional<int64_t> top_k, std::optional<double> top_p,
+                                 std::optional<uint64_t> seed);
 
 /// The mesh used without --mesh and without a mesh in the rules file: batch=1,model=N over
 /// list_devices() (list_devices("gpu") for kCuda).

@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 
+#include "meshlayout/cli/chat_command.h"
 #include "meshlayout/cli/cli_checks.h"
 #include "meshlayout/cli/command_agreement.h"
 #include "meshlayout/cli/demo_command.h"
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   meshlayout::cli::add_inspect_command(app, &exit_code);
   meshlayout::cli::add_plan_command(app, &exit_code);
   meshlayout::cli::add_generate_command(app, &exit_code);
+  meshlayout::cli::add_chat_command(app, &exit_code);
   meshlayout::cli::add_train_command(app, &exit_code);
   meshlayout::cli::add_tokenize_command(app, &exit_code);
   meshlayout::cli::add_rules_command(app, &exit_code);
