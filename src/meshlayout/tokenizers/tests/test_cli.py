@@ -1,6 +1,7 @@
 """test_cli.py - `meshlayout tokenize` end to end on a byte-level BPE built by
 make_tokenizers.py, against bpe_reference.py: encode, --no-special, --decode (JSON list and
-comma/space separated ids), and the errors for bad ids and a directory without a tokenizer.
+comma/space separated ids), the errors for bad ids and a directory without a tokenizer, and
+Qwen 2.5's NFC normalizer.
 Run by ctest (tokenizers.cli) with MESHLAYOUT_BIN naming the program.
 
 Example:
@@ -49,3 +50,18 @@ def test_cli_encode_decode(toks):
     assert r.returncode == 1 and b"'x'" in r.stderr
     r = meshlayout("tokenize", "--model", os.path.join(toks, "nothing"), stdin=b"")
     assert r.returncode == 1 and b"tokenizer.json" in r.stderr
+
+
+def test_cli_nfc_tokenizer(toks):
+    """Qwen 2.5's layout: the text is NFC-normalised before it is tokenised."""
+    model = os.path.join(toks, "qwen25")
+    with open(os.path.join(model, "tokenizer.json"), encoding="utf-8") as f:
+        tok = ref.Reference(json.load(f))
+    text = "cafe\u0301 \u212b<|im_end|>".encode()
+    r = meshlayout("tokenize", "--model", model, stdin=text)
+    assert r.returncode == 0, r.stderr
+    ids = json.loads(r.stdout)["ids"]
+    assert ids == tok.encode(text, True)
+    assert ids == tok.encode("caf\u00e9 \u00c5<|im_end|>".encode(), True)
+    r = meshlayout("tokenize", "--model", model, "--decode", stdin=json.dumps(ids).encode())
+    assert r.stdout == "caf\u00e9 \u00c5<|im_end|>".encode()
