@@ -4,7 +4,8 @@
 //
 // check_rules lists every problem, not just the first:
 //   * a tensor of more than min_bytes that no rule splits (no rule, a layout of nulls, or
-//     only mesh axes of size 1): it would be replicated on every device;
+//     only mesh axes of size 1): it would be replicated on every device (without a mesh in
+//     the rules, any named axis counts as a split);
 //   * a rule that matches no tensor (a typo, a renamed layer), or, in mode first, one that
 //     matches tensors but decides none (an earlier rule takes them all);
 //   * a tensor that several rules match (search and fullmatch modes refuse the lookup; in

@@ -133,7 +133,15 @@ class RuleSuggest : public ::testing::Test {
 // Suggested rules compute what the replicated model computes, on awkward meshes too.
 TEST_F(RuleSuggest, LogitsEqualTheReplicatedModel) {
   const std::vector<int32_t> tokens = {3, 17, 42, 5, 9, 1, 0, 63};
-  for (const testing::Family& f : all_families()) {
+  std::vector<testing::Family> families = all_families();
+  // 8 heads on 3 devices: uneven head blocks (3, 3, 2), within 25% of even; its 4 key/value
+  // heads (2, 2, 0) are not, so their kernels split the hidden size.
+  LlamaConfig uneven = testing::family_base("llama");
+  uneven.num_attention_heads = 8;
+  uneven.num_key_value_heads = 4;
+  uneven.head_dim = 4;
+  families.push_back({"Llama, 8 heads on 3 devices", uneven});
+  for (const testing::Family& f : families) {
     SCOPED_TRACE(f.what);
     const ModelTensors model{.config = f.config, .tensors = model_tensors(f.config)};
     for (auto [spec, strategy] : {std::pair{"batch=2,model=3", SuggestStrategy::kMegatronFsdp},
@@ -148,6 +156,12 @@ TEST_F(RuleSuggest, LogitsEqualTheReplicatedModel) {
           whole.logits(distribute_tensor(t, TensorLayout({None, None}, mesh))).gather();
       clear_session();
       const Suggestion s = suggest_rules(model, mesh, {.strategy = strategy, .min_bytes = 64});
+      if (f.config.num_attention_heads == 8 && mesh.axis_size("model") == 3) {
+        EXPECT_EQ(rule(s, "transformer_layer_*/self_attention/query/kernel").layout,
+                  (std::vector<DimSharding>{"batch", "model", None}));
+        EXPECT_EQ(rule(s, "transformer_layer_*/self_attention/key/kernel").layout,
+                  (std::vector<DimSharding>{"model", "batch", None}));
+      }
       LlamaModel split(f.config, s.rules.to_layout_map());
       const HostTensor got =
           split.logits(distribute_tensor(t, TensorLayout({None, None}, mesh))).gather();
