@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "meshlayout/core/errors.h"
+#include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/generation.h"
 #include "meshlayout/models/hf_moe_reference.h"
 #include "meshlayout/models/llama.h"
@@ -46,6 +47,13 @@ class MoeModelTest : public ::testing::Test {
     rules["experts/expert_feedforward_output_dense"] = TensorLayout({axis, None, None});
     return rules;
   }
+  // A rules file of examples/rules/ on this mesh.
+  LayoutMap rules_file(const std::string& name) const {
+    RulesFile file =
+        load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) + "/examples/rules/" + name);
+    file.mesh = mesh_;
+    return file.to_layout_map();
+  }
   Array tokens(const std::vector<int32_t>& ids, int64_t batch) const {
     HostTensor t(DType::kI32, {batch, static_cast<int64_t>(ids.size()) / batch});
     std::copy(ids.begin(), ids.end(), t.data_as<int32_t>());
@@ -74,7 +82,10 @@ TEST_F(MoeModelTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquationsUnderExper
         {"replicated", LayoutMap(mesh_)},
         {"keras-hub", family_layout_map(checkpoint.config(), mesh_, "model", "batch")},
         {"experts over model", expert_parallel("model")},
-        {"experts over batch (the tokens' axis)", expert_parallel("batch")}};
+        {"experts over batch (the tokens' axis)", expert_parallel("batch")},
+        {"examples/rules/mixtral_keras_hub.json", rules_file("mixtral_keras_hub.json")},
+        {"examples/rules/mixtral_expert_parallel.json",
+         rules_file("mixtral_expert_parallel.json")}};
     for (const auto& [name, rules] : rule_sets) {
       SCOPED_TRACE(name);
       clear_session();
@@ -92,7 +103,7 @@ TEST_F(MoeModelTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquationsUnderExper
                                        r[i] = replicated->data_as<float>()[i];
                                      return r;
                                    }()),
-                1e-6);
+                1e-5);
       const GenerateResult g = generate(model, {{3, 17, 42}}, {.max_new_tokens = 4});
       EXPECT_EQ(g.tokens[0], want_greedy);
     }
