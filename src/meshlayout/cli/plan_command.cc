@@ -13,6 +13,7 @@
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama_split_notes.h"
+#include "meshlayout/plan/memory_plan.h"
 #include "meshlayout/plan/plan_render.h"
 #include "meshlayout/plan/training_plan.h"
 
@@ -35,6 +36,12 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
         "--zero1 (the data axis) and --shard-slots-over {} both choose the axis; give one",
         quote(*options.shard_slots_over)));
   }
+  // The memory plan's options are checked before anything is read too.
+  const Recompute recompute = parse_recompute(options.recompute);
+  const std::optional<uint64_t> device_memory =
+      options.device_memory
+          ? std::optional(parse_byte_count(*options.device_memory, "--device-memory"))
+          : std::nullopt;
   RulesFile rules = load_rules_file(options.rules_path);
   if (options.mesh) rules.mesh = DeviceMesh::from_string(*options.mesh);
   if (!rules.mesh) {
@@ -72,12 +79,14 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   }
   std::optional<Checkpoint> checkpoint;
   std::vector<TensorInfo> variables;
+  std::optional<LlamaConfig> config;  // a model directory's: the activations' shapes
   const auto make_plan = [&]() -> CheckpointPlan {
     if (llama_dir && options.names != "file") {
       // The paths generate and train match the same rules against (a plan by Hugging Face
       // names showed every tensor of train's rules file replicated).
       const HfLlamaCheckpoint llama = HfLlamaCheckpoint::open(options.path);
       variables = keras_variable_infos(llama);
+      config = llama.config();
       std::vector<const TensorInfo*> pointers;
       for (const TensorInfo& t : variables) pointers.push_back(&t);
       CheckpointPlan p = plan_tensors(pointers, map, plan_options);
@@ -106,9 +115,29 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
       text += render_training_text(training, plan.mesh);
     }
   }
+  bool fits = true;
+  if (options.batch > 0 || options.seq > 0 || options.cache_length > 0 || device_memory) {
+    const MemoryPlan memory =
+        plan_memory(plan, map,
+                    {.optimizer = optimizer.get(),
+                     .batch = options.batch,
+                     .seq = options.seq,
+                     .cache_length = options.cache_length,
+                     .recompute = recompute,
+                     .shapes = config ? std::optional(decoder_shapes(*config)) : std::nullopt,
+                     .device_memory = device_memory});
+    for (const DeviceMemoryPlan& d : memory.devices) fits = fits && d.fits;
+    if (options.json) {
+      nlohmann::json j = nlohmann::json::parse(text);
+      j["memory"] = memory_json(memory, plan.mesh);
+      text = j.dump() + "\n";
+    } else {
+      text += render_memory_text(memory, plan.mesh);
+    }
+  }
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.flush();
-  return plan.ok() ? 0 : kPlanHasErrorsExitCode;
+  return !plan.ok() ? kPlanHasErrorsExitCode : fits ? 0 : kPlanDoesNotFitExitCode;
 }
 
 void add_plan_command(CLI::App& app, int* exit_code) {
@@ -154,6 +183,20 @@ void add_plan_command(CLI::App& app, int* exit_code) {
          "variable "
          "paths, as generate and train; other checkpoints by their tensor names), keras, or file")
       ->default_str("auto");
+  cmd->add_option("--batch", options->batch,
+                  "memory plan: rows of a training step (with --seq and --optimizer: its "
+                  "activations per device), or of the key/value cache");
+  cmd->add_option("--seq", options->seq, "memory plan: sequence length of a training step");
+  cmd->add_option("--recompute", options->recompute,
+                  "memory plan: what the backward recomputes: none, attention (default: the "
+                  "Llama's own backward) or block")
+      ->default_str("attention");
+  cmd->add_option("--cache-length", options->cache_length,
+                  "memory plan: generation's key/value cache of this many positions (prompt + "
+                  "new tokens) for --batch rows");
+  cmd->add_option("--device-memory", options->device_memory,
+                  "memory plan: each device's memory, e.g. 80GiB; a peak above it says NO and "
+                  "exits 3");
   cmd->add_option("--replicated-warn-bytes", *warn_bytes,
                   "warn about tensors of at least this size that no rule matches (each device "
                   "holds all of them); 0 turns the warning off. Default 16MiB");

@@ -5,6 +5,8 @@
 //       [--mode search|fullmatch|first] [--json] [--strict] [--replicated-warn-bytes 16MiB]
 //       [--optimizer sgd|adam|adamw [--zero1 | --shard-slots-over AXIS]]
 //       [--names auto|keras|file]
+//       [--batch N --seq N [--recompute none|attention|block]] [--cache-length N]
+//       [--device-memory 80GiB]
 //
 // FILE is a .safetensors file, a *.safetensors.index.json or a directory holding either. A
 // Hugging Face Llama directory is planned by its Keras variable paths (F32, as the model holds
@@ -32,6 +34,12 @@
 // slots sharded further over the data axis (the mesh's first axis, ModelParallel's default
 // batch_dim_name); --shard-slots-over AXIS over another axis (optimizer.h's zero1_slot_layout).
 // The text says "ZeRO-1 on" with the axis; JSON has "training"."zero1": {"axis", "axis_size"}.
+// The memory plan (memory_plan.h; a Hugging Face model directory, whose config.json gives the
+// activations' shapes): --batch and --seq (with --optimizer) add one training step's
+// activations, --recompute what its backward recomputes (default attention, the Llama's own),
+// --cache-length generation's key/value cache for --batch rows, --device-memory whether each
+// device's peak fits. Text: a table per device (weights, grads, slots, activations, cache,
+// reshard temp, peak, fits?); JSON: "memory" (memory_json). Exit code 3 when a peak does not fit.
 // ("rule", "pattern" and "layout" are null for a tensor no rule matches; a tensor that cannot
 // be placed has no shard fields and has "error".)
 //
@@ -69,12 +77,20 @@ struct PlanCommandOptions {
   /// "keras" — Keras paths, the path must be a Llama directory; "file" — the tensor names in
   /// the file, as written.
   std::string names = "auto";
+  // The memory plan (memory_plan.h): batch and seq of a training step, the key/value cache's
+  // positions, what the backward recomputes, the device memory to fit.
+  int64_t batch = 0, seq = 0, cache_length = 0;
+  std::string recompute = "attention";
+  std::optional<std::string> device_memory;
 };
 
 /// Exit code when the plan was printed but has errors.
 inline constexpr int kPlanHasErrorsExitCode = 2;
+/// Exit code when the plan has no errors but some device's peak exceeds --device-memory.
+inline constexpr int kPlanDoesNotFitExitCode = 3;
 
-/// Runs the command; returns the process exit code (0, or kPlanHasErrorsExitCode).
+/// Runs the command; returns the process exit code (0, kPlanHasErrorsExitCode or
+/// kPlanDoesNotFitExitCode).
 int run_plan(const PlanCommandOptions& options, std::ostream& out);
 
 using meshlayout::parse_byte_count;  // core/byte_size.h

@@ -321,7 +321,7 @@ std::string render_memory_text(const MemoryPlan& memory, const DeviceMesh& mesh)
   if (o.batch > 0 && o.seq > 0) {
     out +=
         "  (peak: weights + slots + activations + the gradients made by then, or weights + "
-        "cache, plus the reshard temp)\n";
+        "cache; the reshard temp is a part of the activations)\n";
   }
   return out;
 }
