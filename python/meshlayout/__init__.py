@@ -42,7 +42,7 @@ from meshlayout._meshlayout import (  # noqa: F401  (re-exported)
 __all__ = [
     "Array", "Checkpoint", "DeviceMesh", "LayoutMap", "Shard", "TensorLayout",
     "current_layout_map", "device_memory", "distribute_tensor", "get_device_count",
-    "list_devices", "load", "open_checkpoint", "plan", "save",
+    "list_devices", "load", "memory_plan", "open_checkpoint", "plan", "save",
     "distribution",  # the submodule meshlayout.distribution (keras.distribution's names)
     # layers, models and training (Keras' names): meshlayout.layers, .optimizers, .losses, …
     "Input", "Layer", "Model", "Sequential", "Variable", "callbacks", "clear_session", "layers", "losses",
@@ -90,7 +90,21 @@ def plan(checkpoint, layout_map, strict=False):
     return json.loads(_meshlayout_plan_json(checkpoint, layout_map, strict))
 
 
+
+
+def memory_plan(model_dir, layout_map, optimizer="adam", batch=0, seq=0, cache_length=0,
+                recompute="attention", device_memory=None, zero1=False):
+    """What each device would hold to train or serve the Hugging Face model in `model_dir`
+    under `layout_map` (which needs a mesh): the dict under "memory" of `meshlayout plan DIR
+    --optimizer … --batch … --seq … --cache-length … --device-memory … --json` (per device:
+    weights, gradients, slots, activations, cache, reshard_temp, peak, fits)."""
+    return json.loads(_meshlayout_memory_plan_json(
+        model_dir, layout_map, optimizer, zero1, batch, seq, cache_length, recompute,
+        device_memory))
+
+
 from meshlayout._meshlayout import _plan_json as _meshlayout_plan_json  # noqa: E402
+from meshlayout._meshlayout import _memory_plan_json as _meshlayout_memory_plan_json  # noqa: E402,E501
 
 # keras.distribution's module: DataParallel, ModelParallel, set_distribution, distribution(), …
 from meshlayout import distribution  # noqa: E402

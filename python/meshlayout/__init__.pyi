@@ -20,7 +20,7 @@ from meshlayout import regularizers as regularizers
 __all__ = [
     "Array", "Checkpoint", "DeviceMesh", "LayoutMap", "Shard", "TensorLayout",
     "current_layout_map", "device_memory", "distribute_tensor", "get_device_count",
-    "list_devices", "load", "open_checkpoint", "plan", "save", "distribution",
+    "list_devices", "load", "memory_plan", "open_checkpoint", "plan", "save", "distribution",
     "Input", "Layer", "Model", "Sequential", "Variable", "callbacks", "clear_session", "layers",
     "losses", "optimizers", "regularizers",
 ]
@@ -139,6 +139,10 @@ def save(path: str, arrays: Mapping[str, Array],
          metadata: Mapping[str, str] = ...) -> dict[str, Any]: ...
 def plan(checkpoint: Union[str, Checkpoint], layout_map: LayoutMap,
          strict: bool = ...) -> dict[str, Any]: ...
+def memory_plan(model_dir: str, layout_map: LayoutMap, optimizer: Optional[str] = ...,
+                batch: int = ..., seq: int = ..., cache_length: int = ...,
+                recompute: str = ..., device_memory: Optional[str] = ...,
+                zero1: bool = ...) -> dict[str, Any]: ...
 
 # --- layers, models and training (keras.Layer, keras.Model, keras.Sequential, keras.Input) ----
 

@@ -11,10 +11,13 @@
 #include <vector>
 
 #include "bindings.h"
+#include "meshlayout/core/byte_size.h"
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/io/safetensors_file.h"
 #include "meshlayout/layout_map/layout_map.h"
+#include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/plan/checkpoint_plan.h"
+#include "meshlayout/plan/memory_plan.h"
 #include "meshlayout/plan/plan_render.h"
 
 namespace meshlayout::python {
@@ -166,6 +169,44 @@ void bind_io(py::module_& m) {
         return render_plan_json(plan);
       },
       py::arg("checkpoint"), py::arg("layout_map"), py::arg("strict") = false);
+
+  // `meshlayout plan DIR --optimizer … --batch … --json`'s "memory" (plan/memory_plan.h).
+  m.def(
+      "_memory_plan_json",
+      [](const std::string& directory, const py::object& layout_map,
+         const std::optional<std::string>& optimizer, bool zero1, int64_t batch, int64_t seq,
+         int64_t cache_length, const std::string& recompute,
+         const std::optional<std::string>& device_memory) {
+        const LayoutMap& map = layout_map_of(layout_map);
+        const Recompute r = parse_recompute(recompute);
+        std::optional<uint64_t> memory;
+        if (device_memory) memory = parse_byte_count(*device_memory, "device_memory");
+        return io_call([&] {
+          const HfLlamaCheckpoint llama = HfLlamaCheckpoint::open(directory);
+          const std::vector<TensorInfo> infos = keras_variable_infos(llama);
+          std::vector<const TensorInfo*> pointers;
+          for (const TensorInfo& t : infos) pointers.push_back(&t);
+          const CheckpointPlan plan = plan_tensors(pointers, map);
+          std::unique_ptr<Optimizer> opt;
+          if (optimizer) {
+            OptimizerOptions o{.name = stable_optimizer_name(*optimizer)};
+            if (zero1) o.shard_slots_over = plan.mesh.axis_names().front();
+            opt = make_optimizer(*optimizer, o);
+          }
+          const MemoryPlan m = plan_memory(plan, map,
+                                           {.optimizer = opt.get(),
+                                            .batch = batch,
+                                            .seq = seq,
+                                            .cache_length = cache_length,
+                                            .recompute = r,
+                                            .shapes = decoder_shapes(llama.config()),
+                                            .device_memory = memory});
+          return memory_json(m, plan.mesh).dump();
+        });
+      },
+      py::arg("directory"), py::arg("layout_map"), py::arg("optimizer"), py::arg("zero1"),
+      py::arg("batch"), py::arg("seq"), py::arg("cache_length"), py::arg("recompute"),
+      py::arg("device_memory"));
 
   m.def("load", &load, py::arg("checkpoint"), py::arg("layouts"), py::arg("convert_dtypes") = false,
         py::arg("dtype") = py::none(),
