@@ -11,6 +11,7 @@ packages=(
   libsentencepiece-dev sentencepiece python3-sentencepiece libicu-dev
   pybind11-dev python3-dev python3-numpy python3-pytest clang-format
   python3-venv python3-pip python3-setuptools python3-wheel
+  chromium python3-pil   # plan --html / layout --svg rendered and screenshot in a test
 )
 for arg in "$@"; do
   case "$arg" in

@@ -8,6 +8,8 @@
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout/layout_grid.h"
 #include "meshlayout/layout/shard_geometry.h"
+#include "meshlayout/plan/layout_svg.h"
+#include "meshlayout/plan/output_file.h"
 
 namespace meshlayout::cli {
 
@@ -17,6 +19,9 @@ int run_layout(const LayoutOptions& options, std::ostream& out) {
   if (!layout.device_mesh()) layout.set_device_mesh(mesh);
   Shape shape = parse_shape(options.shape);
   ShardGeometry geometry(layout, shape, GeometryOptions{.strict = options.strict});
+  if (options.svg) {  // written first: a path that cannot be written fails before any output
+    write_output_file(*options.svg, render_layout_svg_document(geometry), "--svg");
+  }
   out << fmt::format("tensor {} as {}\n", shape_to_string(shape), layout.to_string());
   std::string blocks;
   for (int d = 0; d < geometry.rank(); ++d) {
@@ -36,6 +41,7 @@ int run_layout(const LayoutOptions& options, std::ostream& out) {
                        mesh.size(), options.max_devices);
   }
   out << render_device_boxes(geometry, options.max_devices);
+  if (options.svg) out << fmt::format("picture: {}\n", *options.svg);
   return 0;
 }
 
@@ -54,6 +60,10 @@ void add_layout_command(CLI::App& app, int* exit_code) {
                   "list at most this many devices (and draw the block table only up to it); "
                   "0 lists all (default 256)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--svg", options->svg,
+                  "also draw the layout as an SVG picture in this file: the tensor cut into "
+                  "boxes coloured by the devices holding them, and the mesh grid (a heatmap "
+                  "above 1024 devices)");
   cmd->callback([options, exit_code] {
     set_device_count(kMaxMeshDevices);  // planning only: no device is used
     *exit_code = run_layout(*options, std::cout);

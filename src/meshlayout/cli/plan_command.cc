@@ -14,6 +14,8 @@
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/llama_split_notes.h"
 #include "meshlayout/plan/memory_plan.h"
+#include "meshlayout/plan/output_file.h"
+#include "meshlayout/plan/plan_html.h"
 #include "meshlayout/plan/plan_render.h"
 #include "meshlayout/plan/training_plan.h"
 
@@ -105,8 +107,13 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
   };
   const CheckpointPlan plan = make_plan();
   std::string text = options.json ? render_plan_json(plan) : render_plan_text(plan);
+  PlanHtmlOptions html;  // --html: what the page's bar chart draws per device, by kind
   if (optimizer) {
     const TrainingPlan training = plan_training(plan, map, *optimizer);
+    html.memory = memory_from_training(training);
+    html.notes.push_back(fmt::format(
+        "training with {}{}: weights, gradients and slots in float32", training.optimizer,
+        training.zero1_axis ? ", ZeRO-1 over " + *training.zero1_axis : std::string()));
     if (options.json) {
       nlohmann::json j = nlohmann::json::parse(text);
       j["training"] = training_json(training, plan.mesh);
@@ -127,6 +134,9 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
                      .shapes = config ? std::optional(decoder_shapes(*config)) : std::nullopt,
                      .device_memory = device_memory});
     for (const DeviceMemoryPlan& d : memory.devices) fits = fits && d.fits;
+    html.memory = memory.devices;  // --html: every kind, each peak, the device memory
+    html.device_memory = device_memory;
+    html.notes.insert(html.notes.end(), memory.notes.begin(), memory.notes.end());
     if (options.json) {
       nlohmann::json j = nlohmann::json::parse(text);
       j["memory"] = memory_json(memory, plan.mesh);
@@ -134,6 +144,10 @@ int run_plan(const PlanCommandOptions& options, std::ostream& out) {
     } else {
       text += render_memory_text(memory, plan.mesh);
     }
+  }
+  if (options.html) {  // written before printing: a path it cannot write fails the command
+    write_output_file(*options.html, render_plan_html(plan, html), "--html");
+    if (!options.json) text += fmt::format("picture: {}\n", *options.html);
   }
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.flush();
@@ -200,6 +214,10 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--replicated-warn-bytes", *warn_bytes,
                   "warn about tensors of at least this size that no rule matches (each device "
                   "holds all of them); 0 turns the warning off. Default 16MiB");
+  cmd->add_option("--html", options->html,
+                  "also write the plan as one self-contained HTML page: per layout the tensor "
+                  "cut into boxes and the mesh showing which box each device holds, each "
+                  "device's bytes by kind, the warnings");
   cmd->callback([options, warn_bytes, exit_code] {
     if (!warn_bytes->empty()) {
       options->replicated_warn_bytes = parse_byte_count(*warn_bytes, "--replicated-warn-bytes");

@@ -4,7 +4,7 @@
 //   meshlayout plan model.safetensors --rules rules.json [--mesh data=2,model=4]
 //       [--mode search|fullmatch|first] [--json] [--strict] [--replicated-warn-bytes 16MiB]
 //       [--optimizer sgd|adam|adamw [--zero1 | --shard-slots-over AXIS]]
-//       [--names auto|keras|file]
+//       [--names auto|keras|file] [--html FILE]
 //       [--batch N --seq N [--recompute none|attention|block]] [--cache-length N]
 //       [--device-memory 80GiB]
 //
@@ -43,6 +43,11 @@
 // ("rule", "pattern" and "layout" are null for a tensor no rule matches; a tensor that cannot
 // be placed has no shard fields and has "error".)
 //
+// --html FILE also writes the plan as one self-contained HTML page (plan/plan_html.h: per
+// layout the tensor cut into boxes and the mesh grid, a bar chart of each device's bytes by
+// kind, the warnings), whole or not at all (plan/output_file.h), before anything is printed;
+// the text output then ends with `picture: FILE`.
+//
 // Exit code: 0 when the plan has no errors, 2 when it has some (ambiguous path, rank
 // mismatch, --strict uneven split; the plan is still printed), 1 for a file or rules file
 // that cannot be read (main.cc).
@@ -77,6 +82,8 @@ struct PlanCommandOptions {
   /// "keras" — Keras paths, the path must be a Llama directory; "file" — the tensor names in
   /// the file, as written.
   std::string names = "auto";
+  /// Also write the plan as one self-contained HTML page (plan/plan_html.h) to this file.
+  std::optional<std::string> html;
   // The memory plan (memory_plan.h): batch and seq of a training step, the key/value cache's
   // positions, what the backward recomputes, the device memory to fit.
   int64_t batch = 0, seq = 0, cache_length = 0;

@@ -173,6 +173,8 @@ void render_bars(const CheckpointPlan& plan, const PlanHtmlOptions& o,
 
 // --- issues ---------------------------------------------------------------------------------
 
+// Issues whose messages differ only in numbers (the same warning for every layer) are one
+// line: "uneven: tensor 'transformer_layer_{0–125}/…' … (126 warnings)".
 void render_issues(const CheckpointPlan& plan, const PlanHtmlOptions& o, std::string& out) {
   for (PlanIssue::Severity severity :
        {PlanIssue::Severity::kError, PlanIssue::Severity::kWarning}) {
@@ -184,18 +186,35 @@ void render_issues(const CheckpointPlan& plan, const PlanHtmlOptions& o, std::st
       out += "<p>None.</p></section>\n";
       continue;
     }
-    out += "<ul class=\"issues\">\n";
-    size_t shown = 0;
+    std::vector<std::string> texts;
     for (const PlanIssue& issue : plan.issues) {
       if (issue.severity != severity) continue;
-      if (shown++ == o.max_issues) break;
-      put(out, "<li class=\"{}\"><b>{}</b>: {}</li>\n", errors ? "error" : "warning",
-          plan_issue_kind_name(issue.kind), xml_escape(issue.message));
+      texts.push_back(fmt::format("{}: {}", plan_issue_kind_name(issue.kind), issue.message));
+    }
+    const std::vector<NameGroup> groups =
+        group_names(std::vector<std::string_view>(texts.begin(), texts.end()));
+    if (groups.size() < texts.size()) {
+      put(out,
+          "<p class=\"note\">{} lines: {} that differ only in numbers (e.g. a layer index) "
+          "are one line, each differing number shown as its set of values.</p>\n",
+          groups.size(), errors ? "errors" : "warnings");
+    }
+    out += "<ul class=\"issues\">\n";
+    for (size_t i = 0; i < groups.size() && i < o.max_issues; ++i) {
+      const std::string& text = groups[i].text;
+      const size_t colon = text.find(": ");
+      put(out, "<li class=\"{}\"><b>{}</b>: {}{}</li>\n", errors ? "error" : "warning",
+          xml_escape(text.substr(0, colon)), xml_escape(text.substr(colon + 2)),
+          groups[i].count > 1
+              ? fmt::format(" <i>({} {})</i>", groups[i].count, errors ? "errors" : "warnings")
+              : "");
     }
     out += "</ul>\n";
-    if (total > o.max_issues) {
-      put(out, "<p class=\"note\">The first {} of {} are listed; the text output lists all.</p>\n",
-          o.max_issues, total);
+    if (groups.size() > o.max_issues) {
+      put(out,
+          "<p class=\"note\">The first {} of {} lines are listed; the text output lists "
+          "all.</p>\n",
+          o.max_issues, groups.size());
     }
     out += "</section>\n";
   }

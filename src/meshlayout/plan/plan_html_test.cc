@@ -198,6 +198,11 @@ TEST_F(PlanHtmlTest, Llama405BOn16384DevicesStaysUnder20MB) {
   EXPECT_LT(page.size(), size_t{20} << 20);
   EXPECT_TRUE(Has(page, "16384 devices: each mesh is drawn as a heatmap"));
   EXPECT_TRUE(Has(page, "126 tensors share this layout"));
+  // 252 uneven warnings (key and value kernels of every layer: 8 KV heads over 128) are 2 lines.
+  EXPECT_TRUE(Has(page,
+                  "<b>uneven</b>: tensor &#39;transformer_layer_{0–125}/self_attention/key/"
+                  "kernel&#39; (BF16 (16384, 8, 128)) under layout[model,batch,None]"));
+  EXPECT_TRUE(Has(page, "<i>(126 warnings)</i>"));
   EXPECT_TRUE(Has(page, "transformer_layer_{0–125}/self_attention/query/kernel"));
   // The devices of the first 8 rows of the mesh hold one more vocabulary row of each
   // embedding (128256 = 1002 x 128, split over model x batch: uneven over batch).

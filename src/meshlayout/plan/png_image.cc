@@ -73,8 +73,8 @@ std::string encode_png_rgb(int64_t width, int64_t height, std::span<const uint8_
   raw.reserve((row_bytes + 1) * static_cast<size_t>(height));
   for (int64_t y = 0; y < height; ++y) {
     raw += '\0';
-    raw.append(reinterpret_cast<const char*>(rgb.data()) + static_cast<size_t>(y) * row_bytes,
-               row_bytes);
+    const auto row = rgb.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(y) * row_bytes);
+    raw.append(row, row + static_cast<std::ptrdiff_t>(row_bytes));
   }
   // zlib stream: header (deflate, 32 KiB window, no preset dictionary, check bits), stored
   // blocks of at most 65,535 bytes, Adler-32 of the raw data.
