@@ -194,6 +194,19 @@ void bind_layout(py::module_& m) {
       });
 }
 
+// ml_dtypes.bfloat16 when the ml_dtypes package imports, else none (looked up once; kept for
+// the life of the process, as the interpreter keeps the module).
+const py::object* bfloat16_dtype() {
+  static const py::object* cached = [] {
+    try {
+      return new py::object(py::module_::import("ml_dtypes").attr("bfloat16"));
+    } catch (py::error_already_set&) {
+      return static_cast<py::object*>(nullptr);
+    }
+  }();
+  return cached;
+}
+
 py::dtype numpy_dtype(DType dtype) {
   switch (dtype) {
     case DType::kF32:
@@ -202,7 +215,8 @@ py::dtype numpy_dtype(DType dtype) {
       return py::dtype("float64");
     case DType::kF16:
       return py::dtype("float16");
-    case DType::kBF16:
+    case DType::kBF16:  // numpy has no bfloat16: ml_dtypes' if installed, else the raw bits
+      if (const py::object* bf16 = bfloat16_dtype()) return py::dtype::from_args(*bf16);
       return py::dtype("uint16");
     case DType::kI8:
       return py::dtype("int8");
@@ -234,6 +248,9 @@ DType dtype_from_numpy(const py::dtype& dtype) {
   }
   if (kind == 'b' || kind == 'f' || kind == 'i' || (kind == 'u' && dtype.itemsize() == 1)) {
     return parse_dtype(std::string(py::str(py::handle(dtype))));
+  }
+  if (dtype.itemsize() == 2 && std::string(py::str(py::handle(dtype))) == "bfloat16") {
+    return DType::kBF16;  // ml_dtypes.bfloat16
   }
   throw ValueError(fmt::format(
       "numpy dtype {} has no meshlayout dtype (float16/32/64, int8/16/32/64, uint8, bool)",

@@ -61,13 +61,16 @@ class PyCallbacks : public Callback {
         model_(std::move(model)),
         x_val_(x_val),
         y_val_(y_val),
-        batch_size_(batch_size) {}
+        batch_size_(batch_size) {
+    for (const py::handle& cb : callbacks_) batch_hooks_ |= py::hasattr(cb, "on_train_batch_end");
+  }
 
   void on_train_begin(Trainer&) override { call_each("on_train_begin", {}); }
 
   void on_train_batch_end(Trainer&, const BatchLogs& logs) override {
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) stash();  // Ctrl-C: KeyboardInterrupt between batches
+    if (!batch_hooks_) return;
     py::dict d;
     d["loss"] = logs.loss;
     invoke("on_train_batch_end", py::int_(logs.batch), d);
@@ -131,6 +134,7 @@ class PyCallbacks : public Callback {
   const HostTensor* x_val_;
   const HostTensor* y_val_;
   int64_t batch_size_;
+  bool batch_hooks_ = false;  // some callback has on_train_batch_end
 };
 
 struct PyTrainer {

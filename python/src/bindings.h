@@ -43,10 +43,11 @@ const LayoutMap& layout_map_of(const py::handle& obj);
 /// Wraps an Array for Python.
 py::object array_to_python(Array array);
 
-/// The numpy dtype holding a DType's elements. BF16 has none in numpy: its raw bits are
-/// exposed as uint16.
+/// The numpy dtype holding a DType's elements. BF16 has none in numpy: ml_dtypes.bfloat16 when
+/// the ml_dtypes package imports, else its raw bits as uint16.
 py::dtype numpy_dtype(DType dtype);
-/// The DType of a numpy dtype; ValueError naming it for dtypes meshlayout lacks.
+/// The DType of a numpy dtype (ml_dtypes.bfloat16 is BF16); ValueError naming it for dtypes
+/// meshlayout lacks.
 DType dtype_from_numpy(const py::dtype& dtype);
 /// Keras' dtype strings: "float32", "bfloat16", "int8", "bool", …
 std::string python_dtype_name(DType dtype);

@@ -18,6 +18,8 @@ def test_readme_python_session_runs(tmp_path, monkeypatch, capsys):
     section = text.split("### Layers, models and training from Python", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
+    import meshlayout
+    meshlayout.clear_session()  # a fresh session: automatic names as the README shows them
     scope = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -28,3 +30,4 @@ def test_readme_python_session_runs(tmp_path, monkeypatch, capsys):
     assert model.weights[0].path == "mlp/d1/kernel"
     assert scope["seq"].weights[0].layout.axes == (None, "model")
     assert "Epoch 3/3" in capsys.readouterr().out
+    scope.clear()  # the models' device memory goes with them
