@@ -3,9 +3,9 @@
 // a grid of devices showing which box each holds. layout/layout_grid.h draws the same as text
 // for the terminal.
 //
-// Colours: up to `max_device_cells` devices (default 1,024) every device has its own colour
-// (device_colour), used for its cell of the mesh and for its stripe of each box it holds in the
-// tensor; devices holding a copy of a box that an earlier device holds (replica_of > 0) are
+// Colours (svg_basics.h): up to `max_device_cells` devices (default 1,024) every device has its own
+// colour (device_colour), used for its cell of the mesh and for its stripe of each box it holds in
+// the tensor; devices holding a copy of a box that an earlier device holds (replica_of > 0) are
 // hatched and say "copy k/n". Larger meshes are drawn as a heatmap image (one pixel a device,
 // or a tile of devices above `max_heatmap_side` pixels a side) coloured by the box each
 // holds (block_colour), the tensor's boxes in the same colours; the drawing says so.
@@ -26,28 +26,9 @@
 #include <vector>
 
 #include "meshlayout/layout/shard_geometry.h"
+#include "meshlayout/plan/svg_basics.h"
 
 namespace meshlayout {
-
-struct Rgb {
-  uint8_t r = 0, g = 0, b = 0;
-  friend bool operator==(const Rgb&, const Rgb&) = default;
-};
-
-/// `#rrggbb`.
-std::string css_colour(Rgb colour);
-
-/// The colour of the device at mesh position `position`: 19 hand-picked colours, then 335
-/// hues at three lightnesses: 1,024 distinct colours, none white, black or grey (which the
-/// pictures use for lines and text), neighbours far apart in hue.
-Rgb device_colour(int64_t position);
-
-/// The colour of box `block` (a box's index, row-major over its per-dimension block indices)
-/// in heatmaps: hues a golden angle apart.
-Rgb block_colour(int64_t block);
-
-/// `text` with & < > " ' escaped for XML/HTML text and attributes.
-std::string xml_escape(std::string_view text);
 
 struct LayoutDrawOptions {
   int64_t max_device_cells = 1024;   // more devices: the mesh as a heatmap, colours per box

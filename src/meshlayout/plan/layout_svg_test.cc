@@ -36,19 +36,6 @@ class LayoutSvgTest : public ::testing::Test {
   void TearDown() override { reset_device_count(); }
 };
 
-TEST_F(LayoutSvgTest, ColoursAreDistinctAndNeverGrey) {
-  std::set<std::string> seen;
-  for (int64_t p = 0; p < 1024; ++p) {
-    const Rgb c = device_colour(p);
-    seen.insert(css_colour(c));
-    EXPECT_FALSE(c.r == c.g && c.g == c.b) << p << " " << css_colour(c);
-  }
-  EXPECT_EQ(seen.size(), 1024u);
-  EXPECT_EQ(css_colour(device_colour(0)), "#e6194b");
-  EXPECT_NE(block_colour(0), block_colour(1));
-  EXPECT_EQ(xml_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
-}
-
 TEST_F(LayoutSvgTest, MeshGridsAreNearSquareRowsByColumns) {
   const auto grid = [](std::vector<int64_t> shape, std::vector<std::string> names) {
     return pick_mesh_grid(make_mesh(std::move(shape), std::move(names)));

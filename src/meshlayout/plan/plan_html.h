@@ -35,6 +35,7 @@
 #include "meshlayout/plan/checkpoint_plan.h"
 #include "meshlayout/plan/layout_svg.h"
 #include "meshlayout/plan/memory_plan.h"
+#include "meshlayout/plan/name_groups.h"
 #include "meshlayout/plan/training_plan.h"
 
 namespace meshlayout {
@@ -65,16 +66,5 @@ std::vector<DeviceMemoryPlan> memory_from_plan(const CheckpointPlan& plan);
 
 /// A training plan's weights, gradients and slots per device.
 std::vector<DeviceMemoryPlan> memory_from_training(const TrainingPlan& training);
-
-/// Tensor names grouped by their non-digit text, each digit run that differs shown as the set
-/// of its values: {"a_0/k", "a_1/k", "a_2/k", "b"} -> {"a_{0–2}/k" (3), "b" (1)}.
-struct NameGroup {
-  std::string text;
-  size_t count = 0;
-};
-std::vector<NameGroup> group_names(const std::vector<std::string_view>& names);
-
-/// Integers as ranges: {0, 1, 2, 5, 7, 8} -> "0–2,5,7–8"; after `max_ranges` ranges, "…".
-std::string format_ranges(std::vector<int64_t> values, size_t max_ranges = 6);
 
 }  // namespace meshlayout

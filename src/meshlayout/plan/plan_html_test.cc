@@ -63,28 +63,6 @@ class PlanHtmlTest : public ::testing::Test {
   void TearDown() override { reset_device_count(); }
 };
 
-TEST(PlanHtmlNames, RangesAndGroups) {
-  EXPECT_EQ(format_ranges({5, 0, 1, 2, 7, 8, 2}), "0–2,5,7–8");
-  EXPECT_EQ(format_ranges({0, 2, 4, 6, 8}, 3), "0,2,4,…");
-  const std::vector<std::string_view> names = {"layer_0/q/kernel",
-                                               "layer_1/q/kernel",
-                                               "emb",
-                                               "layer_2/q/kernel",
-                                               "layer_5/q/kernel",
-                                               "layer_0/mlp_1/kernel",
-                                               "layer_1/mlp_1/kernel",
-                                               "x_007",
-                                               "x_008"};
-  const std::vector<NameGroup> groups = group_names(names);
-  ASSERT_EQ(groups.size(), 5u);
-  EXPECT_EQ(groups[0].text, "layer_{0–2,5}/q/kernel");
-  EXPECT_EQ(groups[0].count, 4u);
-  EXPECT_EQ(groups[1].text, "emb");
-  EXPECT_EQ(groups[2].text, "layer_{0–1}/mlp_1/kernel");  // the 1 that is the same stays
-  EXPECT_EQ(groups[3].text, "x_007");                     // leading zeros: kept as text
-  EXPECT_EQ(groups[4].text, "x_008");
-}
-
 TEST_F(PlanHtmlTest, SmallPlanPage) {
   DeviceMesh mesh = make_mesh({2, 4}, {"data", "model"});
   LayoutMap map(mesh);
