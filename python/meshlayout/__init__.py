@@ -110,7 +110,7 @@ from meshlayout._meshlayout import _memory_plan_json as _meshlayout_memory_plan_
 from meshlayout import distribution  # noqa: E402
 
 # keras.layers, keras.Model / Sequential / Input, keras.optimizers, keras.losses, …
-from meshlayout import callbacks, layers, losses, optimizers, regularizers  # noqa: E402
+from meshlayout import callbacks, layers, losses, models, optimizers, regularizers  # noqa: E402,E501
 from meshlayout._training import Model, Sequential  # noqa: E402
 from meshlayout.layers import Input, Layer  # noqa: E402
 from meshlayout._meshlayout import _nn as _nn_module  # noqa: E402

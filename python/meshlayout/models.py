@@ -23,8 +23,10 @@ the field or tensor; a missing directory raises FileNotFoundError.
 """
 
 from meshlayout._meshlayout import CausalLM, ModelConfig, write_random_model
+from meshlayout._training import Model, Sequential  # keras.models.Model / Sequential
 
-__all__ = ["CausalLM", "ModelConfig", "from_pretrained", "write_random_model"]
+__all__ = ["CausalLM", "Model", "ModelConfig", "Sequential", "from_pretrained",
+           "write_random_model"]
 
 
 def from_pretrained(directory, rules=None, dtype="float32"):

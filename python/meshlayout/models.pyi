@@ -3,8 +3,11 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from meshlayout import LayoutMap, TensorLayout
+from meshlayout import Model as Model
+from meshlayout import Sequential as Sequential
 
-__all__ = ["CausalLM", "ModelConfig", "from_pretrained", "write_random_model"]
+__all__ = ["CausalLM", "Model", "ModelConfig", "Sequential", "from_pretrained",
+           "write_random_model"]
 
 class ModelConfig:
     @property

@@ -261,3 +261,9 @@ def test_model_errors():
     other = keras.Input((3,))
     with pytest.raises(ValueError, match="depend on another input"):
         keras.Model(keras.Input((3,)), L.Dense(2)(other))
+
+
+def test_keras_models_module_names():
+    # keras.models.Model / keras.models.Sequential, as Keras scripts spell them
+    s = keras.models.Sequential([keras.Input((3,)), L.Dense(2)])
+    assert isinstance(s, keras.models.Model) and keras.models.Model is keras.Model
