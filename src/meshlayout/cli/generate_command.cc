@@ -234,12 +234,7 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   };
 
   if (!options.json) {
-    log << fmt::format(
-        "model: {} (Llama: vocab {}, hidden {}, {} layers, {} heads / {} key-value heads, ff {}, "
-        "{} parameters{})\n",
-        quote(options.model_dir), config.vocab_size, config.hidden_size, config.num_hidden_layers,
-        config.num_attention_heads, config.num_key_value_heads, config.intermediate_size,
-        parameter_count(model), config.tie_word_embeddings ? ", tied embeddings" : "");
+    log << fmt::format("model: {} ({})\n", quote(options.model_dir), model_summary(model));
     log << fmt::format("mesh: {} ({} process{} x {} local devices)\n", model.mesh().to_string(),
                        runtime->num_processes(), runtime->num_processes() == 1 ? "" : "es",
                        device_runtime->local_device_count());

@@ -42,6 +42,20 @@ std::string device_memory_lines(Runtime& runtime) {
   return text;
 }
 
+std::string model_summary(const LlamaModel& model) {
+  const LlamaConfig& c = model.config();
+  const std::string experts = c.moe()
+                                  ? fmt::format(", {} experts (top-{}) of {}", c.num_experts,
+                                                c.num_experts_per_tok, c.expert_intermediate_size())
+                                  : std::string();
+  return fmt::format(
+      "{}: vocab {}, hidden {}, {} layers, {} heads / {} key-value heads, ff {}{}, {} "
+      "parameters{}",
+      c.architecture(), c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+      c.num_key_value_heads, c.intermediate_size, experts, parameter_count(model),
+      c.tie_word_embeddings ? ", tied embeddings" : "");
+}
+
 int64_t parameter_count(const LlamaModel& model) {
   int64_t n = 0;
   for (const VariablePtr& v : model.variables()) {

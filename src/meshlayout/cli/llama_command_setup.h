@@ -37,6 +37,11 @@ std::string device_memory_lines(Runtime& runtime);
 /// Elements of every variable of the model.
 int64_t parameter_count(const LlamaModel& model);
 
+/// What train and generate say of a model: "MixtralForCausalLM: vocab 512, hidden 128, 2
+/// layers, 8 heads / 2 key-value heads, ff 256, 4 experts (top-2), 935552 parameters, tied
+/// embeddings".
+std::string model_summary(const LlamaModel& model);
+
 struct LlamaSetup {
   std::optional<DeviceMesh> mesh;
   std::optional<LayoutMap> rules;
