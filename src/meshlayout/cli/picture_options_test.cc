@@ -78,7 +78,7 @@ TEST_F(PictureOptionsTest, LayoutSvgToABadPathFailsBeforePrinting) {
   EXPECT_EQ(files_in(dir_.path()), 0u);
 }
 
-class PlanHtmlTest : public PictureOptionsTest {
+class PlanHtmlCommandTest : public PictureOptionsTest {
  protected:
   void SetUp() override {
     PictureOptionsTest::SetUp();
@@ -94,7 +94,7 @@ class PlanHtmlTest : public PictureOptionsTest {
   std::string checkpoint_, rules_;
 };
 
-TEST_F(PlanHtmlTest, WritesThePageAndSaysSo) {
+TEST_F(PlanHtmlCommandTest, WritesThePageAndSaysSo) {
   std::ostringstream with, without;
   PlanCommandOptions o = options();
   o.optimizer = "adam";
@@ -118,7 +118,7 @@ TEST_F(PlanHtmlTest, WritesThePageAndSaysSo) {
   EXPECT_TRUE(nlohmann::json::accept(json_with.str()));
 }
 
-TEST_F(PlanHtmlTest, TheMemoryPlanIsDrawn) {
+TEST_F(PlanHtmlCommandTest, TheMemoryPlanIsDrawn) {
   std::ostringstream out;
   PlanCommandOptions o = options();
   o.optimizer = "adam";
@@ -132,7 +132,7 @@ TEST_F(PlanHtmlTest, TheMemoryPlanIsDrawn) {
   EXPECT_TRUE(Has(page, "</i>optimizer slots</span>"));
 }
 
-TEST_F(PlanHtmlTest, APlanWithErrorsIsStillDrawn) {
+TEST_F(PlanHtmlCommandTest, APlanWithErrorsIsStillDrawn) {
   const std::string rules = dir_.write("bad.json", R"({
       "mesh": {"shape": [2], "axis_names": ["model"]},
       "rules": [["dense_1/bias", ["model", null]]]})");  // rank 2 for a rank-1 tensor
@@ -145,7 +145,7 @@ TEST_F(PlanHtmlTest, APlanWithErrorsIsStillDrawn) {
   EXPECT_TRUE(Has(page, "<b>rank_mismatch</b>"));
 }
 
-TEST_F(PlanHtmlTest, AnUnwritablePathIsNamedAndNothingIsLeft) {
+TEST_F(PlanHtmlCommandTest, AnUnwritablePathIsNamedAndNothingIsLeft) {
   std::ostringstream out;
   PlanCommandOptions o = options();
   for (const std::string& path : {dir_.path("missing/plan.html"), dir_.path()}) {
