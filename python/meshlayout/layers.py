@@ -38,6 +38,17 @@ __all__ = [
     "Reshape", "ReversibleEmbedding", "SeparableConv2D",
 ]
 
+
+
+def _no_custom_layers(self, *args, **kwargs):
+    raise TypeError(
+        f"{type(self).__name__}: meshlayout layers cannot be subclassed in Python (their "
+        "weights, forward and backward are C++): write a custom block as a meshlayout.Model "
+        "subclass, whose call() composes layers and whose layer attributes are tracked")
+
+
+Layer.__init__ = _no_custom_layers
+
 _ACTIVATIONS = ("linear", "relu", "gelu", "tanh", "softmax", "silu", "swish")
 
 

@@ -224,3 +224,12 @@ def test_bad_inputs_name_the_problem():
         d(x_of(2, 5))  # the kernel is (3, 2)
     with pytest.raises(ValueError, match="None is only allowed for the batch"):
         keras.Input((None, 3))
+
+
+def test_custom_python_layers_are_refused_with_the_alternative():
+    class MyLayer(keras.layers.Layer):
+        def __init__(self):
+            super().__init__()
+
+    with pytest.raises(TypeError, match="write a custom block as a meshlayout.Model subclass"):
+        MyLayer()
