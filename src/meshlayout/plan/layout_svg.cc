@@ -30,32 +30,20 @@ std::string hatch_pattern(const std::string& id) {
       id);
 }
 
-// Per device: its block index per dimension, its box's id (row-major over the blocks) and
-// its copy number.
+// Per device: its block index per dimension and its copy number.
 struct DeviceBlocks {
   int rank = 0;
   std::vector<int64_t> block;  // position * rank + dim
-  std::vector<int64_t> id;
   std::vector<int64_t> replica;
-  std::vector<int64_t> stride;  // per dim, for ids
 
   explicit DeviceBlocks(const ShardGeometry& g) : rank(g.rank()) {
     const int64_t n = g.mesh().size();
-    stride.assign(static_cast<size_t>(rank), 1);
-    for (int d = rank - 2; d >= 0; --d) {
-      stride[static_cast<size_t>(d)] = stride[static_cast<size_t>(d) + 1] * g.num_blocks(d + 1);
-    }
     block.resize(static_cast<size_t>(n * rank));
-    id.resize(static_cast<size_t>(n));
     replica.resize(static_cast<size_t>(n));
     for (int64_t p = 0; p < n; ++p) {
-      int64_t i = 0;
       for (int d = 0; d < rank; ++d) {
-        const int64_t b = g.num_blocks(d) == 1 ? 0 : g.block_index(p, d);
-        block[static_cast<size_t>(p * rank + d)] = b;
-        i += b * stride[static_cast<size_t>(d)];
+        block[static_cast<size_t>(p * rank + d)] = g.num_blocks(d) == 1 ? 0 : g.block_index(p, d);
       }
-      id[static_cast<size_t>(p)] = i;
       replica[static_cast<size_t>(p)] = g.num_replicas() == 1 ? 0 : g.replica_of(p);
     }
   }
@@ -71,8 +59,8 @@ std::string dim_axes_text(const ShardGeometry& g, int d) {
 
 // --- the mesh -------------------------------------------------------------------------------
 
-void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const LayoutDrawOptions& o,
-               LayoutDrawing& out) {
+void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const TensorDims& dims,
+               const LayoutDrawOptions& o, LayoutDrawing& out) {
   const DeviceMesh& mesh = g.mesh();
   const int64_t n = mesh.size();
   const MeshGrid grid = pick_mesh_grid(mesh);
@@ -81,6 +69,8 @@ void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const LayoutD
   int width = 0, height = 0;
   if (n > o.max_device_cells) {
     out.colour_per_device = false;
+    const int64_t nr = dims.row_dim >= 0 ? g.num_blocks(dims.row_dim) : 1;
+    const int64_t nc = dims.col_dim >= 0 ? g.num_blocks(dims.col_dim) : 1;
     const int64_t side = std::max(grid.rows, grid.cols);
     const int64_t tile = (side + o.max_heatmap_side - 1) / o.max_heatmap_side;
     const int64_t w = (grid.cols + tile - 1) / tile, h = (grid.rows + tile - 1) / tile;
@@ -89,7 +79,8 @@ void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const LayoutD
       for (int64_t x = 0; x < w; ++x) {
         const int64_t p = y * tile * grid.cols + x * tile;
         if (p >= n) continue;
-        const Rgb c = block_colour(blocks.id[static_cast<size_t>(p)]);
+        const Rgb c = box_colour(dims.row_dim >= 0 ? blocks.at(p, dims.row_dim) : 0, nr,
+                                 dims.col_dim >= 0 ? blocks.at(p, dims.col_dim) : 0, nc);
         uint8_t* px = &rgb[static_cast<size_t>((y * w + x) * 3)];
         px[0] = c.r, px[1] = c.g, px[2] = c.b;
       }
@@ -104,14 +95,28 @@ void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const LayoutD
         left, top, iw, ih, base64_encode(encode_png_rgb(w, h, rgb)));
     put(body, "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>",
         left, top, iw, ih);
+    // Which dimension's blocks the hue follows (box_colour: the more split one).
+    const bool hue_down = nr >= nc;
+    const int hue_dim = hue_down ? dims.row_dim : dims.col_dim;
+    const int light_dim = hue_down ? dims.col_dim : dims.row_dim;
+    bool others_split = false;
+    for (int d = 0; d < g.rank(); ++d) {
+      others_split |= d != dims.row_dim && d != dims.col_dim && g.num_blocks(d) > 1;
+    }
     out.notes.push_back(fmt::format(
-        "{} devices (more than {}): the mesh is a {} x {} heatmap, {}, coloured by the box "
-        "each holds (one colour per box; copies of a box share its colour), and the tensor's "
-        "boxes in the same colours",
+        "{} devices (more than {}): the mesh is a {} x {} heatmap, {}, coloured by the box each "
+        "holds as the tensor's boxes are{}{} (copies of a box share its colour{})",
         n, o.max_device_cells, h, w,
         tile == 1
             ? std::string("one pixel a device")
-            : fmt::format("one pixel per {} x {} devices (the colour of the first)", tile, tile)));
+            : fmt::format("one pixel per {} x {} devices (the colour of the first)", tile, tile),
+        hue_dim >= 0 && g.num_blocks(hue_dim) > 1
+            ? fmt::format(": the hue follows dim {}'s blocks (red first, violet last)", hue_dim)
+            : std::string(),
+        light_dim >= 0 && g.num_blocks(light_dim) > 1
+            ? fmt::format(", the lightness dim {}'s (dark first)", light_dim)
+            : std::string(),
+        others_split ? ", and so do boxes differing only in the dims not shown" : ""));
   } else {
     const bool labelled = n <= o.max_labelled_cells;
     size_t longest = 8;  // the widest label of a labelled cell, in characters
@@ -293,12 +298,9 @@ void draw_tensor(const ShardGeometry& g, const DeviceBlocks& blocks, const Tenso
             }
           }
         } else {
-          int64_t id = 0;
-          if (dims.row_dim >= 0) id += i * blocks.stride[static_cast<size_t>(dims.row_dim)];
-          if (dims.col_dim >= 0) id += j * blocks.stride[static_cast<size_t>(dims.col_dim)];
           put(svg,
               "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\"/>", x,
-              y, w, h, css_colour(block_colour(id)));
+              y, w, h, css_colour(box_colour(i, nr, j, nc)));
         }
         put(svg,
             "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"none\" "
@@ -330,24 +332,31 @@ void draw_tensor(const ShardGeometry& g, const DeviceBlocks& blocks, const Tenso
           "boxes held by more than 16 devices show the colours of their first 16 holders");
     }
   } else {
+    // One pixel a box (a tile of boxes above max_heatmap_side a side), in the boxes' colours,
+    // stretched over the tensor (uneven last blocks drawn as wide as the others).
+    const int64_t tile = (std::max(nr, nc) + o.max_heatmap_side - 1) / o.max_heatmap_side;
+    const int64_t w = (nc + tile - 1) / tile, h = (nr + tile - 1) / tile;
+    std::vector<uint8_t> rgb(static_cast<size_t>(w * h * 3));
+    for (int64_t y = 0; y < h; ++y) {
+      for (int64_t x = 0; x < w; ++x) {
+        const Rgb c = box_colour(y * tile, nr, x * tile, nc);
+        uint8_t* px = &rgb[static_cast<size_t>((y * w + x) * 3)];
+        px[0] = c.r, px[1] = c.g, px[2] = c.b;
+      }
+    }
     put(svg,
-        "<rect x=\"{}\" y=\"{}\" width=\"{:.0f}\" height=\"{:.0f}\" fill=\"#eee\" "
+        "<image x=\"{}\" y=\"{}\" width=\"{:.0f}\" height=\"{:.0f}\" preserveAspectRatio=\"none\" "
+        "style=\"image-rendering:pixelated\" href=\"data:image/png;base64,{}\"/>",
+        left, top, tw, th, base64_encode(encode_png_rgb(w, h, rgb)));
+    put(svg,
+        "<rect x=\"{}\" y=\"{}\" width=\"{:.0f}\" height=\"{:.0f}\" fill=\"none\" "
         "stroke=\"#222\"/>",
         left, top, tw, th);
-    std::string path;
-    if (nr <= 256 && nc <= 256) {
-      for (int64_t i = 1; i < nr; ++i) {
-        put(path, "M{} {:.2f}H{:.0f}", left, y_of(block_range(R, nr, i).first), left + tw);
-      }
-      for (int64_t j = 1; j < nc; ++j) {
-        put(path, "M{:.2f} {}V{:.0f}", x_of(block_range(C, nc, j).first), top, top + th);
-      }
-      put(svg, "<path d=\"{}\" stroke=\"#555\" stroke-width=\"0.5\" fill=\"none\"/>", path);
-    }
-    out.notes.push_back(
-        fmt::format("{} x {} boxes in the slice (more than {}): {}", nr, nc, o.max_tensor_blocks,
-                    nr <= 256 && nc <= 256 ? "drawn as the lines between them, uncoloured"
-                                           : "not drawn one by one"));
+    out.notes.push_back(fmt::format(
+        "{} x {} boxes in the slice (more than {}): drawn as an image, {}, in the boxes' colours",
+        nr, nc, o.max_tensor_blocks,
+        tile == 1 ? std::string("one pixel a box")
+                  : fmt::format("one pixel per {} x {} boxes", tile, tile)));
   }
   svg += "</svg>";
   out.tensor_svg = std::move(svg);
@@ -434,7 +443,7 @@ LayoutDrawing draw_layout(const ShardGeometry& geometry, const LayoutDrawOptions
   const DeviceBlocks blocks(geometry);
   const TensorDims dims = pick_tensor_dims(geometry);
   if (!dims.note.empty()) out.notes.push_back(dims.note);
-  draw_mesh(geometry, blocks, options, out);  // decides colour_per_device first
+  draw_mesh(geometry, blocks, dims, options, out);  // decides colour_per_device first
   draw_tensor(geometry, blocks, dims, options, out);
   return out;
 }

@@ -3,12 +3,13 @@
 // a grid of devices showing which box each holds. layout/layout_grid.h draws the same as text
 // for the terminal.
 //
-// Colours (svg_basics.h): up to `max_device_cells` devices (default 1,024) every device has its own
-// colour (device_colour), used for its cell of the mesh and for its stripe of each box it holds in
-// the tensor; devices holding a copy of a box that an earlier device holds (replica_of > 0) are
-// hatched and say "copy k/n". Larger meshes are drawn as a heatmap image (one pixel a device,
-// or a tile of devices above `max_heatmap_side` pixels a side) coloured by the box each
-// holds (block_colour), the tensor's boxes in the same colours; the drawing says so.
+// Colours (svg_basics.h): up to `max_device_cells` devices (default 1,024) every device has
+// its own colour (device_colour), used for its cell of the mesh and for its stripe of each box
+// it holds in the tensor; devices holding a copy of a box that an earlier device holds (replica_of
+// > 0) are hatched and say "copy k/n". Larger meshes are drawn as a heatmap image (one pixel a
+// device, or a tile of devices above `max_heatmap_side` pixels a side) coloured by the box each
+// holds (box_colour: hue and lightness along the slice's two dimensions), the tensor's boxes in
+// the same colours; the drawing says so.
 // N-D tensors are drawn as a 2-D slice: the two dimensions split into the most blocks (then
 // the largest; pick_tensor_dims), the others at their first block; the drawing says which.
 // N-D meshes are drawn as rows x columns: the leading axes down, the others across
@@ -33,7 +34,7 @@ namespace meshlayout {
 struct LayoutDrawOptions {
   int64_t max_device_cells = 1024;   // more devices: the mesh as a heatmap, colours per box
   int64_t max_labelled_cells = 64;   // up to this many devices: text in each cell
-  int64_t max_tensor_blocks = 1024;  // more boxes in the slice: block lines only
+  int64_t max_tensor_blocks = 1024;  // more boxes in the slice: an image of their colours
   int64_t max_heatmap_side = 256;    // heatmap pixels a side (tiles of devices above)
   std::string id_prefix = "l";       // prefix of ids inside the SVG (unique per page)
 };

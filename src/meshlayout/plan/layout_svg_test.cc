@@ -134,17 +134,21 @@ TEST_F(LayoutSvgTest, LargeMeshIsAHeatmapColouredByBox) {
   EXPECT_THAT(d.mesh_svg, HasSubstr("href=\"data:image/png;base64,"));
   EXPECT_THAT(d.notes, ::testing::Contains(HasSubstr(
                            "16384 devices (more than 1024): the mesh is a 128 x 128 heatmap, "
-                           "one pixel a device")));
+                           "one pixel a device, coloured by the box each holds as the tensor's "
+                           "boxes are: the hue follows dim 1's blocks (red first, violet last) "
+                           "(copies of a box share its colour)")));
   // The tensor's 128 boxes in their box colours.
-  EXPECT_THAT(d.tensor_svg, HasSubstr(css_colour(block_colour(0))));
-  EXPECT_THAT(d.tensor_svg, HasSubstr(css_colour(block_colour(127))));
+  EXPECT_THAT(d.tensor_svg, HasSubstr(css_colour(box_colour(0, 1, 0, 128))));
+  EXPECT_THAT(d.tensor_svg, HasSubstr(css_colour(box_colour(0, 1, 127, 128))));
   EXPECT_LT(d.mesh_svg.size() + d.tensor_svg.size(), 200u * 1024);
-  // Split both ways: 16,384 boxes are drawn as lines.
+  // Split both ways: 16,384 boxes are drawn as an image of their colours.
   const LayoutDrawing both =
       draw_layout(ShardGeometry(TensorLayout({"data", "model"}, mesh), {16384, 53248}));
   EXPECT_THAT(both.notes,
               ::testing::Contains(
-                  HasSubstr("128 x 128 boxes in the slice (more than 1024): drawn as the lines")));
+                  HasSubstr("128 x 128 boxes in the slice (more than 1024): drawn as an image, one "
+                            "pixel a box, in the boxes' colours")));
+  EXPECT_THAT(both.tensor_svg, HasSubstr("href=\"data:image/png;base64,"));
 }
 
 TEST_F(LayoutSvgTest, HugeMeshHeatmapIsTiled) {

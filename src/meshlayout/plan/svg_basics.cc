@@ -74,9 +74,14 @@ Rgb device_colour(int64_t position) {
   return hsl((static_cast<double>(slot) + shift) * 360.0 / 335.0, 0.7, kLightness[i / 335 % 3]);
 }
 
-Rgb block_colour(int64_t block) {
-  static constexpr double kLightness[3] = {0.55, 0.70, 0.40};
-  return hsl(static_cast<double>(block) * 137.508 + 200, 0.68, kLightness[(block / 5) % 3]);
+Rgb box_colour(int64_t i, int64_t rows, int64_t j, int64_t cols) {
+  const bool hue_down = rows >= cols;  // hue along the more split direction
+  const int64_t hue_at = hue_down ? i : j, hue_of = hue_down ? rows : cols;
+  const int64_t light_at = hue_down ? j : i, light_of = hue_down ? cols : rows;
+  const double a = hue_of > 1 ? static_cast<double>(hue_at) / static_cast<double>(hue_of - 1) : 0;
+  const double b =
+      light_of > 1 ? static_cast<double>(light_at) / static_cast<double>(light_of - 1) : 0.5;
+  return hsl(280 * a, 0.75, 0.30 + 0.45 * b);
 }
 
 std::string xml_escape(std::string_view text) {

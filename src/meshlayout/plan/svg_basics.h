@@ -3,7 +3,7 @@
 //
 // Example:
 //   css_colour(device_colour(0));   // "#e6194b": device 0's cells and stripes
-//   css_colour(block_colour(7));    // box 7's colour in a heatmap
+//   box_colour(3, 8, 0, 1);         // box (3, 0) of 8 x 1 blocks in a heatmap
 //   xml_escape("a<b");              // "a&lt;b"
 #pragma once
 
@@ -26,9 +26,11 @@ std::string css_colour(Rgb colour);
 /// pictures use for lines and text), neighbours far apart in hue.
 Rgb device_colour(int64_t position);
 
-/// The colour of box `block` (a box's index, row-major over its per-dimension block indices)
-/// in heatmaps: hues a golden angle apart.
-Rgb block_colour(int64_t block);
+/// The colour of the box at block (i, j) of a 2-D slice cut into rows x cols blocks, for
+/// meshes too large for a colour per device: a 2-D ramp, the hue (red to violet) along the
+/// more split direction and the lightness along the other, so neighbouring boxes get
+/// neighbouring colours and a mesh heatmap shows which region of the tensor each device holds.
+Rgb box_colour(int64_t i, int64_t rows, int64_t j, int64_t cols);
 
 /// `#111` on light fills, `#fff` on dark ones: text drawn on `fill`.
 const char* text_colour(Rgb fill);

@@ -17,7 +17,21 @@ TEST(SvgBasics, ColoursAreDistinctAndNeverGrey) {
   }
   EXPECT_EQ(seen.size(), 1024u);
   EXPECT_EQ(css_colour(device_colour(0)), "#e6194b");
-  EXPECT_NE(block_colour(0), block_colour(1));
+}
+
+TEST(SvgBasics, BoxColoursRampAlongBothDirections) {
+  // Hue along the more split direction: 8 row blocks, the first red, the last violet.
+  EXPECT_EQ(box_colour(0, 8, 0, 2), box_colour(0, 8, 0, 2));
+  EXPECT_NE(box_colour(0, 8, 0, 2), box_colour(7, 8, 0, 2));
+  EXPECT_NE(box_colour(3, 8, 0, 2), box_colour(3, 8, 1, 2));  // lightness along the other
+  const Rgb first = box_colour(0, 8, 0, 1);
+  EXPECT_GT(first.r, first.g);                                // red
+  EXPECT_EQ(box_colour(0, 1, 5, 8), box_colour(5, 8, 0, 1));  // the split direction takes the hue
+  std::set<std::string> seen;
+  for (int64_t i = 0; i < 16; ++i) {
+    for (int64_t j = 0; j < 4; ++j) seen.insert(css_colour(box_colour(i, 16, j, 4)));
+  }
+  EXPECT_EQ(seen.size(), 64u);
 }
 
 TEST(SvgBasics, TextIsReadableOnItsFill) {
