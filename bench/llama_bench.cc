@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/generation.h"
@@ -42,16 +43,15 @@
 #include "meshlayout/runtime/runtime.h"
 
 using namespace meshlayout;
+using bench::arg;
+using bench::best;
+using bench::median;
+using bench::seconds;
+using bench::string_arg;
 
 namespace {
 
 constexpr int kDevices = 8;
-
-double seconds(const std::function<void()>& f) {
-  auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 struct Gemm {  // one device's (m x k) @ (k x n)
   int k, n;
@@ -131,27 +131,6 @@ class Baseline {
   int vocab_shard_ = 0;
   std::vector<Buffers> dev_;
 };
-
-double best(std::vector<double> v) { return *std::min_element(v.begin(), v.end()); }
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-int arg(int argc, char** argv, const std::string& name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return std::atoi(argv[i + 1]);
-  }
-  return fallback;
-}
-
-std::string string_arg(int argc, char** argv, const std::string& name,
-                       const std::string& fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return fallback;
-}
 
 }  // namespace
 

@@ -28,29 +28,19 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/llama_train.h"
 #include "meshlayout/runtime/runtime.h"
 
 using namespace meshlayout;
+using bench::arg;
+using bench::seconds;
 
 namespace {
 
 constexpr int kDevices = 8;
-
-double seconds(const std::function<void()>& f) {
-  auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-int arg(int argc, char** argv, const std::string& name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return std::atoi(argv[i + 1]);
-  }
-  return fallback;
-}
 
 struct Gemm {  // one device's (m x k) @ (k x n)
   int k, n;

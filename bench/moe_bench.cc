@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/layout_map/rules_file.h"
 #include "meshlayout/models/generation.h"
@@ -29,32 +30,14 @@
 #include "meshlayout/runtime/runtime.h"
 
 using namespace meshlayout;
+using bench::arg;
+using bench::best;
+using bench::seconds;
+using bench::string_arg;
 
 namespace {
 
 constexpr int kDevices = 8;
-
-double seconds(const std::function<void()>& f) {
-  auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-int arg(int argc, char** argv, const std::string& name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return std::atoi(argv[i + 1]);
-  }
-  return fallback;
-}
-
-std::string string_arg(int argc, char** argv, const std::string& name, std::string fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return argv[i + 1];
-  }
-  return fallback;
-}
-
-double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 LayoutMap rules_for(const std::string& mode, const DeviceMesh& mesh) {
   RulesFile file =

@@ -134,6 +134,43 @@ MixturePlan plan_mixture(const Array& x, const Array& gate) {
 
 int64_t rows_of(const Box& box) { return box.num_elements() / box.shape.back(); }
 
+// The operands in their compute layouts (resharded copies kept here where needed).
+struct Operands {
+  Operands(const MixturePlan& plan, const Array& x_in, const Array& ids_in, const Array& weights_in,
+           const Array& gate_in, const Array& up_in, const Array& down_in)
+      : x(in_layout(x_in, *plan.tokens, stores[0])),
+        ids(in_layout(ids_in, *plan.rows_k, stores[1])),
+        weights(in_layout(weights_in, *plan.rows_k, stores[2])),
+        gate(in_layout(gate_in, *plan.gate_c, stores[3])),
+        up(in_layout(up_in, *plan.gate_c, stores[4])),
+        down(in_layout(down_in, *plan.down_c, stores[5])) {}
+  std::optional<Array> stores[6];
+  const Array &x, &ids, &weights, &gate, &up, &down;
+
+  // A kernel's arguments for the expert block of the device at `position` (kernels/moe.h):
+  // its shards of every operand and the block's extent.
+  template <typename Args>
+  Args block_args(int64_t position, int64_t rows, GateFunction function) const {
+    Args a{};
+    const Array::Shard* g = gate.shard_at(position);
+    a.x = x.shard_at(position);
+    a.ids = ids.shard_at(position);
+    a.weights = weights.shard_at(position);
+    a.gate = g;
+    a.up = up.shard_at(position);
+    a.down = down.shard_at(position);
+    a.rows = rows;
+    a.d = x.shape().back();
+    a.top_k = ids.shape().back();
+    a.first_expert = g->box.offset[0];
+    a.experts = g->box.shape[0];
+    a.f = g->box.shape[2];
+    a.function = function;
+    a.dtype = x.dtype();
+    return a;
+  }
+};
+
 }  // namespace
 
 ExpertRouting route_experts(const Array& logits, int64_t top_k, bool normalize) {
@@ -236,37 +273,16 @@ Array expert_mixture(const Array& x, const Array& ids, const Array& weights, con
                      const Array& up, const Array& down, GateFunction function) {
   check_mixture("expert_mixture", x, ids, weights, gate, up, down);
   const MixturePlan plan = plan_mixture(x, gate);
-  std::optional<Array> xs, is, ws, gs, us, ds;
-  const Array& xc = in_layout(x, *plan.tokens, xs);
-  const Array& ic = in_layout(ids, *plan.rows_k, is);
-  const Array& wc = in_layout(weights, *plan.rows_k, ws);
-  const Array& gc = in_layout(gate, *plan.gate_c, gs);
-  const Array& uc = in_layout(up, *plan.gate_c, us);
-  const Array& dc = in_layout(down, *plan.down_c, ds);
+  const Operands o(plan, x, ids, weights, gate, up, down);
   const size_t elem = dtype_size(x.dtype());
   const internal_ops::PartialLayout partial{ShardGeometry(*plan.tokens, x.shape()), plan.k_axes,
                                             plan.k_extent};
-  internal_ops::LocalPartials parts = internal_ops::allocate_local_partials(partial, xc, elem);
-  const DeviceKind kind = kind_of(xc);
-  const int64_t d = x.shape().back(), top_k = ids.shape().back();
+  internal_ops::LocalPartials parts = internal_ops::allocate_local_partials(partial, o.x, elem);
+  const DeviceKind kind = kind_of(o.x);
   x.runtime().pool().parallel_for(parts.size(), [&](size_t i) {
-    const int64_t p = parts[i].position;
-    const Array::Shard* g = gc.shard_at(p);
-    moe_experts_forward(kind, {.x = xc.shard_at(p),
-                               .ids = ic.shard_at(p),
-                               .weights = wc.shard_at(p),
-                               .gate = g,
-                               .up = uc.shard_at(p),
-                               .down = dc.shard_at(p),
-                               .out = &parts[i],
-                               .rows = rows_of(parts[i].box),
-                               .d = d,
-                               .top_k = top_k,
-                               .first_expert = g->box.offset[0],
-                               .experts = g->box.shape[0],
-                               .f = g->box.shape[2],
-                               .function = function,
-                               .dtype = x.dtype()});
+    auto args = o.block_args<MoeExpertsForward>(parts[i].position, rows_of(parts[i].box), function);
+    args.out = &parts[i];
+    moe_experts_forward(kind, args);
   });
   Array out = allocate_agreed(x.layout(), x.shape(), x.dtype(), x.runtime_ptr());
   const internal_ops::ReductionPlan reduction =
@@ -285,14 +301,9 @@ ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, con
                                  dtype_name(dy.dtype()), shape_to_string(dy.shape())));
   }
   const MixturePlan plan = plan_mixture(x, gate);
-  std::optional<Array> xs, is, ws, gs, us, ds, dys;
-  const Array& xc = in_layout(x, *plan.tokens, xs);
-  const Array& dyc = in_layout(dy, *plan.tokens, dys);
-  const Array& ic = in_layout(ids, *plan.rows_k, is);
-  const Array& wc = in_layout(weights, *plan.rows_k, ws);
-  const Array& gc = in_layout(gate, *plan.gate_c, gs);
-  const Array& uc = in_layout(up, *plan.gate_c, us);
-  const Array& dc = in_layout(down, *plan.down_c, ds);
+  const Operands o(plan, x, ids, weights, gate, up, down);
+  std::optional<Array> dy_store;
+  const Array& dyc = in_layout(dy, *plan.tokens, dy_store);
   const size_t elem = dtype_size(x.dtype());
   // dx and dweights: partial over the expert axes; the kernels' gradients: over the tokens'.
   const internal_ops::PartialLayout px{ShardGeometry(*plan.tokens, x.shape()), plan.k_axes,
@@ -303,11 +314,11 @@ ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, con
                                        plan.token_extent};
   const internal_ops::PartialLayout pd{ShardGeometry(*plan.down_c, down.shape()), plan.token_axes,
                                        plan.token_extent};
-  internal_ops::LocalPartials dx_parts = internal_ops::allocate_local_partials(px, xc, elem);
-  internal_ops::LocalPartials dw_parts = internal_ops::allocate_local_partials(pw, xc, elem);
-  internal_ops::LocalPartials dg_parts = internal_ops::allocate_local_partials(pg, xc, elem);
-  internal_ops::LocalPartials du_parts = internal_ops::allocate_local_partials(pg, xc, elem);
-  internal_ops::LocalPartials dd_parts = internal_ops::allocate_local_partials(pd, xc, elem);
+  internal_ops::LocalPartials dx_parts = internal_ops::allocate_local_partials(px, o.x, elem);
+  internal_ops::LocalPartials dw_parts = internal_ops::allocate_local_partials(pw, o.x, elem);
+  internal_ops::LocalPartials dg_parts = internal_ops::allocate_local_partials(pg, o.x, elem);
+  internal_ops::LocalPartials du_parts = internal_ops::allocate_local_partials(pg, o.x, elem);
+  internal_ops::LocalPartials dd_parts = internal_ops::allocate_local_partials(pd, o.x, elem);
   // The same device units in every list (a unit is a token block × an expert block): find each
   // unit's entries by its position.
   const auto find = [](internal_ops::LocalPartials& parts, const internal_ops::PartialLayout& l,
@@ -319,31 +330,17 @@ ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, con
     }
     throw InternalError("expert_mixture_backward: a device unit has no partial");
   };
-  const DeviceKind kind = kind_of(xc);
-  const int64_t d = x.shape().back(), top_k = ids.shape().back();
+  const DeviceKind kind = kind_of(o.x);
   x.runtime().pool().parallel_for(dx_parts.size(), [&](size_t i) {
     const int64_t p = dx_parts[i].position;
-    const Array::Shard* g = gc.shard_at(p);
-    moe_experts_backward(kind, {.x = xc.shard_at(p),
-                                .ids = ic.shard_at(p),
-                                .weights = wc.shard_at(p),
-                                .gate = g,
-                                .up = uc.shard_at(p),
-                                .down = dc.shard_at(p),
-                                .dy = dyc.shard_at(p),
-                                .dx = &dx_parts[i],
-                                .dweights = &find(dw_parts, pw, p),
-                                .dgate = &find(dg_parts, pg, p),
-                                .dup = &find(du_parts, pg, p),
-                                .ddown = &find(dd_parts, pd, p),
-                                .rows = rows_of(dx_parts[i].box),
-                                .d = d,
-                                .top_k = top_k,
-                                .first_expert = g->box.offset[0],
-                                .experts = g->box.shape[0],
-                                .f = g->box.shape[2],
-                                .function = function,
-                                .dtype = x.dtype()});
+    auto args = o.block_args<MoeExpertsBackward>(p, rows_of(dx_parts[i].box), function);
+    args.dy = dyc.shard_at(p);
+    args.dx = &dx_parts[i];
+    args.dweights = &find(dw_parts, pw, p);
+    args.dgate = &find(dg_parts, pg, p);
+    args.dup = &find(du_parts, pg, p);
+    args.ddown = &find(dd_parts, pd, p);
+    moe_experts_backward(kind, args);
   });
   const size_t local = static_cast<size_t>(x.runtime().local_device_count());
   const auto reduce = [&](const internal_ops::LocalPartials& parts,
