@@ -214,6 +214,21 @@ std::vector<HfWeightMapping> hf_llama_weight_mappings(const LlamaConfig& c) {
                {d, f}, {experts, f, d}, fmt::format("(hidden_size, {}) = ({}, {})", ff_field, d, f),
                e);
       }
+      if (c.shared_expert_intermediate_size > 0) {  // Qwen 2 MoE's shared expert and its gate
+        const int64_t fs = c.shared_expert_intermediate_size;
+        const std::string ks = kb + "shared_expert_dense/", hs = hb + "shared_expert.";
+        const std::string fs_d =
+            fmt::format("(shared_expert_intermediate_size, hidden_size) = ({}, {})", fs, d);
+        add(ks + "feedforward_gate_dense/kernel", hs + "gate_proj.weight", {fs, d}, {fs, d}, {1, 0},
+            fs_d);
+        add(ks + "feedforward_intermediate_dense/kernel", hs + "up_proj.weight", {fs, d}, {fs, d},
+            {1, 0}, fs_d);
+        add(ks + "feedforward_output_dense/kernel", hs + "down_proj.weight", {d, fs}, {d, fs},
+            {1, 0},
+            fmt::format("(hidden_size, shared_expert_intermediate_size) = ({}, {})", d, fs));
+        add(kb + "shared_expert_gate_dense/kernel", hb + "shared_expert_gate.weight", {1, d},
+            {1, d}, {1, 0}, fmt::format("(1, hidden_size) = (1, {})", d));
+      }
       continue;
     }
     const std::string ff_d = fmt::format("(intermediate_size, hidden_size) = ({}, {})", ff, d);

@@ -106,9 +106,9 @@ std::string rope_type_of(const FieldReader& outer, std::string_view field, const
 
 // The Hugging Face class of each family, in kLlamaFamilies' order.
 constexpr std::string_view kArchitectures[] = {
-    "LlamaForCausalLM",  "MistralForCausalLM", "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",  "GemmaForCausalLM",   "Gemma2ForCausalLM",
-    "Gemma3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM"};
+    "LlamaForCausalLM",    "MistralForCausalLM", "Qwen2ForCausalLM",  "Qwen3ForCausalLM",
+    "GemmaForCausalLM",    "Gemma2ForCausalLM",  "Gemma3ForCausalLM", "MixtralForCausalLM",
+    "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"};
 
 std::string supported_families() {
   std::string out;
@@ -147,11 +147,14 @@ std::optional<Llama3RopeScaling> read_rope_scaling(std::string_view source, std:
   return s;
 }
 
-// The mixture of experts' fields (transformers' MixtralConfig / Qwen3MoeConfig defaults).
+// The mixture of experts' fields (transformers' MixtralConfig / Qwen3MoeConfig / Qwen2MoeConfig
+// defaults).
 void read_experts(const FieldReader& f, const std::string& model_type, LlamaConfig& c) {
-  const bool mixtral = model_type == "mixtral";
-  c.num_experts = f.positive_int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128);
-  c.num_experts_per_tok = f.positive_int("num_experts_per_tok", mixtral ? 2 : 8);
+  const bool mixtral = model_type == "mixtral", qwen2 = model_type == "qwen2_moe";
+  c.num_experts = f.positive_int(mixtral ? "num_local_experts" : "num_experts", mixtral ? 8
+                                                                                : qwen2 ? 60
+                                                                                        : 128);
+  c.num_experts_per_tok = f.positive_int("num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8);
   c.norm_topk_prob = mixtral || f.boolean("norm_topk_prob", false);
   c.router_aux_loss_coef = f.non_negative_number("router_aux_loss_coef", 0.001);
   c.output_router_logits = f.boolean("output_router_logits", false);
@@ -162,7 +165,10 @@ void read_experts(const FieldReader& f, const std::string& model_type, LlamaConf
     }
     return;
   }
-  c.moe_intermediate_size = f.positive_int("moe_intermediate_size", 768);
+  c.moe_intermediate_size = f.positive_int("moe_intermediate_size", qwen2 ? 1408 : 768);
+  if (qwen2) {
+    c.shared_expert_intermediate_size = f.positive_int("shared_expert_intermediate_size", 5632);
+  }
   c.decoder_sparse_step = f.positive_int("decoder_sparse_step", 1);
   if (const json* only = f.find("mlp_only_layers")) {
     if (!only->is_array()) f.fail("mlp_only_layers", *only, "a list of layer indices");
@@ -237,7 +243,8 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
                     "feed-forward has no biases), expected false",
                     source));
   }
-  const bool qwen = model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe";
+  const bool qwen = model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe" ||
+                    model_type == "qwen2_moe";
 
   LlamaConfig c;
   c.vocab_size = f.positive_int("vocab_size", std::nullopt);
@@ -270,8 +277,9 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
     const FieldReader r(*rope, fmt::format("{}: rope_parameters", source));
     c.rope_theta = r.positive_number("rope_theta", c.rope_theta);
   }
-  // Qwen 2 has q/k/v biases by construction (no attention_bias field in its config).
-  if (model_type != "qwen2") c.attention_bias = f.boolean("attention_bias", false);
+  // Qwen 2 (and its MoE) has q/k/v biases by construction (no attention_bias field).
+  if (model_type != "qwen2" && model_type != "qwen2_moe")
+    c.attention_bias = f.boolean("attention_bias", false);
   if (model_type == "mistral" || model_type == "gemma2" || gemma3) {  // 4096 absent, null none
     c.sliding_window =
         j.contains("sliding_window") ? f.positive_int("sliding_window", 0) : int64_t{4096};
@@ -281,7 +289,9 @@ LlamaConfig LlamaConfig::from_json(std::string_view text, std::string_view sourc
     c.sliding_window = f.positive_int("sliding_window", 4096);
     c.max_window_layers = f.positive_int("max_window_layers", 28);
   }
-  if (model_type == "mixtral" || model_type == "qwen3_moe") read_experts(f, model_type, c);
+  if (model_type == "mixtral" || model_type == "qwen3_moe" || model_type == "qwen2_moe") {
+    read_experts(f, model_type, c);
+  }
   if (gemma) {
     c.query_pre_attn_scalar = f.positive_number(
         "query_pre_attn_scalar", model_type == "gemma" ? static_cast<double>(c.head_dim) : 256.0);
@@ -372,7 +382,7 @@ void LlamaConfig::validate() const {
   }
   const bool windowed = family == "mistral" || family == "gemma2" || family == "gemma3_text" ||
                         family == "mixtral" || qwen();
-  const bool experts = family == "mixtral" || family == "qwen3_moe";
+  const bool experts = family == "mixtral" || family == "qwen3_moe" || family == "qwen2_moe";
   if (experts != moe()) {
     throw ValueError(fmt::format("'num_experts' is {}, expected {} for model_type {}", num_experts,
                                  experts ? "a positive number" : "0", quote(family)));
@@ -387,6 +397,14 @@ void LlamaConfig::validate() const {
         "the experts' 'moe_intermediate_size' ({}) and 'decoder_sparse_step' ({}) must be "
         "positive and 'router_aux_loss_coef' ({}) at least 0",
         expert_intermediate_size(), decoder_sparse_step, router_aux_loss_coef));
+  }
+  if ((family == "qwen2_moe") != (shared_expert_intermediate_size > 0) ||
+      shared_expert_intermediate_size < 0) {
+    throw ValueError(
+        fmt::format("'shared_expert_intermediate_size' is {}, expected {} for "
+                    "model_type {}",
+                    shared_expert_intermediate_size,
+                    family == "qwen2_moe" ? "a positive number" : "0", quote(family)));
   }
   if (family == "gemma3_text" && (sliding_window_pattern < 1 || !(rope_local_base_freq > 0))) {
     throw ValueError(fmt::format(
@@ -462,7 +480,7 @@ std::string LlamaConfig::to_json() const {
   } else {
     j["rope_scaling"] = nullptr;
   }
-  if (family != "qwen2") j["attention_bias"] = attention_bias;
+  if (!qwen2_attention()) j["attention_bias"] = attention_bias;
   j["mlp_bias"] = false;
   if (family == "mistral") {
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
@@ -479,13 +497,14 @@ std::string LlamaConfig::to_json() const {
     j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
     j["num_local_experts"] = num_experts;
   }
-  if (family == "qwen3_moe") {
+  if (family == "qwen3_moe" || family == "qwen2_moe") {
     j["num_experts"] = num_experts;
     j["moe_intermediate_size"] = moe_intermediate_size;
     j["norm_topk_prob"] = norm_topk_prob;
     j["decoder_sparse_step"] = decoder_sparse_step;
     j["mlp_only_layers"] = mlp_only_layers;
   }
+  if (family == "qwen2_moe") j["shared_expert_intermediate_size"] = shared_expert_intermediate_size;
   if (moe()) {
     j["num_experts_per_tok"] = num_experts_per_tok;
     j["router_aux_loss_coef"] = router_aux_loss_coef;
@@ -530,7 +549,9 @@ double LlamaConfig::attention_scale() const {
 std::string LlamaConfig::sparse_block_name(int64_t i) const {
   int64_t before = 0;
   for (int64_t j = 0; j < i; ++j) before += sparse_layer(j) ? 1 : 0;
-  const char* base = family == "mixtral" ? "mixtral_sparse_moe_block" : "qwen3_sparse_moe_block";
+  const char* base = family == "mixtral"     ? "mixtral_sparse_moe_block"
+                     : family == "qwen2_moe" ? "qwen_sparse_moe_block"
+                                             : "qwen3_sparse_moe_block";
   return before > 0 ? fmt::format("{}_{}", base, before) : std::string(base);
 }
 

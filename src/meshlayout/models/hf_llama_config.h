@@ -17,6 +17,9 @@
 //   qwen3_moe Qwen3MoeForCausalLM (Qwen 3's block; experts of moe_intermediate_size on the
 //                               layers decoder_sparse_step / mlp_only_layers choose, top-k
 //                               weights renormalised when norm_topk_prob)
+//   qwen2_moe Qwen2MoeForCausalLM (Qwen 2's block, q/k/v biases; Qwen 3 MoE's experts plus a
+//                               shared expert of shared_expert_intermediate_size on every
+//                               sparse layer, gated by sigmoid(x · shared_expert_gate))
 // Qwen 2/3 may also use a sliding window (use_sliding_window) on layers from max_window_layers.
 // head_dim may differ from hidden_size / num_attention_heads (Qwen 3, Mistral Nemo).
 //
@@ -44,7 +47,8 @@ namespace meshlayout {
 
 /// The Llama-style families LlamaConfig reads, as config.json's model_type names them.
 inline constexpr std::string_view kLlamaFamilies[] = {
-    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "mixtral", "qwen3_moe"};
+    "llama",  "mistral",     "qwen2",   "qwen3",     "gemma",
+    "gemma2", "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe"};
 
 struct LlamaConfig {
   int64_t vocab_size = 0;
@@ -95,6 +99,8 @@ struct LlamaConfig {
   /// decoder_sparse_step; the other layers have a dense feed-forward of intermediate_size.
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
+  /// Qwen 2 MoE: the shared expert's hidden size on every sparse layer (0: none).
+  int64_t shared_expert_intermediate_size = 0;
 
   /// keras-hub's Gemma block and names (gemma, gemma2, gemma3_text).
   bool gemma() const { return family == "gemma" || family == "gemma2" || family == "gemma3_text"; }
@@ -107,8 +113,12 @@ struct LlamaConfig {
     if (qwen()) return i >= max_window_layers;
     return true;
   }
-  /// Qwen 2 / 3 and Qwen 3 MoE (Qwen's config fields).
-  bool qwen() const { return family == "qwen2" || family == "qwen3" || family == "qwen3_moe"; }
+  /// Qwen 2 / 3 and Qwen 2 / 3 MoE (Qwen's config fields).
+  bool qwen() const {
+    return family == "qwen2" || family == "qwen3" || family == "qwen3_moe" || family == "qwen2_moe";
+  }
+  /// Qwen 2's attention (q/k/v biases, no attention_bias field): qwen2 and qwen2_moe.
+  bool qwen2_attention() const { return family == "qwen2" || family == "qwen2_moe"; }
   /// A mixture-of-experts family.
   bool moe() const { return num_experts > 0; }
   /// Whether layer i's feed-forward is the mixture of experts.
@@ -120,7 +130,8 @@ struct LlamaConfig {
     return (i + 1) % decoder_sparse_step == 0;
   }
   /// keras-hub's automatic name of layer i's sparse block: "mixtral_sparse_moe_block" (or
-  /// "qwen3_sparse_moe_block"), then _1, _2, … for the later sparse layers.
+  /// "qwen3_sparse_moe_block", "qwen_sparse_moe_block"), then _1, _2, … for the later sparse
+  /// layers.
   std::string sparse_block_name(int64_t i) const;
   /// The experts' hidden size.
   int64_t expert_intermediate_size() const {
@@ -133,10 +144,10 @@ struct LlamaConfig {
   /// The attention scores' scale: 0 (1/sqrt(head_dim)) except for Gemma.
   double attention_scale() const;
 
-  /// q/k/v projections with biases: attention_bias, or the qwen2 family.
-  bool qkv_bias() const { return attention_bias || family == "qwen2"; }
-  /// The output projection with a bias: attention_bias (never for qwen2).
-  bool output_bias() const { return attention_bias && family != "qwen2"; }
+  /// q/k/v projections with biases: attention_bias, or the qwen2 / qwen2_moe families.
+  bool qkv_bias() const { return attention_bias || qwen2_attention(); }
+  /// The output projection with a bias: attention_bias (never for qwen2 / qwen2_moe).
+  bool output_bias() const { return attention_bias && !qwen2_attention(); }
   /// Per-head RMS norms of q and k: Qwen 3's, or Gemma 3's (named query_norm, 1 + scale).
   bool qk_norm() const {
     return family == "qwen3" || family == "qwen3_moe" || family == "gemma3_text";

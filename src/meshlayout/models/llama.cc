@@ -153,11 +153,34 @@ LayoutMap qwen3_moe_layout_map(const DeviceMesh& mesh, const std::string& model_
   return out;
 }
 
+LayoutMap qwen2_moe_layout_map(const DeviceMesh& mesh, const std::string& model_dim,
+                               const std::string& data_dim) {
+  check_layout_map_axes("qwen2_moe_layout_map", mesh, model_dim, data_dim);
+  const DimSharding model(model_dim), data(data_dim);
+  LayoutMap out(mesh);
+  out["token_embedding/embeddings"] = TensorLayout({model, data});
+  out["token_embedding/reverse_embeddings"] = TensorLayout({data, model});
+  out["transformer_layer.*self_attention.*query.kernel"] = TensorLayout({data, model, None});
+  out["transformer_layer.*self_attention.*(key|value).kernel"] = TensorLayout({data, None, None});
+  out["transformer_layer.*attention_output.kernel"] = TensorLayout({model, None, data});
+  out["shared_expert_dense/feedforward_(gate|intermediate)_dense/kernel"] =
+      TensorLayout({data, model});
+  out["shared_expert_dense/feedforward_output_dense/kernel"] = TensorLayout({model, data});
+  out["shared_expert_gate_dense/kernel"] = TensorLayout({data, None});
+  // The dense layers (mlp_only_layers), split as the shared expert.
+  out["transformer_layer_[0-9]+/feedforward_(gate|intermediate)_dense/kernel"] =
+      TensorLayout({data, model});
+  out["transformer_layer_[0-9]+/feedforward_output_dense/kernel"] = TensorLayout({model, data});
+  add_expert_rules(out, model, data);
+  return out;
+}
+
 LayoutMap family_layout_map(const LlamaConfig& config, const DeviceMesh& mesh,
                             const std::string& model_dim, const std::string& data_dim) {
   if (config.gemma()) return gemma_layout_map(mesh, model_dim, data_dim);
   if (config.family == "mixtral") return mixtral_layout_map(mesh, model_dim, data_dim);
   if (config.family == "qwen3_moe") return qwen3_moe_layout_map(mesh, model_dim, data_dim);
+  if (config.family == "qwen2_moe") return qwen2_moe_layout_map(mesh, model_dim, data_dim);
   if (config.family == "qwen2" || config.family == "qwen3") {
     return qwen_layout_map(mesh, model_dim, data_dim);
   }
@@ -202,12 +225,14 @@ LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& config, int64_t index)
   feedforward_norm_ = norm(gemma ? "pre_ffw_norm" : "feedforward_layernorm");
   if (config.sparse_layer(index)) {
     const std::string block = config.sparse_block_name(index);
-    moe_ = track(block, std::make_shared<SparseMoe>(
-                            SparseMoeOptions{.name = block,
-                                             .num_experts = config.num_experts,
-                                             .top_k = config.num_experts_per_tok,
-                                             .intermediate_dim = config.expert_intermediate_size(),
-                                             .normalize_top_k = config.norm_topk_prob}));
+    moe_ = track(block, std::make_shared<SparseMoe>(SparseMoeOptions{
+                            .name = block,
+                            .num_experts = config.num_experts,
+                            .top_k = config.num_experts_per_tok,
+                            .intermediate_dim = config.expert_intermediate_size(),
+                            .normalize_top_k = config.norm_topk_prob,
+                            .shared_intermediate_dim = config.shared_expert_intermediate_size,
+                            .hidden_dim = config.hidden_size}));
     return;
   }
   feedforward_ = std::make_shared<GatedFeedForward>(

@@ -80,6 +80,12 @@ LayoutMap mixtral_layout_map(const DeviceMesh& mesh, const std::string& model_di
 LayoutMap qwen3_moe_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
                                const std::string& data_dim = "batch");
 
+/// keras-hub's QwenMoeBackbone.get_layout_map rules (Qwen 2 MoE): mixtral_layout_map's, plus
+/// the shared expert's gate/intermediate (batch, model) and output (model, batch) kernels and
+/// its gate (batch, None); the dense layers (mlp_only_layers) as the shared expert.
+LayoutMap qwen2_moe_layout_map(const DeviceMesh& mesh, const std::string& model_dim = "model",
+                               const std::string& data_dim = "batch");
+
 /// keras-hub's get_layout_map of `config`'s family: qwen_layout_map for qwen2 / qwen3,
 /// gemma_layout_map for gemma / gemma2, llama_layout_map for llama and mistral
 /// (MistralBackbone's rules are the Llama's).

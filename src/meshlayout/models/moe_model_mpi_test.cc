@@ -1,9 +1,9 @@
-// The mixture-of-experts families under mpirun (np 2 and 4): Mixtral and Qwen 3 MoE written in
-// Hugging Face format (write_hf_moe: process 0 writes, every process reads), loaded over every
-// process's devices with the experts split over the batch axis (each process holds its own
-// experts and its own tokens: dispatch and combine cross processes) and over the model axis;
-// logits within 1e-4 of transformers' equations, greedy tokens equal, and the training loss with
-// the load-balancing loss equal to the reference's.
+// The mixture-of-experts families under mpirun (np 2 and 4): Mixtral, Qwen 3 MoE and Qwen 2 MoE
+// (its shared expert width-split over the model axis) written in Hugging Face format (write_hf_moe:
+// process 0 writes, every process reads), loaded over every process's devices with the experts
+// split over the batch axis (each process holds its own experts and its own tokens: dispatch and
+// combine cross processes) and over the model axis; logits within 1e-4 of transformers' equations,
+// greedy tokens equal, and the training loss with the load-balancing loss equal to the reference's.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -37,7 +37,7 @@ TEST(MoeModelMpiTest, ExpertParallelAcrossProcessesMatchesTheHuggingFaceEquation
     return distribute_tensor(t, TensorLayout({"batch", None}, mesh));
   };
   uint64_t seed = 21;
-  for (const char* family : {"mixtral", "qwen3_moe"}) {
+  for (const char* family : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
     SCOPED_TRACE(family);
     HfMoeSpec spec = small_hf_moe_spec(family);
     spec.router_aux_loss_coef = 0.3;
@@ -56,6 +56,9 @@ TEST(MoeModelMpiTest, ExpertParallelAcrossProcessesMatchesTheHuggingFaceEquation
       LayoutMap ep(mesh);
       ep["experts/expert_feedforward_.*"] = TensorLayout({axis, None, None});
       ep["sparse_feedforward_gate_dense/kernel"] = TensorLayout({"batch", None});
+      ep["shared_expert_dense/feedforward_(gate|intermediate)_dense/kernel"] =
+          TensorLayout({None, "model"});
+      ep["shared_expert_dense/feedforward_output_dense/kernel"] = TensorLayout({"model", None});
       LlamaModel model(config, ep);
       (void)load_hf_llama(checkpoint, model.variables_by_path());
       const HostTensor logits = model.logits(on_mesh(ids)).gather();

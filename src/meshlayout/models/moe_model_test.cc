@@ -1,11 +1,11 @@
-// The mixture-of-experts families (Mixtral, Qwen 3 MoE) from their Hugging Face directories:
-// small random models written in Hugging Face format (random_moe_hf.h), loaded sharded under
-// replicated rules, keras-hub's rules, and expert parallelism over either mesh axis (the
-// tokens' own axis: dispatch by gathering, combine by reduce-scatter); logits within 1e-4 of the
-// float64 reference written from transformers' equations (hf_moe_reference.h) and greedy tokens
-// equal to its; expert parallelism equal to the replicated experts; training's loss (with the
-// load-balancing auxiliary loss) against the reference, and its gradients against central
-// differences in float64.
+// The mixture-of-experts families (Mixtral, Qwen 3 MoE, Qwen 2 MoE with its shared expert) from
+// their Hugging Face directories: small random models written in Hugging Face format
+// (random_moe_hf.h), loaded sharded under replicated rules, keras-hub's rules, and expert
+// parallelism over either mesh axis (the tokens' own axis: dispatch by gathering, combine by
+// reduce-scatter); logits within 1e-4 of the float64 reference written from transformers' equations
+// (hf_moe_reference.h) and greedy tokens equal to its; expert parallelism equal to the replicated
+// experts; training's loss (with the load-balancing auxiliary loss) against the reference, and its
+// gradients against central differences in float64.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -28,7 +28,7 @@ using ::testing::HasSubstr;
 using testing::max_relative_error;
 
 class MoeModelTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     set_device_count(8);
     clear_session();
@@ -66,7 +66,7 @@ class MoeModelTest : public ::testing::Test {
 TEST_F(MoeModelTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquationsUnderExpertParallelism) {
   const std::vector<int32_t> ids = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8, 11, 2, 7, 60};  // (2, 7)
   uint64_t seed = 5;
-  for (const char* family : {"mixtral", "qwen3_moe"}) {
+  for (const char* family : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
     SCOPED_TRACE(family);
     const HfMoeSpec spec = small_hf_moe_spec(family);
     const auto hf = random_hf_moe_tensors(spec, seed += 100);
@@ -131,56 +131,119 @@ TEST_F(MoeModelTest, VariablesCarryKerasHubPaths) {
   EXPECT_EQ(gate.layout(), TensorLayout({None, "batch", "model"}, mesh_));
 }
 
+// Qwen 2 MoE: keras-hub's QwenSparseMoeBlock names (the shared expert's three kernels and its
+// gate under the block) and QwenMoeBackbone's layouts; the dense layer 1 has no block.
+TEST_F(MoeModelTest, QwenTwoMoeVariablesCarryKerasHubPathsAndLayouts) {
+  const LlamaConfig config = LlamaConfig::from_json(small_hf_moe_spec("qwen2_moe").to_json());
+  LlamaModel model(config, family_layout_map(config, mesh_));
+  const auto vars = model.variables_by_path();
+  const std::string b0 = "transformer_layer_0/qwen_sparse_moe_block/",
+                    b2 = "transformer_layer_2/qwen_sparse_moe_block_1/";
+  const std::pair<std::string, TensorLayout> want[] = {
+      {b0 + "shared_expert_dense/feedforward_gate_dense/kernel",
+       TensorLayout({"batch", "model"}, mesh_)},
+      {b0 + "shared_expert_dense/feedforward_intermediate_dense/kernel",
+       TensorLayout({"batch", "model"}, mesh_)},
+      {b2 + "shared_expert_dense/feedforward_output_dense/kernel",
+       TensorLayout({"model", "batch"}, mesh_)},
+      {b2 + "shared_expert_gate_dense/kernel", TensorLayout({"batch", None}, mesh_)},
+      {b2 + "sparse_feedforward_gate_dense/kernel", TensorLayout({"batch", None}, mesh_)},
+      {b0 + "experts/expert_feedforward_gate_dense", TensorLayout({None, "batch", "model"}, mesh_)},
+      {"transformer_layer_1/feedforward_gate_dense/kernel",
+       TensorLayout({"batch", "model"}, mesh_)},
+      {"transformer_layer_0/self_attention/query/kernel",
+       TensorLayout({"batch", "model", None}, mesh_)},
+      {"token_embedding/embeddings", TensorLayout({"model", "batch"}, mesh_)}};
+  for (const auto& [path, layout] : want) {
+    ASSERT_TRUE(vars.contains(path)) << path;
+    EXPECT_EQ(vars.at(path)->layout(), layout) << path;
+  }
+  EXPECT_EQ(vars.at(b2 + "shared_expert_gate_dense/kernel")->shape(),
+            (Shape{config.hidden_size, 1}));
+  EXPECT_EQ(vars.at(b0 + "shared_expert_dense/feedforward_output_dense/kernel")->shape(),
+            (Shape{config.shared_expert_intermediate_size, config.hidden_size}));
+  EXPECT_FALSE(
+      vars.contains("transformer_layer_1/qwen_sparse_moe_block/shared_expert_gate_dense/kernel"));
+}
+
 // Training: the loss with the auxiliary loss equals the reference's; expert parallelism gives
 // the replicated run's loss and gradients; float64 gradients match central differences.
 TEST_F(MoeModelTest, TrainingLossAndGradientsIncludeTheLoadBalancingLoss) {
   const std::vector<int32_t> inputs = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8};  // (2, 5)
   const std::vector<int32_t> targets = {17, 42, 5, 9, 2, 0, 63, 30, 8, 11};
-  HfMoeSpec spec = small_hf_moe_spec("qwen3_moe");
-  spec.router_aux_loss_coef = 0.3;  // large enough to matter in the check
-  LlamaConfig config = LlamaConfig::from_json(spec.to_json());
-  config.output_router_logits = true;
-  const auto hf = random_hf_moe_tensors(spec, 77);
-  write_hf_moe((dir_ / "q").string(), spec, hf);
-  const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open((dir_ / "q").string());
-  const testing::HfMoeLoss want = testing::hf_moe_reference_loss(spec, hf, inputs, targets, 2, 5);
-  std::optional<double> first_loss;
-  std::map<std::string, HostTensor> first_grads;
-  for (const char* axis : {"", "model", "batch"}) {
-    SCOPED_TRACE(axis);
-    clear_session();
-    LlamaModel model(config, *axis ? expert_parallel(axis) : LayoutMap(mesh_));
-    load_hf_llama(checkpoint, model.variables_by_path());
-    Gradients grads;
-    const double loss = model.loss_and_gradients(tokens(inputs, 2), tokens(targets, 2), grads);
-    EXPECT_NEAR(loss, want.ce + spec.router_aux_loss_coef * want.aux, 1e-4 * std::abs(loss));
-    if (!first_loss) {
-      first_loss = loss;
-      for (const VariablePtr& v : model.variables())
-        first_grads[v->path()] = grads.find(*v)->gather();
-      continue;
-    }
-    EXPECT_NEAR(loss, *first_loss, 1e-6);
-    for (const VariablePtr& v : model.variables()) {
-      const HostTensor g = grads.find(*v)->gather();
-      const HostTensor& w = first_grads.at(v->path());
-      for (int64_t i = 0; i < g.num_elements(); ++i) {
-        ASSERT_NEAR(g.data_as<float>()[i], w.data_as<float>()[i],
-                    1e-5 * (1 + std::abs(w.data_as<float>()[i])))
-            << v->path() << " " << i;
+  for (const char* family : {"qwen3_moe", "qwen2_moe"}) {
+    SCOPED_TRACE(family);
+    HfMoeSpec spec = small_hf_moe_spec(family);
+    spec.router_aux_loss_coef = 0.3;  // large enough to matter in the check
+    LlamaConfig config = LlamaConfig::from_json(spec.to_json());
+    config.output_router_logits = true;
+    const auto hf = random_hf_moe_tensors(spec, 77);
+    write_hf_moe((dir_ / family).string(), spec, hf);
+    const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open((dir_ / family).string());
+    const testing::HfMoeLoss want = testing::hf_moe_reference_loss(spec, hf, inputs, targets, 2, 5);
+    std::optional<double> first_loss;
+    std::map<std::string, HostTensor> first_grads;
+    for (const char* axis : {"", "model", "batch"}) {
+      SCOPED_TRACE(axis);
+      clear_session();
+      LlamaModel model(config, *axis ? expert_parallel(axis) : LayoutMap(mesh_));
+      load_hf_llama(checkpoint, model.variables_by_path());
+      Gradients grads;
+      const double loss = model.loss_and_gradients(tokens(inputs, 2), tokens(targets, 2), grads);
+      EXPECT_NEAR(loss, want.ce + spec.router_aux_loss_coef * want.aux, 1e-4 * std::abs(loss));
+      if (!first_loss) {
+        first_loss = loss;
+        for (const VariablePtr& v : model.variables())
+          first_grads[v->path()] = grads.find(*v)->gather();
+        continue;
+      }
+      EXPECT_NEAR(loss, *first_loss, 1e-6);
+      for (const VariablePtr& v : model.variables()) {
+        const HostTensor g = grads.find(*v)->gather();
+        const HostTensor& w = first_grads.at(v->path());
+        for (int64_t i = 0; i < g.num_elements(); ++i) {
+          ASSERT_NEAR(g.data_as<float>()[i], w.data_as<float>()[i],
+                      1e-5 * (1 + std::abs(w.data_as<float>()[i])))
+              << v->path() << " " << i;
+        }
       }
     }
   }
 }
 
+// float64 gradients of the loss with its auxiliary loss against central differences at
+// `per_variable` entries of every variable whose path contains `part`, the experts split over
+// the model axis and the shared expert (Qwen 2 MoE) as keras-hub splits it. Returns how many
+// entries were checked.
+int64_t check_float64_gradients(MoeModelTest& test, const std::string& family,
+                                const std::string& part, int64_t per_variable);
+
 TEST_F(MoeModelTest, Float64GradientsMatchCentralDifferencesUnderExpertParallelism) {
+  // Mixtral: three entries of each router and expert kernel and of the embeddings.
+  EXPECT_EQ(check_float64_gradients(*this, "mixtral", "moe_block", 3), 2 * 4 * 3);
+  EXPECT_GT(check_float64_gradients(*this, "mixtral", "embeddings", 1), 0);
+}
+
+TEST_F(MoeModelTest, Float64GradientsOfTheSharedExpertAndItsGateMatchCentralDifferences) {
+  // Qwen 2 MoE: two entries of the shared expert's three kernels and its gate, two layers.
+  EXPECT_EQ(check_float64_gradients(*this, "qwen2_moe", "shared_expert", 2), 2 * 4 * 2);
+}
+
+int64_t check_float64_gradients(MoeModelTest& test, const std::string& family,
+                                const std::string& part, int64_t per_variable) {
+  SCOPED_TRACE(family);
   const std::vector<int32_t> inputs = {3, 17, 42, 5, 9, 1, 0, 63, 30, 8};
   const std::vector<int32_t> targets = {17, 42, 5, 9, 2, 0, 63, 30, 8, 11};
-  LlamaConfig config = LlamaConfig::from_json(small_hf_moe_spec("mixtral").to_json());
+  clear_session();
+  LlamaConfig config = LlamaConfig::from_json(small_hf_moe_spec(family).to_json());
   config.output_router_logits = true;
   config.router_aux_loss_coef = 0.5;
-  LayoutMap rules = expert_parallel("model");
+  LayoutMap rules = test.expert_parallel("model");
   rules["sparse_feedforward_gate_dense/kernel"] = TensorLayout({"batch", None});
+  rules["shared_expert_dense/feedforward_(gate|intermediate)_dense/kernel"] =
+      TensorLayout({"batch", "model"});
+  rules["shared_expert_dense/feedforward_output_dense/kernel"] = TensorLayout({"model", "batch"});
+  rules["shared_expert_gate_dense/kernel"] = TensorLayout({"batch", None});
   LlamaModel model(config, rules, {.dtype = DType::kF64});
   uint64_t seed = 9;
   for (const VariablePtr& v : model.variables()) {
@@ -190,16 +253,15 @@ TEST_F(MoeModelTest, Float64GradientsMatchCentralDifferencesUnderExpertParalleli
     }
     v->assign(t);
   }
-  const Array x = tokens(inputs, 2), y = tokens(targets, 2);
+  const Array x = test.tokens(inputs, 2), y = test.tokens(targets, 2);
   Gradients grads;
   model.loss_and_gradients(x, y, grads);
+  int64_t checked = 0;
   for (const VariablePtr& v : model.variables()) {
-    const bool moe = v->path().find("moe_block") != std::string::npos;
-    if (!moe && v->path().find("embeddings") == std::string::npos) continue;
+    if (v->path().find(part) == std::string::npos) continue;
     const HostTensor g = grads.find(*v)->gather();
     HostTensor t = v->value().gather();
-    // Three entries of each expert kernel and router, one of each embedding table.
-    const int64_t step = std::max<int64_t>(1, t.num_elements() / (moe ? 3 : 1));
+    const int64_t step = std::max<int64_t>(1, t.num_elements() / per_variable);
     for (int64_t i = step / 2; i < t.num_elements(); i += step) {
       const double keep = t.data_as<double>()[i], h = 1e-6;
       const auto loss_at = [&](double value) {
@@ -212,16 +274,56 @@ TEST_F(MoeModelTest, Float64GradientsMatchCentralDifferencesUnderExpertParalleli
       loss_at(keep);
       EXPECT_NEAR(g.data_as<double>()[i], numeric, 1e-6 * (1 + std::abs(numeric)))
           << v->path() << " " << i;
+      ++checked;
     }
   }
+  return checked;
 }
 
 TEST_F(MoeModelTest, ConfigsRoundTripAndBadValuesAreRefusedByName) {
-  for (const char* family : {"mixtral", "qwen3_moe"}) {
+  for (const char* family : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
     const LlamaConfig c = LlamaConfig::from_json(small_hf_moe_spec(family).to_json());
     EXPECT_TRUE(c.moe());
     EXPECT_EQ(LlamaConfig::from_json(c.to_json()), c);
   }
+  // Qwen 2 MoE: Qwen 2's attention, the shared expert's size, transformers' defaults.
+  const HfMoeSpec q2 = small_hf_moe_spec("qwen2_moe");
+  const LlamaConfig q = LlamaConfig::from_json(q2.to_json());
+  EXPECT_EQ(q.architecture(), "Qwen2MoeForCausalLM");
+  EXPECT_EQ(q.shared_expert_intermediate_size, q2.shared_expert_intermediate_size);
+  EXPECT_EQ(q.moe_intermediate_size, q2.moe_intermediate_size);
+  EXPECT_EQ(q.mlp_only_layers, q2.mlp_only_layers);
+  EXPECT_FALSE(q.norm_topk_prob);
+  EXPECT_TRUE(q.qkv_bias());
+  EXPECT_FALSE(q.output_bias());
+  EXPECT_FALSE(q.qk_norm());
+  EXPECT_EQ(q.head_dim, q.hidden_size / q.num_attention_heads);
+  EXPECT_EQ(q.sparse_block_name(2), "qwen_sparse_moe_block_1");
+  const LlamaConfig d = LlamaConfig::from_json(
+      R"({"model_type": "qwen2_moe", "architectures": ["Qwen2MoeForCausalLM"],
+          "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+          "num_attention_heads": 4})");
+  EXPECT_EQ(d.num_experts, 60);
+  EXPECT_EQ(d.num_experts_per_tok, 4);
+  EXPECT_EQ(d.moe_intermediate_size, 1408);
+  EXPECT_EQ(d.shared_expert_intermediate_size, 5632);
+  EXPECT_EQ(d.decoder_sparse_step, 1);
+  EXPECT_FALSE(d.norm_topk_prob);
+  EXPECT_FALSE(d.output_router_logits);
+  EXPECT_DOUBLE_EQ(d.router_aux_loss_coef, 0.001);
+  LlamaConfig no_shared = q;
+  no_shared.shared_expert_intermediate_size = 0;
+  EXPECT_THAT([&] { no_shared.validate(); },
+              ::testing::ThrowsMessage<ValueError>(
+                  HasSubstr("'shared_expert_intermediate_size' is 0, expected a positive number")));
+  LlamaConfig q3 = LlamaConfig::from_json(small_hf_moe_spec("qwen3_moe").to_json());
+  q3.shared_expert_intermediate_size = 8;
+  EXPECT_THAT([&] { q3.validate(); }, ::testing::ThrowsMessage<ValueError>(
+                                          HasSubstr("expected 0 for model_type 'qwen3_moe'")));
+  std::string bad = q2.to_json();
+  bad.insert(bad.find('{') + 1, "\"shared_expert_intermediate_size\": -3,");
+  EXPECT_THAT([&] { LlamaConfig::from_json(bad); },
+              ::testing::ThrowsMessage<ValueError>(HasSubstr("shared_expert_intermediate_size")));
   LlamaConfig c = LlamaConfig::from_json(small_hf_moe_spec("mixtral").to_json());
   c.num_experts_per_tok = c.num_experts + 1;
   EXPECT_THAT([&] { c.validate(); },
@@ -230,8 +332,6 @@ TEST_F(MoeModelTest, ConfigsRoundTripAndBadValuesAreRefusedByName) {
   json.insert(json.find('{') + 1, "\"router_jitter_noise\": 0.1,");
   EXPECT_THAT([&] { LlamaConfig::from_json(json); },
               ::testing::ThrowsMessage<ValueError>(HasSubstr("router_jitter_noise")));
-  EXPECT_THAT([&] { LlamaConfig::from_json(small_hf_moe_spec("qwen2_moe").to_json()); },
-              ::testing::ThrowsMessage<ValueError>(HasSubstr("qwen2_moe")));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 //
 //   logits = x · W_router (…, E);  (ids, w) = top_k(softmax(logits)), w renormalised or not
 //   y = Σ_slots w · (act(x · gate_e) ⊙ (x · up_e)) · down_e
+//   with a shared expert (Qwen 2 MoE, keras-hub's QwenSparseMoeBlock):
+//   y += sigmoid(x · w_sg) ⊙ shared(x), shared a SwiGLU of shared_intermediate_dim
 //
 // Variables (keras-hub's paths under the block's name): sparse_feedforward_gate_dense/kernel
 // (d, E), and under "experts" the stacked expert_feedforward_gate_dense (E, d, F),
@@ -18,7 +20,8 @@
 // Example:
 //   auto moe = std::make_shared<SparseMoe>(SparseMoeOptions{
 //       .name = "mixtral_sparse_moe_block", .num_experts = 8, .top_k = 2,
-//       .intermediate_dim = 64});
+//       .intermediate_dim = 64});                   // Qwen 2 MoE: .shared_intermediate_dim
+//                                                   // = 96, .hidden_dim = 32
 //   Array y = moe->call_on(x);                        // x (batch, seq, d) → (batch, seq, d)
 //   SparseMoe::Saved saved;
 //   Array y2 = moe->forward(x, &saved);
@@ -46,6 +49,10 @@ struct SparseMoeOptions {
   /// Divide the chosen weights by their sum (Mixtral; Qwen's norm_topk_prob).
   bool normalize_top_k = true;
   GatedActivation activation = GatedActivation::kSilu;
+  /// The shared expert's hidden size (Qwen 2 MoE's shared_expert_intermediate_size); 0: none.
+  int64_t shared_intermediate_dim = 0;
+  /// d, the block's input and output size: the shared expert's down projection's units.
+  int64_t hidden_dim = 0;
   Initializer kernel_initializer = Initializer::glorot_uniform();
 };
 
@@ -72,17 +79,24 @@ class MoeExperts : public Layer {
 
 class SparseMoe : public Layer {
  public:
-  /// ValueError naming the option unless num_experts ≥ 1, 1 ≤ top_k ≤ num_experts and
-  /// intermediate_dim ≥ 1.
+  /// ValueError naming the option unless num_experts ≥ 1, 1 ≤ top_k ≤ num_experts,
+  /// intermediate_dim ≥ 1, shared_intermediate_dim ≥ 0 and, with a shared expert,
+  /// hidden_dim ≥ 1.
   explicit SparseMoe(SparseMoeOptions options);
   const SparseMoeOptions& options() const { return options_; }
   const std::shared_ptr<Dense>& router() const { return router_; }
   const std::shared_ptr<MoeExperts>& experts() const { return experts_; }
+  /// The shared expert and its gate (null without one).
+  const std::shared_ptr<GatedFeedForward>& shared_expert() const { return shared_; }
+  const std::shared_ptr<Dense>& shared_expert_gate() const { return shared_gate_; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
 
-  /// What backward_saved needs from the forward: the router's choice.
+  /// What backward_saved needs from the forward: the router's choice, and the shared expert's
+  /// gate logits (…, 1), output and projections.
   struct Saved {
     std::optional<ExpertRouting> routing;
+    std::optional<Array> shared_gate, shared_out;
+    GatedFeedForward::Saved shared;
   };
   /// The block on x (…, d), keeping the router's choice in `saved` when given. Collective.
   Array forward(const Array& x, Saved* saved = nullptr);
@@ -102,6 +116,8 @@ class SparseMoe : public Layer {
   SparseMoeOptions options_;
   std::shared_ptr<Dense> router_;
   std::shared_ptr<MoeExperts> experts_;
+  std::shared_ptr<GatedFeedForward> shared_;
+  std::shared_ptr<Dense> shared_gate_;
 };
 
 }  // namespace meshlayout
