@@ -276,5 +276,41 @@ TEST_F(MemoryPlanOptionsTest, BadOptionsAreRefusedByName) {
       HasSubstr("must be >= 0, got -1"));
 }
 
+// Every optimizer of the registry (Adafactor's factored slots; ZeRO-1 over the batch axis for the
+// others, Adafactor refusing it): the
+// planned slots are the bytes its built slots hold on each device.
+TEST_F(MemoryPlanOptionsTest, EveryOptimizersSlotsAreWhatItBuilds) {
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  const LayoutMap rules = llama_layout_map(mesh);
+  for (const std::string& name : optimizer_names()) {
+    for (const bool zero1 : {false, true}) {
+      if (zero1 && name == "adafactor") continue;  // refused: its factored slots have no ZeRO-1
+      SCOPED_TRACE(name + (zero1 ? " ZeRO-1" : ""));
+      clear_session();
+      OptimizerOptions o;
+      if (name == "sgd") o.momentum = 0.9;
+      if (zero1) o.shard_slots_over = "batch";
+      auto optimizer = make_optimizer(name, o);
+      const MemoryPlan m = plan(llama(), rules, {.optimizer = optimizer.get()});
+      LlamaModel model(llama(), rules);
+      const std::vector<VariablePtr> variables = model.variables();
+      optimizer->build(variables);
+      std::map<int64_t, uint64_t> slots;
+      for (const VariablePtr& v : variables) {
+        for (const VariablePtr& slot : optimizer->slots_of(*v)) {
+          for (const Array::Shard& s : slot->value().local_shards()) {
+            slots[s.device_id] += s.buffer.size();
+          }
+        }
+      }
+      for (int64_t p = 0; p < mesh.size(); ++p) {
+        EXPECT_EQ(m.devices[static_cast<size_t>(p)].slots,
+                  slots[mesh.device_ids()[static_cast<size_t>(p)]])
+            << p;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace meshlayout
