@@ -35,20 +35,41 @@ struct DeviceBlocks {
   int rank = 0;
   std::vector<int64_t> block;  // position * rank + dim
   std::vector<int64_t> replica;
+  std::vector<bool> empty;  // its box holds no element
 
   explicit DeviceBlocks(const ShardGeometry& g) : rank(g.rank()) {
     const int64_t n = g.mesh().size();
     block.resize(static_cast<size_t>(n * rank));
     replica.resize(static_cast<size_t>(n));
+    empty.resize(static_cast<size_t>(n));
     for (int64_t p = 0; p < n; ++p) {
       for (int d = 0; d < rank; ++d) {
-        block[static_cast<size_t>(p * rank + d)] = g.num_blocks(d) == 1 ? 0 : g.block_index(p, d);
+        const int64_t b = g.num_blocks(d) == 1 ? 0 : g.block_index(p, d);
+        block[static_cast<size_t>(p * rank + d)] = b;
+        const auto [start, end] =
+            block_range(g.shape()[static_cast<size_t>(d)], g.num_blocks(d), b);
+        if (start == end) empty[static_cast<size_t>(p)] = true;
       }
       replica[static_cast<size_t>(p)] = g.num_replicas() == 1 ? 0 : g.replica_of(p);
     }
   }
   int64_t at(int64_t p, int d) const { return block[static_cast<size_t>(p * rank + d)]; }
 };
+
+// The blocks of `dim` that hold elements (the last of an uneven split may be empty): the
+// colour ramp of box_colour spans these. 1 for no dimension.
+int64_t coloured_blocks(const ShardGeometry& g, int dim) {
+  if (dim < 0) return 1;
+  const int64_t size = g.shape()[static_cast<size_t>(dim)], n = g.num_blocks(dim);
+  return size == 0 ? n : ceil_div(size, ceil_div(size, n));
+}
+
+// The element at the middle of pixel `k` of `pixels` spanning `size` elements.
+int64_t element_at(int64_t k, int64_t pixels, int64_t size) {
+  const double at =
+      (static_cast<double>(k) + 0.5) * static_cast<double>(size) / static_cast<double>(pixels);
+  return std::clamp<int64_t>(static_cast<int64_t>(at), 0, size - 1);
+}
 
 std::string dim_axes_text(const ShardGeometry& g, int d) {
   const auto& axes = g.layout().axes()[static_cast<size_t>(d)].axes();
@@ -69,8 +90,7 @@ void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const TensorD
   int width = 0, height = 0;
   if (n > o.max_device_cells) {
     out.colour_per_device = false;
-    const int64_t nr = dims.row_dim >= 0 ? g.num_blocks(dims.row_dim) : 1;
-    const int64_t nc = dims.col_dim >= 0 ? g.num_blocks(dims.col_dim) : 1;
+    const int64_t nr = coloured_blocks(g, dims.row_dim), nc = coloured_blocks(g, dims.col_dim);
     const int64_t side = std::max(grid.rows, grid.cols);
     const int64_t tile = (side + o.max_heatmap_side - 1) / o.max_heatmap_side;
     const int64_t w = (grid.cols + tile - 1) / tile, h = (grid.rows + tile - 1) / tile;
@@ -79,8 +99,10 @@ void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const TensorD
       for (int64_t x = 0; x < w; ++x) {
         const int64_t p = y * tile * grid.cols + x * tile;
         if (p >= n) continue;
-        const Rgb c = box_colour(dims.row_dim >= 0 ? blocks.at(p, dims.row_dim) : 0, nr,
-                                 dims.col_dim >= 0 ? blocks.at(p, dims.col_dim) : 0, nc);
+        const Rgb c = blocks.empty[static_cast<size_t>(p)]
+                          ? Rgb{221, 221, 221}
+                          : box_colour(dims.row_dim >= 0 ? blocks.at(p, dims.row_dim) : 0, nr,
+                                       dims.col_dim >= 0 ? blocks.at(p, dims.col_dim) : 0, nc);
         uint8_t* px = &rgb[static_cast<size_t>((y * w + x) * 3)];
         px[0] = c.r, px[1] = c.g, px[2] = c.b;
       }
@@ -117,6 +139,9 @@ void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const TensorD
             ? fmt::format(", the lightness dim {}'s (dark first)", light_dim)
             : std::string(),
         others_split ? ", and so do boxes differing only in the dims not shown" : ""));
+    if (std::find(blocks.empty.begin(), blocks.empty.end(), true) != blocks.empty.end()) {
+      out.notes.push_back("light grey devices hold an empty box (an uneven split)");
+    }
   } else {
     const bool labelled = n <= o.max_labelled_cells;
     size_t longest = 8;  // the widest label of a labelled cell, in characters
@@ -201,8 +226,8 @@ void draw_mesh(const ShardGeometry& g, const DeviceBlocks& blocks, const TensorD
   std::string svg = svg_open(width, height);
   put(svg, "<text x=\"{}\" y=\"14\">mesh: {} across</text>", left, xml_escape(grid.cols_label));
   put(svg,
-      "<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"end\">{} down</text>",
-      top, top, xml_escape(grid.rows_label));
+      "<text x=\"14\" y=\"{}\" transform=\"rotate(-90 14 {})\" text-anchor=\"end\">{}{}</text>",
+      top, top, xml_escape(grid.rows_label), grid.split == 0 && grid.rows > 1 ? "" : " down");
   svg += body;
   svg += "</svg>";
   out.mesh_svg = std::move(svg);
@@ -219,6 +244,7 @@ void draw_tensor(const ShardGeometry& g, const DeviceBlocks& blocks, const Tenso
   const int64_t C = dims.col_dim >= 0 ? g.shape()[static_cast<size_t>(dims.col_dim)] : 1;
   const int64_t nr = dims.row_dim >= 0 ? g.num_blocks(dims.row_dim) : 1;
   const int64_t nc = dims.col_dim >= 0 ? g.num_blocks(dims.col_dim) : 1;
+  const int64_t cr = coloured_blocks(g, dims.row_dim), cc = coloured_blocks(g, dims.col_dim);
   const int left = 30, top = 34;
   const double tw = 400;
   const double th =
@@ -300,7 +326,7 @@ void draw_tensor(const ShardGeometry& g, const DeviceBlocks& blocks, const Tenso
         } else {
           put(svg,
               "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\"/>", x,
-              y, w, h, css_colour(box_colour(i, nr, j, nc)));
+              y, w, h, css_colour(box_colour(i, cr, j, cc)));
         }
         put(svg,
             "<rect x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"none\" "
@@ -332,14 +358,16 @@ void draw_tensor(const ShardGeometry& g, const DeviceBlocks& blocks, const Tenso
           "boxes held by more than 16 devices show the colours of their first 16 holders");
     }
   } else {
-    // One pixel a box (a tile of boxes above max_heatmap_side a side), in the boxes' colours,
-    // stretched over the tensor (uneven last blocks drawn as wide as the others).
-    const int64_t tile = (std::max(nr, nc) + o.max_heatmap_side - 1) / o.max_heatmap_side;
-    const int64_t w = (nc + tile - 1) / tile, h = (nr + tile - 1) / tile;
+    // At most max_heatmap_side pixels a side, each the colour of the box holding the element
+    // at its place (so uneven splits keep their proportions and empty boxes never show).
+    const int64_t w = std::min({nc, C, o.max_heatmap_side});
+    const int64_t h = std::min({nr, R, o.max_heatmap_side});
+    const int64_t row_block = ceil_div(R, nr), col_block = ceil_div(C, nc);
     std::vector<uint8_t> rgb(static_cast<size_t>(w * h * 3));
     for (int64_t y = 0; y < h; ++y) {
+      const int64_t i = element_at(y, h, R) / row_block;
       for (int64_t x = 0; x < w; ++x) {
-        const Rgb c = box_colour(y * tile, nr, x * tile, nc);
+        const Rgb c = box_colour(i, cr, element_at(x, w, C) / col_block, cc);
         uint8_t* px = &rgb[static_cast<size_t>((y * w + x) * 3)];
         px[0] = c.r, px[1] = c.g, px[2] = c.b;
       }
@@ -353,10 +381,9 @@ void draw_tensor(const ShardGeometry& g, const DeviceBlocks& blocks, const Tenso
         "stroke=\"#222\"/>",
         left, top, tw, th);
     out.notes.push_back(fmt::format(
-        "{} x {} boxes in the slice (more than {}): drawn as an image, {}, in the boxes' colours",
-        nr, nc, o.max_tensor_blocks,
-        tile == 1 ? std::string("one pixel a box")
-                  : fmt::format("one pixel per {} x {} boxes", tile, tile)));
+        "{} x {} boxes in the slice (more than {}): drawn as an image of {} x {} pixels, each "
+        "the colour of the box holding its part of the tensor",
+        nr, nc, o.max_tensor_blocks, w, h));
   }
   svg += "</svg>";
   out.tensor_svg = std::move(svg);
@@ -383,7 +410,8 @@ MeshGrid pick_mesh_grid(const DeviceMesh& mesh) {
     grid.cols = n <= 16 ? n : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n))));
     grid.rows = (n + grid.cols - 1) / grid.cols;
     grid.cols_label = label(0, rank);
-    grid.rows_label = grid.rows == 1 ? "1 row" : fmt::format("devices in rows of {}", grid.cols);
+    grid.rows_label =
+        grid.rows == 1 ? "1 row" : fmt::format("wrapped, {} devices a row", grid.cols);
     return grid;
   }
   double best = 0;

@@ -62,7 +62,7 @@ TEST_F(LayoutSvgTest, MeshGridsAreNearSquareRowsByColumns) {
   g = grid({100}, {"x"});
   EXPECT_EQ(g.cols, 10);
   EXPECT_EQ(g.rows, 10);
-  EXPECT_EQ(g.rows_label, "devices in rows of 10");
+  EXPECT_EQ(g.rows_label, "wrapped, 10 devices a row");
 }
 
 TEST_F(LayoutSvgTest, TensorDimsPreferTheMostSplitThenTheLargest) {
@@ -144,11 +144,30 @@ TEST_F(LayoutSvgTest, LargeMeshIsAHeatmapColouredByBox) {
   // Split both ways: 16,384 boxes are drawn as an image of their colours.
   const LayoutDrawing both =
       draw_layout(ShardGeometry(TensorLayout({"data", "model"}, mesh), {16384, 53248}));
-  EXPECT_THAT(both.notes,
-              ::testing::Contains(
-                  HasSubstr("128 x 128 boxes in the slice (more than 1024): drawn as an image, one "
-                            "pixel a box, in the boxes' colours")));
+  EXPECT_THAT(both.notes, ::testing::Contains(HasSubstr(
+                              "128 x 128 boxes in the slice (more than 1024): drawn as an image "
+                              "of 128 x 128 pixels, each the colour of the box holding its part")));
   EXPECT_THAT(both.tensor_svg, HasSubstr("href=\"data:image/png;base64,"));
+}
+
+TEST_F(LayoutSvgTest, LargeUnevenSplitShowsOnlyTheBoxesHoldingElements) {
+  // 100 elements over 2,048 devices: boxes 100 to 2,047 are empty.
+  DeviceMesh mesh = make_mesh({2048}, {"x"});
+  const LayoutDrawing d = draw_layout(ShardGeometry(TensorLayout({"x"}, mesh), {100}));
+  EXPECT_THAT(d.notes, ::testing::Contains(HasSubstr(
+                           "1 x 2048 boxes in the slice (more than 1024): drawn as an image of "
+                           "100 x 1 pixels")));
+  EXPECT_THAT(d.notes,
+              ::testing::Contains("light grey devices hold an empty box (an uneven split)"));
+  EXPECT_THAT(d.mesh_svg, HasSubstr(">wrapped, 46 devices a row</text>"));
+  EXPECT_THAT(d.mesh_svg, HasSubstr("mesh: x=2048 across"));
+  // The colour ramp spans the 100 boxes that hold elements: the last one is violet (boxes
+  // drawn one by one here to see their colours).
+  const LayoutDrawing rects =
+      draw_layout(ShardGeometry(TensorLayout({"x"}, mesh), {100}), {.max_tensor_blocks = 4096});
+  EXPECT_THAT(rects.tensor_svg, HasSubstr(css_colour(box_colour(0, 1, 99, 100))));
+  EXPECT_THAT(rects.tensor_svg, HasSubstr("<title>box [99:100]: 1 device</title>"));
+  EXPECT_THAT(rects.tensor_svg, ::testing::Not(HasSubstr("box [100:100]")));
 }
 
 TEST_F(LayoutSvgTest, HugeMeshHeatmapIsTiled) {
