@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -193,14 +194,24 @@ void save_hf_llama(const std::string& dir, const LlamaConfig& config,
   std::vector<HostTensor> tensors(mappings.size());
   std::exception_ptr error;
   HostTensor whole;
+  // The stacked variables (experts' kernels) whose slices are interleaved with one another's
+  // (expert e's gate, up and down, then e + 1's), each gathered once at its first slice
+  // (collective) and kept until its last.
+  std::map<std::string, HostTensor> stacked;
   for (size_t i = 0; i < mappings.size(); ++i) {
     const HfWeightMapping& m = mappings[i];
-    // A stacked variable is gathered once, at its first slice (collective).
-    if (m.stack_index <= 0) whole = by_keras_path.at(m.keras_path)->gather();
+    if (m.stack_index < 0) whole = by_keras_path.at(m.keras_path)->gather();
+    if (m.stack_index == 0) stacked[m.keras_path] = by_keras_path.at(m.keras_path)->gather();
+    const HostTensor* source = m.stack_index < 0 ? &whole : &stacked.at(m.keras_path);
+    HostTensor slice;
+    if (m.stack_index >= 0) {
+      slice = stack_slice(*source, m.stack_index);
+      if (m.stack_index + 1 == m.stacked_shape[0]) stacked.erase(m.keras_path);
+      source = &slice;
+    }
     if (!writer || error) continue;
     try {
-      tensors[i] = to_hf_tensor(m.stack_index < 0 ? whole : stack_slice(whole, m.stack_index), m,
-                                file_dtype);
+      tensors[i] = to_hf_tensor(*source, m, file_dtype);
     } catch (...) {
       error = std::current_exception();
     }
