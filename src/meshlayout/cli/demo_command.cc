@@ -79,6 +79,13 @@ LlamaConfig demo_config(const std::string& family) {
     c.norm_topk_prob = true;
     c.mlp_only_layers = {0};
   }
+  if (family == "qwen2_moe") {  // eight small experts and a shared expert; layer 0 dense
+    c.num_experts = 8;
+    c.num_experts_per_tok = 2;
+    c.moe_intermediate_size = 64;
+    c.shared_expert_intermediate_size = 128;
+    c.mlp_only_layers = {0};
+  }
   if (family == "gemma2") {
     // Untied here: with tied embeddings, random weights and post norms holding each block's
     // output to unit size, the scaled embedding dominates and every step repeats the last token.
@@ -110,6 +117,13 @@ std::string family_story(const LlamaConfig& c) {
     return fmt::format(
         "Qwen 3 MoE (Qwen3MoeForCausalLM), {} experts of {} on layer 1, top-{}, layer 0 dense",
         c.num_experts, c.moe_intermediate_size, c.num_experts_per_tok);
+  }
+  if (c.family == "qwen2_moe") {
+    return fmt::format(
+        "Qwen 2 MoE (Qwen2MoeForCausalLM), {} experts of {} and a gated shared expert of {} on "
+        "layer 1, top-{}, layer 0 dense",
+        c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size,
+        c.num_experts_per_tok);
   }
   if (c.family == "gemma3_text") {
     return "Gemma 3 (Gemma3ForCausalLM), q/k norms, a local-rope sliding layer and a global one";
@@ -148,6 +162,10 @@ LayoutMap megatron_rules(const DeviceMesh& mesh, const LlamaConfig& config) {
     rules["transformer_layer_[0-9]+/feedforward_(gate|intermediate)_dense.kernel"] = {None,
                                                                                       "model"};
     rules["transformer_layer_[0-9]+/feedforward_output_dense.kernel"] = {"model", None};
+    if (config.shared_expert_intermediate_size > 0) {  // Qwen 2 MoE: the shared expert as an MLP
+      rules["shared_expert_dense/feedforward_(gate|intermediate)_dense.kernel"] = {None, "model"};
+      rules["shared_expert_dense/feedforward_output_dense.kernel"] = {"model", None};
+    }
     return rules;
   }
   rules["token_embedding/embeddings"] = {"model", None};
@@ -285,12 +303,13 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   out << fmt::format(
       "\n3. keras-hub's {}Backbone.get_layout_map(mesh, \"model\", \"batch\"): {} rules, "
       "keyed by variable path (search mode, as Keras 3):\n",
-      config.family == "qwen3_moe" ? "Qwen3Moe"
-      : config.family == "mixtral" ? "Mixtral"
-      : qwen                       ? "Qwen"
-      : config.gemma()             ? "Gemma"
-      : config.family == "mistral" ? "Mistral"
-                                   : "Llama",
+      config.family == "qwen3_moe"   ? "Qwen3Moe"
+      : config.family == "qwen2_moe" ? "QwenMoe"
+      : config.family == "mixtral"   ? "Mixtral"
+      : qwen                         ? "Qwen"
+      : config.gemma()               ? "Gemma"
+      : config.family == "mistral"   ? "Mistral"
+                                     : "Llama",
       rules.size());
   for (size_t i = 0; i < rules.size(); ++i) {
     out << fmt::format("   [{}] {:<60} -> {}\n", i, rules.rule(i).pattern,
@@ -479,11 +498,12 @@ void add_demo_command(CLI::App& app, int* exit_code) {
          "--family", options->family,
          "The model family: llama (default), mistral (sliding window), qwen2 (q/k/v "
          "biases), qwen3 (q/k head norms), gemma, gemma2 (post norms, soft caps) or "
-         "gemma3_text (q/k norms, local and global ropes), mixtral or qwen3_moe (mixtures of "
-         "experts, reloaded with expert parallelism); its "
+         "gemma3_text (q/k norms, local and global ropes), mixtral, qwen3_moe or qwen2_moe "
+         "(mixtures of experts, Qwen 2's with a shared expert, reloaded with expert "
+         "parallelism); its "
          "Hugging Face format and keras-hub rules")
       ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-                             "mixtral", "qwen3_moe"}));
+                             "mixtral", "qwen3_moe", "qwen2_moe"}));
   cmd->add_option("--keep", options->keep_dir,
                   "Write the model and the checkpoint into this directory and keep them "
                   "(default: a temporary directory, removed)");

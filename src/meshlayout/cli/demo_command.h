@@ -24,7 +24,7 @@ struct DemoOptions {
   std::string keep_dir;   // where to write the model and checkpoint; empty: a temporary
                           // directory, removed at the end
   bool progress = false;  // progress bars on stderr
-  /// The model family (LlamaConfig::family): "llama", "mistral", "qwen2" or "qwen3".
+  /// The model family (LlamaConfig::family, kLlamaFamilies): "llama", "mistral", "qwen2", …
   std::string family = "llama";
 };
 

@@ -79,7 +79,10 @@ TEST(DemoCommandTest, EveryFamilyPassesEveryCheck) {
       {"gemma2", "Gemma 2 (Gemma2ForCausalLM), post norms, soft caps 50 and 30"},
       {"gemma3_text", "Gemma 3 (Gemma3ForCausalLM), q/k norms"},
       {"mixtral", "Mixtral (MixtralForCausalLM), 4 experts per layer, top-2"},
-      {"qwen3_moe", "Qwen 3 MoE (Qwen3MoeForCausalLM), 8 experts of 64 on layer 1, top-2"}};
+      {"qwen3_moe", "Qwen 3 MoE (Qwen3MoeForCausalLM), 8 experts of 64 on layer 1, top-2"},
+      {"qwen2_moe",
+       "Qwen 2 MoE (Qwen2MoeForCausalLM), 8 experts of 64 and a gated shared "
+       "expert of 128 on layer 1, top-2"}};
   std::string llama_tokens;
   {
     std::ostringstream out;
@@ -100,6 +103,7 @@ TEST(DemoCommandTest, EveryFamilyPassesEveryCheck) {
                                 : family.starts_with("gemma") ? "GemmaBackbone.get_layout_map"
                                 : family == "mixtral"         ? "MixtralBackbone.get_layout_map"
                                 : family == "qwen3_moe"       ? "Qwen3MoeBackbone.get_layout_map"
+                                : family == "qwen2_moe"       ? "QwenMoeBackbone.get_layout_map"
                                                               : "QwenBackbone.get_layout_map"));
     EXPECT_TRUE(std::filesystem::exists(dir / family / "config.json"));
     // What distinguishes the family changes the tokens (the window, the biases, the norms).
