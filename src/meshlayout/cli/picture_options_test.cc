@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::string read(const std::string& path) {
+std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
   s << in.rdbuf();
@@ -38,7 +38,7 @@ std::string read(const std::string& path) {
          << "the text (" << text.size() << " bytes) lacks: " << needle;
 }
 
-size_t files_in(const std::string& dir) {
+size_t count_files(const std::string& dir) {
   return static_cast<size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
 }
 
@@ -57,7 +57,7 @@ TEST_F(PictureOptionsTest, LayoutSvgWritesThePictureAndTheSameText) {
   options.svg = path;
   EXPECT_EQ(run_layout(options, with), 0);
   EXPECT_EQ(with.str(), without.str() + "picture: " + path + "\n");
-  const std::string svg = read(path);
+  const std::string svg = read_text(path);
   EXPECT_EQ(svg.rfind("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg", 0), 0u);
   EXPECT_TRUE(Has(svg, "tensor (8, 6) as layout[data,None]@mesh[data=2,model=4]"));
   for (int64_t p = 0; p < 8; ++p) EXPECT_TRUE(Has(svg, css_colour(device_colour(p))));
@@ -75,7 +75,7 @@ TEST_F(PictureOptionsTest, LayoutSvgToABadPathFailsBeforePrinting) {
                                     dir_.path("no/such/dir") + "' does not exist"));
   }
   EXPECT_EQ(out.str(), "");
-  EXPECT_EQ(files_in(dir_.path()), 0u);
+  EXPECT_EQ(count_files(dir_.path()), 0u);
 }
 
 class PlanHtmlCommandTest : public PictureOptionsTest {
@@ -102,7 +102,7 @@ TEST_F(PlanHtmlCommandTest, WritesThePageAndSaysSo) {
   o.html = dir_.path("plan.html");
   EXPECT_EQ(run_plan(o, with), 0);
   EXPECT_EQ(with.str(), without.str() + "picture: " + *o.html + "\n");
-  const std::string page = read(*o.html);
+  const std::string page = read_text(*o.html);
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_TRUE(Has(page, "training with adam: weights, gradients and slots in float32"));
   EXPECT_TRUE(Has(page, "</i>optimizer slots</span>"));
@@ -125,7 +125,7 @@ TEST_F(PlanHtmlCommandTest, TheMemoryPlanIsDrawn) {
   o.device_memory = "512B";  // every device's peak (640 or 808 bytes) exceeds it
   o.html = dir_.path("plan.html");
   EXPECT_EQ(run_plan(o, out), kPlanDoesNotFitExitCode);
-  const std::string page = read(*o.html);
+  const std::string page = read_text(*o.html);
   EXPECT_TRUE(Has(page, "The red line is the device memory, 512 B."));
   EXPECT_TRUE(Has(page, "The black tick is each device's peak"));
   EXPECT_TRUE(Has(page, " (does not fit)</text>"));
@@ -140,7 +140,7 @@ TEST_F(PlanHtmlCommandTest, APlanWithErrorsIsStillDrawn) {
   PlanCommandOptions o{.path = checkpoint_, .rules_path = rules};
   o.html = dir_.path("plan.html");
   EXPECT_EQ(run_plan(o, out), kPlanHasErrorsExitCode);
-  const std::string page = read(*o.html);
+  const std::string page = read_text(*o.html);
   EXPECT_TRUE(Has(page, "Errors (1)"));
   EXPECT_TRUE(Has(page, "<b>rank_mismatch</b>"));
 }
@@ -159,8 +159,8 @@ TEST_F(PlanHtmlCommandTest, AnUnwritablePathIsNamedAndNothingIsLeft) {
   }
   o.html = "/proc/plan.html";
   EXPECT_THROW(run_plan(o, out), ValueError);
-  EXPECT_EQ(out.str(), "");              // nothing printed
-  EXPECT_EQ(files_in(dir_.path()), 2u);  // the checkpoint and the rules only
+  EXPECT_EQ(out.str(), "");                 // nothing printed
+  EXPECT_EQ(count_files(dir_.path()), 2u);  // the checkpoint and the rules only
 }
 
 }  // namespace

@@ -16,12 +16,12 @@ namespace {
 
 // --- bytes by kind --------------------------------------------------------------------------
 
-struct Kind {
+struct ByteKind {
   const char* name;
   const char* colour;
   uint64_t DeviceMemoryPlan::*field;
 };
-constexpr std::array<Kind, 6> kKinds = {{
+constexpr std::array<ByteKind, 6> kKinds = {{
     {"weights", "#4e79a7", &DeviceMemoryPlan::weights},
     {"gradients", "#f28e2b", &DeviceMemoryPlan::gradients},
     {"optimizer slots", "#59a14f", &DeviceMemoryPlan::slots},
@@ -32,7 +32,7 @@ constexpr std::array<Kind, 6> kKinds = {{
 
 uint64_t stacked(const DeviceMemoryPlan& d) {
   uint64_t sum = 0;
-  for (const Kind& k : kKinds) sum += d.*k.field;
+  for (const ByteKind& k : kKinds) sum += d.*k.field;
   return sum;
 }
 
@@ -61,8 +61,8 @@ void render_bars(const CheckpointPlan& plan, const PlanHtmlOptions& o,
                  const std::vector<DeviceMemoryPlan>& memory, std::string& out) {
   const DeviceMesh& mesh = plan.mesh;
   const int64_t n = mesh.size();
-  std::vector<const Kind*> kinds;
-  for (const Kind& k : kKinds) {
+  std::vector<const ByteKind*> kinds;
+  for (const ByteKind& k : kKinds) {
     for (const DeviceMemoryPlan& d : memory) {
       if (d.*k.field) {
         kinds.push_back(&k);
@@ -116,7 +116,7 @@ void render_bars(const CheckpointPlan& plan, const PlanHtmlOptions& o,
     out += " The black tick is each device's peak (what it holds at once).";
   }
   out += "</p>\n<p class=\"legend\">";
-  for (const Kind* k : kinds) {
+  for (const ByteKind* k : kinds) {
     put(out, "<span><i style=\"background:{}\"></i>{}</span> ", k->colour, k->name);
   }
   out += "</p>\n";
@@ -145,7 +145,7 @@ void render_bars(const CheckpointPlan& plan, const PlanHtmlOptions& o,
     put(out, "<text x=\"14\" y=\"{}\">{}</text>", y + 12,
         xml_escape(label.size() > 52 ? label.substr(0, 50) + "…" : label));
     uint64_t at = 0;
-    for (const Kind* k : kinds) {
+    for (const ByteKind* k : kinds) {
       const uint64_t v = b.bytes.*k->field;
       if (v == 0) continue;
       put(out,

@@ -19,7 +19,7 @@ namespace {
 
 // A mesh on the first devices (the process's device count is lifted to kMaxMeshDevices, as the
 // commands do, so a mesh must name its devices).
-DeviceMesh make_mesh(std::vector<int64_t> shape, std::vector<std::string> names) {
+DeviceMesh mesh_of(std::vector<int64_t> shape, std::vector<std::string> names) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   std::vector<std::string> devices;
@@ -34,7 +34,7 @@ DeviceMesh make_mesh(std::vector<int64_t> shape, std::vector<std::string> names)
          << "the page (" << page.size() << " bytes) lacks: " << needle;
 }
 
-size_t count(const std::string& text, const std::string& what) {
+size_t occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
@@ -64,7 +64,7 @@ class PlanHtmlTest : public ::testing::Test {
 };
 
 TEST_F(PlanHtmlTest, SmallPlanPage) {
-  DeviceMesh mesh = make_mesh({2, 4}, {"data", "model"});
+  DeviceMesh mesh = mesh_of({2, 4}, {"data", "model"});
   LayoutMap map(mesh);
   map["dense.*kernel"] = {None, "model"};
   map["emb"] = {{"data", "model"}, None};
@@ -85,13 +85,13 @@ TEST_F(PlanHtmlTest, SmallPlanPage) {
   EXPECT_FALSE(Has(page, "@import"));
   EXPECT_FALSE(Has(page, "url(http"));
   EXPECT_FALSE(Has(page, "href=\"http"));
-  EXPECT_EQ(count(page, "<script>"), 1u);
+  EXPECT_EQ(occurrences(page, "<script>"), 1u);
   EXPECT_TRUE(Has(page, "data-meshlayout-rendered"));
   // Every device's colour is listed and drawn.
   std::string colours;
   for (int64_t p = 0; p < 8; ++p) {
     colours += (p ? "," : "") + css_colour(device_colour(p));
-    EXPECT_GE(count(page, "fill=\"" + css_colour(device_colour(p)) + "\""), 4u) << p;
+    EXPECT_GE(occurrences(page, "fill=\"" + css_colour(device_colour(p)) + "\""), 4u) << p;
   }
   EXPECT_TRUE(Has(page, "<meta name=\"meshlayout-device-colours\" content=\"" + colours));
   // Warnings: the unused rule, the large replicated tensor, the uneven embedding.
@@ -113,7 +113,7 @@ TEST_F(PlanHtmlTest, SmallPlanPage) {
 }
 
 TEST_F(PlanHtmlTest, ErrorsAreListedAndWrongRankIsNotDrawn) {
-  DeviceMesh mesh = make_mesh({2}, {"model"});
+  DeviceMesh mesh = mesh_of({2}, {"model"});
   LayoutMap map(mesh);
   map["w"] = {"model", None};
   std::vector<TensorInfo> infos = {info("w", {4}), info("<script>alert(1)</script>", {4})};
@@ -124,11 +124,11 @@ TEST_F(PlanHtmlTest, ErrorsAreListedAndWrongRankIsNotDrawn) {
   EXPECT_TRUE(Has(page, "<b>rank_mismatch</b>"));
   EXPECT_TRUE(Has(page, "Not drawn: the layout&#39;s rank differs from the tensor&#39;s."));
   EXPECT_FALSE(Has(page, "<script>alert"));  // names are escaped
-  EXPECT_EQ(count(page, "<script>"), 1u);
+  EXPECT_EQ(occurrences(page, "<script>"), 1u);
 }
 
 TEST_F(PlanHtmlTest, MemoryOfTheWrongSizeIsRefused) {
-  DeviceMesh mesh = make_mesh({2}, {"model"});
+  DeviceMesh mesh = mesh_of({2}, {"model"});
   LayoutMap map(mesh);
   std::vector<TensorInfo> infos = {info("w", {4})};
   const CheckpointPlan plan = plan_tensors(pointers(infos), map);
@@ -136,17 +136,17 @@ TEST_F(PlanHtmlTest, MemoryOfTheWrongSizeIsRefused) {
 }
 
 TEST_F(PlanHtmlTest, ManyLayoutsBeyondTheLimitGoToATable) {
-  DeviceMesh mesh = make_mesh({2}, {"model"});
+  DeviceMesh mesh = mesh_of({2}, {"model"});
   LayoutMap map(mesh);
   std::vector<TensorInfo> infos;
   for (int64_t i = 1; i <= 30; ++i) infos.push_back(info(fmt::format("t{}", i), {i, 2}));
   const CheckpointPlan plan = plan_tensors(pointers(infos), map);
   const std::string page = render_plan_html(plan, {.max_pictures = 5, .max_table_rows = 20});
-  EXPECT_EQ(count(page, "<details"), 5u);
+  EXPECT_EQ(occurrences(page, "<details"), 5u);
   EXPECT_TRUE(Has(page, "25 layouts are not drawn (pictures are drawn for the 5 largest"));
   EXPECT_TRUE(Has(page, "; the first 20 listed"));
   EXPECT_TRUE(Has(page, "<b>t30</b>"));  // the largest are drawn
-  EXPECT_EQ(count(page, "<tr><td>"), 20u);
+  EXPECT_EQ(occurrences(page, "<tr><td>"), 20u);
 }
 
 // Issue 28: a 405B-shaped Llama (Llama 3.1 405B: 126 layers, hidden 16384, 128 heads, 8 KV
@@ -164,7 +164,7 @@ TEST_F(PlanHtmlTest, Llama405BOn16384DevicesStaysUnder20MB) {
   for (const HfWeightMapping& m : hf_llama_weight_mappings(config)) {
     infos.push_back(info(m.keras_path, m.keras_shape, 2));
   }
-  DeviceMesh mesh = make_mesh({128, 128}, {"batch", "model"});
+  DeviceMesh mesh = mesh_of({128, 128}, {"batch", "model"});
   const LayoutMap map = llama_layout_map(mesh, "model", "batch");
   const CheckpointPlan plan = plan_tensors(pointers(infos), map);
   const auto start = std::chrono::steady_clock::now();
