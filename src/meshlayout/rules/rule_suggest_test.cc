@@ -38,10 +38,10 @@ const char* const kMeshes[] = {
     "data=1,model=6", "data=2,fsdp=2,model=2", "pipe=1,data=2,fsdp=2,model=2"};
 
 // Every family: the dense ones of the family tests and the mixtures of experts (Mixtral: 4
-// experts in every layer; Qwen 3 MoE).
+// experts in every layer; Qwen 3 MoE; Qwen 2 MoE with its shared expert).
 std::vector<testing::Family> all_families() {
   std::vector<testing::Family> out = testing::families();
-  for (const char* moe : {"mixtral", "qwen3_moe"}) {
+  for (const char* moe : {"mixtral", "qwen3_moe", "qwen2_moe"}) {
     out.push_back({moe, LlamaConfig::from_json(small_hf_moe_spec(moe).to_json())});
   }
   return out;
