@@ -32,9 +32,9 @@ Layer = _nn.Layer
 KerasTensor = _nn.KerasTensor
 
 __all__ = [
-    "Add", "BatchNormalization", "Concatenate", "Conv2D", "Dense", "Dropout", "Embedding",
-    "EinsumDense", "Flatten", "GatedFeedForward", "Input", "KerasTensor", "LSTM", "Layer",
-    "LayerNormalization", "MultiHeadAttention", "Multiply", "PReLU", "RMSNormalization",
+    "Activation", "Add", "BatchNormalization", "Concatenate", "Conv2D", "Dense", "Dropout",
+    "Embedding", "EinsumDense", "Flatten", "GatedFeedForward", "Input", "KerasTensor", "LSTM",
+    "Layer", "LayerNormalization", "MultiHeadAttention", "Multiply", "PReLU", "RMSNormalization",
     "Reshape", "ReversibleEmbedding", "SeparableConv2D",
 ]
 
@@ -255,6 +255,14 @@ class GatedFeedForward(_nn.GatedFeedForward):
                          _positive("GatedFeedForward", "output_dim", output_dim),
                          dict(_common("GatedFeedForward", kwargs), activation=activation,
                               kernel_initializer=_initializer(kernel_initializer)))
+
+
+class Activation(_nn.Activation):
+    """keras.layers.Activation(activation): "relu", "gelu", "tanh", "softmax", "silu"/"swish",
+    "linear" or None; no weights."""
+
+    def __init__(self, activation, **kwargs):
+        super().__init__(_activation(activation), _common("Activation", kwargs)["name"])
 
 
 class Dropout(_nn.Dropout):

@@ -5,6 +5,7 @@ from typing import Any, Optional, Sequence, Union
 from meshlayout import TensorLayout, Variable
 
 __all__ = [
+    "Activation",
     "Add",
     "BatchNormalization",
     "Concatenate",
@@ -28,6 +29,9 @@ __all__ = [
     "ReversibleEmbedding",
     "SeparableConv2D",
 ]
+
+class Activation(Layer):
+    def __init__(self, activation: Optional[str], **kwargs: Any) -> None: ...
 
 class Add(Layer):
     def __init__(self, **kwargs: Any) -> None: ...

@@ -14,6 +14,7 @@
 
 #include "meshlayout/core/strings.h"
 #include "meshlayout/layout_map/layout_map_scope.h"
+#include "meshlayout/nn/layers/activations/activation_layer.h"
 #include "meshlayout/nn/layers/activations/prelu.h"
 #include "meshlayout/nn/layers/attention/multi_head_attention.h"
 #include "meshlayout/nn/layers/convolutional/conv2d.h"
@@ -404,6 +405,11 @@ void bind_core_layers(py::module_& m) {
         options.kernel_initializer =
             initializer(o, "kernel_initializer", Initializer::glorot_uniform());
         return std::make_shared<GatedFeedForward>(intermediate_dim, output_dim, options);
+      }));
+
+  LayerClass<ActivationLayer>(m, "Activation")
+      .def(py::init([](const std::string& activation, const std::string& name) {
+        return std::make_shared<ActivationLayer>(parse_activation(activation), name);
       }));
 
   LayerClass<Dropout>(m, "Dropout").def(py::init([](double rate, const py::dict& o) {

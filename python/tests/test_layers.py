@@ -56,6 +56,7 @@ CASES = [
      {"gated_feed_forward/gate/kernel": (3, 6), "gated_feed_forward/up/kernel": (3, 6),
       "gated_feed_forward/down/kernel": (6, 3)}),
     (lambda: L.Dropout(0.5), (2, 3), (2, 3), {}),
+    (lambda: L.Activation("relu"), (2, 3), (2, 3), {}),
     (lambda: L.Reshape((3, 2)), (2, 6), (2, 3, 2), {}),
     (lambda: L.Flatten(), (2, 3, 2), (2, 6), {}),
 ]
@@ -93,6 +94,21 @@ def test_dense_computes_x_at_kernel_plus_bias():
     assert d.units == 3 and d.name == "dense"
     assert L.Dense(3).name == "dense_1"  # Keras' automatic names
     assert L.Dense(3, name="mine").name == "mine"
+
+
+def test_activation_layer():
+    x = x_of(3, 4)
+    a = L.Activation("tanh")
+    assert a.name == "activation"
+    np.testing.assert_allclose(np.asarray(a(x)), np.tanh(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(L.Activation(None)(x)), x)
+    with pytest.raises(ValueError, match="Could not interpret activation function identifier"):
+        L.Activation("nope")
+    # trains inside a model (its backward is C++'s)
+    m = keras.Sequential([keras.Input((4,)), L.Dense(3), L.Activation("silu"), L.Dense(1)])
+    m.compile(optimizer="sgd", loss="mse")
+    h = m.fit(x, x[:, :1], batch_size=3, epochs=2, verbose=0)
+    assert np.all(np.isfinite(h.history["loss"]))
 
 
 def test_merge_layers_take_lists():
