@@ -85,8 +85,8 @@ def test_float64_and_sampling(tmp_path):
 def test_bad_input_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         models.from_pretrained(str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match="model_type 'mixtral'"):
-        models.write_random_model(str(tmp_path / "x"), {**config("llama"), "model_type": "mixtral"})
+    with pytest.raises(ValueError, match="model_type 'phi3'"):
+        models.write_random_model(str(tmp_path / "x"), {**config("llama"), "model_type": "phi3"})
     with pytest.raises(TypeError, match="ModelConfig or a dict"):
         models.write_random_model(str(tmp_path / "x"), 3)
     directory = str(tmp_path / "llama")
