@@ -25,6 +25,12 @@ const E* data_of(const Array::Shard* s) {
   return reinterpret_cast<const E*>(s->buffer.data());
 }
 
+// Zeros n elements at p; an empty buffer (a device with no experts or rows: null data) is left.
+template <typename E>
+void zero(E* p, int64_t n) {
+  if (n > 0) std::memset(p, 0, static_cast<size_t>(n) * sizeof(E));
+}
+
 // act(g) as gated_activation.h computes it, and its derivative.
 template <typename E>
 E activate(GateFunction f, E g) {
@@ -138,7 +144,7 @@ void experts_forward(const MoeExpertsForward& a) {
   const int32_t* ids = data_of<int32_t>(a.ids);
   E* out = data_of<E>(a.out);
   const int64_t d = a.d, f = a.f;
-  std::memset(out, 0, static_cast<size_t>(a.rows * d) * sizeof(E));
+  zero(out, a.rows * d);
   if (f == 0) return;
   const auto routed = routed_rows(ids, a.rows, a.top_k, a.first_expert, a.experts);
   std::vector<E> xe, g, u, o;
@@ -174,11 +180,11 @@ void experts_backward(const MoeExpertsBackward& a) {
   const int64_t d = a.d, f = a.f, k = a.top_k;
   E* dx = a.dx ? data_of<E>(a.dx) : nullptr;
   E* dw = a.dweights ? data_of<E>(a.dweights) : nullptr;
-  if (dx) std::memset(dx, 0, static_cast<size_t>(a.rows * d) * sizeof(E));
-  if (dw) std::memset(dw, 0, static_cast<size_t>(a.rows * k) * sizeof(E));
-  std::memset(data_of<E>(a.dgate), 0, static_cast<size_t>(a.experts * d * f) * sizeof(E));
-  std::memset(data_of<E>(a.dup), 0, static_cast<size_t>(a.experts * d * f) * sizeof(E));
-  std::memset(data_of<E>(a.ddown), 0, static_cast<size_t>(a.experts * f * d) * sizeof(E));
+  if (dx) zero(dx, a.rows * d);
+  if (dw) zero(dw, a.rows * k);
+  zero(data_of<E>(a.dgate), a.experts * d * f);
+  zero(data_of<E>(a.dup), a.experts * d * f);
+  zero(data_of<E>(a.ddown), a.experts * f * d);
   if (f == 0) return;
   const auto routed = routed_rows(ids, a.rows, k, a.first_expert, a.experts);
   std::vector<E> xe, g, u, h, o, dout, dh, dxe, tmp;
