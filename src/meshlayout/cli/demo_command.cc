@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "meshlayout/cli/demo_model.h"
 #include "meshlayout/cli/progress_bar.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/core/input_file.h"
@@ -34,150 +35,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// A small Llama: grouped-query attention (8 query heads share 2 key/value heads), tied
-// embeddings (as Llama 3.2 1B), two blocks. Every dimension the keras-hub rules split divides
-// its axis on the 2x4 mesh; the Megatron reload splits the 2 key/value heads over 4 devices.
-// The other families change what distinguishes them: Mistral a sliding window shorter than the
-// prompt, Qwen 2 q/k/v biases, Qwen 3 q/k head norms and a head_dim of its own (24, not 128/8),
-// Gemma keras-hub's Gemma block, Gemma 2 also post norms, soft caps and a window on layer 0.
-LlamaConfig demo_config(const std::string& family) {
-  LlamaConfig c{.vocab_size = 512,
-                .hidden_size = 128,
-                .intermediate_size = 256,
-                .num_hidden_layers = 2,
-                .num_attention_heads = 8,
-                .num_key_value_heads = 2,
-                .head_dim = 16,
-                .rms_norm_eps = 1e-5,
-                .rope_theta = 10000.0,
-                .tie_word_embeddings = true,
-                .max_position_embeddings = 64};
-  c.family = family;
-  if (family == "mistral") c.sliding_window = 4;
-  if (family == "qwen3") c.head_dim = 24;
-  if (family == "gemma" || family == "gemma2" || family == "gemma3_text") {
-    c.query_pre_attn_scalar = 16;
-  }
-  if (family == "gemma3_text") {  // layer 0 sliding with the local rope, layer 1 global
-    c.tie_word_embeddings = false;
-    c.sliding_window = 4;
-    c.sliding_window_pattern = 2;
-    c.rope_local_base_freq = 10000;
-    c.rope_theta = 1e6;
-    c.rope_linear_factor = 8;
-  }
-  if (family == "mixtral") {  // four experts, two per token, every layer sparse
-    c.num_experts = 4;
-    c.num_experts_per_tok = 2;
-    c.norm_topk_prob = true;
-  }
-  if (family == "qwen3_moe") {  // eight small experts; layer 0 dense (mlp_only_layers)
-    c.head_dim = 24;
-    c.num_experts = 8;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 64;
-    c.norm_topk_prob = true;
-    c.mlp_only_layers = {0};
-  }
-  if (family == "qwen2_moe") {  // eight small experts and a shared expert; layer 0 dense
-    c.num_experts = 8;
-    c.num_experts_per_tok = 2;
-    c.moe_intermediate_size = 64;
-    c.shared_expert_intermediate_size = 128;
-    c.mlp_only_layers = {0};
-  }
-  if (family == "gemma2") {
-    // Untied here: with tied embeddings, random weights and post norms holding each block's
-    // output to unit size, the scaled embedding dominates and every step repeats the last token.
-    c.tie_word_embeddings = false;
-    c.sliding_window = 4;
-    c.attn_logit_softcapping = 50.0;
-    c.final_logit_softcapping = 30.0;
-  }
-  c.validate();
-  return c;
-}
-
-// What the demo says of the family's model.
-std::string family_story(const LlamaConfig& c) {
-  if (c.family == "mistral") {
-    return fmt::format("Mistral (MistralForCausalLM), sliding window of {} keys", c.sliding_window);
-  }
-  if (c.family == "qwen2") return "Qwen 2 (Qwen2ForCausalLM), q/k/v biases";
-  if (c.family == "qwen3") {
-    return fmt::format("Qwen 3 (Qwen3ForCausalLM), q/k head norms, head_dim {} != {} / {}",
-                       c.head_dim, c.hidden_size, c.num_attention_heads);
-  }
-  if (c.family == "gemma") return "Gemma (GemmaForCausalLM), keras-hub's Gemma block";
-  if (c.family == "mixtral") {
-    return fmt::format("Mixtral (MixtralForCausalLM), {} experts per layer, top-{}", c.num_experts,
-                       c.num_experts_per_tok);
-  }
-  if (c.family == "qwen3_moe") {
-    return fmt::format(
-        "Qwen 3 MoE (Qwen3MoeForCausalLM), {} experts of {} on layer 1, top-{}, layer 0 dense",
-        c.num_experts, c.moe_intermediate_size, c.num_experts_per_tok);
-  }
-  if (c.family == "qwen2_moe") {
-    return fmt::format(
-        "Qwen 2 MoE (Qwen2MoeForCausalLM), {} experts of {} and a gated shared expert of {} on "
-        "layer 1, top-{}, layer 0 dense",
-        c.num_experts, c.moe_intermediate_size, c.shared_expert_intermediate_size,
-        c.num_experts_per_tok);
-  }
-  if (c.family == "gemma3_text") {
-    return "Gemma 3 (Gemma3ForCausalLM), q/k norms, a local-rope sliding layer and a global one";
-  }
-  if (c.family == "gemma2") {
-    return fmt::format(
-        "Gemma 2 (Gemma2ForCausalLM), post norms, soft caps {} and {}, window of {} on layer 0",
-        c.attn_logit_softcapping, c.final_logit_softcapping, c.sliding_window);
-  }
-  return "Llama (LlamaForCausalLM)";
-}
 constexpr int64_t kBatch = 2, kPromptLength = 8, kNewTokens = 8;
 
-// Megatron tensor parallelism for the Llama (examples/rules/llama_megatron.json): vocab-parallel
-// embeddings, column-parallel q/k/v, gate and up projections, row-parallel output projections.
-// With q/k/v biases (Qwen 2, examples/rules/qwen_megatron.json) they are split on their heads.
-LayoutMap megatron_rules(const DeviceMesh& mesh, const LlamaConfig& config) {
-  LayoutMap rules(mesh, MatchMode::kSearch);
-  if (config.gemma()) {  // keras-hub's Gemma names, q/k/v kernels heads first
-    rules["token_embedding/embeddings"] = {"model", None};
-    rules["decoder_block.*attention.*(query|key|value).kernel"] = {"model", None, None};
-    rules["decoder_block.*attention_output.kernel"] = {"model", None, None};
-    rules["decoder_block.*ffw_gating.*kernel"] = {None, "model"};
-    rules["decoder_block.*ffw_linear.kernel"] = {"model", None};
-    return rules;
-  }
-  if (config.qkv_bias()) {
-    rules["transformer_layer.*self_attention.*(query|key|value).bias"] = {"model", None};
-  }
-  if (config.moe()) {  // expert parallelism: each device of the model axis holds its experts
-    rules["experts/expert_feedforward_.*"] = {"model", None, None};
-    rules["token_embedding/embeddings"] = {"model", None};
-    rules["token_embedding/reverse_embeddings"] = {None, "model"};
-    rules["transformer_layer.*self_attention.*(query|key|value).kernel"] = {None, "model", None};
-    rules["transformer_layer.*attention_output.kernel"] = {"model", None, None};
-    rules["transformer_layer_[0-9]+/feedforward_(gate|intermediate)_dense.kernel"] = {None,
-                                                                                      "model"};
-    rules["transformer_layer_[0-9]+/feedforward_output_dense.kernel"] = {"model", None};
-    if (config.shared_expert_intermediate_size > 0) {  // Qwen 2 MoE: the shared expert as an MLP
-      rules["shared_expert_dense/feedforward_(gate|intermediate)_dense.kernel"] = {None, "model"};
-      rules["shared_expert_dense/feedforward_output_dense.kernel"] = {"model", None};
-    }
-    return rules;
-  }
-  rules["token_embedding/embeddings"] = {"model", None};
-  rules["token_embedding/reverse_embeddings"] = {None, "model"};
-  rules["transformer_layer.*self_attention.*(query|key|value).kernel"] = {None, "model", None};
-  rules["transformer_layer.*attention_output.kernel"] = {"model", None, None};
-  rules["transformer_layer.*feedforward_(gate|intermediate)_dense.kernel"] = {None, "model"};
-  rules["transformer_layer.*feedforward_output_dense.kernel"] = {"model", None};
-  return rules;
-}
-
-// The model's variables (keras-hub paths, shapes, F32) from the checkpoint's headers alone.
+// The demo's prompts: kBatch rows of kPromptLength token ids below the vocabulary.
 std::vector<std::vector<int32_t>> demo_prompts(const LlamaConfig& c) {
   std::vector<std::vector<int32_t>> prompts(kBatch);
   for (int64_t b = 0; b < kBatch; ++b) {
@@ -263,7 +123,7 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
     out << fmt::format("   check: {}: {}\n", what, ok ? "ok" : "FAILED");
     if (!ok) ++failures;
   };
-  const LlamaConfig config = demo_config(options.family);
+  const LlamaConfig config = demo_llama_config(options.family);
   const DeviceMesh mesh({2, 4}, {"batch", "model"},
                         std::vector<std::string>(devices.begin(), devices.begin() + 8));
   out << "1. A 2x4 mesh of virtual devices: " << mesh << "\n\n";
@@ -276,7 +136,7 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   const RemoveOnExit cleanup{keep ? fs::path() : dir};
   const fs::path model_dir = dir / (config.family == "llama" ? "llama" : config.family);
   out << fmt::format("2. A small random {} written in Hugging Face format to {}\n",
-                     family_story(config), model_dir.string());
+                     demo_family_story(config), model_dir.string());
   out << fmt::format(
       "   vocab {}, hidden {}, {} layers, {} query heads sharing {} key/value heads of {}, "
       "feed-forward {}, {} embeddings; BF16 in 2 files with an index; a toy byte-level "
@@ -299,18 +159,10 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
                      checkpoint.checkpoint().files().size(), format_bytes(file_bytes));
 
   const LayoutMap rules = family_layout_map(config, mesh, "model", "batch");
-  const bool qwen = config.family == "qwen2" || config.family == "qwen3";
   out << fmt::format(
       "\n3. keras-hub's {}Backbone.get_layout_map(mesh, \"model\", \"batch\"): {} rules, "
       "keyed by variable path (search mode, as Keras 3):\n",
-      config.family == "qwen3_moe"   ? "Qwen3Moe"
-      : config.family == "qwen2_moe" ? "QwenMoe"
-      : config.family == "mixtral"   ? "Mixtral"
-      : qwen                         ? "Qwen"
-      : config.gemma()               ? "Gemma"
-      : config.family == "mistral"   ? "Mistral"
-                                     : "Llama",
-      rules.size());
+      demo_backbone_name(config), rules.size());
   for (size_t i = 0; i < rules.size(); ++i) {
     out << fmt::format("   [{}] {:<60} -> {}\n", i, rules.rule(i).pattern,
                        rules.rule(i).layout.to_string());
@@ -439,7 +291,7 @@ int run_demo(std::ostream& out, const DemoOptions& options) {
   out << fmt::format("   {} written in {:.1f} ms\n", format_bytes(saved.file_bytes),
                      ms_since(start));
 
-  const LayoutMap megatron = megatron_rules(mesh, config);
+  const LayoutMap megatron = demo_megatron_rules(mesh, config);
   out << (config.moe() ? "\n10. Reload it into another sharding, expert parallelism (each device "
                          "of the model axis holds its experts; the tokens they route are "
                          "combined across it) with Megatron's attention:\n"
