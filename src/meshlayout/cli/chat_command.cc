@@ -69,14 +69,10 @@ int run_chat(const ChatCommandOptions& options, std::istream& in, std::ostream& 
     }
     decoding = decoding_options(options.max_new_tokens, options.temperature, options.top_k,
                                 options.top_p, options.seed);
-    if (options.device != "cpu" && options.device != "gpu") {
-      throw ValueError(fmt::format("--device {}: expected cpu or gpu", quote(options.device)));
-    }
-    const DeviceKind kind = options.device == "gpu" ? DeviceKind::kCuda : DeviceKind::kCpu;
-    setup = open_llama_setup(
-        options.model_dir, options.rules_path, options.mesh,
-        [kind] { return default_generate_mesh(kind); }, kind);
-    if (kind == DeviceKind::kCuda) device_runtime = default_runtime(kind);
+    GenerationSetup opened =
+        open_generation_setup(options.model_dir, options.rules_path, options.mesh, options.device);
+    setup = std::move(opened.llama);
+    device_runtime = std::move(opened.device_runtime);
     tokenizer = tokenizers::load_tokenizer(options.model_dir);
     format = tokenizers::choose_chat_format(options.template_name,
                                             setup.checkpoint->config().family, *tokenizer);

@@ -147,6 +147,20 @@ GenerateOptions decoding_options(int64_t max_new_tokens, std::optional<double> t
   return g;
 }
 
+GenerationSetup open_generation_setup(const std::string& model_dir, const std::string& rules_path,
+                                      const std::optional<std::string>& mesh,
+                                      const std::string& device) {
+  if (device != "cpu" && device != "gpu") {
+    throw ValueError(fmt::format("--device {}: expected cpu or gpu", quote(device)));
+  }
+  const DeviceKind kind = device == "gpu" ? DeviceKind::kCuda : DeviceKind::kCpu;
+  GenerationSetup setup;
+  setup.llama = open_llama_setup(
+      model_dir, rules_path, mesh, [kind] { return default_generate_mesh(kind); }, kind);
+  setup.device_runtime = default_runtime(kind);
+  return setup;
+}
+
 int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
   const std::shared_ptr<Runtime> runtime = default_runtime();
   const bool leader = runtime->process_id() == 0;
@@ -181,14 +195,10 @@ int run_generate(const GenerateCommandOptions& options, std::ostream& out) {
     }
     generate_options = decoding_options(options.max_new_tokens, options.temperature, options.top_k,
                                         options.top_p, options.seed);
-    if (options.device != "cpu" && options.device != "gpu") {
-      throw ValueError(fmt::format("--device {}: expected cpu or gpu", quote(options.device)));
-    }
-    const DeviceKind kind = options.device == "gpu" ? DeviceKind::kCuda : DeviceKind::kCpu;
-    setup = open_llama_setup(
-        options.model_dir, options.rules_path, options.mesh,
-        [kind] { return default_generate_mesh(kind); }, kind);
-    if (kind == DeviceKind::kCuda) device_runtime = default_runtime(kind);
+    GenerationSetup opened =
+        open_generation_setup(options.model_dir, options.rules_path, options.mesh, options.device);
+    setup = std::move(opened.llama);
+    device_runtime = std::move(opened.device_runtime);
     if (text) {
       tokenizer = tokenizers::load_tokenizer(options.model_dir);
       for (const std::string& prompt : options.prompts) {

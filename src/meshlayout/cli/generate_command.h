@@ -34,13 +34,16 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "meshlayout/cli/llama_command_setup.h"
 #include "meshlayout/layout/device_mesh.h"
 #include "meshlayout/models/generation.h"
+#include "meshlayout/runtime/runtime.h"
 #include "meshlayout/tokenizers/tokenizer.h"
 
 namespace meshlayout::cli {
@@ -91,6 +94,22 @@ GenerateOptions decoding_options(int64_t max_new_tokens, std::optional<double> t
 /// The mesh used without --mesh and without a mesh in the rules file: batch=1,model=N over
 /// list_devices() (list_devices("gpu") for kCuda).
 DeviceMesh default_generate_mesh(DeviceKind kind = DeviceKind::kCpu);
+
+/// What generate and chat open before their own parts: `device` checked ("cpu" or "gpu",
+/// else a ValueError naming it), the model directory and rules file on their mesh
+/// (open_llama_setup; without `mesh` or a mesh in the rules file, default_generate_mesh of the
+/// device kind), and the runtime of the mesh's devices. Throws; does not agree across
+/// processes (the commands fold it into their agreement).
+///
+///   GenerationSetup s = open_generation_setup(dir, "", std::nullopt, "cpu");
+///   s.llama.mesh->to_string();   // "mesh[batch=1,model=4]" on 4 devices
+struct GenerationSetup {
+  LlamaSetup llama;
+  std::shared_ptr<Runtime> device_runtime;  // default_runtime() of the device kind
+};
+GenerationSetup open_generation_setup(const std::string& model_dir, const std::string& rules_path,
+                                      const std::optional<std::string>& mesh,
+                                      const std::string& device);
 
 /// Runs the command on the default runtime (every process calls it; output from process 0
 /// only); returns the exit code (0). Bad options (no prompt, both --prompt and --prompt-ids,

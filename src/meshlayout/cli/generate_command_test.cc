@@ -270,6 +270,20 @@ std::vector<int32_t> encoded(const tokenizers::Tokenizer& tok, const std::string
   return ids;
 }
 
+// What generate and chat share: the device checked, the directory opened on its mesh.
+TEST_F(GenerateCommandTest, GenerationSetupChecksTheDeviceAndPicksTheMesh) {
+  EXPECT_EQ(ValueErrorMessage([] { open_generation_setup(dir_, "", std::nullopt, "tpu"); }),
+            "--device 'tpu': expected cpu or gpu");
+  const GenerationSetup s = open_generation_setup(dir_, "", std::nullopt, "cpu");
+  EXPECT_EQ(s.llama.mesh->to_string(), "mesh[batch=1,model=4]");
+  EXPECT_EQ(s.llama.rules_text, "none: every variable replicated");
+  EXPECT_EQ(s.llama.checkpoint->config().vocab_size, testing::tiny_generate_config().vocab_size);
+  EXPECT_EQ(s.device_runtime, default_runtime());
+  EXPECT_EQ(
+      open_generation_setup(dir_, "", std::string("batch=2,model=2"), "cpu").llama.mesh->shape(),
+      (std::vector<int64_t>{2, 2}));
+}
+
 TEST_F(GenerateCommandTest, TextPromptStreamsItsContinuation) {
   const std::unique_ptr<tokenizers::Tokenizer> tok = tokenizers::load_tokenizer(dir_);
   const std::vector<int32_t> prompt = encoded(*tok, "the cat");
