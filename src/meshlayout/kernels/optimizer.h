@@ -6,7 +6,7 @@
 // learning-rate variables. The optimizers' own parameters are the small structs below (train/ sits
 // above kernels/: its options structs are turned into these).
 //
-// Example (per local shard x of a variable, in train/optimizer.cc and train/adam.cc):
+// Example (per local shard x of a variable, in train/optimizer_apply.cc and train/adam.cc):
 //   const OptimizerShardStep step{.theta = &x, .dtype = DType::kF32, .grad = g.shard_at(…),
 //                                 .grad_dtype = DType::kF32, .slots = slot_shards, .lr = 1e-3f,
 //                                 .iterations = 0};

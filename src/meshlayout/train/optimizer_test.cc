@@ -1,5 +1,6 @@
 // Optimizer formulas against a float64 reference over several steps, Keras variable paths and
-// order, and the errors. Layouts of the slots: optimizer_layout_test.cc.
+// order, and the options' errors. Layouts of the slots: optimizer_layout_test.cc; apply's
+// checks of the gradients: optimizer_apply_test.cc.
 #include <gtest/gtest.h>
 
 #include "meshlayout/core/errors.h"
@@ -12,23 +13,8 @@ namespace {
 
 class OptimizerTest : public NnTest {
  protected:
-  // kernel (6, 8) over 'model', bias (8,) replicated, both under the scope "dense".
   std::vector<VariablePtr> make_vars(DType dtype = DType::kF32) {
-    std::vector<VariablePtr> vars;
-    NameScope scope("dense");
-    vars.push_back(
-        std::make_shared<Variable>(VariableSpec{.name = "kernel",
-                                                .shape = {6, 8},
-                                                .dtype = dtype,
-                                                .initializer = Initializer::random_normal()}));
-    vars.push_back(
-        std::make_shared<Variable>(VariableSpec{.name = "bias",
-                                                .shape = {8},
-                                                .dtype = dtype,
-                                                .initializer = Initializer::random_normal()}));
-    vars[0]->materialize(TensorLayout({None, "model"}, mesh_));
-    vars[1]->materialize(TensorLayout({None}, mesh_));
-    return vars;
+    return make_dense_vars(mesh_, dtype);
   }
 
   // Uneven splits: kernel (5, 7) over ('data', 'model') (blocks 3+2 by 2+2+2+1), bias (7,)
@@ -146,16 +132,6 @@ std::vector<std::string> paths(const Optimizer& opt) {
   std::vector<std::string> out;
   for (const VariablePtr& v : opt.variables()) out.push_back(v->path());
   return out;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST_F(OptimizerTest, RmspropMatchesTheReference) {
@@ -408,76 +384,6 @@ TEST_F(OptimizerTest, VariablePathsAndOrderAreKeras) {
   // build is once only, as Keras.
   adam.build(vars);
   EXPECT_EQ(adam.variables().size(), 6u);
-}
-
-TEST_F(OptimizerTest, IterationAndLearningRateVariablesFollowTheSteps) {
-  std::vector<VariablePtr> vars = make_vars();
-  SGD opt({.learning_rate = 0.5});
-  Array g0 = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0), vars[0]->value().layout());
-  Array g1 = distribute_tensor(test_gradient({8}, DType::kF32, 0, 1), vars[1]->value().layout());
-  const Array* gp[] = {&g0, &g1};
-  opt.apply(gp, vars);
-  opt.set_learning_rate(0.25);
-  opt.apply(gp, vars);
-  EXPECT_EQ(opt.iterations(), 2);
-  EXPECT_EQ(opt.variables()[0]->value().gather().data_as<int32_t>()[0], 2);
-  EXPECT_EQ(opt.variables()[1]->value().gather().data_as<float>()[0], 0.25f);
-  EXPECT_EQ(opt.learning_rate(), 0.25);
-}
-
-TEST_F(OptimizerTest, NullGradientsAreSkipped) {
-  std::vector<VariablePtr> vars = make_vars();
-  const std::vector<double> bias_before = to_doubles(vars[1]->value().gather());
-  const std::vector<double> kernel_before = to_doubles(vars[0]->value().gather());
-  Adam opt;
-  Array g0 = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0), vars[0]->value().layout());
-  const Array* gp[] = {&g0, nullptr};
-  opt.apply(gp, vars);
-  EXPECT_EQ(to_doubles(vars[1]->value().gather()), bias_before);
-  EXPECT_NE(to_doubles(vars[0]->value().gather()), kernel_before);
-  EXPECT_EQ(opt.variables().size(), 6u);  // built with every variable given
-  const Array* none[] = {nullptr, nullptr};
-  EXPECT_THROW(opt.apply(none, vars), ValueError);
-}
-
-TEST_F(OptimizerTest, GradientMismatchesNameTheVariableAndBothSides) {
-  std::vector<VariablePtr> vars = make_vars();
-  Adam opt;
-  Array bias_grad =
-      distribute_tensor(test_gradient({8}, DType::kF32, 0, 1), vars[1]->value().layout());
-  Array wrong_shape = distribute_tensor(test_gradient({6, 4}, DType::kF32, 0, 0),
-                                        TensorLayout({None, "model"}, mesh_));
-  const Array* gp[] = {&wrong_shape, &bias_grad};
-  std::string msg = error_of([&] { opt.apply(gp, vars); });
-  EXPECT_NE(msg.find("'dense/kernel'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(6, 8)"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("(6, 4)"), std::string::npos) << msg;
-  Array wrong_layout = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0),
-                                         TensorLayout({"data", None}, mesh_));
-  const Array* gl[] = {&wrong_layout, &bias_grad};
-  msg = error_of([&] { opt.apply(gl, vars); });
-  EXPECT_NE(msg.find("layout[None,model]"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("layout[data,None]"), std::string::npos) << msg;
-  EXPECT_FALSE(opt.built()) << "checks come before build";
-  EXPECT_EQ(opt.iterations(), 0);
-  const Array* one[] = {&bias_grad};
-  EXPECT_THROW(opt.apply(one, vars), ValueError);
-}
-
-TEST_F(OptimizerTest, NonTrainableAndUnknownVariablesAreRefused) {
-  std::vector<VariablePtr> vars = make_vars();
-  Array g0 = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0), vars[0]->value().layout());
-  Array g1 = distribute_tensor(test_gradient({8}, DType::kF32, 0, 1), vars[1]->value().layout());
-  const Array* gp[] = {&g0, &g1};
-  vars[1]->set_trainable(false);
-  SGD opt;
-  std::string msg = error_of([&] { opt.apply(gp, vars); });
-  EXPECT_NE(msg.find("'dense/bias' is not trainable"), std::string::npos) << msg;
-  vars[1]->set_trainable(true);
-  const Array* first[] = {&g0};
-  opt.apply(first, std::span<const VariablePtr>(vars).first(1));
-  const Array* second[] = {&g1};
-  EXPECT_THROW(opt.apply(second, std::span<const VariablePtr>(vars).subspan(1)), NotFoundError);
 }
 
 TEST_F(OptimizerTest, ArgumentErrors) {

@@ -1,8 +1,9 @@
 // optimizer_test_util.h — a float64 reference of the Keras 3 optimizers (clipping, decoupled
 // weight decay, SGD/Adam/AdamW/RMSprop/Adagrad/Lion/Adafactor update_step, written from
 // keras/src/optimizers/*.py, independent of the library's update code), and
-// helpers to run the same steps on distributed variables, for optimizer_test.cc and the
-// mpirun test.
+// helpers to run the same steps on distributed variables (make_dense_vars: a kernel and a
+// bias under "dense"; error_of: the message thrown), for optimizer_test.cc,
+// optimizer_apply_test.cc and the mpirun test.
 //
 // expect_zero1_matches runs an optimizer with and without ZeRO-1 (shard_slots_over) on two
 // copies of the same variables and expects bit-identical variables and slots.
@@ -24,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "meshlayout/array/array.h"
+#include "meshlayout/core/errors.h"
 #include "meshlayout/nn/name_scope.h"
 #include "meshlayout/train/optimizers.h"
 
@@ -267,6 +269,33 @@ inline double max_rel_error(const std::vector<double>& a, const std::vector<doub
     worst = std::max(worst, std::abs(a[k] - b[k]) / std::max(1.0, std::abs(b[k])));
   }
   return worst;
+}
+
+/// kernel (6, 8) over 'model', bias (8,) replicated, both under the scope "dense", random.
+inline std::vector<VariablePtr> make_dense_vars(const DeviceMesh& mesh, DType dtype = DType::kF32) {
+  std::vector<VariablePtr> vars;
+  NameScope scope("dense");
+  vars.push_back(
+      std::make_shared<Variable>(VariableSpec{.name = "kernel",
+                                              .shape = {6, 8},
+                                              .dtype = dtype,
+                                              .initializer = Initializer::random_normal()}));
+  vars.push_back(std::make_shared<Variable>(VariableSpec{
+      .name = "bias", .shape = {8}, .dtype = dtype, .initializer = Initializer::random_normal()}));
+  vars[0]->materialize(TensorLayout({None, "model"}, mesh));
+  vars[1]->materialize(TensorLayout({None}, mesh));
+  return vars;
+}
+
+/// The message of the Error `f` throws, or "(no error)".
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 /// A variable of the ZeRO-1 comparisons: its shape and layout.
