@@ -8,6 +8,7 @@
 #include <string>
 
 #include "meshlayout/ops/categorical_crossentropy_test_util.h"
+#include "meshlayout/ops/categorical_crossentropy_values_test_util.h"
 #include "meshlayout/ops/cross_entropy_test_util.h"
 
 namespace meshlayout {

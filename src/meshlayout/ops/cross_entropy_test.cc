@@ -1,7 +1,8 @@
 // sparse and categorical cross-entropy (cross_entropy.h) in one process, with one pool thread, and
 // as 2 and 4 threads-as-processes: the tables of cross_entropy_test_util.h (sparse, logits) and
 // categorical_crossentropy_test_util.h (categorical from logits and probabilities, label smoothing,
-// sparse from probabilities) plus hand-computed values (Keras' documented example), bit-identical
+// sparse from probabilities; its per-position values: categorical_crossentropy_values_test_util.h)
+// plus hand-computed values (Keras' documented example), bit-identical
 // replicas and a bad label seen by one process only.
 #include "meshlayout/ops/cross_entropy.h"
 
@@ -18,6 +19,7 @@
 #include "meshlayout/core/errors.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/ops/categorical_crossentropy_test_util.h"
+#include "meshlayout/ops/categorical_crossentropy_values_test_util.h"
 #include "meshlayout/ops/cross_entropy_test_util.h"
 #include "meshlayout/testing/test_util.h"
 
