@@ -146,7 +146,7 @@ const char kModelHelp[] =
     "without config.json: its tensors by file name)";
 const char kFamilyHelp[] =
     "read config.json as this family's (llama, mistral, qwen2, qwen3, gemma, gemma2, "
-    "gemma3_text) instead of its model_type";
+    "gemma3_text, mixtral, qwen3_moe, qwen2_moe) instead of its model_type";
 
 void add_rules_analysis_commands(CLI::App& rules, int* exit_code) {
   auto suggest = std::make_shared<RulesSuggestArgs>();

@@ -44,7 +44,8 @@ std::string hf_glob_of(std::string_view name, bool* starred) {
 }
 
 // The keras-hub path of a per-layer tensor has its layer index as its first run of digits
-// (transformer_layer_3/…, decoder_block_3/…; later digits are names: ffw_gating_2).
+// (transformer_layer_3/…, decoder_block_3/…; later digits are names: ffw_gating_2), and a
+// sparse block's automatic name its own number (mixtral_sparse_moe_block_1/).
 std::string keras_glob_of(std::string_view path, bool per_layer) {
   std::string out(path);
   if (!per_layer) return out;
@@ -52,7 +53,16 @@ std::string keras_glob_of(std::string_view path, bool per_layer) {
   if (first == std::string::npos) return out;
   size_t end = first;
   while (end < out.size() && std::isdigit(static_cast<unsigned char>(out[end]))) ++end;
-  return out.replace(first, end - first, 1, '*');  // (char form: g++ 12 -O3 -Wrestrict)
+  out.replace(first, end - first, 1, '*');  // (char form: g++ 12 -O3 -Wrestrict)
+  constexpr std::string_view kBlock = "_sparse_moe_block_";
+  const size_t block = out.find(kBlock);
+  if (block != std::string::npos) {
+    const size_t digits = block + kBlock.size();
+    size_t stop = digits;
+    while (stop < out.size() && std::isdigit(static_cast<unsigned char>(out[stop]))) ++stop;
+    if (stop > digits) out.replace(digits, stop - digits, 1, '*');
+  }
+  return out;
 }
 
 struct Registry {
@@ -81,13 +91,24 @@ HfNameMap llama_style_map(const std::string& family) {
     c.sliding_window_pattern = 2;
     c.rope_local_base_freq = 10000;
   }
+  if (family == "mixtral" || family == "qwen3_moe" || family == "qwen2_moe") {
+    // Three layers: a sparse block under its first automatic name, a dense layer (the Qwen
+    // mixtures' mlp_only_layers; Mixtral's are all sparse), a numbered sparse block.
+    c.num_hidden_layers = 3;
+    c.num_experts = 2;
+    c.num_experts_per_tok = 1;
+    c.moe_intermediate_size = 16;
+    if (family != "mixtral") c.mlp_only_layers = {1};
+    if (family == "qwen2_moe") c.shared_expert_intermediate_size = 24;
+  }
   return hf_name_map_from_mappings(family, hf_llama_weight_mappings(c));
 }
 
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry;
-    for (const char* f : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"}) {
+    for (const char* f : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
+                          "mixtral", "qwen3_moe", "qwen2_moe"}) {
       reg->maps[f] = std::make_shared<const HfNameMap>(llama_style_map(f));
     }
     return reg;
@@ -118,20 +139,39 @@ std::vector<const HfParamName*> HfNameMap::module_params(std::string_view module
   return out;
 }
 
+std::string hf_name_glob(std::string_view hf_name) {
+  bool starred = false;
+  return hf_glob_of(hf_name, &starred);
+}
+
 HfNameMap hf_name_map_from_mappings(std::string family,
                                     const std::vector<HfWeightMapping>& mappings) {
   std::vector<HfParamName> params;
   for (const HfWeightMapping& m : mappings) {
     bool per_layer = false;
     HfParamName p{.hf_glob = hf_glob_of(m.hf_name, &per_layer)};
-    p.keras_glob = keras_glob_of(m.keras_path, per_layer);
-    bool seen = false;
-    for (const HfParamName& q : params) seen = seen || q.hf_glob == p.hf_glob;
-    if (seen) continue;
+    const std::string keras = keras_glob_of(m.keras_path, per_layer);
+    auto seen = std::find_if(params.begin(), params.end(),
+                             [&](const HfParamName& q) { return q.hf_glob == p.hf_glob; });
+    if (seen != params.end()) {
+      auto& globs = seen->keras_globs;
+      if (std::find(globs.begin(), globs.end(), keras) == globs.end()) globs.push_back(keras);
+      continue;
+    }
+    p.keras_globs = {keras};
+    // A stacked kernel's slice: view dimension 0 (of size 1) is the expert index, the others
+    // reshape the HF tensor.
+    const size_t skip = m.stack_index >= 0 ? 1 : 0;
+    if (skip == 1 && (m.view_shape.empty() || m.view_shape[0] != 1)) {
+      throw ValueError(fmt::format(
+          "HF name map of {}: tensor {} is slice {} of a stacked variable but its view ({}) "
+          "does not start with the slice's dimension of size 1",
+          family, quote(m.hf_name), m.stack_index, fmt::join(m.view_shape, ", ")));
+    }
     // Group the view's dimensions by the HF dimension they reshape from (row-major).
     std::vector<int> hf_of_view(m.view_shape.size(), -1);
     std::vector<bool> major(m.view_shape.size(), false);
-    size_t v = 0;
+    size_t v = skip;
     for (size_t h = 0; h < m.hf_shape.size(); ++h) {
       int64_t product = 1;
       const size_t first = v;
@@ -152,11 +192,14 @@ HfNameMap hf_name_map_from_mappings(std::string family,
     }
     p.keras_dim_of_hf_dim.assign(m.hf_shape.size(), -1);
     for (size_t k = 0; k < m.perm.size(); ++k) {
-      const int view = m.perm[k];
-      const int h = hf_of_view[static_cast<size_t>(view)];
-      p.hf_dim_of_keras_dim.push_back(major[static_cast<size_t>(view)] ? h : -1);
-      if (major[static_cast<size_t>(view)])
-        p.keras_dim_of_hf_dim[static_cast<size_t>(h)] = static_cast<int>(k);
+      const auto view = static_cast<size_t>(m.perm[k]);
+      if (view < skip) {
+        p.hf_dim_of_keras_dim.push_back(kHfExpertIndex);
+        continue;
+      }
+      const int h = hf_of_view[view];
+      p.hf_dim_of_keras_dim.push_back(major[view] ? h : -1);
+      if (major[view]) p.keras_dim_of_hf_dim[static_cast<size_t>(h)] = static_cast<int>(k);
     }
     params.push_back(std::move(p));
   }

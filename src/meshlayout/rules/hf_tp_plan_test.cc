@@ -11,6 +11,7 @@
 #include "meshlayout/layout/shard_geometry.h"
 #include "meshlayout/models/hf_llama_checkpoint.h"
 #include "meshlayout/models/random_llama.h"
+#include "meshlayout/models/random_moe_hf.h"
 #include "meshlayout/rules/rules_test_util.h"
 
 namespace meshlayout {
@@ -32,7 +33,7 @@ TEST(RuleDialects, HfPlanRoundTripsOnHfNamesForEveryFamily) {
     std::vector<std::string> warnings;
     write_rules(rules, RulesDialect::kMeshlayout, o, &warnings);
     if (std::string(f.family) == "mixtral") {
-      ASSERT_EQ(warnings.size(), 2u);  // weight and bias of the router
+      ASSERT_EQ(warnings.size(), 1u);  // the router's weight (its name map: no bias)
       EXPECT_THAT(warnings[0], HasSubstr("block_sparse_moe.gate' (colwise_rep)"));
       EXPECT_THAT(warnings[0], HasSubstr("activations"));
     } else {
@@ -66,29 +67,44 @@ TEST(RuleDialects, ExampleLlamaPlanIsTheDensePlan) {
             kDensePlan);
 }
 
-// The layout the dense HF plan means for each HF tensor (documented semantics: colwise splits
-// dim 0 of the (out, in) weight and the bias, rowwise dim 1 of the weight and not the bias;
-// unnamed modules are replicated).
+// The layout a family's HF plan means for each HF tensor (documented semantics: colwise
+// splits dim 0 of the (out, in) weight and the bias, rowwise dim 1 of the weight and not the
+// bias; unnamed modules are replicated). Mixtral's plan: each expert's w1/w3 colwise, w2
+// rowwise, the router colwise_rep; the Qwen mixtures': each expert's and the dense layers'
+// gate/up colwise and down rowwise, the router and Qwen 2's shared expert not named.
 Shape plan_split(const std::string& hf_name) {
-  for (const char* col : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}) {
-    if (hf_name.find(std::string(".") + col + ".weight") != std::string::npos) return {0};
-    if (hf_name.find(std::string(".") + col + ".bias") != std::string::npos) return {0};
+  auto has = [&](const std::string& part) { return hf_name.find(part) != std::string::npos; };
+  if (has(".shared_expert")) return {};
+  for (const char* col : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "w1", "w3",
+                          "block_sparse_moe.gate"}) {
+    if (has(std::string(".") + col + ".weight") || has(std::string(".") + col + ".bias")) {
+      return {0};
+    }
   }
-  for (const char* row : {"o_proj", "down_proj"}) {
-    if (hf_name.find(std::string(".") + row + ".weight") != std::string::npos) return {1};
+  for (const char* row : {"o_proj", "down_proj", "w2"}) {
+    if (has(std::string(".") + row + ".weight")) return {1};
   }
   return {};
 }
 
-// The box of HF tensor `m.hf_name` that a keras box covers (keras -> view -> HF).
-Box keras_box_to_hf(const HfWeightMapping& m, const Box& keras) {
+// The box of HF tensor `m.hf_name` that a box of its keras variable covers (keras -> view ->
+// HF; for a stacked variable's slice, the part of the box in slice m.stack_index).
+Box keras_box_to_hf(const HfWeightMapping& m, Box keras) {
+  const size_t skip = m.stack_index >= 0 ? 1 : 0;
+  if (skip == 1) {  // the experts are keras dimension 0 (view dimension 0)
+    EXPECT_EQ(m.perm[0], 0) << m.hf_name;
+    EXPECT_LE(keras.offset[0], m.stack_index) << m.hf_name;
+    EXPECT_GT(keras.offset[0] + keras.shape[0], m.stack_index) << m.hf_name;
+    keras.offset[0] = 0;
+    keras.shape[0] = 1;
+  }
   Shape view_off(m.view_shape.size()), view_len(m.view_shape.size());
   for (size_t i = 0; i < m.perm.size(); ++i) {
     view_off[static_cast<size_t>(m.perm[i])] = keras.offset[i];
     view_len[static_cast<size_t>(m.perm[i])] = keras.shape[i];
   }
   Box hf{Shape(m.hf_shape.size()), Shape(m.hf_shape.size())};
-  size_t v = 0;
+  size_t v = skip;
   for (size_t h = 0; h < m.hf_shape.size(); ++h) {
     int64_t product = 1;
     const size_t first = v;
@@ -108,14 +124,22 @@ Box keras_box_to_hf(const HfWeightMapping& m, const Box& keras) {
   return hf;
 }
 
-TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
-  // Every family with each weight it may have: Llama with attention_bias (o_proj bias:
-  // rowwise, whole), Mistral, Qwen 2's q/k/v biases (colwise: split on their heads), Qwen 3's
-  // head norms (under its later plan: replicated), Gemma's heads-first q/k/v kernels, Gemma
-  // 2's post norms, Gemma 3's head norms, untied lm_heads.
+struct FamilyModel {
+  LlamaConfig config;
+  const char* plan;
+  int splits;  // tensors the plan splits (keras-hub variables counted per HF tensor)
+};
+
+// Every family with each weight it may have: Llama with attention_bias (o_proj bias: rowwise,
+// whole), Mistral, Qwen 2's q/k/v biases (colwise: split on their heads), Qwen 3's head norms
+// (under its later plan: replicated), Gemma's heads-first q/k/v kernels, Gemma 2's post norms,
+// Gemma 3's head norms, untied lm_heads; the mixtures of experts of models/random_moe_hf.h
+// (Mixtral: 2 layers of 4 experts; Qwen 3 MoE: 2 layers of 8; Qwen 2 MoE: 2 sparse layers of
+// 4 experts with a shared expert, and a dense layer).
+std::vector<FamilyModel> family_models() {
+  std::vector<FamilyModel> out;
   for (const char* family :
        {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"}) {
-    SCOPED_TRACE(family);
     LlamaConfig c{.vocab_size = 64,
                   .hidden_size = 32,
                   .intermediate_size = 48,
@@ -131,24 +155,51 @@ TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
       c.sliding_window_pattern = 3;
       c.rope_local_base_freq = 10000;
     }
-    const char* plan = c.family == "qwen3" ? kQwen3NormPlan : kDensePlan;
-    const DeviceMesh mesh({2, 4}, {"batch", "model"});
-    // Every tensor of the small model as written to disk (models/random_llama.h).
+    const int biases = c.family == "llama" || c.family == "qwen2" ? 3 : 0;  // q/k/v
+    out.push_back({c, c.family == "qwen3" ? kQwen3NormPlan : kDensePlan, (7 + biases) * 3});
+  }
+  // Per sparse layer q/k/v/o and each expert's three kernels (Mixtral: and the router).
+  out.push_back({LlamaConfig{}, kMixtralPlan, 2 * (4 + 1 + 3 * 4)});
+  out.push_back({LlamaConfig{}, kQwenMoePlan, 2 * (4 + 3 * 8)});
+  out.push_back({LlamaConfig{}, kQwenMoePlan, 2 * (4 + 3 + 3 * 4) + (4 + 3 + 3)});  // biases
+  const char* moe[] = {"mixtral", "qwen3_moe", "qwen2_moe"};
+  for (size_t i = 0; i < 3; ++i) {
+    out[out.size() - 3 + i].config.family = moe[i];
+  }
+  return out;
+}
+
+TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
+  for (const FamilyModel& f : family_models()) {
+    const std::string family = f.config.family;
+    SCOPED_TRACE(family);
+    // Every tensor of the small model as written to disk (models/random_llama.h; the
+    // mixtures as the Hub ships them, models/random_moe_hf.h).
     const std::string dir =
         ::testing::TempDir() + "rules_family_" + family + "_" + std::to_string(getpid());
-    write_random_hf_llama(dir, c);
+    const bool moe = family == "mixtral" || family.ends_with("_moe");
+    if (moe) {
+      const HfMoeSpec spec = small_hf_moe_spec(family);
+      write_hf_moe(dir, spec, random_hf_moe_tensors(spec, 7));
+    } else {
+      write_random_hf_llama(dir, f.config);
+    }
     const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open(dir);
     std::filesystem::remove_all(dir);
+    // The mixtures have 2 key/value heads: a 2-way model axis keeps whole heads.
+    const DeviceMesh mesh =
+        moe ? DeviceMesh({4, 2}, {"batch", "model"}) : DeviceMesh({2, 4}, {"batch", "model"});
     for (HfNames names : {HfNames::kHf, HfNames::kKerasHub}) {
       ConvertOptions o = with_names(names, family);
       const LayoutMap map =
-          read_rules(plan, RulesDialect::kHfTpPlan, o, "plan.json").to_layout_map();
+          read_rules(f.plan, RulesDialect::kHfTpPlan, o, "plan.json").to_layout_map();
       int split = 0;
       for (const HfWeightMapping& m : checkpoint.mappings()) {
         SCOPED_TRACE(m.hf_name);
         // The plan's layout of the HF tensor.
         std::vector<DimSharding> want(m.hf_shape.size());
         for (int64_t d : plan_split(m.hf_name)) want[static_cast<size_t>(d)] = "model";
+        split += plan_split(m.hf_name).empty() ? 0 : 1;
         const std::string& path = names == HfNames::kHf ? m.hf_name : m.keras_path;
         std::optional<TensorLayout> got = map.get(path);
         if (names == HfNames::kHf) {
@@ -156,20 +207,16 @@ TEST(RuleDialects, FamilyPlansGiveEveryTensorTheLayoutThePlanMeans) {
           continue;
         }
         // keras-hub: every device's keras box is exactly its box of the HF tensor.
-        TensorLayout keras =
-            got ? *got : TensorLayout::replicated(static_cast<int>(m.keras_shape.size()));
+        const Shape& shape = m.variable_shape();
+        TensorLayout keras = got ? *got : TensorLayout::replicated(static_cast<int>(shape.size()));
         keras.set_device_mesh(mesh);
-        ShardGeometry kg(keras, m.keras_shape);
+        ShardGeometry kg(keras, shape);
         ShardGeometry hg(TensorLayout(want, mesh), m.hf_shape);
         for (int64_t dev = 0; dev < mesh.size(); ++dev) {
           EXPECT_EQ(keras_box_to_hf(m, kg.box(dev)), hg.box(dev)) << "device " << dev;
         }
-        split += plan_split(m.hf_name).empty() ? 0 : 1;
       }
-      if (names == HfNames::kKerasHub) {  // 7 kernels, plus q/k/v biases, per layer
-        const int biases = c.family == "llama" || c.family == "qwen2" ? 3 : 0;
-        EXPECT_EQ(split, (7 + biases) * 3);
-      }
+      EXPECT_EQ(split, f.splits);
     }
   }
 }
@@ -254,82 +301,6 @@ TEST(RuleDialects, HfPlanStylesAndTheirParameters) {
             1u);
 }
 
-TEST(RuleDialects, KerasHubMegatronRulesAsAnHfPlan) {
-  std::string text = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_megatron.json");
-  ConvertOptions o = with_names(HfNames::kKerasHub);
-  std::string plan = convert_rules(text, RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, o,
-                                   "llama_megatron.json");
-  EXPECT_EQ(nlohmann::json::parse(plan), nlohmann::json::parse(R"({
-    "embed_tokens": "colwise", "layers.*.self_attn.q_proj": "colwise",
-    "layers.*.self_attn.k_proj": "colwise", "layers.*.self_attn.v_proj": "colwise",
-    "layers.*.self_attn.o_proj": "rowwise", "layers.*.mlp.gate_proj": "colwise",
-    "layers.*.mlp.up_proj": "colwise", "layers.*.mlp.down_proj": "rowwise",
-    "lm_head": "colwise"})"))
-      << plan;
-  // keras-hub's own map splits on two axes: refused, naming the rule and the axis.
-  std::string two_axes = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_keras_hub.json");
-  EXPECT_THAT(error_of([&] {
-                convert_rules(two_axes, RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, o,
-                              "llama_keras_hub.json");
-              }),
-              HasSubstr("rules[0] ('token_embedding/embeddings')"));
-  EXPECT_THAT(error_of([&] {
-                convert_rules(two_axes, RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, o,
-                              "llama_keras_hub.json");
-              }),
-              HasSubstr("split on mesh axis 'batch'"));
-}
-
-TEST(RuleDialects, WhatAnHfPlanCannotExpressIsRefusedByRule) {
-  ConvertOptions o = with_names(HfNames::kKerasHub);
-  auto hf_of = [&](const char* keras_json) {
-    return error_of([&] {
-      convert_rules(keras_json, RulesDialect::kKerasHub, RulesDialect::kHfTpPlan, o, "k.json");
-    });
-  };
-  EXPECT_THAT(hf_of(R"({"feedforward_gate_dense/kernel": [null, ["batch", "model"]]})"),
-              HasSubstr("split over several mesh axes (batch, model)"));
-  EXPECT_THAT(hf_of(R"({"query/kernel": [null, null, "model"]})"),
-              HasSubstr("a minor part of a Hugging Face dimension (head_dim"));
-  EXPECT_THAT(
-      hf_of(R"({"transformer_layer_1/self_attention/query/kernel": [null, "model", null]})"),
-      HasSubstr("one style"));
-  EXPECT_THAT(hf_of(R"({"no_such_layer/kernel": [null, "model"]})"),
-              HasSubstr("matches no variable of the llama family's keras-hub name map"));
-  EXPECT_THAT(hf_of(R"({"query/kernel": [null, "model", null], "query/bias": [null, null]})"),
-              HasSubstr("keeps the bias whole"));
-  // On HF names: a regex becomes the plan keys of the tensors it decides, or is refused.
-  ConvertOptions h = with_names(HfNames::kHf);
-  std::vector<std::string> warnings;
-  EXPECT_EQ(nlohmann::json::parse(convert_rules(
-                R"({"rules": [["layers.*(q|k)_proj.weight", ["model", null]],
-                              ["o_proj.weight", [null, "model"]]]})",
-                RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json", &warnings)),
-            nlohmann::json::parse(R"({"layers.*.self_attn.q_proj": "colwise",
-                                      "layers.*.self_attn.k_proj": "colwise",
-                                      "layers.*.self_attn.o_proj": "rowwise"})"));
-  ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_THAT(warnings[0], HasSubstr("written as the 2 variables of the llama family's name map"));
-  EXPECT_THAT(warnings[1], HasSubstr("('o_proj.weight'): pattern 'o_proj.weight' is no path for "
-                                     "a Hugging Face plan: written as the 1 variable"));
-  EXPECT_THAT(error_of([&] {
-                convert_rules(R"({"rules": [["^model\\.experts\\.weight$",
-                                             ["model", null, null]]]})",
-                              RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
-              }),
-              HasSubstr("splits dimension 0 of the rank-3 weight of module 'model.experts'"));
-  EXPECT_THAT(error_of([&] {
-                convert_rules(R"({"rules": [["layers.*conv.weight", ["model", null]]]})",
-                              RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
-              }),
-              HasSubstr("uses regex features"));
-  EXPECT_THAT(error_of([&] {
-                convert_rules(R"({"rules": [["^model\\.embed_tokens$", ["model", null]]]})",
-                              RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
-              }),
-              HasSubstr("is not a module's .weight or .bias"));
-}
-
 TEST(RuleDialects, BadHfPlansAreNamed) {
   ConvertOptions o;
   auto read = [&](const char* text) {
@@ -346,10 +317,17 @@ TEST(RuleDialects, BadHfPlansAreNamed) {
   EXPECT_THAT(read(R"({"layers.(0|1).q_proj": "colwise"})"), HasSubstr("is not a module name"));
   EXPECT_THAT(read(R"({"layers.*.q_proj": 3})"), HasSubstr("the style must be a string"));
   EXPECT_THAT(read(R"({"norm": "colwise"})"), HasSubstr("splits dimension -2 of a rank-1 weight"));
-  ConvertOptions k = with_names(HfNames::kKerasHub);
+  ConvertOptions k = with_names(HfNames::kKerasHub, "qwen3_moe");
   EXPECT_THAT(
       error_of([&] { read_rules(kMixtralPlan, RulesDialect::kHfTpPlan, k, "mixtral.json"); }),
-      HasSubstr("has no module 'model.layers.*.block_sparse_moe.gate'"));
+      HasSubstr("the qwen3_moe family's name map has no module "
+                "'model.layers.*.block_sparse_moe.gate'"));
+  EXPECT_THAT(error_of([&] {
+                read_rules(R"({"layers.*.mlp.experts": "moe_tp_experts"})", RulesDialect::kHfTpPlan,
+                           k, "plan.json");
+              }),
+              HasSubstr("'layers.*.mlp.experts': the Hugging Face style 'moe_tp_experts' "
+                        "(packed or expert-parallel weights)"));
 }
 
 }  // namespace

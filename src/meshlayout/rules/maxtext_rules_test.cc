@@ -78,6 +78,29 @@ TEST(RuleDialects, FamilyPlansThroughMaxTextAndBack) {
   }
 }
 
+// The same on keras-hub paths, through each family's name map (the mixtures' stacked expert
+// kernels and their sparse blocks' two names among them).
+TEST(RuleDialects, FamilyPlansThroughMaxTextOnKerasHubPathsAndBack) {
+  for (const FamilyPlan& f : kPlans) {
+    if (!f.keras_hub) continue;
+    SCOPED_TRACE(f.family);
+    ConvertOptions o = with_names(HfNames::kKerasHub, f.family);
+    std::string yaml =
+        convert_rules(f.plan, RulesDialect::kHfTpPlan, RulesDialect::kMaxText, o, "plan.json");
+    EXPECT_EQ(convert_rules(yaml, RulesDialect::kMaxText, RulesDialect::kMaxText, o, "m.yml"),
+              yaml);
+    const LayoutMap map = read_rules(yaml, RulesDialect::kMaxText, o, "m.yml").to_layout_map();
+    EXPECT_EQ(write_rules(RuleSet::from_layout_map(map), RulesDialect::kMaxText, o), yaml);
+    EXPECT_EQ(convert_rules(yaml, RulesDialect::kMaxText, RulesDialect::kHfTpPlan, o, "m.yml"),
+              plain_styles(f.plan))
+        << yaml;
+    if (std::string_view(f.family) == "mixtral") {
+      EXPECT_THAT(yaml, HasSubstr("'transformer_layer_*/mixtral_sparse_moe_block_*/experts/"
+                                  "expert_feedforward_gate_dense': [null, null, "));
+    }
+  }
+}
+
 // A MaxText-style config: the rules among other settings (which are named and not read),
 // flow lists over several lines with trailing commas, a logical name given several rules in
 // order of precedence, [] for no axis.

@@ -57,7 +57,9 @@
 //
 // What a dialect cannot express is an error naming the rule: several mesh axes on one
 // dimension or two split dimensions in an HF plan, a split on another axis than tp_axis, a
-// keras-hub head_dim split, layers that disagree under one `layers.*` key. Where paths are
+// keras-hub head_dim split, a split of a mixture's stacked experts (expert parallelism: each
+// expert's HF tensor is one slice of keras-hub's (experts, …) kernel, hf_name_map.h), layers
+// or experts that disagree under one `layers.*` key. Where paths are
 // needed (HF plan keys, MaxText paths: literal text, `*` for `\d+`), a regex rule becomes
 // the paths of the family's variables it decides, with a warning listing them; one that
 // decides none, or some layers of a variable only, is an error naming it. A mesh axis used

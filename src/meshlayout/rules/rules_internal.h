@@ -1,6 +1,8 @@
 // rules_internal.h — pieces shared by the dialect readers and writers of rule_dialects.h
-// (rule_dialects.cc: common helpers, keras-hub and meshlayout files, the entry points;
-// hf_tp_plan.cc: Hugging Face plans; maxtext_rules.cc: Flax/MaxText rules). Internal: not
+// (rule_dialects.cc: common helpers, globs, the entry points; keras_hub_rules.cc: keras-hub
+// and meshlayout files;
+// hf_tp_plan.cc / hf_tp_plan_write.cc: Hugging Face plans read / written; maxtext_rules.cc:
+// Flax/MaxText rules). Internal: not
 // part of the library's API.
 //
 // Example (hf_tp_plan.cc):
@@ -61,6 +63,17 @@ std::vector<int64_t> checked_layers(const ConvertOptions& options);
 RuleSet expand_to_globs(const RuleSet& rules, const ConvertOptions& options,
                         std::string_view target, std::vector<std::string>& warnings);
 
+/// The parameter layouts of a Hugging Face style: the weight's output dimension split
+/// (colwise and its variants), its input dimension (rowwise …), or none (replicate …).
+enum class HfStyleKind { kColwise, kRowwise, kReplicated };
+/// The kind of a style meshlayout reads; std::nullopt for another name.
+std::optional<HfStyleKind> hf_style_kind(std::string_view style);
+/// With the model's sizes (options.model_mappings) and a mesh: a warning when HF dimension
+/// `hf_dim` of `p` is a reshape (heads*head_dim) whose major part the tensor-parallel axis
+/// does not divide, so that HF's flat blocks and keras-hub's blocks of whole heads differ.
+void warn_uneven_reshape(const HfParamName& p, int hf_dim, const ConvertOptions& options,
+                         const std::string& origin, std::vector<std::string>& warnings);
+
 RuleSet read_hf(std::string_view text, const ConvertOptions& options, std::string_view source);
 std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
                      std::vector<std::string>& warnings);
@@ -68,6 +81,15 @@ std::string write_hf(const RuleSet& rules, const ConvertOptions& options,
 /// layouts (colwise_rep, local_*, sequence_parallel, …), written to dialect `to`.
 void warn_dropped_activation_semantics(const RuleSet& rules, RulesDialect to,
                                        std::vector<std::string>& warnings);
+
+/// keras-hub's get_layout_map as JSON or as Python prints the dict; meshlayout's rules file.
+RuleSet read_keras_hub(std::string_view text, const ConvertOptions& options,
+                       std::string_view source);
+RuleSet read_meshlayout(std::string_view text, const ConvertOptions& options,
+                        std::string_view source);
+/// The rules as lines: `  "pattern": layout,` (as_object: keras-hub's JSON) or
+/// `    ["pattern", layout, "reason"],` (a meshlayout file's rules list).
+std::string rules_lines(const RuleSet& rules, bool as_object);
 
 RuleSet read_maxtext(std::string_view text, const ConvertOptions& options, std::string_view source);
 std::string write_maxtext(const RuleSet& rules, const ConvertOptions& options,

@@ -20,7 +20,8 @@ namespace meshlayout::rules_test {
 
 // base_model_tp_plan of transformers' config classes (v4.51-v4.56: LlamaConfig, Qwen2Config,
 // MistralConfig, Qwen3Config, GemmaConfig, Gemma2Config, Gemma3TextConfig share the dense
-// plan; MixtralConfig's experts).
+// plan; MixtralConfig's experts; Qwen3MoeConfig's and Qwen2MoeConfig's experts and dense
+// layers, the router and Qwen 2's shared expert left replicated).
 inline constexpr char kDensePlan[] = R"({
   "layers.*.self_attn.q_proj": "colwise",
   "layers.*.self_attn.k_proj": "colwise",
@@ -40,6 +41,19 @@ inline constexpr char kMixtralPlan[] = R"({
   "layers.*.block_sparse_moe.experts.*.w1": "colwise",
   "layers.*.block_sparse_moe.experts.*.w2": "rowwise",
   "layers.*.block_sparse_moe.experts.*.w3": "colwise"
+}
+)";
+inline constexpr char kQwenMoePlan[] = R"({
+  "layers.*.self_attn.q_proj": "colwise",
+  "layers.*.self_attn.k_proj": "colwise",
+  "layers.*.self_attn.v_proj": "colwise",
+  "layers.*.self_attn.o_proj": "rowwise",
+  "layers.*.mlp.experts.*.gate_proj": "colwise",
+  "layers.*.mlp.experts.*.up_proj": "colwise",
+  "layers.*.mlp.experts.*.down_proj": "rowwise",
+  "layers.*.mlp.gate_proj": "colwise",
+  "layers.*.mlp.up_proj": "colwise",
+  "layers.*.mlp.down_proj": "rowwise"
 }
 )";
 
@@ -75,11 +89,12 @@ struct FamilyPlan {
   bool keras_hub;  // a keras-hub name map exists
 };
 inline const FamilyPlan kPlans[] = {
-    {"llama", kDensePlan, true},      {"qwen2", kDensePlan, true},
-    {"mistral", kDensePlan, true},    {"qwen3", kDensePlan, true},
-    {"gemma", kDensePlan, true},      {"mixtral", kMixtralPlan, false},
-    {"qwen3", kQwen3NormPlan, true},  {"gemma2", kDensePlan, true},
-    {"gemma3_text", kDensePlan, true}};
+    {"llama", kDensePlan, true},       {"qwen2", kDensePlan, true},
+    {"mistral", kDensePlan, true},     {"qwen3", kDensePlan, true},
+    {"gemma", kDensePlan, true},       {"mixtral", kMixtralPlan, true},
+    {"qwen3", kQwen3NormPlan, true},   {"gemma2", kDensePlan, true},
+    {"gemma3_text", kDensePlan, true}, {"qwen3_moe", kQwenMoePlan, true},
+    {"qwen2_moe", kQwenMoePlan, true}};
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
