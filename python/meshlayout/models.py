@@ -17,6 +17,8 @@ reading only its boxes of the checkpoint, then logits as numpy and generation:
     model.logits(np.array([[1, 2, 3]]))                     # (1, 3, vocab) float32
     model.generate([[1, 2, 3], [4]], max_new_tokens=8)      # greedy, a left-padded batch
     model.generate([[1, 2, 3]], temperature=0.7, top_p=0.9, seed=1)   # sampling
+    fresh = models.CausalLM.from_config(model.config, rules=rules)  # Keras' initializers
+    fresh.train(np.random.randint(0, 64, (8, 17)), batch_size=4, steps=2)  # the CLI's losses
 
 A config.json of another architecture, or weights that contradict it, raise ValueError naming
 the field or tensor; a missing directory raises FileNotFoundError.

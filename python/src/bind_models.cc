@@ -49,34 +49,49 @@ LlamaConfig config_from(const py::object& value) {
                   py::str(py::type::of(value).attr("__name__")).cast<std::string>()));
 }
 
+// The rules as a LayoutMap: None → every variable replicated on one row of all devices
+// (batch=1, model=N).
+LayoutMap model_layouts(const py::object& rules, const char* what) {
+  if (rules.is_none()) {
+    return LayoutMap(
+        DeviceMesh({1, static_cast<int64_t>(list_devices().size())}, {"batch", "model"}));
+  }
+  LayoutMap map = layout_map_of(rules);
+  if (!map.device_mesh())
+    throw ValueError(fmt::format("{}: the rules' LayoutMap has no device_mesh", what));
+  return map;
+}
+
+DType compute_dtype(const std::string& dtype, const char* what) {
+  if (dtype == "float32") return DType::kF32;
+  if (dtype == "float64") return DType::kF64;
+  throw ValueError(fmt::format("{}: dtype {} is not supported, expected 'float32' or 'float64'",
+                               what, quote(dtype)));
+}
+
+// A model of `config` with freshly initialised weights (Keras' initializers, seeded as the C++
+// LlamaModel seeds them), built sharded under `rules`.
+std::unique_ptr<PyCausalLM> from_config(const py::object& config, const py::object& rules,
+                                        const std::string& dtype) {
+  auto out = std::make_unique<PyCausalLM>();
+  out->config = config_from(config);
+  const LayoutMap layouts = model_layouts(rules, "from_config");
+  const DType compute = compute_dtype(dtype, "from_config");
+  py::gil_scoped_release release;
+  out->model = std::make_unique<LlamaModel>(out->config, layouts, LlamaOptions{.dtype = compute});
+  return out;
+}
+
 std::unique_ptr<PyCausalLM> from_pretrained(const std::string& directory, const py::object& rules,
                                             const std::string& dtype) {
-  std::optional<LayoutMap> map;
-  if (!rules.is_none()) map = layout_map_of(rules);
-  if (map && !map->device_mesh()) {
-    throw ValueError("from_pretrained: the rules' LayoutMap has no device_mesh");
-  }
-  DType compute;
-  if (dtype == "float32") {
-    compute = DType::kF32;
-  } else if (dtype == "float64") {
-    compute = DType::kF64;
-  } else {
-    throw ValueError(
-        fmt::format("from_pretrained: dtype {} is not supported, expected 'float32' or 'float64'",
-                    quote(dtype)));
-  }
+  const LayoutMap layouts = model_layouts(rules, "from_pretrained");
+  const DType compute = compute_dtype(dtype, "from_pretrained");
   auto out = std::make_unique<PyCausalLM>();
   out->directory = directory;
   io_call([&] {
     py::gil_scoped_release release;
     const HfLlamaCheckpoint checkpoint = HfLlamaCheckpoint::open(directory);
     out->config = checkpoint.config();
-    // Without rules every variable is replicated on one row of all devices (batch=1,model=N).
-    const LayoutMap layouts =
-        map ? *map
-            : LayoutMap(
-                  DeviceMesh({1, static_cast<int64_t>(list_devices().size())}, {"batch", "model"}));
     out->model = std::make_unique<LlamaModel>(out->config, layouts, LlamaOptions{.dtype = compute});
     if (compute == DType::kF32) {
       (void)load_hf_llama(checkpoint, out->model->variables_by_path());
@@ -152,7 +167,12 @@ py::list generate_tokens(PyCausalLM& self, const std::vector<std::vector<int32_t
   if (!temperature.is_none()) o.temperature = temperature.cast<double>();
   if (!top_k.is_none()) o.top_k = top_k.cast<int64_t>();
   if (!top_p.is_none()) o.top_p = top_p.cast<double>();
-  o.eos_token_ids = eos_token_ids ? *eos_token_ids : read_eos_token_ids(self.directory);
+  // A model from from_config has no directory: no end-of-sequence token unless given.
+  if (eos_token_ids) {
+    o.eos_token_ids = *eos_token_ids;
+  } else if (!self.directory.empty()) {
+    o.eos_token_ids = read_eos_token_ids(self.directory);
+  }
   GenerateResult r;
   {
     py::gil_scoped_release release;
@@ -238,6 +258,8 @@ void bind_models(py::module_& m) {
                          "a LayoutMap and loaded shard by shard from a Hugging Face directory")
       .def_static("from_pretrained", &from_pretrained, py::arg("directory"),
                   py::arg("rules") = py::none(), py::arg("dtype") = "float32")
+      .def_static("from_config", &from_config, py::arg("config"), py::arg("rules") = py::none(),
+                  py::arg("dtype") = "float32")
       .def_property_readonly("config", [](const PyCausalLM& s) { return s.config; })
       .def_property_readonly("variable_paths",
                              [](PyCausalLM& s) {

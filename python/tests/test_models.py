@@ -82,6 +82,29 @@ def test_float64_and_sampling(tmp_path):
         f32.generate([[1, 2, 3]], max_new_tokens=6)
 
 
+def test_from_config_is_a_fresh_model_laid_out_by_the_rules():
+    # Keras' initializers, seeded: two models of one config are equal, whatever their layouts;
+    # no directory, so no end-of-sequence token unless given.
+    mesh = ml.DeviceMesh((2, 4), ["batch", "model"])
+    sharded = models.CausalLM.from_config(config("llama"), rules=megatron(mesh, "llama"))
+    plain = models.CausalLM.from_config(models.ModelConfig.from_dict(config("llama")))
+    query = "transformer_layer_0/self_attention/query/kernel"
+    assert sharded.variable_layout(query).axes == (None, "model", None)
+    assert sharded.variable_paths == plain.variable_paths
+    tokens = np.array([[3, 17, 42, 5], [9, 1, 0, 63]], dtype=np.int32)
+    np.testing.assert_allclose(sharded.logits(tokens), plain.logits(tokens), rtol=1e-4,
+                               atol=1e-5)
+    assert len(plain.generate([[1, 2]], max_new_tokens=5)[0]) == 5
+    rows = np.arange(8 * 9).reshape(8, 9) % 64
+    again = models.CausalLM.from_config(config("llama"))
+    losses = plain.train(rows, batch_size=4, steps=2)
+    assert losses == again.train(rows, batch_size=4, steps=2) and np.all(np.isfinite(losses))
+    with pytest.raises(ValueError, match="dtype 'float16'"):
+        models.CausalLM.from_config(config("llama"), dtype="float16")
+    with pytest.raises(ValueError, match="no device_mesh"):
+        models.CausalLM.from_config(config("llama"), rules=ml.LayoutMap())
+
+
 def test_bad_input_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="config.json"):
         models.from_pretrained(str(tmp_path / "missing"))
