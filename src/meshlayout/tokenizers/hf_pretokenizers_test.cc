@@ -11,41 +11,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr std::string_view kLlama3Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-
-std::vector<std::string> split(std::string_view pattern, std::string_view text) {
-  HfRegex re(pattern, "test");
-  std::vector<std::string> out;
-  for (auto [s, e] : re.find_all(text)) out.emplace_back(text.substr(s, e - s));
-  return out;
-}
-
 std::vector<std::string> texts(const std::vector<Piece>& pieces) {
   std::vector<std::string> out;
   for (const Piece& p : pieces) out.push_back(p.text);
   return out;
-}
-
-TEST(HfPreTokenizersTest, Llama3PatternWithTheLookaheadByHand) {
-  EXPECT_THAT(split(kLlama3Pattern, "Hello  world"), ElementsAre("Hello", " ", " world"));
-  EXPECT_THAT(split(kLlama3Pattern, "a   \n\n b  "), ElementsAre("a", "   \n\n", " b", "  "));
-  EXPECT_THAT(split(kLlama3Pattern, "I'LL 12345"), ElementsAre("I", "'LL", " ", "123", "45"));
-  EXPECT_THAT(split(kLlama3Pattern, "x\u3000\u3000y"), ElementsAre("x", "\u3000", "\u3000y"));
-}
-
-TEST(HfPreTokenizersTest, InvalidBytesMatchAsPunctuation) {
-  EXPECT_THAT(split(kLlama3Pattern, "a \xFF\xFE b"), ElementsAre("a", " \xFF\xFE", " b"));
-}
-
-TEST(HfPreTokenizersTest, OtherLookaroundIsRefusedNamingThePattern) {
-  try {
-    HfRegex("a(?=b)", "pre_tokenizer.pattern.Regex");
-    FAIL();
-  } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("the regex 'a(?=b)' at pre_tokenizer.pattern.Regex does not "
-                                    "compile on RE2"));
-  }
 }
 
 TEST(HfPreTokenizersTest, ByteLevelAlphabet) {
