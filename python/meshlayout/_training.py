@@ -17,8 +17,9 @@ merge layers); the model trains through the graph of its call, traced once.
 
 import numpy as np
 
+from meshlayout import _fit
 from meshlayout import _meshlayout
-from meshlayout import callbacks as _callbacks
+from meshlayout import _metrics
 from meshlayout import losses as _losses
 from meshlayout import optimizers as _optimizers
 
@@ -115,70 +116,23 @@ class Sequential(_nn.Sequential):
 
 # --- the training methods of every model ------------------------------------------------------
 
-def _verbose(verbose):
-    if verbose == "auto":
-        return 1
-    if verbose not in (0, 1, 2):
-        raise ValueError(f"verbose must be 'auto', 0, 1 or 2, got {verbose!r}")
-    return int(verbose)
-
-
-def _batch_size(batch_size):
-    if batch_size is None:
-        return 32
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-            or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return int(batch_size)
-
-
 def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,  # noqa: A001
             weighted_metrics=None, run_eagerly=False, steps_per_execution=1, jit_compile="auto",
             auto_scale_loss=True):
     """keras Model.compile(optimizer, loss, metrics): optimizer by name or a
     meshlayout.optimizers object, loss by name or a meshlayout.losses object. metrics: "mse",
-    "mae", "accuracy" and friends are computed by evaluate() and on validation_data."""
+    "mae", "accuracy", "binary_accuracy", "sparse_categorical_accuracy", … (_metrics.KINDS):
+    fit shows and records their running means over each epoch (and val_<metric> on the
+    validation data), evaluate() returns them after the loss."""
     if loss_weights is not None or weighted_metrics is not None:
         raise ValueError("compile: loss_weights and weighted_metrics are not supported")
     self._ml_optimizer = _optimizers.get(optimizer)
     self._ml_loss = None if loss is None else _losses.get(loss)
-    self._ml_metrics = [_metric_name(m) for m in (metrics or [])]
+    self._ml_metrics = [_metrics.check_name(m) for m in (metrics or [])]
     self._ml_trainer = None
     self.optimizer = self._ml_optimizer
     self.loss = self._ml_loss
     self.compiled = True
-
-
-_METRICS = {"mse": "mean_squared_error", "mean_squared_error": "mean_squared_error",
-            "mae": "mean_absolute_error", "mean_absolute_error": "mean_absolute_error",
-            "accuracy": "accuracy", "acc": "accuracy",
-            "sparse_categorical_accuracy": "sparse_categorical_accuracy",
-            "categorical_accuracy": "categorical_accuracy"}
-
-
-def _metric_name(m):
-    if isinstance(m, str) and m in _METRICS:
-        return m
-    raise ValueError(f"Could not interpret metric identifier: {m} (meshlayout computes "
-                     f"{', '.join(sorted(_METRICS))})")
-
-
-def _metric(name, y_true, y_pred):
-    kind = _METRICS[name]
-    y_true = np.asarray(y_true)
-    y_pred = np.asarray(y_pred)
-    if kind == "mean_squared_error":
-        return float(np.mean((y_pred.astype(np.float64) - y_true) ** 2))
-    if kind == "mean_absolute_error":
-        return float(np.mean(np.abs(y_pred.astype(np.float64) - y_true)))
-    if kind == "categorical_accuracy":
-        return float(np.mean(np.argmax(y_pred, -1) == np.argmax(y_true, -1)))
-    if kind == "accuracy" and y_pred.shape == y_true.shape and y_pred.shape[-1] > 1:
-        return float(np.mean(np.argmax(y_pred, -1) == np.argmax(y_true, -1)))
-    if kind == "sparse_categorical_accuracy" or y_pred.ndim == y_true.ndim + 1 or \
-            (y_pred.shape[-1] > 1 and y_true.shape[-1:] == (1,)):
-        return float(np.mean(np.argmax(y_pred, -1) == y_true.reshape(y_pred.shape[:-1])))
-    return float(np.mean((y_pred > 0.5) == (y_true > 0.5)))  # binary accuracy
 
 
 def _trainer(self):
@@ -199,111 +153,21 @@ def _ensure_built(self, x):
         self(np.asarray(x)[:1])
 
 
-def _from_batches(iterator):
-    """A Python iterator of (x, y) batches → (x, y, batch_size): every batch but the last of
-    one size (they are concatenated; fit then reads the same batches)."""
-    xs, ys = [], []
-    for item in iterator:
-        if not isinstance(item, (tuple, list)) or len(item) != 2:
-            raise ValueError("fit: an iterator must yield (x, y) batches, got "
-                             f"{type(item).__name__}")
-        xs.append(np.asarray(item[0]))
-        ys.append(np.asarray(item[1]))
-    if not xs:
-        raise ValueError("fit: the iterator yielded no batches")
-    size = len(xs[0])
-    for i, b in enumerate(xs[:-1]):
-        if len(b) != size:
-            raise ValueError(f"fit: batch {i} has {len(b)} rows, batch 0 has {size}: only the "
-                             "last batch may be smaller")
-    return np.concatenate(xs), np.concatenate(ys), size
-
-
-def _is_iterator(x):
-    return hasattr(x, "__next__") or (hasattr(x, "__iter__") and not hasattr(x, "__len__")
-                                      and not hasattr(x, "__array__"))
-
-
-def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
-        validation_split=0.0, validation_data=None, shuffle=True, initial_epoch=0,
-        steps_per_epoch=None, seed=0):
-    """keras Model.fit on numpy arrays (or a Python iterator of (x, y) batches): returns a
-    History (history["loss"], history["val_loss"], history["val_<metric>"]). The steps are the
-    C++ Trainer's, bit for bit; shuffle draws its permutation from `seed` (default 0, the same
-    every run). Ctrl-C stops between batches with KeyboardInterrupt; the model stays usable."""
-    if initial_epoch or steps_per_epoch is not None:
-        raise ValueError("fit: initial_epoch and steps_per_epoch are not supported for arrays")
-    if y is None and _is_iterator(x):
-        x, y, size = _from_batches(x)
-        batch_size = size if batch_size is None else batch_size
-    if x is None or y is None:
-        raise ValueError("fit: meshlayout needs x and y (numpy arrays) or an iterator of "
-                         "(x, y) batches")
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 0:
-        raise ValueError(f"epochs must be a non-negative integer, got {epochs!r}")
-    batch_size = _batch_size(batch_size)
-    x = np.asarray(x)
-    y = np.asarray(y)
-    if validation_split and validation_data is None:
-        if not 0 < validation_split < 1:
-            raise ValueError(f"validation_split must be in (0, 1), got {validation_split}")
-        split = int(len(x) * (1 - validation_split))
-        x, y, validation_data = x[:split], y[:split], (x[split:], y[split:])
-    if validation_data is not None:
-        validation_data = (np.asarray(validation_data[0]), np.asarray(validation_data[1]))
-    trainer = _trainer(self)
-    _ensure_built(self, x)
-    history = _callbacks.History()
-    cbs = list(callbacks or [])
-    for cb in cbs + [history]:
-        if hasattr(cb, "set_model"):
-            cb.set_model(self)
-        if hasattr(cb, "set_params"):
-            cb.set_params({"epochs": epochs, "verbose": _verbose(verbose),
-                           "steps": -(-len(x) // batch_size)})
-    self.stop_training = False
-    metric_hook = _ValidationMetrics(self, validation_data, batch_size)
-    logs = trainer.fit(self, x, y, batch_size, int(epochs), bool(shuffle), int(seed),
-                       _verbose(verbose), [metric_hook] + cbs + [history], validation_data)
-    history.model = self
-    history.params = {"epochs": epochs, "steps": -(-len(x) // batch_size)}
-    del logs
-    return history
-
-
-class _ValidationMetrics:
-    """Adds val_<metric> to the epoch's logs (from predict on validation_data) before the user's
-    callbacks see them."""
-
-    def __init__(self, model, validation_data, batch_size):
-        self.model = model
-        self.data = validation_data
-        self.batch_size = batch_size
-
-    def on_epoch_end(self, epoch, logs):
-        metrics = getattr(self.model, "_ml_metrics", [])
-        if self.data is None or not metrics:
-            return
-        pred = self.model._ml_trainer.predict(self.data[0], self.batch_size)
-        for m in metrics:
-            logs["val_" + m] = _metric(m, self.data[1], pred)
-
-
 def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", return_dict=False):
     """keras Model.evaluate: the loss (a batch-weighted mean, as Keras), then each compiled
     metric ([loss, m1, …] with metrics; a dict with return_dict)."""
-    batch_size = _batch_size(batch_size)
+    batch_size = _fit.batch_size_of(batch_size)
     trainer = _trainer(self)
     _ensure_built(self, x)
     x = np.asarray(x)
     y = np.asarray(y)
-    loss = trainer.evaluate(x, y, batch_size, _verbose(verbose))
+    loss = trainer.evaluate(x, y, batch_size, _fit.verbose_level(verbose))
     metrics = getattr(self, "_ml_metrics", [])
     values = {"loss": loss}
     if metrics:
         pred = trainer.predict(x, batch_size)
         for m in metrics:
-            values[m] = _metric(m, y, pred)
+            values[m] = _metrics.mean(m, y, pred)
     if return_dict:
         return values
     return loss if not metrics else list(values.values())
@@ -311,7 +175,7 @@ def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", return_dict=
 
 def predict(self, x, batch_size=None, verbose="auto"):
     """keras Model.predict: the outputs of every batch, concatenated, as a numpy array."""
-    batch_size = _batch_size(batch_size)
+    batch_size = _fit.batch_size_of(batch_size)
     x = np.asarray(x)
     _ensure_built(self, x)
     trainer = getattr(self, "_ml_predictor", None)
@@ -356,6 +220,7 @@ def _path_style(style):
 
 
 _cpp_summary = _CppModel.summary
+fit = _fit.fit
 for _f in (compile, fit, evaluate, predict, summary, save_weights, load_weights):
     setattr(_CppModel, _f.__name__, _f)
 _CppModel.compiled = False

@@ -1,7 +1,8 @@
 // bind_train.cc — training from Python (issue 29 item 2): optimizers (the C++ registry by
 // Keras name with Keras' arguments), the losses' names, a compiled model's fit / evaluate /
 // predict on numpy arrays through the C++ Trainer (the same steps as a C++ fit: bit for bit),
-// Python callbacks called from C++ with the GIL held only while they run, Ctrl-C between
+// Python callbacks called from C++ with the GIL held only while they run, the compiled
+// metrics fed each step's outputs (BatchLogs::y_pred), Ctrl-C between
 // batches (KeyboardInterrupt, the model left usable), Keras' progress lines on sys.stdout, and
 // save_weights / load_weights (nn/model_checkpoint.h). The GIL is released while C++ computes.
 #include <fmt/format.h>
@@ -55,10 +56,13 @@ struct LeaveFit {};
 // Python callbacks, validation and Ctrl-C inside the C++ fit loop.
 class PyCallbacks : public Callback {
  public:
+  // metrics: None, or an object whose batch(index, loss, y_true, y_pred) takes each step's
+  // targets and outputs as numpy arrays and returns the logs to add (the metrics' running means).
   PyCallbacks(py::list callbacks, py::object model, const HostTensor* x_val,
-              const HostTensor* y_val, int64_t batch_size)
+              const HostTensor* y_val, int64_t batch_size, py::object metrics)
       : callbacks_(std::move(callbacks)),
         model_(std::move(model)),
+        metrics_(std::move(metrics)),
         x_val_(x_val),
         y_val_(y_val),
         batch_size_(batch_size) {
@@ -68,11 +72,26 @@ class PyCallbacks : public Callback {
   void on_train_begin(Trainer&) override { call_each("on_train_begin", {}); }
 
   void on_train_batch_end(Trainer&, const BatchLogs& logs) override {
+    std::optional<HostTensor> y_true, y_pred;
+    if (!metrics_.is_none() && logs.y_pred != nullptr) {  // gathered without the GIL
+      y_pred = logs.y_pred->gather();
+      y_true = logs.y_true->gather();
+    }
     py::gil_scoped_acquire gil;
     if (PyErr_CheckSignals() != 0) stash();  // Ctrl-C: KeyboardInterrupt between batches
-    if (!batch_hooks_) return;
     py::dict d;
     d["loss"] = logs.loss;
+    if (y_pred) {
+      try {
+        d.attr("update")(metrics_.attr("batch")(logs.batch, logs.loss,
+                                                numpy_from_host(std::move(*y_true)),
+                                                numpy_from_host(std::move(*y_pred))));
+      } catch (py::error_already_set& e) {
+        error.emplace(std::move(e));
+        throw LeaveFit{};
+      }
+    }
+    if (!batch_hooks_) return;
     invoke("on_train_batch_end", py::int_(logs.batch), d);
   }
 
@@ -131,6 +150,7 @@ class PyCallbacks : public Callback {
 
   py::list callbacks_;
   py::object model_;
+  py::object metrics_;
   const HostTensor* x_val_;
   const HostTensor* y_val_;
   int64_t batch_size_;
@@ -158,7 +178,8 @@ std::unique_ptr<PyTrainer> compile_model(const std::shared_ptr<Model>& model,
 
 py::dict fit(PyTrainer& self, const py::object& model, const py::object& x, const py::object& y,
              int64_t batch_size, int64_t epochs, bool shuffle, uint64_t seed, int verbose,
-             const py::list& callbacks, const py::object& validation) {
+             const py::list& callbacks, const py::object& validation, int64_t initial_epoch,
+             int64_t steps_per_epoch, const py::object& metrics) {
   const HostTensor hx = host_from_numpy(x, "x");
   const HostTensor hy = host_from_numpy(y, "y");
   std::optional<HostTensor> xv, yv;
@@ -169,13 +190,15 @@ py::dict fit(PyTrainer& self, const py::object& model, const py::object& x, cons
   PythonStdoutBuf buf;
   std::ostream out(&buf);
   auto hooks = std::make_shared<PyCallbacks>(callbacks, model, xv ? &*xv : nullptr,
-                                             yv ? &*yv : nullptr, batch_size);
+                                             yv ? &*yv : nullptr, batch_size, metrics);
   FitOptions options{.batch_size = batch_size,
                      .epochs = epochs,
                      .shuffle = shuffle,
                      .shuffle_seed = seed,
                      .verbose = verbose,
                      .out = &out,
+                     .steps_per_epoch = steps_per_epoch,
+                     .initial_epoch = initial_epoch,
                      .callbacks = {hooks}};
   {
     py::gil_scoped_release release;
@@ -314,7 +337,8 @@ void bind_train(py::module_& m) {
            py::arg("from_logits"), py::arg("label_smoothing"))
       .def("fit", &fit, py::arg("model"), py::arg("x"), py::arg("y"), py::arg("batch_size"),
            py::arg("epochs"), py::arg("shuffle"), py::arg("seed"), py::arg("verbose"),
-           py::arg("callbacks"), py::arg("validation"))
+           py::arg("callbacks"), py::arg("validation"), py::arg("initial_epoch") = 0,
+           py::arg("steps_per_epoch") = 0, py::arg("metrics") = py::none())
       .def("evaluate", &evaluate, py::arg("x"), py::arg("y"), py::arg("batch_size"),
            py::arg("verbose"))
       .def("predict", &predict, py::arg("x"), py::arg("batch_size"));

@@ -108,7 +108,7 @@ def test_classification_with_metrics_and_validation():
     m.compile(optimizer="adamw", metrics=["accuracy"],
               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     h = m.fit(x, labels, batch_size=8, epochs=3, validation_data=(x[:8], labels[:8]), verbose=0)
-    assert set(h.history) == {"loss", "val_loss", "val_accuracy"}
+    assert list(h.history) == ["loss", "accuracy", "val_loss", "val_accuracy"]
     assert len(h.history["val_loss"]) == 3 and h.epoch == [0, 1, 2]
     loss, acc = m.evaluate(x[:8], labels[:8], verbose=0)
     assert loss == h.history["val_loss"][-1] and acc == h.history["val_accuracy"][-1]

@@ -1,7 +1,8 @@
 # Training from Python under `mpirun -np 2` (issue 29): a Keras 3 ModelParallel model on a 2x4
 # mesh spanning both processes (4 virtual devices each) fits from numpy, each process feeding
 # only its rows of each batch; both processes report the same losses, bit for bit, and they
-# equal the one-process run's to rounding (the loss sums are added per process, then across).
+# equal the one-process run's to rounding (the loss sums are added per process, then across);
+# so do the compiled metric's running means.
 import os
 import shutil
 import subprocess
@@ -30,11 +31,12 @@ with dist.ModelParallel(layout_map=layout_map).scope():
 i = np.arange(16)[:, None]; j = np.arange(4)[None, :]
 x = (((31 * i + 17 * j) % 23) - 11).astype(np.float32) / 8
 y = ((((13 * np.arange(16)) % 7) - 3).astype(np.float32) / 4)[:, None]
-model.compile(optimizer="adam", loss="mse")
+model.compile(optimizer="adam", loss="mse", metrics=["mae"])
 h = model.fit(x, y, batch_size=4, epochs=3, verbose=0)
 with open(os.path.join(out, rank), "w") as f:
     f.write(" ".join(v.hex() for v in h.history["loss"]) + "\\n")
-    f.write(" ".join(v.hex() for v in model.predict(x)[:, 0].astype(float)))
+    f.write(" ".join(v.hex() for v in model.predict(x)[:, 0].astype(float)) + "\\n")
+    f.write(" ".join(v.hex() for v in h.history["mae"]))
 """
 
 
@@ -67,3 +69,7 @@ def test_fit_under_mpirun_np2(tmp_path):
         assert float.fromhex(a) == pytest.approx(float.fromhex(b), rel=1e-12)
     for a, b in zip(single[1].split(), p0[1].split()):
         assert float.fromhex(a) == pytest.approx(float.fromhex(b), rel=1e-5, abs=1e-6)
+    # The metrics' running means: each process gathers every step's outputs and targets.
+    assert len(p0[2].split()) == 3
+    for a, b in zip(single[2].split(), p0[2].split()):
+        assert float.fromhex(a) == pytest.approx(float.fromhex(b), rel=1e-5)

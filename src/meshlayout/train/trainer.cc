@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -215,7 +216,8 @@ struct TrainingMode {
 }  // namespace
 
 double Trainer::train_step(Tensor x, const Array& y, bool terminate_on_nan,
-                           const std::function<std::string()>& where) {
+                           const std::function<std::string()>& where,
+                           std::optional<Tensor>* y_pred) {
   Gradients grads;
   std::vector<VariablePtr> vars;
   double loss = 0;
@@ -244,6 +246,7 @@ double Trainer::train_step(Tensor x, const Array& y, bool terminate_on_nan,
           loss, where(), optimizer_->iterations()));
     }
     (void)model_->backward(x.value(), r.gradient, grads);
+    if (y_pred != nullptr) y_pred->emplace(pred);
   }
   // The penalty's gradient, in each variable's layout: elementwise, no communication.
   for (const VariablePtr& v : vars) {
@@ -260,11 +263,15 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
     check_data("fit", x, &y, options.batch_size);
     if (options.epochs < 0)
       throw ValueError(fmt::format("fit: epochs must be >= 0, got {}", options.epochs));
-    if (options.steps_per_epoch != 0 || options.first_batch != 0) {
+    if (options.first_batch != 0) {
       throw ValueError(fmt::format(
-          "fit: steps_per_epoch ({}) and first_batch ({}) apply to fit on a BatchDataset; fit on "
-          "arrays reads every row each epoch",
-          options.steps_per_epoch, options.first_batch));
+          "fit: first_batch ({}) applies to fit on a BatchDataset; fit on arrays starts at "
+          "initial_epoch",
+          options.first_batch));
+    }
+    if (options.steps_per_epoch < 0 || options.initial_epoch < 0) {
+      throw ValueError(fmt::format("fit: steps_per_epoch ({}) and initial_epoch ({}) must be >= 0",
+                                   options.steps_per_epoch, options.initial_epoch));
     }
     mode = progress_mode(options.verbose);
     dist = data_distribution();
@@ -276,27 +283,52 @@ History Trainer::fit(const HostTensor& x, const HostTensor& y, const FitOptions&
   for (const auto& c : options.callbacks) c->on_train_begin(*this);
   History history;
   int64_t steps_run = 0;
-  for (int64_t epoch = 0; epoch < options.epochs; ++epoch) {
-    EpochProgress progress(out_or_cerr(options.out), mode, epoch, options.epochs, batches.count());
+  // The position in the passes over the rows (Keras' EpochIterator): pass `pass`, its next batch
+  // `next`. An epoch takes `per_epoch` batches or what is left of the pass; a finished pass
+  // starts the next one at the next epoch.
+  const int64_t per_epoch = options.steps_per_epoch > 0 ? options.steps_per_epoch : batches.count();
+  int64_t pass = 0, next = 0;
+  auto epoch_batches = [&] { return std::min(per_epoch, batches.count() - next); };
+  auto advance = [&](int64_t n) {
+    next += n;
+    if (next >= batches.count()) {
+      ++pass;
+      next = 0;
+    }
+  };
+  for (int64_t epoch = 0; epoch < options.initial_epoch; ++epoch) advance(epoch_batches());
+  for (int64_t epoch = options.initial_epoch; epoch < options.epochs; ++epoch) {
+    const int64_t first = next, n = epoch_batches();
+    EpochProgress progress(out_or_cerr(options.out), mode, epoch, options.epochs, per_epoch);
     const std::vector<int64_t> order =
-        row_order(batches.rows, options.shuffle, options.shuffle_seed, epoch);
+        row_order(batches.rows, options.shuffle, options.shuffle_seed, pass);
     double weighted = 0;
     int64_t seen = 0;
-    for (int64_t k = 0; k < batches.count(); ++k) {
-      const int64_t b = batches.size(k);
-      Tensor xb(feed(x, order, batches.start(k), b, *dist));
-      const Array yb = feed(y, order, batches.start(k), b, *dist);
-      const double loss = train_step(std::move(xb), yb, options.terminate_on_nan, [&] {
-        return fmt::format("epoch {}, step {} (rows [{}, {}) of the epoch's order)", epoch, k,
-                           batches.start(k), batches.start(k) + b);
-      });
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t b = batches.size(first + k), start = batches.start(first + k);
+      Tensor xb(feed(x, order, start, b, *dist));
+      const Array yb = feed(y, order, start, b, *dist);
+      std::optional<Tensor> pred;
+      const double loss = train_step(
+          std::move(xb), yb, options.terminate_on_nan,
+          [&] {
+            return fmt::format("epoch {}, step {} (rows [{}, {}) of the pass's order)", epoch, k,
+                               start, start + b);
+          },
+          &pred);
       weighted += loss * static_cast<double>(b);
       seen += b;
       progress.update(k + 1, weighted / static_cast<double>(seen));
       for (const auto& c : options.callbacks)
-        c->on_train_batch_end(*this, {.epoch = epoch, .batch = k, .step = steps_run, .loss = loss});
+        c->on_train_batch_end(*this, {.epoch = epoch,
+                                      .batch = k,
+                                      .step = steps_run,
+                                      .loss = loss,
+                                      .y_pred = pred ? &pred->value() : nullptr,
+                                      .y_true = pred ? &yb : nullptr});
       ++steps_run;
     }
+    advance(n);
     const double epoch_loss = weighted / static_cast<double>(seen);
     progress.finish(epoch_loss);
     history.loss.push_back(epoch_loss);
@@ -316,6 +348,12 @@ History Trainer::fit(const BatchDataset& data, const FitOptions& options) {
     if (options.epochs < 0)
       throw ValueError(fmt::format("fit: epochs must be >= 0, got {}", options.epochs));
     if (S < 0) throw ValueError(fmt::format("fit: steps_per_epoch must be >= 0, got {}", S));
+    if (options.initial_epoch != 0) {
+      throw ValueError(fmt::format(
+          "fit: initial_epoch ({}) applies to fit on arrays; a BatchDataset fit starts at "
+          "first_batch",
+          options.initial_epoch));
+    }
     if (options.first_batch < 0 || (options.first_batch > 0 && S == 0)) {
       throw ValueError(fmt::format(
           "fit: first_batch must be >= 0 and needs steps_per_epoch (the epoch's batches follow "

@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -97,6 +98,11 @@ struct BatchLogs {
   /// steps fit has run before this one.
   int64_t step = 0;
   double loss = 0;  // the batch's loss (regularisation included), before its update
+  /// The model's outputs on the batch (the step's forward, before the update) and the batch's
+  /// targets, for metrics; null on a fused loss path (Model::fused_loss_and_gradients) and in
+  /// dataset fit.
+  const Array* y_pred = nullptr;
+  const Array* y_true = nullptr;
 };
 
 /// keras.callbacks.Callback: fit calls each hook on every process, in this order: on_train_begin,
@@ -122,8 +128,17 @@ struct FitOptions {
   std::function<void(int64_t, double)> on_epoch_end;
   std::ostream* out = nullptr;  // progress output; std::cerr when null
   /// Dataset fit: batches per epoch (Keras' steps_per_epoch); 0: every batch of the data.
-  /// Array fit: must be 0.
+  /// Array fit (Keras >= 3.4's EpochIterator on arrays): the batches run on from epoch to epoch
+  /// through one pass over the rows; an epoch ends after steps_per_epoch batches, or earlier
+  /// when the pass runs out (Keras warns "Your input ran out of data"), and the next epoch then
+  /// starts a new pass (shuffled anew: pass p's order is row_order(…, p)); 0: one pass an epoch.
   int64_t steps_per_epoch = 0;
+  /// Array fit: Keras' initial_epoch, the index of the first epoch run (epochs counts from 0:
+  /// epochs - initial_epoch epochs run, shown "Epoch initial_epoch+1/epochs"). The batches are
+  /// those the same fit from epoch 0 would have given those epochs (the same shuffles; with
+  /// steps_per_epoch, the position in the pass), so a fit resumed at epoch e continues the
+  /// uninterrupted run. Dataset fit: must be 0 (first_batch says where to read).
+  int64_t initial_epoch = 0;
   /// Dataset fit with steps_per_epoch: the index of the first batch read (rows
   /// [first_batch·B, …)); a resumed run continues at the batch after its last one.
   int64_t first_batch = 0;
@@ -192,7 +207,8 @@ class Trainer {
   // model's fused path when it has one — then the optimizer's update. `where` describes the
   // batch for the terminate_on_nan error.
   double train_step(Tensor x, const Array& y, bool terminate_on_nan,
-                    const std::function<std::string()>& where);
+                    const std::function<std::string()>& where,
+                    std::optional<Tensor>* y_pred = nullptr);
 };
 
 /// model.compile(…): Trainer(model, options).

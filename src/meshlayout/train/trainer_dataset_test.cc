@@ -153,11 +153,13 @@ TEST_F(TrainerDatasetTest, BadOptionsAreRefusedBeforeAnyStep) {
   EXPECT_EQ(error({.batch_size = 6, .verbose = 0}), "no error");
   EXPECT_EQ(t.optimizer().iterations(), 4);  // only that fit ran steps
   EXPECT_EQ(error({.batch_size = 4, .verbose = 0, .steps_per_epoch = 1}), "no error");
+  EXPECT_THAT(error({.batch_size = 4, .verbose = 0, .initial_epoch = 1}),
+              HasSubstr("initial_epoch (1) applies to fit on arrays"));
   try {
-    t.fit(x, y, {.batch_size = 4, .verbose = 0, .steps_per_epoch = 1});
-    ADD_FAILURE() << "array fit took steps_per_epoch";
+    t.fit(x, y, {.batch_size = 4, .verbose = 0, .steps_per_epoch = 1, .first_batch = 1});
+    ADD_FAILURE() << "array fit took first_batch";
   } catch (const ValueError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("apply to fit on a BatchDataset"));
+    EXPECT_THAT(e.what(), HasSubstr("first_batch (1) applies to fit on a BatchDataset"));
   }
 }
 
