@@ -1,6 +1,7 @@
 // moe.h — the per-shard kernels of a mixture of experts (ops/moe.h, nn/layers/moe/): the router's
-// top-k choice and its backward, and one device's block of experts applied to its rows of tokens
-// and that block's backward. F32 or F64 (float and double); the products run the BLAS.
+// top-k choice and its backward, one device's block of experts applied to its rows of tokens
+// and that block's backward, and the row moves and sums of the all-to-all token dispatcher. F32 or
+// F64 (float and double); the products run the BLAS.
 //
 // Rows: a shard's box over the leading dimensions of a (…, X) tensor is `rows` rows of X
 // contiguous elements (the last dimension unsplit). Every shard passed together covers the same
@@ -26,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "meshlayout/array/array.h"
 #include "meshlayout/kernels/gated_activation.h"
@@ -108,11 +110,46 @@ struct MoeExpertsBackward {
   DType dtype;
 };
 
+/// Moves whole rows between host buffers of one process (the all-to-all token dispatcher of
+/// ops/moe.cc: a device's routed rows into a compact buffer, a message's rows out of staging):
+/// dst row dst_rows[i] = src row src_rows[i] for i < count, rows of `row_bytes` bytes. src and
+/// dst may be shards of different local devices or staging buffers, never overlapping.
+struct MoeCopyRows {
+  const Array::Shard* src;
+  const int64_t* src_rows;
+  Array::Shard* dst;
+  const int64_t* dst_rows;
+  int64_t count;
+  size_t row_bytes;
+};
+
+/// The rows of an ids shard (rows × top_k, I32) routed to at least one expert of
+/// [first_expert, first_expert + experts), ascending, into `out` (host memory; replaced).
+struct MoeRoutedRows {
+  const Array::Shard* ids;
+  int64_t rows, top_k, first_expert, experts;
+  std::vector<int64_t>* out;
+};
+
+/// The combine's sums: dst row dst_rows[i] += src row src_rows[i] for i = 0, 1, … in order
+/// (rows of `width` elements, F32 or F64).
+struct MoeAddRows {
+  const Array::Shard* src;
+  const int64_t* src_rows;
+  Array::Shard* dst;
+  const int64_t* dst_rows;
+  int64_t count, width;
+  DType dtype;
+};
+
 void moe_route_cpu(const MoeRoute& args);
 void moe_route_backward_cpu(const MoeRouteBackward& args);
 void moe_count_cpu(const MoeCount& args);
 void moe_experts_forward_cpu(const MoeExpertsForward& args);
 void moe_experts_backward_cpu(const MoeExpertsBackward& args);
+void moe_copy_rows_cpu(const MoeCopyRows& args);
+void moe_add_rows_cpu(const MoeAddRows& args);
+void moe_routed_rows_cpu(const MoeRoutedRows& args);
 
 inline KernelOp<void(const MoeRoute&)> moe_route{"moe_route", &moe_route_cpu};
 inline KernelOp<void(const MoeRouteBackward&)> moe_route_backward{"moe_route_backward",
@@ -122,5 +159,9 @@ inline KernelOp<void(const MoeExpertsForward&)> moe_experts_forward{"moe_experts
                                                                     &moe_experts_forward_cpu};
 inline KernelOp<void(const MoeExpertsBackward&)> moe_experts_backward{"moe_experts_backward",
                                                                       &moe_experts_backward_cpu};
+inline KernelOp<void(const MoeCopyRows&)> moe_copy_rows{"moe_copy_rows", &moe_copy_rows_cpu};
+inline KernelOp<void(const MoeAddRows&)> moe_add_rows{"moe_add_rows", &moe_add_rows_cpu};
+inline KernelOp<void(const MoeRoutedRows&)> moe_routed_rows{"moe_routed_rows",
+                                                            &moe_routed_rows_cpu};
 
 }  // namespace meshlayout

@@ -13,6 +13,7 @@
 #include "meshlayout/kernels/device_kind.h"
 #include "meshlayout/kernels/moe.h"
 #include "meshlayout/ops/attention_internal.h"
+#include "meshlayout/ops/moe_dispatch.h"
 #include "meshlayout/ops/partial_sum.h"
 
 namespace meshlayout {
@@ -109,6 +110,11 @@ struct MixturePlan {
   int64_t k_extent = 1;
   std::vector<int> token_axes;  // the axes the compute layout splits tokens over
   int64_t token_extent = 1;
+  // The all-to-all dispatcher's: x with d whole, the expert/F axes that also split the tokens
+  // (A) and the others (over which the members' sums are partial), with their extent.
+  std::optional<TensorLayout> source;
+  std::vector<int> dispatch_axes, rest_axes;
+  int64_t rest_extent = 1;
 };
 
 MixturePlan plan_mixture(const Array& x, const Array& gate) {
@@ -129,16 +135,35 @@ MixturePlan plan_mixture(const Array& x, const Array& gate) {
     for (const std::string& a : p.tokens->axes()[i].axes()) token_names.push_back(a);
   }
   p.token_axes = axis_indices(mesh, token_names, &p.token_extent);
+  p.source = leading_layout(x.layout(), {});
+  std::set<int> split_tokens;
+  for (size_t i = 0; i + 1 < p.source->axes().size(); ++i) {
+    for (const std::string& a : p.source->axes()[i].axes())
+      split_tokens.insert(*mesh.axis_index(a));
+  }
+  for (int a : p.k_axes) {
+    if (split_tokens.contains(a)) {
+      p.dispatch_axes.push_back(a);
+    } else {
+      p.rest_axes.push_back(a);
+      p.rest_extent *= mesh.shape()[static_cast<size_t>(a)];
+    }
+  }
   return p;
+}
+
+bool all_to_all(const MixturePlan& plan, MoeDispatch dispatch) {
+  return dispatch == MoeDispatch::kAllToAll && !plan.dispatch_axes.empty();
 }
 
 int64_t rows_of(const Box& box) { return box.num_elements() / box.shape.back(); }
 
 // The operands in their compute layouts (resharded copies kept here where needed).
 struct Operands {
-  Operands(const MixturePlan& plan, const Array& x_in, const Array& ids_in, const Array& weights_in,
-           const Array& gate_in, const Array& up_in, const Array& down_in)
-      : x(in_layout(x_in, *plan.tokens, stores[0])),
+  Operands(const MixturePlan& plan, const TensorLayout& x_layout, const Array& x_in,
+           const Array& ids_in, const Array& weights_in, const Array& gate_in, const Array& up_in,
+           const Array& down_in)
+      : x(in_layout(x_in, x_layout, stores[0])),
         ids(in_layout(ids_in, *plan.rows_k, stores[1])),
         weights(in_layout(weights_in, *plan.rows_k, stores[2])),
         gate(in_layout(gate_in, *plan.gate_c, stores[3])),
@@ -148,14 +173,17 @@ struct Operands {
   const Array &x, &ids, &weights, &gate, &up, &down;
 
   // A kernel's arguments for the expert block of the device at `position` (kernels/moe.h):
-  // its shards of every operand and the block's extent.
+  // its shards of every operand (x, ids and weights: the rows given, else its own) and the
+  // block's extent.
   template <typename Args>
-  Args block_args(int64_t position, int64_t rows, GateFunction function) const {
+  Args block_args(int64_t position, int64_t rows, GateFunction function,
+                  const Array::Shard* rows_x = nullptr, const Array::Shard* rows_ids = nullptr,
+                  const Array::Shard* rows_weights = nullptr) const {
     Args a{};
     const Array::Shard* g = gate.shard_at(position);
-    a.x = x.shard_at(position);
-    a.ids = ids.shard_at(position);
-    a.weights = weights.shard_at(position);
+    a.x = rows_x ? rows_x : x.shard_at(position);
+    a.ids = rows_ids ? rows_ids : ids.shard_at(position);
+    a.weights = rows_weights ? rows_weights : weights.shard_at(position);
     a.gate = g;
     a.up = up.shard_at(position);
     a.down = down.shard_at(position);
@@ -169,6 +197,37 @@ struct Operands {
     a.dtype = x.dtype();
     return a;
   }
+};
+
+// The all-to-all path (ops/moe_dispatch.h): x stays in its own layout (d whole); each unit's
+// routed rows of x (and of any other (…, width) operand) are dispatched to it.
+struct Dispatched {
+  Dispatched(const MixturePlan& plan, const Operands& o, const Shape& x_shape,
+             const Shape& gate_shape)
+      : exchange(ShardGeometry(*plan.source, x_shape), ShardGeometry(*plan.tokens, x_shape),
+                 ShardGeometry(*plan.gate_c, gate_shape), o.ids, plan.dispatch_axes, o.x.runtime()),
+        x(exchange.dispatch(o.x)),
+        ids(exchange.gather_local(o.ids)),
+        weights(exchange.gather_local(o.weights)) {}
+
+  // The units' (rows × width) outputs summed into `like`'s layout.
+  Array complete(const MixturePlan& plan, const Operands& o,
+                 const std::vector<Array::Shard>& outputs, const Array& like) const {
+    const size_t elem = dtype_size(like.dtype());
+    const internal_ops::PartialLayout partial{ShardGeometry(*plan.source, like.shape()),
+                                              plan.rest_axes, plan.rest_extent};
+    internal_ops::LocalPartials sinks = internal_ops::allocate_local_partials(partial, o.x, elem);
+    exchange.combine(outputs, sinks, like.shape().back(), like.dtype());
+    Array out = allocate_agreed(like.layout(), like.shape(), like.dtype(), like.runtime_ptr());
+    internal_ops::reduce_partials(sinks,
+                                  internal_ops::plan_reduction(partial, out.geometry(), elem,
+                                                               like.runtime().local_device_count()),
+                                  out);
+    return out;
+  }
+
+  internal_ops::TokenExchange exchange;
+  std::vector<Array::Shard> x, ids, weights;
 };
 
 }  // namespace
@@ -270,10 +329,26 @@ ExpertStatistics expert_statistics(const ExpertRouting& routing) {
 }
 
 Array expert_mixture(const Array& x, const Array& ids, const Array& weights, const Array& gate,
-                     const Array& up, const Array& down, GateFunction function) {
+                     const Array& up, const Array& down, GateFunction function,
+                     MoeDispatch dispatch) {
   check_mixture("expert_mixture", x, ids, weights, gate, up, down);
   const MixturePlan plan = plan_mixture(x, gate);
-  const Operands o(plan, x, ids, weights, gate, up, down);
+  if (all_to_all(plan, dispatch)) {
+    const Operands o(plan, *plan.source, x, ids, weights, gate, up, down);
+    const Dispatched rows(plan, o, x.shape(), gate.shape());
+    const auto& units = rows.exchange.units();
+    std::vector<Array::Shard> outputs =
+        rows.exchange.allocate(x.shape().back(), dtype_size(x.dtype()));
+    x.runtime().pool().parallel_for(units.size(), [&](size_t i) {
+      auto args = o.block_args<MoeExpertsForward>(
+          units[i].position, static_cast<int64_t>(units[i].rows.size()), function, &rows.x[i],
+          &rows.ids[i], &rows.weights[i]);
+      args.out = &outputs[i];
+      moe_experts_forward(kind_of(o.x), args);
+    });
+    return rows.complete(plan, o, outputs, x);
+  }
+  const Operands o(plan, *plan.tokens, x, ids, weights, gate, up, down);
   const size_t elem = dtype_size(x.dtype());
   const internal_ops::PartialLayout partial{ShardGeometry(*plan.tokens, x.shape()), plan.k_axes,
                                             plan.k_extent};
@@ -293,7 +368,8 @@ Array expert_mixture(const Array& x, const Array& ids, const Array& weights, con
 
 ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, const Array& weights,
                                            const Array& gate, const Array& up, const Array& down,
-                                           const Array& dy, GateFunction function) {
+                                           const Array& dy, GateFunction function,
+                                           MoeDispatch dispatch) {
   check_mixture("expert_mixture_backward", x, ids, weights, gate, up, down);
   if (dy.shape() != x.shape() || dy.dtype() != x.dtype()) {
     throw ValueError(fmt::format("expert_mixture_backward: dy must be x's {} {}, got {} {}",
@@ -301,9 +377,10 @@ ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, con
                                  dtype_name(dy.dtype()), shape_to_string(dy.shape())));
   }
   const MixturePlan plan = plan_mixture(x, gate);
-  const Operands o(plan, x, ids, weights, gate, up, down);
+  const bool dispatched = all_to_all(plan, dispatch);
+  const Operands o(plan, dispatched ? *plan.source : *plan.tokens, x, ids, weights, gate, up, down);
   std::optional<Array> dy_store;
-  const Array& dyc = in_layout(dy, *plan.tokens, dy_store);
+  const Array& dyc = in_layout(dy, dispatched ? *plan.source : *plan.tokens, dy_store);
   const size_t elem = dtype_size(x.dtype());
   // dx and dweights: partial over the expert axes; the kernels' gradients: over the tokens'.
   const internal_ops::PartialLayout px{ShardGeometry(*plan.tokens, x.shape()), plan.k_axes,
@@ -314,8 +391,6 @@ ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, con
                                        plan.token_extent};
   const internal_ops::PartialLayout pd{ShardGeometry(*plan.down_c, down.shape()), plan.token_axes,
                                        plan.token_extent};
-  internal_ops::LocalPartials dx_parts = internal_ops::allocate_local_partials(px, o.x, elem);
-  internal_ops::LocalPartials dw_parts = internal_ops::allocate_local_partials(pw, o.x, elem);
   internal_ops::LocalPartials dg_parts = internal_ops::allocate_local_partials(pg, o.x, elem);
   internal_ops::LocalPartials du_parts = internal_ops::allocate_local_partials(pg, o.x, elem);
   internal_ops::LocalPartials dd_parts = internal_ops::allocate_local_partials(pd, o.x, elem);
@@ -330,7 +405,40 @@ ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, con
     }
     throw InternalError("expert_mixture_backward: a device unit has no partial");
   };
+  const size_t local = static_cast<size_t>(x.runtime().local_device_count());
+  const auto reduce = [&](const internal_ops::LocalPartials& parts,
+                          const internal_ops::PartialLayout& l, const Array& like) {
+    Array out = allocate_agreed(like.layout(), like.shape(), like.dtype(), like.runtime_ptr());
+    internal_ops::reduce_partials(
+        parts, internal_ops::plan_reduction(l, out.geometry(), elem, static_cast<int64_t>(local)),
+        out);
+    return out;
+  };
   const DeviceKind kind = kind_of(o.x);
+  if (dispatched) {
+    const Dispatched rows(plan, o, x.shape(), gate.shape());
+    const std::vector<Array::Shard> dy_rows = rows.exchange.dispatch(dyc);
+    std::vector<Array::Shard> dx_rows = rows.exchange.allocate(x.shape().back(), elem);
+    std::vector<Array::Shard> dw_rows = rows.exchange.allocate(weights.shape().back(), elem);
+    const auto& units = rows.exchange.units();
+    x.runtime().pool().parallel_for(units.size(), [&](size_t i) {
+      const int64_t p = units[i].position;
+      auto args =
+          o.block_args<MoeExpertsBackward>(p, static_cast<int64_t>(units[i].rows.size()), function,
+                                           &rows.x[i], &rows.ids[i], &rows.weights[i]);
+      args.dy = &dy_rows[i];
+      args.dx = &dx_rows[i];
+      args.dweights = &dw_rows[i];
+      args.dgate = &find(dg_parts, pg, p);
+      args.dup = &find(du_parts, pg, p);
+      args.ddown = &find(dd_parts, pd, p);
+      moe_experts_backward(kind, args);
+    });
+    return {rows.complete(plan, o, dx_rows, x), rows.complete(plan, o, dw_rows, weights),
+            reduce(dg_parts, pg, gate), reduce(du_parts, pg, up), reduce(dd_parts, pd, down)};
+  }
+  internal_ops::LocalPartials dx_parts = internal_ops::allocate_local_partials(px, o.x, elem);
+  internal_ops::LocalPartials dw_parts = internal_ops::allocate_local_partials(pw, o.x, elem);
   x.runtime().pool().parallel_for(dx_parts.size(), [&](size_t i) {
     const int64_t p = dx_parts[i].position;
     auto args = o.block_args<MoeExpertsBackward>(p, rows_of(dx_parts[i].box), function);
@@ -342,15 +450,6 @@ ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, con
     args.ddown = &find(dd_parts, pd, p);
     moe_experts_backward(kind, args);
   });
-  const size_t local = static_cast<size_t>(x.runtime().local_device_count());
-  const auto reduce = [&](const internal_ops::LocalPartials& parts,
-                          const internal_ops::PartialLayout& l, const Array& like) {
-    Array out = allocate_agreed(like.layout(), like.shape(), like.dtype(), like.runtime_ptr());
-    internal_ops::reduce_partials(
-        parts, internal_ops::plan_reduction(l, out.geometry(), elem, static_cast<int64_t>(local)),
-        out);
-    return out;
-  };
   return {reduce(dx_parts, px, x), reduce(dw_parts, pw, weights), reduce(dg_parts, pg, gate),
           reduce(du_parts, pg, up), reduce(dd_parts, pd, down)};
 }

@@ -11,11 +11,13 @@
 // completed into x's layout (ops/partial_sum.h, NOTE [Partial sums]):
 //   - experts and tokens on different axes: each device's tokens are already where its experts
 //     are, and the combine is an all-reduce over the expert axes;
-//   - tokens split over the expert axes themselves: the tokens are first gathered over those
-//     axes (the dispatch: every expert block sees the tokens of its group) and the combine
-//     reduce-scatters the sums back to the tokens' owners (Megatron's all-gather token
-//     dispatcher; an all-to-all dispatcher that sends each token only to its top-k experts'
-//     devices is not written yet);
+//   - tokens split over the expert axes themselves: by default (MoeDispatch::kAllToAll) each
+//     token goes only to the devices holding its top-k experts and their outputs come back to
+//     it (ops/moe_dispatch.h, NOTE [All-to-all dispatch]: per pair of processes one message
+//     each way, rows computed on both sides from the routing ids); MoeDispatch::kAllGather
+//     instead gathers the group's tokens on every device of the group and reduce-scatters the
+//     sums back (Megatron's all-gather token dispatcher: (G − 1) × a device's tokens move
+//     each way against at most top_k × (G − 1) / G for the all-to-all);
 //   - experts replicated: the dense-equivalent path, every device all experts, no reduction
 //     beyond a copy.
 // With at most two experts a token whose experts share a block, the sums are bit-identical to
@@ -38,6 +40,9 @@
 #include "meshlayout/kernels/gated_activation.h"
 
 namespace meshlayout {
+
+/// How tokens reach experts split over the tokens' own mesh axes (see the file comment).
+enum class MoeDispatch { kAllToAll, kAllGather };
 
 /// The router's choice (kernels/moe.h "Routing") for logits (…, E): ids (…, top_k) I32 and
 /// weights (…, top_k), probs (…, E) the softmax; all in logits' leading layout with the last
@@ -71,7 +76,8 @@ ExpertStatistics expert_statistics(const ExpertRouting& routing);
 /// weights of x's dtype, all on x's mesh, and gate/up split alike with down's split matching.
 /// Collective.
 Array expert_mixture(const Array& x, const Array& ids, const Array& weights, const Array& gate,
-                     const Array& up, const Array& down, GateFunction function);
+                     const Array& up, const Array& down, GateFunction function,
+                     MoeDispatch dispatch = MoeDispatch::kAllToAll);
 
 struct ExpertMixtureGrads {
   Array dx;                 // x's layout
@@ -81,6 +87,7 @@ struct ExpertMixtureGrads {
 /// The gradients of expert_mixture given dy (x's shape, any layout). Collective.
 ExpertMixtureGrads expert_mixture_backward(const Array& x, const Array& ids, const Array& weights,
                                            const Array& gate, const Array& up, const Array& down,
-                                           const Array& dy, GateFunction function);
+                                           const Array& dy, GateFunction function,
+                                           MoeDispatch dispatch = MoeDispatch::kAllToAll);
 
 }  // namespace meshlayout

@@ -4,6 +4,7 @@
 #include "meshlayout/kernels/moe.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <vector>
 
@@ -284,6 +285,41 @@ void moe_experts_backward_cpu(const MoeExpertsBackward& args) {
   cpu_kernels::use_single_threaded_blas();
   cpu_kernels::dispatch_float(args.dtype,
                               [&]<typename E>(E* /*tag*/) { experts_backward<E>(args); });
+}
+
+void moe_copy_rows_cpu(const MoeCopyRows& a) {
+  const std::byte* src = data_of<std::byte>(a.src);
+  std::byte* dst = data_of<std::byte>(a.dst);
+  for (int64_t i = 0; i < a.count; ++i) {
+    std::memcpy(dst + static_cast<size_t>(a.dst_rows[i]) * a.row_bytes,
+                src + static_cast<size_t>(a.src_rows[i]) * a.row_bytes, a.row_bytes);
+  }
+}
+
+void moe_add_rows_cpu(const MoeAddRows& a) {
+  cpu_kernels::dispatch_float(a.dtype, [&]<typename E>(E* /*tag*/) {
+    const E* src = data_of<E>(a.src);
+    E* dst = data_of<E>(a.dst);
+    for (int64_t i = 0; i < a.count; ++i) {
+      const E* s = src + a.src_rows[i] * a.width;
+      E* d = dst + a.dst_rows[i] * a.width;
+      for (int64_t c = 0; c < a.width; ++c) d[c] += s[c];
+    }
+  });
+}
+
+void moe_routed_rows_cpu(const MoeRoutedRows& a) {
+  const int32_t* ids = data_of<int32_t>(a.ids);
+  a.out->clear();
+  for (int64_t r = 0; r < a.rows; ++r) {
+    for (int64_t j = 0; j < a.top_k; ++j) {
+      const int64_t e = ids[r * a.top_k + j] - a.first_expert;
+      if (e >= 0 && e < a.experts) {
+        a.out->push_back(r);
+        break;
+      }
+    }
+  }
 }
 
 }  // namespace meshlayout
