@@ -1,5 +1,8 @@
-// bench_util.h — what the CPU model benchmarks share (llama_bench, llama_train_bench,
-// moe_bench): timing a call, the best and median of repetitions, and `--name value` arguments.
+// bench_util.h — what the benchmarks share (the CPU ones: llama_bench, llama_train_bench,
+// moe_bench, checkpoint_bench, llama_fit_steps; the GPU ones: gpu_baselines, gpu_llama_bench,
+// gpu_reshard_bench, gpu_checkpoint_bench): timing a call, the best and median of
+// repetitions, and `--name value` arguments. Header-only and without meshlayout code, so a
+// program of plain CUDA (gpu_baselines) includes it too.
 //
 // Example:
 //   const int reps = bench::arg(argc, argv, "--reps", 5);
@@ -13,6 +16,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bench {
@@ -26,9 +30,23 @@ inline double seconds(const std::function<void()>& f) {
 
 inline double best(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
+/// The median: the middle value, or the mean of the two middle ones for an even count.
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/// The median of `reps` timed runs of fn(), each after an untimed before() (e.g. dropping a
+/// file from the page cache).
+inline double median_seconds(int reps, const std::function<void()>& before,
+                             const std::function<void()>& fn) {
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    before();
+    times.push_back(seconds(fn));
+  }
+  return median(std::move(times));
 }
 
 /// The integer after `name` on the command line, else `fallback`.

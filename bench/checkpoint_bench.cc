@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/layout/box_ops.h"
@@ -33,22 +34,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using bench::median_seconds;
+
 constexpr int64_t kRows = 4096, kCols = 8192;
 constexpr size_t kChunk = size_t{16} << 20;
-
-double median_seconds(int reps, const std::function<void()>& before,
-                      const std::function<void()>& fn) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    before();
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 void drop_from_page_cache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

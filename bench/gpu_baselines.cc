@@ -29,7 +29,11 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
+
 namespace {
+
+using bench::median;
 
 struct Figure {
   std::string name;
@@ -48,12 +52,6 @@ void check(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   std::fprintf(stderr, "gpu_baselines: %s: %s\n", what, cublasGetStatusString(status));
   std::exit(1);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // Seconds of each of `timed` runs of `op` (enqueued on `s`) after `warmup` untimed ones.

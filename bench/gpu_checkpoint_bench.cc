@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/layout/devices.h"
@@ -46,6 +47,8 @@ using namespace meshlayout;
 namespace fs = std::filesystem;
 
 namespace {
+
+using bench::median_seconds;
 
 constexpr int64_t kRows = 8192, kCols = 8192;
 constexpr size_t kTensorBytes = size_t{kRows * kCols} * 4;
@@ -60,20 +63,6 @@ void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
   std::fprintf(stderr, "gpu_checkpoint_bench: %s: %s\n", what, cudaGetErrorString(status));
   std::exit(1);
-}
-
-double median_seconds(int reps, const std::function<void()>& before,
-                      const std::function<void()>& fn) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    before();
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 void drop_from_page_cache(const std::string& path) {

@@ -54,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/core/dtype.h"
 #include "meshlayout/core/shape.h"
 #include "meshlayout/layout/devices.h"
@@ -65,6 +66,8 @@
 using namespace meshlayout;
 
 namespace {
+
+using bench::median;
 
 struct Figure {
   std::string name;
@@ -83,12 +86,6 @@ void check(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
   std::fprintf(stderr, "gpu_llama_bench: %s: %s\n", what, cublasGetStatusString(status));
   std::exit(1);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/array/array.h"
 #include "meshlayout/array/reshard_plan.h"
 #include "meshlayout/layout/devices.h"
@@ -27,10 +28,7 @@ using namespace meshlayout;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
