@@ -1,11 +1,13 @@
 // The mixture-of-experts families (Mixtral, Qwen 3 MoE, Qwen 2 MoE with its shared expert) from
 // their Hugging Face directories: small random models written in Hugging Face format
 // (random_moe_hf.h), loaded sharded under replicated rules, keras-hub's rules, and expert
-// parallelism over either mesh axis (the tokens' own axis: dispatch by gathering, combine by
-// reduce-scatter); logits within 1e-4 of the float64 reference written from transformers' equations
-// (hf_moe_reference.h) and greedy tokens equal to its; expert parallelism equal to the replicated
-// experts; training's loss (with the load-balancing auxiliary loss) against the reference, and its
-// gradients against central differences in float64.
+// parallelism over either mesh axis (over the tokens' own axis through the all-to-all
+// dispatcher) and each family's examples/rules/<family>_keras_hub.json; logits within 1e-4 of the
+// float64 reference written from transformers' equations (hf_moe_reference.h) and greedy tokens
+// equal to its; expert parallelism equal to the replicated experts; training's loss (with the
+// load-balancing auxiliary loss) against the reference, and its gradients against central
+// differences in float64.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -85,7 +87,8 @@ TEST_F(MoeModelTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquationsUnderExper
         {"keras-hub", family_layout_map(checkpoint.config(), mesh_, "model", "batch")},
         {"experts over model", expert_parallel("model")},
         {"experts over batch (the tokens' axis)", expert_parallel("batch")},
-        {"examples/rules/mixtral_keras_hub.json", rules_file("mixtral_keras_hub.json")},
+        {fmt::format("examples/rules/{}_keras_hub.json", family),
+         rules_file(fmt::format("{}_keras_hub.json", family))},
         {"examples/rules/mixtral_expert_parallel.json",
          rules_file("mixtral_expert_parallel.json")}};
     for (const auto& [name, rules] : rule_sets) {
@@ -114,6 +117,22 @@ TEST_F(MoeModelTest, LogitsAndGreedyTokensMatchTheHuggingFaceEquationsUnderExper
 
 // The variables carry keras-hub's paths: the block named as Keras names it automatically, the
 // stacked experts under "experts".
+// Every family's keras-hub rules file says what the family's get_layout_map says, rule for rule.
+TEST_F(MoeModelTest, KerasHubRulesFilesEqualTheFamilyLayoutMaps) {
+  const std::pair<const char*, LayoutMap> files[] = {
+      {"llama_keras_hub.json", llama_layout_map(mesh_)},
+      {"mistral_keras_hub.json", llama_layout_map(mesh_)},
+      {"qwen_keras_hub.json", qwen_layout_map(mesh_)},
+      {"gemma_keras_hub.json", gemma_layout_map(mesh_)},
+      {"mixtral_keras_hub.json", mixtral_layout_map(mesh_)},
+      {"qwen3_moe_keras_hub.json", qwen3_moe_layout_map(mesh_)},
+      {"qwen2_moe_keras_hub.json", qwen2_moe_layout_map(mesh_)}};
+  for (const auto& [name, want] : files) {
+    SCOPED_TRACE(name);
+    EXPECT_EQ(rules_file(name).rules(), want.rules());
+  }
+}
+
 TEST_F(MoeModelTest, VariablesCarryKerasHubPaths) {
   const LlamaConfig config = LlamaConfig::from_json(small_hf_moe_spec("mixtral").to_json());
   LlamaModel model(config, mixtral_layout_map(mesh_));
