@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/array/array.h"
 #include "meshlayout/layout/devices.h"
 #include "meshlayout/ops/matmul.h"
@@ -38,6 +39,8 @@
 using namespace meshlayout;
 
 namespace {
+
+using bench::seconds;
 
 constexpr int64_t kK = 4096, kN = 4096;
 
@@ -47,12 +50,6 @@ struct Call {  // one per-device sgemm: (m x k) @ (k x n)
   int m, n, k;
   std::vector<float>* c;
 };
-
-double seconds(const std::function<void()>& f) {
-  auto start = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 void sgemm(const Call& c) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c.m, c.n, c.k, 1.0f, c.a, c.k, c.b, c.n,
@@ -116,16 +113,12 @@ void run_case(benchmark::State& state, const char* x_layout, const char* w_layou
   openblas_set_num_threads(1);  // back to what matmul uses
 
   const double gflop = 2.0 * static_cast<double>(batch) * kK * kN / 1e9;
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double best_mm = *std::min_element(mm.begin(), mm.end());
-  const double best_base = *std::min_element(base.begin(), base.end());
+  const double best_mm = bench::best(mm);
+  const double best_base = bench::best(base);
   state.counters["GFLOPs"] = gflop / best_mm;
   state.counters["sgemm_GFLOPs"] = gflop / best_base;
   state.counters["ratio"] = best_base / best_mm;
-  state.counters["ratio_median"] = median(base) / median(mm);
+  state.counters["ratio_median"] = bench::median(base) / bench::median(mm);
   state.counters["blas_mt_GFLOPs"] = gflop / mt_best;
 }
 

@@ -34,6 +34,7 @@
 #include <functional>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/io/array_io.h"
 #include "meshlayout/runtime/mpi/initialize.h"
 
@@ -46,9 +47,8 @@ struct Timing {
   double best, median;
 };
 
-Timing summarize(std::vector<double> times) {
-  std::sort(times.begin(), times.end());
-  return {times.front(), times[times.size() / 2]};
+Timing summarize(const std::vector<double>& times) {
+  return {bench::best(times), bench::median(times)};
 }
 
 // One run's time: the slowest process's.

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/array/array.h"
 #include "meshlayout/runtime/mpi/initialize.h"
 
@@ -62,10 +63,7 @@ std::vector<Timing> time_interleaved(int reps, const std::vector<std::function<v
     }
   }
   std::vector<Timing> out;
-  for (std::vector<double>& t : times) {
-    std::sort(t.begin(), t.end());
-    out.push_back({t.front(), t[t.size() / 2]});
-  }
+  for (const std::vector<double>& t : times) out.push_back({bench::best(t), bench::median(t)});
   return out;
 }
 

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "meshlayout/cli/plan_command.h"
 #include "meshlayout/core/errors.h"
 #include "meshlayout/io/safetensors_file.h"
@@ -95,16 +96,8 @@ std::vector<TensorSpec> decoder_specs(int layers) {
 }
 
 double median_ms(int reps, const std::function<void()>& fn) {
-  std::vector<double> times;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    times.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return 1e3 * bench::median_seconds(
+                   reps, [] {}, fn);
 }
 
 }  // namespace
