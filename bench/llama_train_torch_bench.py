@@ -18,7 +18,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_torch_bench import Llama  # noqa: E402
+from llama_torch_bench import Llama, random_weights  # noqa: E402
 
 
 def logits(model, tokens):
@@ -34,8 +34,7 @@ def logits(model, tokens):
         s = (q @ k.transpose(-1, -2) / model.hd ** 0.5).masked_fill(~mask, float("-inf"))
         a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, model.h * model.hd)
         x = x + m.o(a)
-        n = model.rms(x, m.n2)
-        x = x + m.down(torch.nn.functional.silu(m.gate(n)) * m.up(n))
+        x = x + model.mlp(m, model.rms(x, m.n2))
     return model.lm_head(model.rms(x, model.norm))
 
 
@@ -50,10 +49,7 @@ def main():
     torch.manual_seed(0)
     vocab, d, heads, kv_heads, ff = 32000, 1024, 16, 8, 2816
     model = Llama(vocab, d, args.layers, heads, kv_heads, ff).train()
-    with torch.no_grad():
-        for prm in model.parameters():
-            if prm.dim() > 1:
-                prm.normal_(0.0, 0.05)
+    random_weights(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-7, weight_decay=0.004)
     params = sum(x.numel() for x in model.parameters())
     print(f"torch {torch.__version__}: {params / 1e6:.1f}M parameters, F32, {torch.get_num_threads()} threads, "
