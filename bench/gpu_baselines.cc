@@ -30,52 +30,15 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "gpu_bench_util.h"
 
 namespace {
 
 using bench::median;
-
-struct Figure {
-  std::string name;
-  double value;
-  std::string unit;
-};
-
-void check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  std::fprintf(stderr, "gpu_baselines: %s: %s (%s)\n", what, cudaGetErrorString(status),
-               cudaGetErrorName(status));
-  std::exit(1);
-}
-
-void check(cublasStatus_t status, const char* what) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  std::fprintf(stderr, "gpu_baselines: %s: %s\n", what, cublasGetStatusString(status));
-  std::exit(1);
-}
-
-// Seconds of each of `timed` runs of `op` (enqueued on `s`) after `warmup` untimed ones.
-template <typename Op>
-std::vector<double> time_runs(cudaStream_t s, int warmup, int timed, Op op) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  for (int i = 0; i < warmup; ++i) op();
-  check(cudaStreamSynchronize(s), "warm-up");
-  std::vector<double> seconds;
-  for (int i = 0; i < timed; ++i) {
-    check(cudaEventRecord(start, s), "cudaEventRecord");
-    op();
-    check(cudaEventRecord(stop, s), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    seconds.push_back(ms / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return seconds;
-}
+using gpu_bench::check;
+using gpu_bench::Figure;
+using gpu_bench::time_runs;
+using gpu_bench::write_json;
 
 // Uniform values in [-1, 1) from a 64-bit LCG (fast; the products only need non-trivial data).
 void fill_random(float* p, size_t n, uint64_t seed) {
@@ -90,24 +53,6 @@ uint16_t bf16_bits(float f) {
   uint32_t x;
   std::memcpy(&x, &f, 4);
   return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
-}
-
-void write_json(const std::string& path, const std::vector<Figure>& figures,
-                const std::string& device, const std::string& skipped) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) {
-    std::fprintf(stderr, "gpu_baselines: cannot write %s: %s\n", path.c_str(),
-                 std::strerror(errno));
-    std::exit(1);
-  }
-  std::fprintf(f, "{\n  \"device\": \"%s\"", device.c_str());
-  if (!skipped.empty()) std::fprintf(f, ",\n  \"skipped\": \"%s\"", skipped.c_str());
-  for (const Figure& fig : figures) {
-    std::fprintf(f, ",\n  \"%s\": {\"value\": %.6g, \"unit\": \"%s\"}", fig.name.c_str(), fig.value,
-                 fig.unit.c_str());
-  }
-  std::fprintf(f, "\n}\n");
-  std::fclose(f);
 }
 
 }  // namespace

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "gpu_bench_util.h"
 #include "meshlayout/core/dtype.h"
 #include "meshlayout/core/shape.h"
 #include "meshlayout/layout/devices.h"
@@ -68,70 +69,13 @@ using namespace meshlayout;
 namespace {
 
 using bench::median;
-
-struct Figure {
-  std::string name;
-  double value;
-  std::string unit;
-};
-
-void check(cudaError_t status, const char* what) {
-  if (status == cudaSuccess) return;
-  std::fprintf(stderr, "gpu_llama_bench: %s: %s (%s)\n", what, cudaGetErrorString(status),
-               cudaGetErrorName(status));
-  std::exit(1);
-}
-
-void check(cublasStatus_t status, const char* what) {
-  if (status == CUBLAS_STATUS_SUCCESS) return;
-  std::fprintf(stderr, "gpu_llama_bench: %s: %s\n", what, cublasGetStatusString(status));
-  std::exit(1);
-}
+using gpu_bench::check;
+using gpu_bench::Figure;
+using gpu_bench::time_runs;
+using gpu_bench::write_json;
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Seconds of each of `timed` runs of `op` (enqueued on `s`) after `warmup` untimed ones.
-template <typename Op>
-std::vector<double> time_runs(cudaStream_t s, int warmup, int timed, Op op) {
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  for (int i = 0; i < warmup; ++i) op();
-  check(cudaStreamSynchronize(s), "warm-up");
-  std::vector<double> seconds;
-  for (int i = 0; i < timed; ++i) {
-    check(cudaEventRecord(start, s), "cudaEventRecord");
-    op();
-    check(cudaEventRecord(stop, s), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    seconds.push_back(ms / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return seconds;
-}
-
-void write_json(const std::string& path, const std::vector<Figure>& figures,
-                const std::string& device, const std::string& skipped, int64_t layers) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) {
-    std::fprintf(stderr, "gpu_llama_bench: cannot write %s: %s\n", path.c_str(),
-                 std::strerror(errno));
-    std::exit(1);
-  }
-  std::fprintf(f, "{\n  \"device\": \"%s\",\n  \"layers\": %lld", device.c_str(),
-               static_cast<long long>(layers));
-  if (!skipped.empty()) std::fprintf(f, ",\n  \"skipped\": \"%s\"", skipped.c_str());
-  for (const Figure& fig : figures) {
-    std::fprintf(f, ",\n  \"%s\": {\"value\": %.6g, \"unit\": \"%s\"}", fig.name.c_str(), fig.value,
-                 fig.unit.c_str());
-  }
-  std::fprintf(f, "\n}\n");
-  std::fclose(f);
 }
 
 // A row-major (m×k)·(k×n) product; `count` of them per pass.
@@ -291,7 +235,7 @@ std::vector<int32_t> prompt_of(int64_t length, int64_t vocab) {
 static int run(const Args& args) {
   if (physical_gpu_count() == 0) {
     std::printf("skipped: no GPU\n");
-    if (!args.json.empty()) write_json(args.json, {}, "", "no GPU", args.layers);
+    if (!args.json.empty()) write_json(args.json, {}, "", "no GPU", {{"layers", args.layers}});
     return 0;
   }
   setenv(kGpuDevicesEnvVar, "1", 1);  // gpu:0 is the whole of physical GPU 0
@@ -448,7 +392,7 @@ static int run(const Args& args) {
     cudaFree(b);
   }
   cudaStreamDestroy(s);
-  if (!args.json.empty()) write_json(args.json, figures, prop.name, "", args.layers);
+  if (!args.json.empty()) write_json(args.json, figures, prop.name, "", {{"layers", args.layers}});
   return 0;
 }
 
