@@ -39,17 +39,7 @@ class ReplaceDecoder final : public Decoder {
   ReplaceDecoder(std::unique_ptr<HfRegex> pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void apply(std::vector<std::string>& tokens) const override {
-    for (std::string& token : tokens) {
-      std::string out;
-      size_t prev = 0;
-      for (const auto& [start, end] : pattern_->find_all(token)) {
-        out.append(token, prev, start - prev);
-        out += content_;
-        prev = end;
-      }
-      out.append(token, prev);
-      token = std::move(out);
-    }
+    for (std::string& token : tokens) token = pattern_->replace_all(token, content_);
   }
 
  private:

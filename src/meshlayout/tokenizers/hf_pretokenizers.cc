@@ -59,15 +59,7 @@ class ReplaceNormalizer final : public Normalizer {
   ReplaceNormalizer(std::unique_ptr<HfRegex> pattern, std::string content)
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   std::string apply(std::string text) const override {
-    std::string out;
-    size_t prev = 0;
-    for (const auto& [start, end] : pattern_->find_all(text)) {
-      out.append(text, prev, start - prev);
-      out += content_;
-      prev = end;
-    }
-    out.append(text, prev);
-    return out;
+    return pattern_->replace_all(text, content_);
   }
 
  private:

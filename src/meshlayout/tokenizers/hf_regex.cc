@@ -136,6 +136,18 @@ std::vector<std::pair<size_t, size_t>> HfRegex::find_all(std::string_view text) 
   return out;
 }
 
+std::string HfRegex::replace_all(std::string_view text, std::string_view content) const {
+  std::string out;
+  size_t prev = 0;
+  for (const auto& [start, end] : find_all(text)) {
+    out.append(text, prev, start - prev);
+    out += content;
+    prev = end;
+  }
+  out.append(text, prev);
+  return out;
+}
+
 std::unique_ptr<HfRegex> parse_pattern(const nlohmann::json& j, const std::string& path) {
   if (j.is_object() && j.size() == 1 && j.contains("String") && j["String"].is_string()) {
     return std::make_unique<HfRegex>(j["String"].get<std::string>(), hf_path(path, "String"),

@@ -33,6 +33,9 @@ class HfRegex {
   HfRegex(std::string_view pattern, std::string_view path, bool literal = false);
   /// Every non-overlapping match, left to right, as [start, end) byte offsets.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  /// `text` with every match of find_all replaced by `content` (Replace's normalizer and
+  /// decoder).
+  std::string replace_all(std::string_view text, std::string_view content) const;
   const std::string& re2_pattern() const { return re_->pattern(); }
 
  private:

@@ -83,5 +83,13 @@ TEST(HfRegexTest, PatternObjectsAreStringsOrRegexes) {
   }
 }
 
+TEST(HfRegexTest, ReplaceAllPutsTheContentForEveryMatch) {
+  EXPECT_EQ(
+      HfRegex(" ", "normalizer.pattern.String", /*literal=*/true).replace_all("a b  c", "\u2581"),
+      "a\u2581b\u2581\u2581c");
+  EXPECT_EQ(HfRegex("x+", "decoders[0].pattern.Regex").replace_all("axxbx", ""), "ab");
+  EXPECT_EQ(HfRegex("z", "test").replace_all("abc", "-"), "abc");
+}
+
 }  // namespace
 }  // namespace meshlayout::tokenizers
