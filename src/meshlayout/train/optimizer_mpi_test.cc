@@ -104,7 +104,7 @@ TEST(OptimizerMpiTest, AdafactorMatchesTheReference) {
 }
 
 // Variables replicated, over model, over both, uneven, on `mesh` (axes "data", "model").
-std::vector<Zero1Case> zero1_cases(const DeviceMesh& mesh) {
+std::vector<VariableCase> zero1_cases(const DeviceMesh& mesh) {
   const int64_t m = mesh.axis_size("model");
   return {
       {"replicated", {6, 4}, TensorLayout({None, None}, mesh)},

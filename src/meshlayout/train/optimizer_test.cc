@@ -20,41 +20,21 @@ class OptimizerTest : public NnTest {
   // Uneven splits: kernel (5, 7) over ('data', 'model') (blocks 3+2 by 2+2+2+1), bias (7,)
   // over 'model', scale (3, 4) replicated, under the scope "dense".
   std::vector<VariablePtr> make_uneven_vars(DType dtype) {
-    std::vector<VariablePtr> vars;
-    NameScope scope("dense");
-    const std::vector<std::pair<std::string, Shape>> specs = {
-        {"kernel", {5, 7}}, {"bias", {7}}, {"scale", {3, 4}}};
-    for (const auto& [name, shape] : specs) {
-      vars.push_back(
-          std::make_shared<Variable>(VariableSpec{.name = name,
-                                                  .shape = shape,
-                                                  .dtype = dtype,
-                                                  .initializer = Initializer::random_normal()}));
-    }
-    vars[0]->materialize(TensorLayout({"data", "model"}, mesh_));
-    vars[1]->materialize(TensorLayout({"model"}, mesh_));
-    vars[2]->materialize(TensorLayout({None, None}, mesh_));
-    return vars;
+    return make_random_vars("dense",
+                            {{"kernel", {5, 7}, TensorLayout({"data", "model"}, mesh_)},
+                             {"bias", {7}, TensorLayout({"model"}, mesh_)},
+                             {"scale", {3, 4}, TensorLayout({None, None}, mesh_)}},
+                            dtype);
   }
 
   // Rank 3 (Adafactor factors the last two dimensions): (3, 6, 8) over (None, 'data', 'model'),
   // (4, 5, 6) over ('data', None, 'model') (6 by 4: uneven), bias (9,) over 'data' (uneven).
   std::vector<VariablePtr> make_rank3_vars(DType dtype) {
-    std::vector<VariablePtr> vars;
-    NameScope scope("dense");
-    const std::vector<std::pair<std::string, Shape>> specs = {
-        {"kernel", {3, 6, 8}}, {"kernel2", {4, 5, 6}}, {"bias", {9}}};
-    for (const auto& [name, shape] : specs) {
-      vars.push_back(
-          std::make_shared<Variable>(VariableSpec{.name = name,
-                                                  .shape = shape,
-                                                  .dtype = dtype,
-                                                  .initializer = Initializer::random_normal()}));
-    }
-    vars[0]->materialize(TensorLayout({None, "data", "model"}, mesh_));
-    vars[1]->materialize(TensorLayout({"data", None, "model"}, mesh_));
-    vars[2]->materialize(TensorLayout({"data"}, mesh_));
-    return vars;
+    return make_random_vars("dense",
+                            {{"kernel", {3, 6, 8}, TensorLayout({None, "data", "model"}, mesh_)},
+                             {"kernel2", {4, 5, 6}, TensorLayout({"data", None, "model"}, mesh_)},
+                             {"bias", {9}, TensorLayout({"data"}, mesh_)}},
+                            dtype);
   }
 
   // Runs `steps` steps of `kind` with `options` on make_vars() and checks values and slots.

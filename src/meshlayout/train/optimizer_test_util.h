@@ -1,9 +1,10 @@
 // optimizer_test_util.h — a float64 reference of the Keras 3 optimizers (clipping, decoupled
 // weight decay, SGD/Adam/AdamW/RMSprop/Adagrad/Lion/Adafactor update_step, written from
 // keras/src/optimizers/*.py, independent of the library's update code), and
-// helpers to run the same steps on distributed variables (make_dense_vars: a kernel and a
-// bias under "dense"; error_of: the message thrown), for optimizer_test.cc,
-// optimizer_apply_test.cc and the mpirun test.
+// helpers to run the same steps on distributed variables (make_random_vars: variables of
+// given names, shapes and layouts; make_dense_vars: a kernel and a bias under "dense";
+// error_of: the message thrown), for optimizer_test.cc, optimizer_apply_test.cc, the ZeRO-1
+// tests and the mpirun test.
 //
 // expect_zero1_matches runs an optimizer with and without ZeRO-1 (shard_slots_over) on two
 // copies of the same variables and expects bit-identical variables and slots.
@@ -271,20 +272,37 @@ inline double max_rel_error(const std::vector<double>& a, const std::vector<doub
   return worst;
 }
 
+/// A variable of the tests: its name, shape and layout.
+struct VariableCase {
+  std::string name;
+  Shape shape;
+  TensorLayout layout;
+};
+
+/// Random variables of `dtype` under the name scope `scope`, one per case: all created, then
+/// each materialized in its layout, in order.
+inline std::vector<VariablePtr> make_random_vars(const std::string& scope,
+                                                 const std::vector<VariableCase>& cases,
+                                                 DType dtype = DType::kF32) {
+  std::vector<VariablePtr> vars;
+  NameScope name_scope(scope);
+  for (const VariableCase& c : cases) {
+    vars.push_back(
+        std::make_shared<Variable>(VariableSpec{.name = c.name,
+                                                .shape = c.shape,
+                                                .dtype = dtype,
+                                                .initializer = Initializer::random_normal()}));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) vars[i]->materialize(cases[i].layout);
+  return vars;
+}
+
 /// kernel (6, 8) over 'model', bias (8,) replicated, both under the scope "dense", random.
 inline std::vector<VariablePtr> make_dense_vars(const DeviceMesh& mesh, DType dtype = DType::kF32) {
-  std::vector<VariablePtr> vars;
-  NameScope scope("dense");
-  vars.push_back(
-      std::make_shared<Variable>(VariableSpec{.name = "kernel",
-                                              .shape = {6, 8},
-                                              .dtype = dtype,
-                                              .initializer = Initializer::random_normal()}));
-  vars.push_back(std::make_shared<Variable>(VariableSpec{
-      .name = "bias", .shape = {8}, .dtype = dtype, .initializer = Initializer::random_normal()}));
-  vars[0]->materialize(TensorLayout({None, "model"}, mesh));
-  vars[1]->materialize(TensorLayout({None}, mesh));
-  return vars;
+  return make_random_vars("dense",
+                          {{"kernel", {6, 8}, TensorLayout({None, "model"}, mesh)},
+                           {"bias", {8}, TensorLayout({None}, mesh)}},
+                          dtype);
 }
 
 /// The message of the Error `f` throws, or "(no error)".
@@ -298,13 +316,6 @@ std::string error_of(F&& f) {
   return "(no error)";
 }
 
-/// A variable of the ZeRO-1 comparisons: its shape and layout.
-struct Zero1Case {
-  std::string name;
-  Shape shape;
-  TensorLayout layout;
-};
-
 /// `steps` steps of make_optimizer(kind, options) and of the same with shard_slots_over = axis
 /// (both named options.name, else stable_optimizer_name(kind)),
 /// on two copies of the `cases` variables (random values, the same in both), with the same
@@ -313,7 +324,7 @@ struct Zero1Case {
 inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind,
                                                        const OptimizerOptions& options,
                                                        const std::string& axis,
-                                                       const std::vector<Zero1Case>& cases,
+                                                       const std::vector<VariableCase>& cases,
                                                        int steps) {
   // One name for both, so the slots' paths match (two unnamed optimizers are numbered apart).
   OptimizerOptions plain_options = options;
@@ -325,7 +336,7 @@ inline std::unique_ptr<Optimizer> expect_zero1_matches(const std::string& kind,
   std::vector<VariablePtr> a, b;
   {
     NameScope scope("model");
-    for (const Zero1Case& c : cases) {
+    for (const VariableCase& c : cases) {
       a.push_back(std::make_shared<Variable>(VariableSpec{
           .name = c.name, .shape = c.shape, .initializer = Initializer::random_normal()}));
       b.push_back(std::make_shared<Variable>(VariableSpec{.name = c.name, .shape = c.shape}));

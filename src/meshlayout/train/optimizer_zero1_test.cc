@@ -17,7 +17,7 @@ namespace {
 class OptimizerZero1Test : public NnTest {
  protected:
   // Replicated over "data" unless noted.
-  std::vector<Zero1Case> cases() const {
+  std::vector<VariableCase> cases() const {
     return {
         {"replicated", {6, 4}, TensorLayout({None, None}, mesh_)},
         {"columns", {5, 8}, TensorLayout({None, "model"}, mesh_)},
@@ -112,14 +112,14 @@ TEST_F(OptimizerZero1Test, ShardingOverTheModelAxisAlsoMatches) {
 }
 
 TEST_F(OptimizerZero1Test, EachDeviceHoldsHalfTheSlotsOfVariablesReplicatedOverData) {
-  std::vector<Zero1Case> even;
-  for (const Zero1Case& c : cases()) {
+  std::vector<VariableCase> even;
+  for (const VariableCase& c : cases()) {
     if (c.name == "replicated" || c.name == "columns" || c.name == "rows" || c.name == "bias")
       even.push_back(c);
   }
   std::vector<SlotFootprint> footprints;
   std::vector<VariablePtr> vars;
-  for (const Zero1Case& c : even) {
+  for (const VariableCase& c : even) {
     footprints.push_back({c.shape, DType::kF32, c.layout});
     vars.push_back(std::make_shared<Variable>(VariableSpec{.name = c.name, .shape = c.shape}));
     vars.back()->materialize(c.layout);
@@ -151,7 +151,7 @@ TEST_F(OptimizerZero1Test, EachDeviceHoldsHalfTheSlotsOfVariablesReplicatedOverD
 }
 
 TEST_F(OptimizerZero1Test, SlicingToTheSlotLayoutIsLocalWhenBoxesNest) {
-  for (const Zero1Case& c : cases()) {
+  for (const VariableCase& c : cases()) {
     SCOPED_TRACE(c.name);
     auto v = std::make_shared<Variable>(VariableSpec{.name = c.name, .shape = c.shape});
     v->materialize(c.layout);
@@ -175,7 +175,7 @@ TEST_F(OptimizerZero1Test, StateMovesBetweenZeroAndUnshardedOptimizers) {
         second_options{.name = "adam", .amsgrad = true};
     (zero_first ? first_options : second_options).shard_slots_over = "data";
     std::vector<VariablePtr> vars;
-    for (const Zero1Case& c : cases()) {
+    for (const VariableCase& c : cases()) {
       vars.push_back(std::make_shared<Variable>(VariableSpec{
           .name = c.name, .shape = c.shape, .initializer = Initializer::random_normal()}));
       vars.back()->materialize(c.layout);
