@@ -25,26 +25,40 @@ Shape with_last(Shape s, int64_t n) {
 // product block) of the process, on the first device holding it (allocate_local_partials).
 std::shared_ptr<Hold> partials(Replay& r, const TensorLayout& product, const Shape& shape,
                                const TensorLayout& x_layout, const Shape& x_shape) {
-  const ShardGeometry gp(product, shape), gx(x_layout, x_shape);
-  const size_t n = static_cast<size_t>(r.mesh().size());
-  PerDevice bytes(n);
-  std::set<std::vector<int64_t>> seen;
-  for (size_t p = 0; p < n; ++p) {
-    std::vector<int64_t> key{gx.block_index(static_cast<int64_t>(p), gx.rank() - 1)};
-    for (int d = 0; d < gp.rank(); ++d) key.push_back(gp.block_index(static_cast<int64_t>(p), d));
-    if (!seen.insert(key).second) continue;
-    bytes[p] =
-        static_cast<uint64_t>(gp.box(static_cast<int64_t>(p)).num_elements()) * r.element_size();
+  auto [it, added] = r.partial_bytes.try_emplace(Replay::cache_key(product, shape) + " " +
+                                                 Replay::cache_key(x_layout, x_shape));
+  if (added) {
+    const ShardGeometry gp(product, shape), gx(x_layout, x_shape);
+    const size_t n = static_cast<size_t>(r.mesh().size());
+    PerDevice& bytes = it->second;
+    bytes.assign(n, 0);
+    std::set<std::vector<int64_t>> seen;
+    for (size_t p = 0; p < n; ++p) {
+      std::vector<int64_t> key{gx.block_index(static_cast<int64_t>(p), gx.rank() - 1)};
+      for (int d = 0; d < gp.rank(); ++d) {
+        key.push_back(gp.block_index(static_cast<int64_t>(p), d));
+      }
+      if (!seen.insert(key).second) continue;
+      bytes[p] =
+          static_cast<uint64_t>(gp.box(static_cast<int64_t>(p)).num_elements()) * r.element_size();
+    }
   }
-  return r.charge(std::move(bytes));
+  return r.charge(it->second);
 }
 
 Sym matmul(Replay& r, const Sym& x, const Sym& w, std::optional<TensorLayout> output,
            const std::string& what) {
-  const ShardGeometry gx(x.layout, x.shape), gw(w.layout, w.shape);
-  MatmulOptions options;
-  if (output) options.output_layout = *output;
-  const MatmulPlan plan = plan_matmul(gx, gw, r.dtype(), r.mesh().size(), options);
+  // Planned once per distinct product (every block of a decoder makes the same ones).
+  auto [it, added] = r.matmul_plans.try_emplace(
+      Replay::cache_key(x.layout, x.shape) + " @ " + Replay::cache_key(w.layout, w.shape) + " -> " +
+      (output ? output->to_string() : std::string("auto")));
+  if (added) {
+    const ShardGeometry gx(x.layout, x.shape), gw(w.layout, w.shape);
+    MatmulOptions options;
+    if (output) options.output_layout = *output;
+    it->second = plan_matmul(gx, gw, r.dtype(), r.mesh().size(), options);
+  }
+  const MatmulPlan& plan = it->second;
   const Sym xa = plan.reshard_x ? r.reshard(x, plan.x_layout) : x;
   const Sym wa = plan.reshard_w ? r.reshard(w, plan.w_layout, what) : w;
   const Shape out_shape = with_last(x.shape, w.shape[1]);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdint>
 #include <map>
@@ -25,6 +26,7 @@
 #include "meshlayout/layout/device_mesh.h"
 #include "meshlayout/layout/shard_geometry.h"
 #include "meshlayout/layout/tensor_layout.h"
+#include "meshlayout/ops/matmul_plan.h"
 #include "meshlayout/plan/step_memory.h"
 
 namespace meshlayout::replay {
@@ -68,13 +70,25 @@ class Replay {
   DType dtype() const { return es_ == 8 ? DType::kF64 : DType::kF32; }
   std::string phase;
 
-  PerDevice bytes_of(const TensorLayout& layout, const Shape& shape) const {
-    const ShardGeometry g(layout, shape);
-    PerDevice out(n_);
-    for (size_t p = 0; p < n_; ++p) {
-      out[p] = static_cast<uint64_t>(g.box(static_cast<int64_t>(p)).num_elements()) * es_;
+  /// Each device's bytes of an array (computed once per layout and shape: a decoder's blocks
+  /// repeat the same arrays, and a mesh may have 16,384 devices).
+  PerDevice bytes_of(const TensorLayout& layout, const Shape& shape) {
+    auto [it, added] = bytes_cache_.try_emplace(cache_key(layout, shape));
+    if (added) {
+      const ShardGeometry g(layout, shape);
+      it->second.resize(n_);
+      for (size_t p = 0; p < n_; ++p) {
+        it->second[p] = static_cast<uint64_t>(g.box(static_cast<int64_t>(p)).num_elements()) * es_;
+      }
     }
-    return out;
+    return it->second;
+  }
+  /// The replay's functions' results memoized by a key of their arguments (cache_key): the
+  /// plans of matmul and the bytes of partials.
+  std::map<std::string, MatmulPlan> matmul_plans;
+  std::map<std::string, PerDevice> partial_bytes;
+  static std::string cache_key(const TensorLayout& layout, const Shape& shape) {
+    return fmt::format("{}({})", layout.to_string(), fmt::join(shape, ","));
   }
   Sym alloc(const TensorLayout& layout, const Shape& shape) {
     return Sym{layout, shape, charge(bytes_of(layout, shape))};
@@ -131,6 +145,7 @@ class Replay {
   PerDevice live_, grads_, peak_, grads_at_peak_, reshard_;
   std::string peak_phase_, reshard_text_;
   std::map<std::string, Sym> kept_;
+  std::map<std::string, PerDevice> bytes_cache_;
 };
 
 /// x (…, K) @ w (K, N) as matmul runs it: operand reshards, the partial sums of a split K, the

@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <span>
+#include <utility>
 
 #include "meshlayout/core/byte_size.h"
 #include "meshlayout/layout/shard_geometry.h"
@@ -17,28 +20,45 @@ TrainingPlan plan_training(const CheckpointPlan& plan, const LayoutMap& map,
   TrainingPlan out{.optimizer = optimizer.name(),
                    .slot_names = optimizer.slot_names(),
                    .zero1_axis = optimizer.shard_slots_over()};
-  out.devices.resize(static_cast<size_t>(plan.mesh.size()));
-  std::vector<SlotFootprint> footprints;
+  const size_t devices = static_cast<size_t>(plan.mesh.size());
+  out.devices.resize(devices);
+  // Tensors of one shape and layout (the same kernel in every layer) hold the same bytes on
+  // every device, and so do their slots: each distinct (shape, layout) is computed once and
+  // counted as many times as it occurs (a 405B-shaped model on 16,384 devices: ~10 instead of
+  // 1,137 tensors of 16,384 boxes each).
+  struct Distinct {
+    SlotFootprint footprint{.layout = TensorLayout::replicated(0)};
+    uint64_t count = 0;
+  };
+  std::map<std::pair<Shape, std::string>, Distinct> distinct;
   for (const PlannedTensor& t : plan.tensors) {
     if (!t.ok() || !t.info->dtype || !is_floating(*t.info->dtype)) continue;
     const int rank = static_cast<int>(t.info->shape.size());
     const TensorLayout layout =
         map.get(t.info->name).value_or(TensorLayout::replicated(rank, plan.mesh));
-    footprints.push_back({t.info->shape, DType::kF32, layout});
-    const ShardGeometry g(layout, t.info->shape, {}, t.info->name);
-    for (int64_t p = 0; p < plan.mesh.size(); ++p) {
-      const uint64_t bytes = static_cast<uint64_t>(g.box(p).num_elements()) * 4;
-      out.devices[static_cast<size_t>(p)].weights += bytes;
-      out.devices[static_cast<size_t>(p)].gradients += bytes;
+    Distinct& d = distinct[{t.info->shape, layout.to_string()}];
+    if (d.count == 0) {
+      (void)ShardGeometry(layout, t.info->shape, {}, t.info->name);  // refused by name
+      d.footprint = SlotFootprint{t.info->shape, DType::kF32, layout};
     }
+    ++d.count;
+    ++out.trained_tensors;
   }
-  out.trained_tensors = footprints.size();
-  const std::map<int64_t, int64_t> slots = optimizer.slot_bytes_per_device(footprints);
   const std::vector<int64_t>& ids = plan.mesh.device_ids();
-  for (int64_t p = 0; p < plan.mesh.size(); ++p) {
-    const auto it = slots.find(ids[static_cast<size_t>(p)]);
-    if (it != slots.end())
-      out.devices[static_cast<size_t>(p)].slots = static_cast<uint64_t>(it->second);
+  for (const auto& [key, d] : distinct) {
+    const ShardGeometry g(d.footprint.layout, d.footprint.shape);
+    for (size_t p = 0; p < devices; ++p) {
+      const uint64_t bytes =
+          d.count * static_cast<uint64_t>(g.box(static_cast<int64_t>(p)).num_elements()) * 4;
+      out.devices[p].weights += bytes;
+      out.devices[p].gradients += bytes;
+    }
+    const std::map<int64_t, int64_t> slots =
+        optimizer.slot_bytes_per_device(std::span<const SlotFootprint>(&d.footprint, 1));
+    for (size_t p = 0; p < devices; ++p) {
+      const auto it = slots.find(ids[p]);
+      if (it != slots.end()) out.devices[p].slots += d.count * static_cast<uint64_t>(it->second);
+    }
   }
   return out;
 }
