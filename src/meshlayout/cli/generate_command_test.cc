@@ -425,6 +425,14 @@ TEST(GenerateCommandParseTest, PromptAcceptsSpacesAroundItems) {
               HasSubstr("'1.5' is not a whole number"));
 }
 
+// The layout `map` gives `path` without its mesh ("layout[model,None]"), or "none".
+std::string rule_layout_text(const LayoutMap& map, const std::string& path) {
+  const std::optional<TensorLayout> l = map.get(path);
+  if (!l) return "none";
+  const std::string text = l->to_string();  // layout[…]@mesh[…]
+  return text.substr(0, text.find('@'));
+}
+
 // The example rules files: each loads, and keras-hub paths get the documented layouts.
 TEST(LlamaRulesFilesTest, KerasHubRulesGiveKerasHubLayouts) {
   set_device_count(8);
@@ -433,12 +441,7 @@ TEST(LlamaRulesFilesTest, KerasHubRulesGiveKerasHubLayouts) {
   EXPECT_FALSE(file.mesh.has_value());  // portable: the mesh comes from --mesh or the default
   file.mesh = mesh;
   const LayoutMap map = file.to_layout_map();
-  const auto layout = [&](const std::string& path) {
-    const std::optional<TensorLayout> l = map.get(path);
-    if (!l) return std::string("none");
-    const std::string text = l->to_string();  // layout[…]@mesh[…]
-    return text.substr(0, text.find('@'));
-  };
+  const auto layout = [&](const std::string& path) { return rule_layout_text(map, path); };
   EXPECT_EQ(layout("token_embedding/embeddings"), "layout[model,batch]");
   EXPECT_EQ(layout("transformer_layer_0/self_attention/query/kernel"), "layout[model,batch,None]");
   EXPECT_EQ(layout("transformer_layer_1/self_attention/value/kernel"), "layout[model,batch,None]");
@@ -469,12 +472,7 @@ TEST(LlamaRulesFilesTest, MegatronRulesSplitHeadsAndFeedforward) {
   EXPECT_FALSE(file.mesh.has_value());
   file.mesh = DeviceMesh({1, 8}, {"batch", "model"});
   const LayoutMap map = file.to_layout_map();
-  const auto layout = [&](const std::string& path) {
-    const std::optional<TensorLayout> l = map.get(path);
-    if (!l) return std::string("none");
-    const std::string text = l->to_string();  // layout[…]@mesh[…]
-    return text.substr(0, text.find('@'));
-  };
+  const auto layout = [&](const std::string& path) { return rule_layout_text(map, path); };
   EXPECT_EQ(layout("token_embedding/embeddings"), "layout[model,None]");
   EXPECT_EQ(layout("token_embedding/reverse_embeddings"), "layout[None,model]");
   EXPECT_EQ(layout("transformer_layer_0/self_attention/query/kernel"), "layout[None,model,None]");
