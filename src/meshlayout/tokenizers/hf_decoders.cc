@@ -214,20 +214,10 @@ class IdentityPostProcessor final : public PostProcessor {
   std::vector<int64_t> process(std::vector<int64_t> ids) const override { return ids; }
 };
 
-const nlohmann::json& list_field(const nlohmann::json& j, std::string_view key,
-                                 const std::string& path) {
-  const nlohmann::json& a = hf_field(j, key, path);
-  if (!a.is_array()) {
-    throw ValueError(fmt::format("tokenizer.json: {} is {}; expected a list", hf_path(path, key),
-                                 json_excerpt(a)));
-  }
-  return a;
-}
-
 std::unique_ptr<PostProcessor> parse_template(
     const nlohmann::json& j, const std::string& path,
     const std::function<std::optional<int64_t>(std::string_view)>& token_id) {
-  const nlohmann::json& single = list_field(j, "single", path);
+  const nlohmann::json& single = hf_list(j, "single", path);
   const nlohmann::json& specials = hf_field(j, "special_tokens", path);
   std::vector<std::optional<std::vector<int64_t>>> items;
   for (size_t i = 0; i < single.size(); ++i) {
@@ -250,8 +240,8 @@ std::unique_ptr<PostProcessor> parse_template(
             quote(name), path));
       }
       std::vector<int64_t> ids;
-      const nlohmann::json& tokens = list_field(specials[name], "tokens", sp);
-      const nlohmann::json& given = list_field(specials[name], "ids", sp);
+      const nlohmann::json& tokens = hf_list(specials[name], "tokens", sp);
+      const nlohmann::json& given = hf_list(specials[name], "ids", sp);
       for (size_t k = 0; k < given.size(); ++k) {
         if (!given[k].is_number_integer() || given[k].get<int64_t>() < 0) {
           throw ValueError(fmt::format("tokenizer.json: {}.ids[{}] is {}; expected a token id", sp,
@@ -304,7 +294,7 @@ std::unique_ptr<Decoder> parse_decoder(const nlohmann::json& j, const std::strin
   }
   if (type == "Sequence") {
     const std::string items = hf_path(path, "decoders");
-    const nlohmann::json& list = list_field(j, "decoders", path);
+    const nlohmann::json& list = hf_list(j, "decoders", path);
     std::vector<std::unique_ptr<Decoder>> steps;
     for (size_t i = 0; i < list.size(); ++i) {
       if (auto step = parse_decoder(list[i], hf_path(items, i))) steps.push_back(std::move(step));
@@ -324,7 +314,7 @@ std::unique_ptr<PostProcessor> parse_post_processor(
   if (type == "ByteLevel") return std::make_unique<IdentityPostProcessor>();  // offsets only
   if (type == "Sequence") {
     const std::string items = hf_path(path, "processors");
-    const nlohmann::json& list = list_field(j, "processors", path);
+    const nlohmann::json& list = hf_list(j, "processors", path);
     std::vector<std::unique_ptr<PostProcessor>> steps;
     for (size_t i = 0; i < list.size(); ++i) {
       if (auto step = parse_post_processor(list[i], hf_path(items, i), token_id)) {

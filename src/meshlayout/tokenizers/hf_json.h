@@ -51,6 +51,17 @@ inline std::string hf_string(const nlohmann::json& obj, std::string_view key,
   return v.get<std::string>();
 }
 
+/// obj[key], which must be a list (ValueError naming the path and the value otherwise).
+inline const nlohmann::json& hf_list(const nlohmann::json& obj, std::string_view key,
+                                     std::string_view path) {
+  const nlohmann::json& a = hf_field(obj, key, path);
+  if (!a.is_array()) {
+    throw ValueError(fmt::format("tokenizer.json: {} is {}; expected a list", hf_path(path, key),
+                                 json_excerpt(a)));
+  }
+  return a;
+}
+
 /// obj[key] as a bool; `fallback` when the field is missing or null.
 inline bool hf_bool(const nlohmann::json& obj, std::string_view key, std::string_view path,
                     bool fallback) {

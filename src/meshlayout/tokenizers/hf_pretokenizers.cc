@@ -246,16 +246,6 @@ class SequencePreTokenizer final : public PreTokenizer {
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
 
-const nlohmann::json& hf_array(const nlohmann::json& j, std::string_view key,
-                               const std::string& path) {
-  const nlohmann::json& a = hf_field(j, key, path);
-  if (!a.is_array()) {
-    throw ValueError(fmt::format("tokenizer.json: {} is {}; expected a list", hf_path(path, key),
-                                 json_excerpt(a)));
-  }
-  return a;
-}
-
 }  // namespace
 
 std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& j, const std::string& path) {
@@ -271,7 +261,7 @@ std::unique_ptr<Normalizer> parse_normalizer(const nlohmann::json& j, const std:
   if (type == "Sequence") {
     const std::string items = hf_path(path, "normalizers");
     std::vector<std::unique_ptr<Normalizer>> steps;
-    const nlohmann::json& list = hf_array(j, "normalizers", path);
+    const nlohmann::json& list = hf_list(j, "normalizers", path);
     for (size_t i = 0; i < list.size(); ++i) {
       if (auto step = parse_normalizer(list[i], hf_path(items, i)))
         steps.push_back(std::move(step));
@@ -340,7 +330,7 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const nlohmann::json& j,
   if (type == "Sequence") {
     const std::string items = hf_path(path, "pretokenizers");
     std::vector<std::unique_ptr<PreTokenizer>> steps;
-    const nlohmann::json& list = hf_array(j, "pretokenizers", path);
+    const nlohmann::json& list = hf_list(j, "pretokenizers", path);
     for (size_t i = 0; i < list.size(); ++i) {
       if (auto step = parse_pre_tokenizer(list[i], hf_path(items, i))) {
         steps.push_back(std::move(step));

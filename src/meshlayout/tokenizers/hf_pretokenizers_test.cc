@@ -84,6 +84,21 @@ TEST(HfPreTokenizersTest, UnknownTypesAreErrorsNamingTypeAndPath) {
                ValueError);
   EXPECT_THROW(parse_pre_tokenizer(nlohmann::json::parse(R"({"replacement": "x"})"), "p"),
                ValueError);
+  // A Sequence's steps must be a list (hf_list, hf_json.h).
+  try {
+    parse_normalizer(nlohmann::json::parse(R"({"type": "Sequence", "normalizers": 5})"),
+                     "normalizer");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("normalizer.normalizers is 5; expected a list"));
+  }
+  try {
+    parse_pre_tokenizer(nlohmann::json::parse(R"({"type": "Sequence", "pretokenizers": {}})"),
+                        "pre_tokenizer");
+    FAIL();
+  } catch (const ValueError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("pre_tokenizer.pretokenizers is {}; expected a list"));
+  }
 }
 
 }  // namespace
