@@ -24,28 +24,47 @@ from meshlayout import losses as _losses
 from meshlayout import optimizers as _optimizers
 
 _nn = _meshlayout._nn
-Layer = _nn.Layer
 _CppModel = _nn.Model
 
 
 class _ModelType(type(_CppModel)):
     """isinstance(x, meshlayout.Model) holds for every model: functional and Sequential ones
-    are C++ objects, not instances of the Python subclass."""
+    are C++ objects, not instances of the Python subclass (a custom Layer is not a Model);
+    isinstance(x, meshlayout.layers.Layer) holds for every layer, built-in ones included."""
 
     def __instancecheck__(cls, obj):
         if cls is Model:
-            return isinstance(obj, _CppModel)
+            return isinstance(obj, _CppModel) and not type.__instancecheck__(Layer, obj)
+        if cls is Layer:
+            return isinstance(obj, _nn.Layer)
         return super().__instancecheck__(obj)
 
+    def __subclasscheck__(cls, sub):
+        if cls is Layer:
+            return issubclass(sub, _nn.Layer)
+        return super().__subclasscheck__(sub)
 
-class Model(_CppModel, metaclass=_ModelType):
-    """keras.Model: Model(inputs, outputs, name=None) builds a functional model; a subclass
-    (super().__init__(name=None)) defines call(self, inputs)."""
+    def __dir__(cls):
+        hidden = set(getattr(cls, "_ml_hidden", ()))
+        return [n for n in type.__dir__(cls) if n not in hidden]
 
-    def __new__(cls, *args, **kwargs):
-        if cls is Model and (args or "inputs" in kwargs or "outputs" in kwargs):
-            return _functional(*args, **kwargs)
-        return _CppModel.__new__(cls)
+
+class _ModelOnly:
+    """A Model method a custom Layer does not have (Keras' Layer has no fit, compile, …)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, obj, objtype=None):
+        raise AttributeError(f"'{(objtype or type(obj)).__name__}' object has no attribute "
+                             f"'{self.name}' (a Model's, not a Layer's)")
+
+
+class _Composite(_CppModel, metaclass=_ModelType):
+    """What a subclassed Model and a custom Layer share: the C++ model whose call() is the
+    Python method, and attributes holding layers tracked as Keras tracks them."""
+
+    _ml_kind = "Model"
 
     def __init__(self, name=None, **kwargs):
         for k in ("trainable", "dtype"):
@@ -54,29 +73,71 @@ class Model(_CppModel, metaclass=_ModelType):
             raise TypeError(f"Unrecognized keyword arguments passed to {type(self).__name__}: "
                             f"{kwargs}")
         if name is not None and not isinstance(name, str):
-            raise TypeError(f"Model name must be a string, got {name!r}")
+            raise TypeError(f"{self._ml_kind} name must be a string, got {name!r}")
         _CppModel.__init__(self, name or "", _nn._to_snake_case(type(self).__name__))
         self.__dict__["_ml_initialized"] = True
 
     def __setattr__(self, attr, value):
         layers = None
-        if isinstance(value, Layer):
+        if isinstance(value, _nn.Layer):
             layers = [(attr, value)]
         elif isinstance(value, (list, tuple)) and value and \
-                all(isinstance(v, Layer) for v in value):
+                all(isinstance(v, _nn.Layer) for v in value):
             layers = [(f"{attr}.{i}", v) for i, v in enumerate(value)]
         if layers:
             if not self.__dict__.get("_ml_initialized"):
+                # The C++ part is constructed first, so the object stays safe to look at.
+                _Composite.__init__(self)
                 raise RuntimeError(
-                    "It looks like you are subclassing `Model` and you forgot to call "
-                    "`super().__init__()`. Always start with this line.")
+                    f"It looks like you are subclassing `{self._ml_kind}` and you forgot to "
+                    "call `super().__init__()`. Always start with this line.")
             for a, layer in layers:
                 self._track(a, layer)
         super().__setattr__(attr, value)
 
     def call(self, inputs):
         raise NotImplementedError(
-            f"Model {self.name} does not have a `call()` method implemented.")
+            f"{self._ml_kind} {self.name} does not have a `call()` method implemented.")
+
+    def __call__(self, inputs, training=None):
+        out = _CppModel.__call__(self, inputs, training=training)
+        if isinstance(out, _nn.KerasTensor):  # a graph's node: it keeps this object alive
+            out = _nn._owned_output(out, self)
+        return out
+
+
+class Model(_Composite):
+    """keras.Model: Model(inputs, outputs, name=None) builds a functional model; a subclass
+    (super().__init__(name=None)) defines call(self, inputs)."""
+
+    def __new__(cls, *args, **kwargs):
+        if cls is Model and (args or "inputs" in kwargs or "outputs" in kwargs):
+            return _functional(*args, **kwargs)
+        return _CppModel.__new__(cls)
+
+
+class Layer(_Composite):
+    """keras.layers.Layer subclassed in Python: __init__ assigns layers to attributes (tracked:
+    Keras 3 paths "sequential/my_block/dense/kernel", Keras 2 keys "my_block.dense.kernel"),
+    call(inputs) composes them (and the merge layers); it works inside Sequential, functional
+    and subclassed models and trains through the graph of its call. Math of its own on tensors
+    (arithmetic, numpy) and weights of its own (add_weight) are refused, naming the layer:
+    meshlayout cannot differentiate them. isinstance(x, Layer) holds for every layer."""
+
+    _ml_kind = "Layer"
+    _ml_hidden = ("compile", "fit", "evaluate", "predict", "summary", "save_weights",
+                  "load_weights", "compiled", "optimizer", "loss", "stop_training", "layers")
+
+    def add_weight(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"Layer {self.name!r} ({type(self).__name__}): add_weight is not supported: meshlayout "
+            "trains only the weights of its built-in layers, whose backward it knows; create "
+            "them as attributes (e.g. self.dense = meshlayout.layers.Dense(...)) and compose "
+            "them in call()")
+
+
+for _name in Layer._ml_hidden:
+    setattr(Layer, _name, _ModelOnly(_name))
 
 
 def _functional(inputs=None, outputs=None, name=None, **kwargs):
@@ -96,22 +157,74 @@ def _functional(inputs=None, outputs=None, name=None, **kwargs):
 
 class Sequential(_nn.Sequential):
     """keras.Sequential(layers=None, name=None): an Input (or layers[0] given input_shape) as
-    the first element builds it at once; otherwise it is built by its first call or fit."""
+    the first element builds it at once; otherwise it is built by its first call or fit.
+    add(layer) / pop() as Keras: a layer added to a built model (or one whose Input is known)
+    is built at once, under the LayoutMap or distribution the model was created in."""
 
     def __init__(self, layers=None, trainable=True, name=None):
         layers = list(layers or [])
         input_shape = None
         if layers and isinstance(layers[0], _nn.KerasTensor):
             input_shape = list(layers.pop(0).shape[1:])
+        names = set()
         for layer in layers:
-            if not isinstance(layer, Layer):
-                raise ValueError("Only instances of `keras.Layer` can be added to a Sequential "
-                                 f"model. Received: {layer} (of type {type(layer)})")
-        super().__init__(layers, name or "", input_shape)
+            _check_addable(layer)
+            if layer.name in names:
+                _not_unique(layer)
+            names.add(layer.name)
+        try:
+            super().__init__(layers, name or "", input_shape)
+        except BaseException:
+            # A layer could not build: the object (kept by the traceback) gets an empty C++
+            # model, so that looking at it afterwards is safe.
+            super().__init__([], name or "", None)
+            raise
+        self._ml_input_shape = input_shape
 
-    def add(self, layer):
-        raise NotImplementedError("Sequential.add: meshlayout's Sequential takes its layers at "
-                                  "construction: Sequential([Input(...), layer, ...])")
+    def add(self, layer, rebuild=True):
+        """keras Sequential.add(layer): a layer, or an Input (the model's input shape, first)."""
+        if isinstance(layer, _nn.KerasTensor):
+            if self.layers or getattr(self, "_ml_input_shape", None) is not None:
+                raise ValueError(
+                    f"Sequential model '{self.name}' has already been configured to use input "
+                    f"shape {self._ml_input_shape or 'of its layers'}. You cannot add a "
+                    "different Input layer to it.")
+            self._ml_input_shape = list(layer.shape[1:])
+            return
+        _check_addable(layer)
+        self._add(layer)
+        shape = getattr(self, "_ml_input_shape", None)
+        if rebuild and not self.built and shape is not None:
+            self.build((None, *shape))
+
+    def pop(self, rebuild=True):
+        """keras Sequential.pop(): removes and returns the last layer."""
+        if not self.layers:
+            raise TypeError("There are no layers in the model.")
+        return self._pop()
+
+
+def _check_addable(layer):
+    if not isinstance(layer, _nn.Layer):
+        raise ValueError("Only instances of `keras.Layer` can be added to a Sequential "
+                         f"model. Received: {layer} (of type {type(layer)})")
+
+
+def _not_unique(layer):
+    raise ValueError("All layers added to a Sequential model should have unique names. Name "
+                     f"'{layer.name}' is already the name of a layer in this model. Update the "
+                     "`name` argument to pass a unique name.")
+
+
+def build(self, input_shape):
+    """keras Model.build(input_shape): traces the model on a symbolic input of that shape (the
+    batch dimension may be None), creating and laying out its variables."""
+    if self.built:
+        return
+    shape = list(input_shape)
+    if not shape:
+        raise ValueError(f"build: input_shape must include the batch dimension, got {input_shape}")
+    self(_nn.Input(shape[1:], None))
 
 
 # --- the training methods of every model ------------------------------------------------------
@@ -221,7 +334,7 @@ def _path_style(style):
 
 _cpp_summary = _CppModel.summary
 fit = _fit.fit
-for _f in (compile, fit, evaluate, predict, summary, save_weights, load_weights):
+for _f in (compile, fit, evaluate, predict, summary, save_weights, load_weights, build):
     setattr(_CppModel, _f.__name__, _f)
 _CppModel.compiled = False
 _CppModel.optimizer = None

@@ -18,17 +18,22 @@ Calling a layer: on a KerasTensor (from Input) it builds the functional graph; o
 or Array it runs the forward pass (the input laid out by the model's distribution or LayoutMap,
 else the current one, else over the mesh of the layer's weights) and returns an Array
 (np.asarray(y) gathers it); on a list of tensors for the merge layers (Add, Multiply,
-Concatenate). Not in meshlayout: custom Python layers (subclass meshlayout.Model instead),
-activity regularizers, constraints, masking.
+Concatenate).
+
+Custom layers: a subclass of Layer whose __init__ assigns layers to attributes and whose
+call(inputs) composes them, as in Keras; it works inside Sequential, functional and subclassed
+models and trains (the graph of its call). Python math of its own on tensors (arithmetic,
+numpy functions) or weights of its own (add_weight) raise an error naming the layer: meshlayout
+cannot differentiate them. Not in meshlayout: activity regularizers, constraints, masking.
 """
 
 import numpy as np
 
 from meshlayout import _meshlayout
 from meshlayout import regularizers as _regularizers
+from meshlayout._training import Layer  # keras.layers.Layer: every layer; subclassable
 
 _nn = _meshlayout._nn
-Layer = _nn.Layer
 KerasTensor = _nn.KerasTensor
 
 __all__ = [
@@ -37,17 +42,6 @@ __all__ = [
     "Layer", "LayerNormalization", "MultiHeadAttention", "Multiply", "PReLU", "RMSNormalization",
     "Reshape", "ReversibleEmbedding", "SeparableConv2D",
 ]
-
-
-
-def _no_custom_layers(self, *args, **kwargs):
-    raise TypeError(
-        f"{type(self).__name__}: meshlayout layers cannot be subclassed in Python (their "
-        "weights, forward and backward are C++): write a custom block as a meshlayout.Model "
-        "subclass, whose call() composes layers and whose layer attributes are tracked")
-
-
-Layer.__init__ = _no_custom_layers
 
 _ACTIVATIONS = ("linear", "relu", "gelu", "tanh", "softmax", "silu", "swish")
 

@@ -45,17 +45,33 @@ class PyModel : public Model {
           fmt::format("model {} has no call() method: a Model subclass defines call(self, inputs)",
                       quote(name())));
     }
-    py::object out = f(x);
+    py::object out;
+    try {
+      out = f(x);
+    } catch (py::error_already_set& e) {
+      // Math of the layer's own on a KerasTensor (arithmetic, numpy functions): not a layer
+      // meshlayout knows the backward of.
+      if (!x.is_symbolic() || (!e.matches(PyExc_TypeError) && !e.matches(PyExc_AttributeError))) {
+        throw;
+      }
+      throw py::type_error(fmt::format(
+          "{} {} ({}.call): meshlayout cannot differentiate Python math of a custom layer or "
+          "model: its call() must compose meshlayout layers (Dense, Activation, Add, Multiply, "
+          "…) on the KerasTensors it gets; the call raised {}: {}",
+          kind(), quote(name()), class_name(),
+          py::str(e.type().attr("__name__")).cast<std::string>(),
+          py::str(e.value()).cast<std::string>()));
+    }
     if (py::isinstance<Tensor>(out)) return out.cast<Tensor>();
     if (py::isinstance<Array>(out)) {
       const Array& a = out.cast<const Array&>();
       return Tensor(distribute_tensor(a, a.layout()));
     }
-    throw py::type_error(
-        fmt::format("{}.call must return the KerasTensor its layers computed, got {}",
-                    py::str(py::type::of(py::cast(static_cast<Model*>(this))).attr("__name__"))
-                        .cast<std::string>(),
-                    py::str(py::type::of(out).attr("__name__")).cast<std::string>()));
+    throw py::type_error(fmt::format(
+        "{} {} ({}.call) must return the KerasTensor its layers computed, got {}: meshlayout "
+        "cannot differentiate Python math of a custom layer or model",
+        kind(), quote(name()), class_name(),
+        py::str(py::type::of(out).attr("__name__")).cast<std::string>()));
   }
 
   Array backward(const Array& x, const Array& dy, Gradients& grads) override {
@@ -64,6 +80,14 @@ class PyModel : public Model {
   Array recompute(const Array& x) override { return graph(x.shape()).recompute(x); }
 
  private:
+  // The Python class's name, and whether it is a custom Layer or a Model (GIL held).
+  std::string class_name() const {
+    return py::str(py::type::of(py::cast(static_cast<const Model*>(this))).attr("__name__"));
+  }
+  std::string kind() const {
+    return py::cast(static_cast<const Model*>(this)).attr("_ml_kind").cast<std::string>();
+  }
+
   // The layer graph of call(), traced once on a symbolic input in the model's scope.
   Model& graph(const Shape& shape) {
     if (!built()) {
@@ -80,6 +104,27 @@ class PyModel : public Model {
   }
   std::shared_ptr<Model> graph_;
 };
+
+// A layer as a C++ owner (a Sequential, a model's tracked attribute, a graph's producer) holds
+// it: for a layer or model subclassed in Python, a pointer that also holds the Python object, so
+// that its call() (the Python method) outlives the user's last reference to it. No cycle: the
+// Python object holds the C++ layer, the owner holds the Python object.
+std::shared_ptr<Layer> owning(const py::handle& obj) {
+  auto layer = obj.cast<std::shared_ptr<Layer>>();
+  if (dynamic_cast<PyModel*>(layer.get()) == nullptr) return layer;
+  std::shared_ptr<py::object> keep(new py::object(py::reinterpret_borrow<py::object>(obj)),
+                                   [](py::object* o) {
+                                     if (Py_IsInitialized() == 0) {
+                                       (void)o->release();  // the interpreter is gone
+                                     } else {
+                                       py::gil_scoped_acquire gil;
+                                       o->dec_ref();
+                                       (void)o->release();
+                                     }
+                                     delete o;
+                                   });
+  return std::shared_ptr<Layer>(keep, layer.get());
+}
 
 Shape shape_of(const py::object& shape, const char* what) {
   if (py::isinstance<py::str>(shape) || !py::hasattr(shape, "__iter__")) {
@@ -197,22 +242,44 @@ void bind_model(py::module_& m) {
            })
       .def(
           "_track",
-          [](Model& model, const std::string& attr, const std::shared_ptr<Layer>& layer) {
+          [](Model& model, const std::string& attr, const py::object& layer) {
             auto* py_model = dynamic_cast<PyModel*>(&model);
             if (!py_model) return;  // a C++ model (functional, Sequential) tracks nothing more
-            py_model->track_layer(attr, layer);
+            py_model->track_layer(attr, owning(layer));
           },
           py::arg("attr"), py::arg("layer"));
+  // The KerasTensor a Python-subclassed layer returned, its producer holding the Python object.
+  m.def(
+      "_owned_output",
+      [](const Tensor& out, const py::object& layer) {
+        if (!out.is_symbolic() || out.producer() == nullptr) return out;
+        return Tensor::symbolic(out.shape(), owning(layer), out.inputs());
+      },
+      py::arg("output"), py::arg("layer"));
 
   py::class_<Sequential, Model, std::shared_ptr<Sequential>>(m, "Sequential")
-      .def(py::init([](const std::vector<std::shared_ptr<Layer>>& layers, const std::string& name,
+      .def(py::init([](const py::list& layer_objects, const std::string& name,
                        const std::optional<std::vector<int64_t>>& input_shape) {
+             std::vector<std::shared_ptr<Layer>> layers;
+             for (const py::handle& l : layer_objects) layers.push_back(owning(l));
              SequentialOptions options{.name = name};
              if (input_shape) options.input_shape = Shape(input_shape->begin(), input_shape->end());
              py::gil_scoped_release release;
              return std::make_shared<Sequential>(layers, options);
            }),
-           py::arg("layers"), py::arg("name"), py::arg("input_shape"));
+           py::arg("layers"), py::arg("name"), py::arg("input_shape"))
+      .def(
+          "_add",
+          [](Sequential& model, const py::object& layer_object) {
+            std::shared_ptr<Layer> layer = owning(layer_object);
+            py::gil_scoped_release release;
+            model.add(std::move(layer));
+          },
+          py::arg("layer"))
+      .def("_pop", [](Sequential& model) {
+        py::gil_scoped_release release;
+        return model.pop();
+      });
 
   m.def("_functional", &functional, py::arg("inputs"), py::arg("outputs"), py::arg("name"));
   m.def(

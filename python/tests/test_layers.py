@@ -242,10 +242,16 @@ def test_bad_inputs_name_the_problem():
         keras.Input((None, 3))
 
 
-def test_custom_python_layers_are_refused_with_the_alternative():
+def test_custom_python_layers_subclass_layer():
+    # Custom layers composing built-in ones (test_custom_layers.py covers them in models).
     class MyLayer(keras.layers.Layer):
         def __init__(self):
             super().__init__()
+            self.dense = keras.layers.Dense(2, name="inner")
 
-    with pytest.raises(TypeError, match="write a custom block as a meshlayout.Model subclass"):
-        MyLayer()
+        def call(self, x):
+            return self.dense(x)
+
+    layer = MyLayer()
+    assert layer.name == "my_layer" and isinstance(layer, keras.layers.Layer)
+    assert np.asarray(layer(np.ones((3, 4), np.float32))).shape == (3, 2)

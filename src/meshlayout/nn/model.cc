@@ -79,6 +79,7 @@ void Model::build_and_materialize(const Shape& input_shape) {
     if (distribution_) dscope.emplace(distribution_);
     Tensor out = call(Tensor::symbolic(input_shape));
     output_shape_ = out.shape();
+    input_shape_ = input_shape;
   }
   if (has_source && !deferred) materialize_variables();
 }
@@ -410,5 +411,45 @@ Sequential::Sequential(std::vector<std::shared_ptr<Layer>> layers, SequentialOpt
 }
 
 Tensor Sequential::call(const Tensor& x) { return Model::call(x); }
+
+void Sequential::add(std::shared_ptr<Layer> layer) {
+  if (!layer) throw ValueError(fmt::format("Sequential {}: add() got a null layer", quote(name())));
+  for (const auto& existing : layers_) {
+    if (existing->name() == layer->name()) {
+      throw ValueError(fmt::format(
+          "All layers added to a Sequential model should have unique names. Name {} is already "
+          "the name of a layer in this model. Update the `name` argument to pass a unique name.",
+          quote(layer->name())));
+    }
+  }
+  layers_.push_back(layer);
+  if (!built()) return;
+  try {
+    NameScope scope = open_name_scope();
+    std::optional<ModelBuildGuard> guard;
+    std::optional<LayoutMapScope> map_scope;
+    std::optional<DistributionScope> distribution_scope;
+    if (layout_map_ || distribution_) guard.emplace();
+    if (layout_map_) map_scope.emplace(*layout_map_);
+    if (distribution_) distribution_scope.emplace(distribution_);
+    output_shape_ = (*layer)(Tensor::symbolic(*output_shape_)).shape();
+  } catch (...) {
+    layers_.pop_back();
+    throw;
+  }
+  if (layout_map_ || distribution_) materialize_variables();
+}
+
+std::shared_ptr<Layer> Sequential::pop() {
+  if (layers_.empty()) throw ValueError("There are no layers in the model.");
+  std::shared_ptr<Layer> layer = layers_.back();
+  layers_.pop_back();
+  if (built() && input_shape_) {
+    Shape shape = *input_shape_;
+    for (const auto& l : layers_) shape = l->compute_output_shape(shape);
+    output_shape_ = shape;
+  }
+  return layer;
+}
 
 }  // namespace meshlayout

@@ -110,6 +110,7 @@ class Model : public Layer {
   std::optional<LayoutMap> layout_map_;
   std::shared_ptr<const Distribution> distribution_;
   std::optional<Shape> output_shape_;
+  std::optional<Shape> input_shape_;  // the shape the model was built on (batch 1)
 
   /// Traces the model on a symbolic input of `input_shape` (creating lazy weights under the
   /// recorded map), then materialises every lazy variable — unless an enclosing model is being
@@ -134,6 +135,16 @@ class Sequential : public Model {
  public:
   explicit Sequential(std::vector<std::shared_ptr<Layer>> layers, SequentialOptions options = {});
   Tensor call(const Tensor& x) override;
+
+  /// keras Sequential.add: appends `layer`; on a built model (Keras rebuilds) the layer is built
+  /// on the model's output, in its name scope ("sequential/dense_2/kernel"), and its variables
+  /// are materialised under the model's recorded LayoutMap or distribution. ValueError (Keras'
+  /// message) for a null layer or a name another layer of the model has; the model is left as
+  /// it was when the layer cannot build.
+  void add(std::shared_ptr<Layer> layer);
+  /// keras Sequential.pop: removes and returns the last layer (the model's output shape follows).
+  /// ValueError "There are no layers in the model." when empty.
+  std::shared_ptr<Layer> pop();
 };
 
 }  // namespace meshlayout
