@@ -9,6 +9,8 @@
 #   fuzz-build/fuzz/<target>_fuzz <artifact>
 # Extra flags go to every target, e.g. `fuzz/run.sh 300 -fork=1 -ignore_crashes=1` to keep
 # fuzzing past a known finding (each crash still lands in artifacts/ and fails the run).
+# FUZZ_JOBS=N fuzzes up to N targets at once (default 1; scripts/test.sh's smoke run fuzzes all
+# three at once, so the stage takes SECONDS instead of three times SECONDS).
 set -uo pipefail
 
 seconds="${1:-300}"
@@ -33,20 +35,31 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 
 stamp="$(date +%Y%m%d-%H%M%S)"
-status=0
-summaries=()
+fuzz_target() {  # fuzz_target <target>: fuzzes it in its scratch dir; its exit code in $work/rc
+  local work="$root/fuzz/corpus-work-$1-$stamp"
+  "$build/fuzz/${1}_fuzz" \
+    -max_total_time="$seconds" -max_len=4096 -timeout=30 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$work/artifacts/" "${extra_flags[@]}" \
+    "$work/corpus" >"$work/fuzz.log" 2>&1
+  echo $? >"$work/rc"
+}
 for target in "${targets[@]}"; do
   work="$root/fuzz/corpus-work-$target-$stamp"
   mkdir -p "$work/corpus" "$work/artifacts"
   cp -R "$root/fuzz/corpus/$target/." "$work/corpus/"
   rm -f "$work/corpus/README"  # how the seeds were made, not a seed
+  echo "== $target: fuzzing for ${seconds}s (log: $work/fuzz.log)"
+  fuzz_target "$target" &
+  while (($(jobs -rp | wc -l) >= ${FUZZ_JOBS:-1})); do wait -n; done
+done
+wait
+
+status=0
+summaries=()
+for target in "${targets[@]}"; do
+  work="$root/fuzz/corpus-work-$target-$stamp"
   log="$work/fuzz.log"
-  echo "== $target: fuzzing for ${seconds}s (log: $log)"
-  "$build/fuzz/${target}_fuzz" \
-    -max_total_time="$seconds" -max_len=4096 -timeout=30 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$work/artifacts/" "${extra_flags[@]}" \
-    "$work/corpus" >"$log" 2>&1
-  rc=$?
+  rc="$(cat "$work/rc" 2>/dev/null || echo '?')"
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)"
   last="$(grep -E '^#[0-9]+' "$log" | tail -n 1)"
   [[ -n "$execs" ]] || execs="$(sed -n 's/^#\([0-9]*\).*/\1/p' <<<"$last")"  # -fork mode
@@ -54,7 +67,7 @@ for target in "${targets[@]}"; do
   ft="$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")"
   corp="$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")"
   findings="$(find "$work/artifacts" -type f | wc -l)"
-  if [[ $rc -ne 0 || $findings -ne 0 ]]; then
+  if [[ $rc != 0 || $findings -ne 0 ]]; then
     status=1
     verdict="FINDING (exit $rc): $(find "$work/artifacts" -type f | head -n 3 | tr '\n' ' ')"
     grep -m2 -E 'what\(\)|FINDING|runtime error|ERROR: ' "$log" | sed 's/^/    /'
