@@ -45,6 +45,18 @@ std::string ValueErrorMessage(F&& f) {
   return "<nothing thrown>";
 }
 
+/// Runs `f` and returns the message of the meshlayout Error (of any kind) it throws, else
+/// "(no error)".
+template <typename F>
+std::string ErrorMessage(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 /// `text` contains `part`, with both shown on failure.
 inline ::testing::AssertionResult HasSubstr(const std::string& text, std::string_view part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();

@@ -6,6 +6,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/nn_test_util.h"
+#include "meshlayout/testing/test_util.h"
 #include "meshlayout/train/optimizer_test_util.h"
 #include "meshlayout/train/optimizers.h"
 
@@ -52,14 +53,14 @@ TEST_F(OptimizerApplyTest, GradientMismatchesNameTheVariableAndBothSides) {
   Array wrong_shape = distribute_tensor(test_gradient({6, 4}, DType::kF32, 0, 0),
                                         TensorLayout({None, "model"}, mesh_));
   const Array* gp[] = {&wrong_shape, &bias_grad};
-  std::string msg = error_of([&] { opt.apply(gp, vars); });
+  std::string msg = testing::ErrorMessage([&] { opt.apply(gp, vars); });
   EXPECT_NE(msg.find("'dense/kernel'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("(6, 8)"), std::string::npos) << msg;
   EXPECT_NE(msg.find("(6, 4)"), std::string::npos) << msg;
   Array wrong_layout = distribute_tensor(test_gradient({6, 8}, DType::kF32, 0, 0),
                                          TensorLayout({"data", None}, mesh_));
   const Array* gl[] = {&wrong_layout, &bias_grad};
-  msg = error_of([&] { opt.apply(gl, vars); });
+  msg = testing::ErrorMessage([&] { opt.apply(gl, vars); });
   EXPECT_NE(msg.find("layout[None,model]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("layout[data,None]"), std::string::npos) << msg;
   EXPECT_FALSE(opt.built()) << "checks come before build";
@@ -75,7 +76,7 @@ TEST_F(OptimizerApplyTest, NonTrainableAndUnknownVariablesAreRefused) {
   const Array* gp[] = {&g0, &g1};
   vars[1]->set_trainable(false);
   SGD opt;
-  std::string msg = error_of([&] { opt.apply(gp, vars); });
+  std::string msg = testing::ErrorMessage([&] { opt.apply(gp, vars); });
   EXPECT_NE(msg.find("'dense/bias' is not trainable"), std::string::npos) << msg;
   vars[1]->set_trainable(true);
   const Array* first[] = {&g0};

@@ -5,6 +5,7 @@
 
 #include "meshlayout/core/errors.h"
 #include "meshlayout/nn/nn_test_util.h"
+#include "meshlayout/testing/test_util.h"
 #include "meshlayout/train/optimizer_test_util.h"
 #include "meshlayout/train/optimizers.h"
 
@@ -204,37 +205,41 @@ TEST_F(OptimizerTest, NewOptimizersHaveKerasPathsAndLayouts) {
 }
 
 TEST_F(OptimizerTest, NewOptimizersCheckTheirArguments) {
-  std::string msg = error_of([] { RMSprop({.arguments = {{"rho", 1.5}}}); });
+  std::string msg = testing::ErrorMessage([] { RMSprop({.arguments = {{"rho", 1.5}}}); });
   EXPECT_NE(msg.find("rho=1.5"), std::string::npos) << msg;
-  msg = error_of([] { RMSprop({.momentum = -0.5}); });
+  msg = testing::ErrorMessage([] { RMSprop({.momentum = -0.5}); });
   EXPECT_NE(msg.find("momentum=-0.5"), std::string::npos) << msg;
-  msg = error_of([] {
+  msg = testing::ErrorMessage([] {
     make_optimizer("rmsprop", {.beta_1 = 0.5, .arguments = {{"nesterov_x", true}}});
   });
   EXPECT_NE(msg.find("Argument(s) not recognized by RMSprop: beta_1=0.5, nesterov_x=true"),
             std::string::npos)
       << msg;
-  msg = error_of([] { make_optimizer("rmsprop", {.arguments = {{"centered", 1.0}}}); });
+  msg = testing::ErrorMessage([] {
+    make_optimizer("rmsprop", {.arguments = {{"centered", 1.0}}});
+  });
   EXPECT_NE(msg.find("`centered` must be a bool"), std::string::npos) << msg;
-  msg = error_of([] { make_optimizer("rmsprop", {.arguments = {{"rho", true}}}); });
+  msg = testing::ErrorMessage([] { make_optimizer("rmsprop", {.arguments = {{"rho", true}}}); });
   EXPECT_NE(msg.find("`rho` must be a float. Received: rho=true"), std::string::npos) << msg;
-  msg = error_of([] { Adagrad({.arguments = {{"initial_accumulator_value", -1.0}}}); });
+  msg = testing::ErrorMessage([] {
+    Adagrad({.arguments = {{"initial_accumulator_value", -1.0}}});
+  });
   EXPECT_NE(msg.find("initial_accumulator_value=-1"), std::string::npos) << msg;
-  msg = error_of([] { Adagrad({.momentum = 0.9}); });
+  msg = testing::ErrorMessage([] { Adagrad({.momentum = 0.9}); });
   EXPECT_NE(msg.find("Argument(s) not recognized by Adagrad: momentum=0.9"), std::string::npos)
       << msg;
-  msg = error_of([] { Lion({.beta_1 = 0.0}); });
+  msg = testing::ErrorMessage([] { Lion({.beta_1 = 0.0}); });
   EXPECT_NE(msg.find("beta_1=0"), std::string::npos) << msg;
-  msg = error_of([] { Lion({.beta_2 = 1.5}); });
+  msg = testing::ErrorMessage([] { Lion({.beta_2 = 1.5}); });
   EXPECT_NE(msg.find("beta_2=1.5"), std::string::npos) << msg;
-  msg = error_of([] { Lion({.epsilon = 1e-3}); });
+  msg = testing::ErrorMessage([] { Lion({.epsilon = 1e-3}); });
   EXPECT_NE(msg.find("Argument(s) not recognized by Lion: epsilon=0.001"), std::string::npos)
       << msg;
-  msg = error_of([] { Adam({.beta_1 = 0.5, .arguments = {{"beta_1", 0.6}}}); });
+  msg = testing::ErrorMessage([] { Adam({.beta_1 = 0.5, .arguments = {{"beta_1", 0.6}}}); });
   EXPECT_NE(msg.find("`beta_1` is given twice"), std::string::npos) << msg;
   // Adam's own options come from the arguments too; one not recognised names its class.
   EXPECT_EQ(Adam({.arguments = {{"amsgrad", true}}}).amsgrad(), true);
-  msg = error_of([] { AdamW({.arguments = {{"rho", 0.9}}}); });
+  msg = testing::ErrorMessage([] { AdamW({.arguments = {{"rho", 0.9}}}); });
   EXPECT_NE(msg.find("Argument(s) not recognized by AdamW: rho=0.9"), std::string::npos) << msg;
 }
 
@@ -291,13 +296,13 @@ TEST_F(OptimizerTest, AdafactorSlotsFollowTheVariableLayout) {
   for (const VariablePtr& v : vars) f.push_back({v->shape(), v->dtype(), v->value().layout()});
   EXPECT_EQ(opt->slot_bytes_per_device(f).at(0), 4 * ((9 + 6 + 18) + (10 + 4 + 20) + (2 + 5)));
   // ZeRO-1 and bad arguments are refused, naming the value.
-  std::string msg = error_of([] { Adafactor({.shard_slots_over = "data"}); });
+  std::string msg = testing::ErrorMessage([] { Adafactor({.shard_slots_over = "data"}); });
   EXPECT_NE(msg.find("shard_slots_over='data'"), std::string::npos) << msg;
-  msg = error_of([] { Adafactor({.arguments = {{"clip_threshold", 0.0}}}); });
+  msg = testing::ErrorMessage([] { Adafactor({.arguments = {{"clip_threshold", 0.0}}}); });
   EXPECT_NE(msg.find("clip_threshold=0"), std::string::npos) << msg;
-  msg = error_of([] { Adafactor({.arguments = {{"beta_2_decay", 0.5}}}); });
+  msg = testing::ErrorMessage([] { Adafactor({.arguments = {{"beta_2_decay", 0.5}}}); });
   EXPECT_NE(msg.find("beta_2_decay=0.5"), std::string::npos) << msg;
-  msg = error_of([] { Adafactor({.epsilon = 1e-7}); });
+  msg = testing::ErrorMessage([] { Adafactor({.epsilon = 1e-7}); });
   EXPECT_NE(msg.find("Argument(s) not recognized by Adafactor: epsilon=1e-07"), std::string::npos)
       << msg;
   EXPECT_EQ(Adafactor().options().epsilon_1, 1e-30);
@@ -367,20 +372,20 @@ TEST_F(OptimizerTest, VariablePathsAndOrderAreKeras) {
 }
 
 TEST_F(OptimizerTest, ArgumentErrors) {
-  std::string msg = error_of([] { Adam({.clipnorm = 1.0, .clipvalue = 0.5}); });
+  std::string msg = testing::ErrorMessage([] { Adam({.clipnorm = 1.0, .clipvalue = 0.5}); });
   EXPECT_NE(msg.find("Only one of `clipnorm`, `clipvalue` and `global_clipnorm`"),
             std::string::npos)
       << msg;
   EXPECT_NE(msg.find("clipvalue=0.5"), std::string::npos) << msg;
-  msg = error_of([] { SGD({.momentum = 1.5}); });
+  msg = testing::ErrorMessage([] { SGD({.momentum = 1.5}); });
   EXPECT_NE(msg.find("momentum=1.5"), std::string::npos) << msg;
   EXPECT_THROW(SGD({.momentum = -0.1}), ValueError);
-  msg = error_of([] { make_optimizer("nadam"); });
+  msg = testing::ErrorMessage([] { make_optimizer("nadam"); });
   EXPECT_NE(msg.find("'nadam'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'adafactor', 'adagrad', 'adam', 'adamw', 'lion', 'rmsprop', 'sgd'"),
             std::string::npos)
       << msg;
-  msg = error_of([] { make_optimizer("sgd", {.beta_1 = 0.5}); });
+  msg = testing::ErrorMessage([] { make_optimizer("sgd", {.beta_1 = 0.5}); });
   EXPECT_NE(msg.find("beta_1=0.5"), std::string::npos) << msg;
   EXPECT_THROW(make_optimizer("adam", {.momentum = 0.9}), ValueError);
   EXPECT_THROW(Adam({.name = "a/b"}), ValueError);

@@ -2,8 +2,8 @@
 // weight decay, SGD/Adam/AdamW/RMSprop/Adagrad/Lion/Adafactor update_step, written from
 // keras/src/optimizers/*.py, independent of the library's update code), and
 // helpers to run the same steps on distributed variables (make_random_vars: variables of
-// given names, shapes and layouts; make_dense_vars: a kernel and a bias under "dense";
-// error_of: the message thrown), for optimizer_test.cc, optimizer_apply_test.cc, the ZeRO-1
+// given names, shapes and layouts; make_dense_vars: a kernel and a bias under "dense"), for
+// optimizer_test.cc, optimizer_apply_test.cc, the ZeRO-1
 // tests and the mpirun test.
 //
 // expect_zero1_matches runs an optimizer with and without ZeRO-1 (shard_slots_over) on two
@@ -303,17 +303,6 @@ inline std::vector<VariablePtr> make_dense_vars(const DeviceMesh& mesh, DType dt
                           {{"kernel", {6, 8}, TensorLayout({None, "model"}, mesh)},
                            {"bias", {8}, TensorLayout({None}, mesh)}},
                           dtype);
-}
-
-/// The message of the Error `f` throws, or "(no error)".
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 /// `steps` steps of make_optimizer(kind, options) and of the same with shard_slots_over = axis
