@@ -86,6 +86,16 @@ class Llama(torch.nn.Module):
         return self.lm_head(self.rms(x[:, -1:], self.norm))
 
 
+def generation_arguments():
+    """The options time_generation reads: --reps, --prompt, --new and --layers."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--prompt", type=int, default=128)
+    p.add_argument("--new", type=int, default=16)
+    p.add_argument("--layers", type=int, default=8)
+    return p
+
+
 def random_weights(model):
     """Every matrix of the model drawn from normal(0, 0.05); the norms' ones kept."""
     with torch.no_grad():
@@ -127,11 +137,7 @@ def time_generation(model, vocab, kv_heads, head_dim, args):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--new", type=int, default=16)
-    p.add_argument("--layers", type=int, default=8)
+    p = generation_arguments()
     p.add_argument("--family", default="llama", choices=["llama", "qwen2"])
     args = p.parse_args()
     torch.set_num_threads(2)

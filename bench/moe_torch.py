@@ -17,14 +17,13 @@ Best of R runs (default 3): llama_torch_bench.py's Llama (attention, norms, rope
 the MLP replaced. Last line, for a bench script:
     RESULT torch_prefill_tokens_per_s=... torch_decode_tokens_per_s=...
 """
-import argparse
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_torch_bench import Llama, random_weights, time_generation  # noqa: E402
+from llama_torch_bench import Llama, generation_arguments, random_weights, time_generation  # noqa: E402
 
 
 class Moe(Llama):
@@ -65,11 +64,7 @@ class Moe(Llama):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--new", type=int, default=16)
-    p.add_argument("--layers", type=int, default=8)
+    p = generation_arguments()
     p.add_argument("--experts", type=int, default=8)
     p.add_argument("--top-k", type=int, default=2)
     p.add_argument("--ff", type=int, default=2816)
