@@ -138,6 +138,7 @@ class _FitHooks:
 
     def on_epoch_end(self, epoch, logs):
         self.epoch = epoch + 1
+        self.model._ml_epoch = epoch + 1  # what save_training_state records
         if not self.metrics.names:
             return
         if not self.updated:
@@ -196,6 +197,13 @@ def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbac
         validation_data = (np.asarray(validation_data[0]), np.asarray(validation_data[1]))
     trainer = _training._trainer(self)
     _training._ensure_built(self, x)
+    cbs = list(callbacks or [])
+    for cb in cbs:  # Keras restores in on_train_begin, before the first epoch is chosen
+        if isinstance(cb, _callbacks.BackupAndRestore):
+            cb.set_model(self)
+            restored = cb._restore(self)
+            if restored is not None:
+                initial_epoch = restored
     metrics = list(getattr(self, "_ml_metrics", []))
     batches = -(-len(x) // batch_size) if len(x) else 0
     steps = _epoch_steps(batches, steps_per_epoch, initial_epoch, epochs) if batches else []
@@ -205,7 +213,6 @@ def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbac
                       "batches. (meshlayout: on arrays, the next epoch starts a new pass.)",
                       stacklevel=2)
     history = _callbacks.History()
-    cbs = list(callbacks or [])
     params = {"epochs": epochs, "verbose": level, "steps": steps_per_epoch or batches}
     for cb in cbs + [history]:
         if hasattr(cb, "set_model"):

@@ -15,6 +15,8 @@ in Python on KerasTensors and composes layers (arithmetic on tensors is not avai
 merge layers); the model trains through the graph of its call, traced once.
 """
 
+import os
+
 import numpy as np
 
 from meshlayout import _fit
@@ -126,7 +128,8 @@ class Layer(_Composite):
 
     _ml_kind = "Layer"
     _ml_hidden = ("compile", "fit", "evaluate", "predict", "summary", "save_weights",
-                  "load_weights", "compiled", "optimizer", "loss", "stop_training", "layers")
+                  "load_weights", "compiled", "optimizer", "loss", "stop_training", "layers",
+                  "save_training_state", "load_training_state")
 
     def add_weight(self, *args, **kwargs):
         raise NotImplementedError(
@@ -325,6 +328,30 @@ def load_weights(self, filepath, skip_mismatch=False, path_style="path"):
     _nn._load_weights(self, str(filepath), _path_style(path_style), bool(skip_mismatch))
 
 
+def save_training_state(self, directory):
+    """Saves the training state of a compiled, built model into `directory` (new or empty),
+    atomically: its weights (model.safetensors, Keras 3 paths), its optimizer's slots and
+    iterations (optimizer.safetensors) and the epochs fit has finished (train/training_state.h's
+    layout; each process writes only its shards' boxes)."""
+    _trainer(self)
+    _nn._save_training_state(self, self._ml_optimizer._cpp, os.fspath(directory),
+                             int(getattr(self, "_ml_epoch", 0)))
+
+
+def load_training_state(self, directory):
+    """Loads a state save_training_state wrote (any mesh: each device reads its box) into this
+    compiled, built model and its optimizer; returns {"iterations", "epoch"}: resume with
+    fit(…, initial_epoch=state["epoch"]) to continue the saved run bit for bit. An incomplete
+    save (an interrupted one) or another optimizer's state is refused."""
+    _trainer(self)
+    if not self.built:
+        raise ValueError(f"load_training_state: model {self.name!r} is not built yet: call it on "
+                         "a batch or model.build(input_shape) first")
+    state = _nn._load_training_state(self, self._ml_optimizer._cpp, os.fspath(directory))
+    self._ml_epoch = state["epoch"]
+    return state
+
+
 def _path_style(style):
     if style not in ("path", "object_path"):
         raise ValueError(f"path_style must be 'path' (Keras 3) or 'object_path' (Keras 2), got "
@@ -334,7 +361,8 @@ def _path_style(style):
 
 _cpp_summary = _CppModel.summary
 fit = _fit.fit
-for _f in (compile, fit, evaluate, predict, summary, save_weights, load_weights, build):
+for _f in (compile, fit, evaluate, predict, summary, save_weights, load_weights, build,
+           save_training_state, load_training_state):
     setattr(_CppModel, _f.__name__, _f)
 _CppModel.compiled = False
 _CppModel.optimizer = None

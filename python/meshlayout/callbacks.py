@@ -1,10 +1,15 @@
 """meshlayout.callbacks: keras.callbacks' Callback (on_train_begin, on_epoch_end,
 on_train_batch_end, on_train_end, set_model, set_params), History, LambdaCallback and
-EarlyStopping on "loss"/"val_loss". fit calls the hooks from its C++ loop with the GIL held only
+EarlyStopping on "loss"/"val_loss", BackupAndRestore (training-state checkpoints each epoch,
+a rerun fit resuming bit for bit). fit calls the hooks from its C++ loop with the GIL held only
 while they run; a hook that raises stops fit with its exception; setting
 `self.model.stop_training = True` ends fit after the epoch."""
 
-__all__ = ["Callback", "EarlyStopping", "History", "LambdaCallback"]
+__all__ = ["BackupAndRestore", "Callback", "EarlyStopping", "History", "LambdaCallback"]
+
+
+import os
+import shutil
 
 
 class Callback:
@@ -96,3 +101,53 @@ class EarlyStopping(Callback):
         if self.wait >= self.patience and epoch > 0:
             self.stopped_epoch = epoch
             self.model.stop_training = True
+
+
+class BackupAndRestore(Callback):
+    """keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=True):
+    after every epoch the model's training state (weights, optimizer slots and iterations, the
+    epochs done: model.save_training_state) is saved atomically into
+    backup_dir/step-<iterations>, the older one removed; a fit started with this callback
+    whose backup_dir holds a complete state loads it first and resumes at the epoch after it,
+    so an interrupted fit run again ends as the uninterrupted one would, bit for bit (the same
+    batches and shuffles: fit's initial_epoch). delete_checkpoint removes backup_dir when fit
+    ends normally. save_freq must be "epoch" (meshlayout resumes at epoch boundaries)."""
+
+    def __init__(self, backup_dir, save_freq="epoch", double_checkpoint=False,
+                 delete_checkpoint=True):
+        super().__init__()
+        if not backup_dir:
+            raise ValueError("Empty `backup_dir` argument passed")
+        if save_freq != "epoch":
+            raise ValueError(f"BackupAndRestore: save_freq={save_freq!r} is not supported by "
+                             "meshlayout (it resumes at epoch boundaries): use 'epoch'")
+        self.backup_dir = os.fspath(backup_dir)
+        self.save_freq = save_freq
+        self.double_checkpoint = double_checkpoint
+        self.delete_checkpoint = delete_checkpoint
+
+    def _restore(self, model):
+        """Called by fit before training: the epoch to resume at, or None (nothing saved)."""
+        from meshlayout import _meshlayout
+        latest = _meshlayout._nn._latest_training_state(self.backup_dir)
+        if not latest:
+            return None
+        return model.load_training_state(latest)["epoch"]
+
+    def on_epoch_end(self, epoch, logs=None):
+        from meshlayout import _meshlayout
+        directory = os.path.join(self.backup_dir,
+                                 f"step-{self.model.optimizer.iterations:08d}")
+        os.makedirs(self.backup_dir, exist_ok=True)
+        self.model.save_training_state(directory)
+        if _meshlayout._process_index() != 0:
+            return
+        keep = 2 if self.double_checkpoint else 1
+        states = sorted(n for n in os.listdir(self.backup_dir) if n.startswith("step-"))
+        for name in states[:-keep]:
+            shutil.rmtree(os.path.join(self.backup_dir, name), ignore_errors=True)
+
+    def on_train_end(self, logs=None):
+        from meshlayout import _meshlayout
+        if self.delete_checkpoint and _meshlayout._process_index() == 0:
+            shutil.rmtree(self.backup_dir, ignore_errors=True)

@@ -3,6 +3,7 @@
 from typing import Any, Optional, Sequence, Union
 
 __all__ = [
+    "BackupAndRestore",
     "Callback",
     "EarlyStopping",
     "History",
@@ -29,3 +30,7 @@ class History(Callback):
 class LambdaCallback(Callback):
     def __init__(self, on_train_begin: Any = ..., on_train_batch_end: Any = ...,
                  on_epoch_end: Any = ..., on_train_end: Any = ...) -> None: ...
+
+class BackupAndRestore(Callback):
+    def __init__(self, backup_dir: Any, save_freq: Any = ..., double_checkpoint: bool = ...,
+                 delete_checkpoint: bool = ...) -> None: ...

@@ -45,6 +45,7 @@ PYBIND11_MODULE(_meshlayout, m) {
   bind_layers(nn);
   bind_model(nn);
   bind_train(nn);
+  bind_training_state(nn);
 }
 
 }  // namespace meshlayout::python

@@ -19,6 +19,7 @@ namespace meshlayout::python {
 void bind_layers(py::module_& m);  // Tensor (KerasTensor), Variable, Layer and every layer
 void bind_model(py::module_& m);   // Model (subclassable), Sequential, functional, Input
 void bind_train(py::module_& m);   // compile/fit/evaluate/predict, optimizers, losses, weights
+void bind_training_state(py::module_& m);  // training-state checkpoints (weights + optimizer)
 
 /// A numpy array (or array-like, or Array) as a HostTensor (C order, a copy). ValueError naming
 /// `what` for a 0-d array (unless allow_scalar) or a dtype meshlayout lacks.

@@ -90,7 +90,8 @@ void write_training_state(const std::string& dir, SaveDirectory* claim, const Mo
 }
 
 void save_training_state(const std::string& dir, const ModelFiles& model,
-                         const Optimizer& optimizer, const TrainingPosition& position) {
+                         const Optimizer& optimizer, const TrainingPosition& position,
+                         const nlohmann::json& extra) {
   std::optional<SaveDirectory> claim;
   const bool leader = default_runtime()->process_id() == 0;
   agreed([&] {
@@ -98,7 +99,7 @@ void save_training_state(const std::string& dir, const ModelFiles& model,
   });
   std::exception_ptr failure;
   try {
-    write_training_state(dir, claim ? &*claim : nullptr, model, optimizer, position);
+    write_training_state(dir, claim ? &*claim : nullptr, model, optimizer, position, extra);
   } catch (...) {
     failure = std::current_exception();
     if (claim) claim->abandon();

@@ -67,9 +67,11 @@ void write_training_state(const std::string& dir, SaveDirectory* claim, const Mo
                           const nlohmann::json& extra = nlohmann::json::object());
 
 /// Claims `dir` (a new or empty directory; SaveDirectory::claim's errors) on process 0 and
-/// writes the state into it. Collective: every process throws the same error, or none does.
+/// writes the state into it (`extra`: more marker fields, e.g. Python fit's epoch). Collective:
+/// every process throws the same error, or none does.
 void save_training_state(const std::string& dir, const ModelFiles& model,
-                         const Optimizer& optimizer, const TrainingPosition& position);
+                         const Optimizer& optimizer, const TrainingPosition& position,
+                         const nlohmann::json& extra = nlohmann::json::object());
 
 /// The state saved in `dir`, loaded into `optimizer` (built for `variables` if it is not):
 /// std::nullopt when `dir` holds no optimizer state (a plain model directory). Its position:
