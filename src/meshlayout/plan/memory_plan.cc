@@ -135,13 +135,30 @@ DecoderShapes decoder_shapes(const LlamaConfig& config) {
       .embeddings = "token_embedding/embeddings",
       .reverse = config.tie_word_embeddings ? "" : "token_embedding/reverse_embeddings",
       .final_norm = gemma ? "final_normalization/scale" : "sequence_output_layernorm/scale",
-      .expert_layers = [&] {
-        std::vector<int64_t> out;
-        for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-          if (config.sparse_layer(i)) out.push_back(i);
-        }
-        return out;
-      }()};
+      .expert_layers =
+          [&] {
+            std::vector<int64_t> out;
+            for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+              if (config.sparse_layer(i)) out.push_back(i);
+            }
+            return out;
+          }(),
+      .expert_blocks =
+          [&] {
+            std::vector<std::string> out;
+            if (config.shared_expert_intermediate_size > 0) return out;  // not replayed: a note
+            for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+              if (config.sparse_layer(i)) {
+                out.push_back(fmt::format("{}{}/{}/",
+                                          gemma ? "decoder_block_" : "transformer_layer_", i,
+                                          config.sparse_block_name(i)));
+              }
+            }
+            return out;
+          }(),
+      .experts = config.num_experts,
+      .top_k = config.num_experts_per_tok,
+      .expert_intermediate = config.moe() ? config.expert_intermediate_size() : 0};
 }
 
 namespace {
@@ -242,9 +259,20 @@ MemoryPlan plan_memory(const CheckpointPlan& plan, const LayoutMap& map,
     if (!step.experts_left_out.empty()) {
       out.notes.push_back(fmt::format(
           "the mixture-of-experts feed-forward of {} block(s) is not in the activations (router "
-          "logits, dispatched and combined tokens, the experts' gate/up: no "
-          "DecoderShapes::expert_activations hook for this family yet)",
+          "logits, dispatched and combined tokens: neither replayed for this family (Qwen 2 "
+          "MoE's shared expert) nor given by a DecoderShapes::expert_activations hook)",
           step.experts_left_out.size()));
+    }
+    if (step.experts_worst_case) {
+      out.notes.push_back(
+          "the experts split the tokens' own mesh axes (all-to-all dispatch): each device is "
+          "planned to receive every token of its group for its experts, the worst case of "
+          "routing (uniform routing sends it about top_k / (expert blocks) of them)");
+    } else if (!options.shapes->expert_blocks.empty()) {
+      out.notes.push_back(
+          "mixture of experts: the activations do not depend on the routing here (tokens and "
+          "experts on different mesh axes; the experts' per-token intermediates are kernel "
+          "scratch, not device memory)");
     }
     out.largest_reshard = step.largest_reshard_text;
     for (size_t p = 0; p < n; ++p) {

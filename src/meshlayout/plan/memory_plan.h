@@ -9,8 +9,12 @@
 // every tensor, whatever the family: a mixture-of-experts model's expert tensors need no code
 // here). The activations and the cache depend on the batch and the sequence, not on any
 // variable: they come from the family's DecoderShapes and the layouts its kernels' rules give
-// the projections' outputs (matmul_plan.h, as the step computes them). A mixture-of-experts
-// family adds its routed activations through DecoderShapes::expert_activations.
+// the projections' outputs (matmul_plan.h, as the step computes them). Mixtral's and Qwen 3
+// MoE's sparse blocks are replayed as SparseMoe runs them (moe_replay.h: router logits and
+// choice, operand copies, the experts' partial sums; exact where tokens and experts are on
+// different mesh axes, the worst case of routing where the experts split the tokens' own axes,
+// and MemoryPlan::notes says so); another family adds its routed activations through
+// DecoderShapes::expert_activations. Qwen 2 MoE's shared expert is not replayed (a note).
 //
 // Example:
 //   MemoryPlan m = plan_memory(plan, map, {.optimizer = adam.get(), .batch = 8, .seq = 2048,
@@ -91,10 +95,15 @@ struct DecoderShapes {
   std::string block_prefix, query, key, value, output, gate, up, down, attention_norm,
       feedforward_norm, embeddings, reverse, final_norm;
   /// Blocks whose feed-forward is a mixture of experts (LlamaConfig::sparse_layer). Their
-  /// feed-forward's activations are expert_activations' (the dense gate/up/down replay does not
-  /// apply); without the hook they are left out and MemoryPlan::notes says so.
+  /// feed-forward is replayed as SparseMoe's (moe_replay.h) when expert_blocks names their
+  /// sparse blocks, else its activations are expert_activations'; with neither they are left
+  /// out and MemoryPlan::notes says so.
   std::vector<int64_t> expert_layers;
-  ExpertActivationHook expert_activations;  // mixture of experts: see ExpertActivationBytes
+  /// Per expert layer, its sparse block's path ("transformer_layer_1/mixtral_sparse_moe_block_1/"),
+  /// and the experts, each token's top-k and the experts' hidden size F.
+  std::vector<std::string> expert_blocks;
+  int64_t experts = 0, top_k = 0, expert_intermediate = 0;
+  ExpertActivationHook expert_activations;  // another family's: see ExpertActivationBytes
 };
 
 /// The DecoderShapes of a LlamaModel of `config` (every family hf_llama_config.h reads).

@@ -171,6 +171,28 @@ TEST_F(MemoryPlanTest, Qwen3IsExactAndItsActivationsWithinTenPercent) {
   check(qwen, megatron(mesh), 4, 32);
 }
 
+// A mixture of experts (Mixtral: 4 experts, top-2, in both blocks) built and stepped under
+// rules that keep its experts whole on every device (Megatron's, which split the attention and
+// the router only) and under expert parallelism (examples/rules/mixtral_expert_parallel.json:
+// the experts over the model axis, the tokens over batch): weights, gradients, slots and cache
+// exact, activations within 10% (the replayed sparse blocks, moe_replay.h).
+TEST_F(MemoryPlanTest, MixtralIsExactAndItsActivationsWithinTenPercent) {
+  const DeviceMesh mesh({2, 4}, {"batch", "model"});
+  LlamaConfig mixtral = llama();
+  mixtral.family = "mixtral";
+  mixtral.num_experts = 4;
+  mixtral.num_experts_per_tok = 2;
+  const DecoderShapes shapes = decoder_shapes(mixtral);
+  EXPECT_EQ(shapes.expert_blocks,
+            (std::vector<std::string>{"transformer_layer_0/mixtral_sparse_moe_block/",
+                                      "transformer_layer_1/mixtral_sparse_moe_block_1/"}));
+  check(mixtral, megatron(mesh), 4, 32);
+  RulesFile ep = load_rules_file(std::string(MESHLAYOUT_SOURCE_DIR) +
+                                 "/examples/rules/mixtral_expert_parallel.json");
+  ep.mesh = mesh;
+  check(mixtral, ep.to_layout_map(), 4, 32);
+}
+
 // The planner on its own: what recomputation saves, the mixture-of-experts hook, the cache's
 // growth with its length, the fits column, the text and JSON, and refused options.
 class MemoryPlanOptionsTest : public MemoryPlanTest {
@@ -248,6 +270,11 @@ TEST_F(MemoryPlanOptionsTest, AMixtureOfExpertsTakesItsActivationsFromTheHook) {
   const LayoutMap rules = megatron(mesh);
   DecoderShapes shapes = decoder_shapes(config);
   EXPECT_EQ(shapes.expert_layers, (std::vector<int64_t>{0, 1}));
+  // Mixtral's sparse blocks are replayed (moe_replay.h); the note says which case is planned.
+  const MemoryPlan replayed = plan(config, rules, {.batch = 4, .seq = 32, .shapes = shapes});
+  ASSERT_EQ(replayed.notes.size(), 1u);
+  EXPECT_THAT(replayed.notes[0], HasSubstr("do not depend on the routing here"));
+  shapes.expert_blocks.clear();  // another family's: no replay of its own
   const MemoryPlan without = plan(config, rules, {.batch = 4, .seq = 32, .shapes = shapes});
   ASSERT_EQ(without.notes.size(), 1u);
   EXPECT_THAT(without.notes[0], HasSubstr("mixture-of-experts feed-forward of 2 block(s)"));

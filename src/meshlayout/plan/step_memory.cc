@@ -13,6 +13,7 @@
 #include "meshlayout/layout/shard_geometry.h"
 #include "meshlayout/ops/attention.h"
 #include "meshlayout/plan/allocation_replay.h"
+#include "meshlayout/plan/moe_replay.h"
 
 namespace meshlayout {
 namespace {
@@ -166,6 +167,7 @@ Sym projection_backward(Replay& r, const Sym& x, const Sym& dy, const Sym& w,
 struct Saved {
   std::optional<Sym> h, gate, up, n, m;
   std::shared_ptr<Hold> experts;  // a mixture of experts' saved activations (the hook's)
+  replay::MoeSaved moe;           // … or the replayed sparse block's (its router's choice)
   std::optional<Qkv> qkv;
   std::optional<Sym> o;
 };
@@ -191,7 +193,7 @@ PerDevice expert_bytes(Replay& r, const DecoderShapes& s, const Sym& h, bool sav
 
 // LlamaDecoderLayer::forward_for_training.
 Sym block_forward(Replay& r, const DecoderShapes& s, const Weights& w, const Sym& x, Saved& saved,
-                  Recompute recompute, bool experts) {
+                  Recompute recompute, bool experts, const replay::MoeWeights* moe) {
   {
     const Sym n = rms(r, x);
     const Qkv qkv = project_qkv(r, s, w, n);
@@ -200,6 +202,10 @@ Sym block_forward(Replay& r, const DecoderShapes& s, const Weights& w, const Sym
     if (recompute == Recompute::kNone) saved.n = n, saved.qkv = qkv, saved.o = o;
   }
   const Sym m = rms(r, *saved.h);
+  if (moe) {  // SparseMoe::forward, its output added into h
+    if (recompute == Recompute::kNone) saved.m = m;
+    return add_into(r, replay::moe_forward(r, s, *moe, m, saved.moe), *saved.h);
+  }
   if (experts) {  // a mixture of experts: the hook's bytes, or nothing (a note says so)
     const PerDevice bytes = expert_bytes(r, s, *saved.h, /*saved=*/true);
     if (recompute == Recompute::kNone) saved.m = m;
@@ -219,14 +225,16 @@ Sym block_forward(Replay& r, const DecoderShapes& s, const Weights& w, const Sym
 // LlamaDecoderLayer::backward_saved (GatedFeedForward::backward_saved and
 // MultiHeadAttention::backward inlined).
 Sym block_backward(Replay& r, const DecoderShapes& s, const Weights& w, int64_t i, const Sym& x,
-                   Saved& saved, const Sym& dy, Recompute recompute, bool experts) {
+                   Saved& saved, const Sym& dy, Recompute recompute, bool experts,
+                   const replay::MoeWeights* moe) {
   const auto path = [&](const std::string& p) { return block_path(s, i, p); };
   if (recompute == Recompute::kBlock) {
-    block_forward(r, s, w, x, saved, Recompute::kAttention, experts);
+    block_forward(r, s, w, x, saved, Recompute::kAttention, experts, moe);
   }
   const Sym& h = *saved.h;
   const Sym m = saved.m ? *saved.m : rms(r, h);
   const Sym dm = [&] {
+    if (moe) return replay::moe_backward(r, s, *moe, m, saved.moe, dy);
     if (experts) {
       const std::shared_ptr<Hold> working = r.charge(expert_bytes(r, s, h, /*saved=*/false));
       return r.alloc(m.layout, m.shape);
@@ -300,9 +308,24 @@ StepMemory replay_training_step(const DecoderShapes& s, const LayoutMap& map,
   const auto experts = [&](int64_t i) {
     return std::find(s.expert_layers.begin(), s.expert_layers.end(), i) != s.expert_layers.end();
   };
+  // The replayed sparse blocks' kernels, by layer (none without DecoderShapes::expert_blocks).
+  std::map<int64_t, replay::MoeWeights> moe;
+  bool worst_case = false;
+  if (s.expert_blocks.size() == s.expert_layers.size()) {
+    for (size_t e = 0; e < s.expert_blocks.size(); ++e) {
+      replay::MoeWeights mw = replay::moe_weights(s, map, mesh, e);
+      worst_case = worst_case || mw.dispatched;
+      moe.emplace(s.expert_layers[e], std::move(mw));
+    }
+  }
+  const auto moe_of = [&](int64_t i) -> const replay::MoeWeights* {
+    auto it = moe.find(i);
+    return it == moe.end() ? nullptr : &it->second;
+  };
   for (size_t i = 0; i < saved.size(); ++i) {
+    const auto layer = static_cast<int64_t>(i);
     xs.push_back(
-        block_forward(r, s, w, xs.back(), saved[i], recompute, experts(static_cast<int64_t>(i))));
+        block_forward(r, s, w, xs.back(), saved[i], recompute, experts(layer), moe_of(layer)));
     if (recompute == Recompute::kBlock) saved[i] = {};
   }
   r.phase = "top of the backward";
@@ -325,14 +348,15 @@ StepMemory replay_training_step(const DecoderShapes& s, const LayoutMap& map,
   for (int64_t i = s.layers; i-- > 0;) {
     r.phase = fmt::format("backward of block {}", i);
     dx = block_backward(r, s, w, i, xs[static_cast<size_t>(i)], saved[static_cast<size_t>(i)], dx,
-                        recompute, experts(i));
+                        recompute, experts(i), moe_of(i));
     saved[static_cast<size_t>(i)] = {};
     xs.pop_back();
   }
   r.phase = "embedding backward";
   r.gradient(s.embeddings, r.alloc(w.table_layout, {s.vocab, s.hidden}));
   StepMemory out = r.result();
-  if (!s.expert_activations) out.experts_left_out = s.expert_layers;
+  if (moe.empty() && !s.expert_activations) out.experts_left_out = s.expert_layers;
+  out.experts_worst_case = worst_case;
   return out;
 }
 

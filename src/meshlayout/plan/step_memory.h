@@ -30,6 +30,8 @@ struct StepMemory {
   std::string peak_phase;                   // where device 0 peaks ("backward of block 1")
   /// Blocks of DecoderShapes::expert_layers replayed without their feed-forward (no hook).
   std::vector<int64_t> experts_left_out;
+  /// A sparse block was planned for the worst case of routing (all-to-all dispatch).
+  bool experts_worst_case = false;
 };
 
 /// Replays one training step of a decoder of `shapes` whose weights are laid out by `map` on
