@@ -29,12 +29,12 @@ TEST(RuleDialects, KerasHubMegatronRulesAsAnHfPlan) {
       << plan;
   // keras-hub's own map splits on two axes: refused, naming the rule and the axis.
   std::string two_axes = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_keras_hub.json");
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(rules_test::error_of([&] {
                 convert_rules(two_axes, RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, o,
                               "llama_keras_hub.json");
               }),
               HasSubstr("rules[0] ('token_embedding/embeddings')"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(rules_test::error_of([&] {
                 convert_rules(two_axes, RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, o,
                               "llama_keras_hub.json");
               }),
@@ -44,7 +44,7 @@ TEST(RuleDialects, KerasHubMegatronRulesAsAnHfPlan) {
 TEST(RuleDialects, WhatAnHfPlanCannotExpressIsRefusedByRule) {
   ConvertOptions o = with_names(HfNames::kKerasHub);
   auto hf_of = [&](const char* keras_json) {
-    return error_of([&] {
+    return rules_test::error_of([&] {
       convert_rules(keras_json, RulesDialect::kKerasHub, RulesDialect::kHfTpPlan, o, "k.json");
     });
   };
@@ -63,7 +63,7 @@ TEST(RuleDialects, WhatAnHfPlanCannotExpressIsRefusedByRule) {
   // expresses; a rule for the first sparse block's name only leaves the later ones whole.
   ConvertOptions m = with_names(HfNames::kKerasHub, "mixtral");
   auto mixtral_hf_of = [&](const char* keras_json) {
-    return error_of([&] {
+    return rules_test::error_of([&] {
       convert_rules(keras_json, RulesDialect::kKerasHub, RulesDialect::kHfTpPlan, m, "k.json");
     });
   };
@@ -97,18 +97,18 @@ TEST(RuleDialects, WhatAnHfPlanCannotExpressIsRefusedByRule) {
   EXPECT_THAT(warnings[0], HasSubstr("written as the 2 variables of the llama family's name map"));
   EXPECT_THAT(warnings[1], HasSubstr("('o_proj.weight'): pattern 'o_proj.weight' is no path for "
                                      "a Hugging Face plan: written as the 1 variable"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(rules_test::error_of([&] {
                 convert_rules(R"({"rules": [["^model\\.experts\\.weight$",
                                              ["model", null, null]]]})",
                               RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
               }),
               HasSubstr("splits dimension 0 of the rank-3 weight of module 'model.experts'"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(rules_test::error_of([&] {
                 convert_rules(R"({"rules": [["layers.*conv.weight", ["model", null]]]})",
                               RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
               }),
               HasSubstr("uses regex features"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(rules_test::error_of([&] {
                 convert_rules(R"({"rules": [["^model\\.embed_tokens$", ["model", null]]]})",
                               RulesDialect::kMeshlayout, RulesDialect::kHfTpPlan, h, "m.json");
               }),

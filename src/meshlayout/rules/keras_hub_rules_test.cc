@@ -57,15 +57,16 @@ TEST(RuleDialects, KerasHubReadsTheDictAsPythonPrintsIt) {
     EXPECT_EQ(back.rules[i].layout, r.rules[i].layout);
   }
   // Neither JSON nor Python: both readings' errors, with the line and column.
-  std::string e = error_of(
+  std::string e = rules_test::error_of(
       [&] { read_rules("{'a': ('model', 'batch'}", RulesDialect::kKerasHub, o, "map.py"); });
   EXPECT_THAT(e, HasSubstr("(read as JSON); map.py:1:24: not a Python dict literal of layouts: "
                            "expected ',' or ')' (read as Python)"));
-  EXPECT_THAT(error_of([&] {
+  EXPECT_THAT(rules_test::error_of([&] {
                 read_rules("{'a': ('m',), 'a': ('m',)}", RulesDialect::kKerasHub, o, "map.py");
               }),
               HasSubstr("the key 'a' given twice"));
-  EXPECT_THAT(error_of([&] { read_rules("{'a': (True,)}", RulesDialect::kKerasHub, o, "map.py"); }),
+  EXPECT_THAT(rules_test::error_of(
+                  [&] { read_rules("{'a': (True,)}", RulesDialect::kKerasHub, o, "map.py"); }),
               HasSubstr("unexpected 'T'; expected a string, None, a tuple, a list or a dict"));
 }
 
