@@ -223,7 +223,7 @@ std::vector<double> train(PyCausalLM& self, const py::array& tokens, int64_t bat
 void bind_models(py::module_& m) {
   py::class_<LlamaConfig>(m, "ModelConfig",
                           "A Hugging Face config.json of a family meshlayout runs (llama, "
-                          "mistral, qwen2, qwen3, gemma, gemma2)")
+                          "mistral, qwen2, qwen3, gemma, gemma2, mixtral, qwen3_moe, qwen2_moe)")
       .def_static(
           "from_file",
           [](const std::string& path) {
@@ -242,6 +242,9 @@ void bind_models(py::module_& m) {
       .def_readonly("head_dim", &LlamaConfig::head_dim)
       .def_readonly("tie_word_embeddings", &LlamaConfig::tie_word_embeddings)
       .def_readonly("max_position_embeddings", &LlamaConfig::max_position_embeddings)
+      .def_readonly("num_experts", &LlamaConfig::num_experts)  // 0: a dense model
+      .def_readonly("num_experts_per_tok", &LlamaConfig::num_experts_per_tok)
+      .def_property_readonly("expert_intermediate_size", &LlamaConfig::expert_intermediate_size)
       .def_property_readonly("architecture", &LlamaConfig::architecture)
       .def("to_json", &LlamaConfig::to_json)
       .def("__repr__", [](const LlamaConfig& c) {

@@ -28,6 +28,7 @@ namespace py = pybind11;
 void bind_layout(py::module_& m);      // DeviceMesh, TensorLayout, devices
 void bind_layout_map(py::module_& m);  // LayoutMap and its scope
 void bind_rules(py::module_& m);       // rules in other dialects (rules/rule_dialects.h)
+void bind_tokenizer(py::module_& m);   // Tokenizer: text to token ids and back
 void bind_array(py::module_& m);       // Array, distribute_tensor, device memory
 void bind_io(py::module_& m);          // checkpoints: open, inspect, plan, load, save
 // DataParallel, ModelParallel, the thread's current distribution as C++ sees it

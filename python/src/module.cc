@@ -41,6 +41,7 @@ PYBIND11_MODULE(_meshlayout, m) {
   bind_io(m);
   bind_distribution(m);
   bind_models(m);
+  bind_tokenizer(m);
   py::module_ nn = m.def_submodule("_nn", "layers, models and training (meshlayout.layers, …)");
   bind_layers(nn);
   bind_model(nn);

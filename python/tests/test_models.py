@@ -1,7 +1,8 @@
 # meshlayout.models: every family's small random model written in Hugging Face format, loaded
 # sharded from Python under rules written in Python, gives the logits and greedy tokens of the
 # same model on one device row, samples reproducibly by seed, and refuses bad input with
-# meshlayout's messages.
+# meshlayout's messages; the mixtures of experts (Mixtral, Qwen 3 MoE, Qwen 2 MoE) expert
+# parallel equal one device row (logits, generate, train); text through models.Tokenizer.
 import numpy as np
 import pytest
 
@@ -178,3 +179,61 @@ def test_training_from_python_equals_the_cli_bit_for_bit(tmp_path):
                          env={**__import__("os").environ, "MESHLAYOUT_CPU_DEVICES": "8"})
     cli_losses = [json.loads(line)["loss"] for line in out.stdout.splitlines()]
     assert cli_losses == losses
+
+
+MOE = {
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    "qwen3_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
+    "qwen2_moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                  "shared_expert_intermediate_size": 24},
+}
+
+
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_mixtures_of_experts_expert_parallel_equal_one_device_row(tmp_path, family):
+    directory = str(tmp_path / family)
+    fields = {"model_type": family, "vocab_size": 64, "hidden_size": 32,
+              "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 64, **MOE[family]}
+    models.write_random_model(directory, fields, kernel_scale=2.0)
+    cfg = models.ModelConfig.from_file(directory + "/config.json")
+    assert cfg.family == family and cfg.num_experts == 4 and cfg.num_experts_per_tok == 2
+    mesh = ml.DeviceMesh((2, 4), ["batch", "model"])
+    rules = megatron(mesh, family)
+    rules["experts/expert_feedforward_.*"] = ("model", None, None)  # expert parallel: 1 each
+    sharded = models.from_pretrained(directory, rules=rules)
+    plain = models.from_pretrained(directory)
+    experts = [p for p in sharded.variable_paths if "/experts/" in p]
+    assert len(experts) == 6 and sharded.variable_layout(experts[0]).axes == ("model", None, None)
+    tokens = np.array([[3, 17, 42, 5], [9, 1, 0, 63]], dtype=np.int32)
+    want = plain.logits(tokens)
+    np.testing.assert_allclose(sharded.logits(tokens), want, rtol=1e-4,
+                               atol=1e-4 * np.abs(want).max())
+    assert sharded.generate([[3, 17]], max_new_tokens=4) == plain.generate([[3, 17]],
+                                                                           max_new_tokens=4)
+    rows = np.arange(8 * 9).reshape(8, 9) % 64
+    np.testing.assert_allclose(sharded.train(rows, batch_size=4, steps=2, learning_rate=1e-2),
+                               plain.train(rows, batch_size=4, steps=2, learning_rate=1e-2),
+                               rtol=1e-4)
+
+
+def test_text_in_and_out_through_the_tokenizer(tmp_path):
+    directory = str(tmp_path / "llama")
+    models.write_random_model(directory, config("llama", vocab_size=64), tokenizer=True)
+    tok = models.Tokenizer.from_pretrained(directory)
+    assert tok.vocab_size == 64 and tok.bos_token_id == 1 and tok.token_to_id("</s>") == 2
+    ids = tok.encode("the cat")
+    assert ids[0] == 1 and tok.decode(ids, skip_special_tokens=True) == "the cat"
+    assert tok.encode("the cat", add_special_tokens=False) == ids[1:]
+    assert tok.id_to_token(ids[1]) in ("t", "Ġt", "th", "the") and \
+        tok.token_to_id(tok.id_to_token(ids[1])) == ids[1] and tok.token_to_id("nope!") is None
+    model = models.from_pretrained(directory)
+    out = model.generate([tok.encode("the cat")], max_new_tokens=4)[0]
+    assert isinstance(tok.decode(out), str)
+    with pytest.raises(KeyError, match="64"):
+        tok.decode([64])
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        models.Tokenizer.from_pretrained(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="vocab_size"):
+        models.write_random_model(str(tmp_path / "small"), config("llama", vocab_size=16),
+                                  tokenizer=True)
