@@ -60,6 +60,35 @@ TEST(RuleDialects, HfPlanRoundTripsOnKerasHubPaths) {
   }
 }
 
+// One model's exact name map (use_model_config): the small mixtures' plans round-trip through
+// their keras-hub paths, every layer of the model checked. A model without dense layers (the
+// small Qwen 3 MoE) has no keras-hub path for the plan's dense keys: refused by key.
+TEST(RuleDialects, MoePlansRoundTripOnOneModelsPaths) {
+  {
+    ConvertOptions o = with_names(HfNames::kKerasHub);
+    use_model_config(o, LlamaConfig::from_json(small_hf_moe_spec("qwen3_moe").to_json()));
+    EXPECT_THAT(error_of([&] {
+                  convert_rules(kQwenMoePlan, RulesDialect::kHfTpPlan, RulesDialect::kKerasHub, o,
+                                "plan.json");
+                }),
+                HasSubstr("plan key 'layers.*.mlp.gate_proj': the qwen3_moe family's name map "
+                          "has no module 'model.layers.*.mlp.gate_proj'"));
+  }
+  for (const char* family : {"mixtral", "qwen2_moe"}) {
+    SCOPED_TRACE(family);
+    const LlamaConfig c = LlamaConfig::from_json(small_hf_moe_spec(family).to_json());
+    ConvertOptions o = with_names(HfNames::kKerasHub);
+    use_model_config(o, c);
+    EXPECT_EQ(o.family, family);
+    const char* plan = std::string_view(family) == "mixtral" ? kMixtralPlan : kQwenMoePlan;
+    const std::string keras =
+        convert_rules(plan, RulesDialect::kHfTpPlan, RulesDialect::kKerasHub, o, "plan.json");
+    EXPECT_EQ(convert_rules(keras, RulesDialect::kKerasHub, RulesDialect::kHfTpPlan, o, "k.json"),
+              plain_styles(plan))
+        << keras;
+  }
+}
+
 TEST(RuleDialects, ExampleLlamaPlanIsTheDensePlan) {
   std::string text = read_file(MESHLAYOUT_SOURCE_DIR "/examples/rules/llama_hf_tp_plan.json");
   ConvertOptions o;
