@@ -47,7 +47,6 @@ set(meshlayout_unity_alone
     src/meshlayout/rules/hf_tp_plan_test.cc
     src/meshlayout/rules/maxtext_rules_test.cc
     src/meshlayout/rules/rule_dialects_test.cc
-    src/meshlayout/rules/yaml_subset_test.cc
     src/meshlayout/runtime/device_memory.cc
     src/meshlayout/train/training_state.cc
     python/src/bind_layers.cc)
