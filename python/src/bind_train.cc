@@ -66,7 +66,17 @@ class PyCallbacks : public Callback {
         x_val_(x_val),
         y_val_(y_val),
         batch_size_(batch_size) {
-    for (const py::handle& cb : callbacks_) batch_hooks_ |= py::hasattr(cb, "on_train_batch_end");
+    // keras.callbacks.Callback's own on_train_batch_end does nothing: a callback that keeps it
+    // (History, BackupAndRestore, …) costs no Python call per step.
+    const py::object base =
+        py::module_::import("meshlayout.callbacks").attr("Callback").attr("on_train_batch_end");
+    for (const py::handle& cb : callbacks_) {
+      if (!py::hasattr(cb, "on_train_batch_end")) continue;
+      const py::object own = py::getattr(py::type::of(cb), "on_train_batch_end", py::none());
+      const bool on_instance = py::hasattr(cb, "__dict__") &&
+                               cb.attr("__dict__").contains("on_train_batch_end");  // Lambda…
+      batch_hooks_ |= !own.is(base) || on_instance;
+    }
   }
 
   void on_train_begin(Trainer&) override { call_each("on_train_begin", {}); }

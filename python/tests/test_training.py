@@ -310,3 +310,15 @@ def test_training_errors_are_keras_errors():
         m.fit(x, y, batch_size=0)
     with pytest.raises(ValueError, match="verbose"):
         m.fit(x, y, verbose=5)
+
+
+def test_batch_end_hooks_set_on_the_instance_are_called():
+    # fit skips the per-step Python call for callbacks that keep Callback's no-op hook (History,
+    # BackupAndRestore); a LambdaCallback's hook (an instance attribute) still runs every step.
+    x, y = reference_data()
+    m = reference_model()
+    m.compile(optimizer="sgd", loss="mse")
+    seen = []
+    lam = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: seen.append(b))
+    m.fit(x, y, batch_size=8, epochs=2, callbacks=[keras.callbacks.Callback(), lam], verbose=0)
+    assert seen == [0, 1, 0, 1]
