@@ -152,8 +152,11 @@ TEST_F(ArrayTest, PropertyDistributeGatherAndReshardRoundTripsInOneProcess) {
     Array b = distribute_tensor(a, c.b, {.plan_out = &ab});
     testing::expect_shards_match(b, x);
     ASSERT_EQ(ab.bytes_moved, ab.minimum_bytes);
+    const size_t elem = dtype_size(c.dtype);
+    ASSERT_EQ(reshard_bytes_moved(a.geometry(), b.geometry(), elem), ab.bytes_moved);
     Array back = distribute_tensor(b, c.a, {.plan_out = &ba});
     ASSERT_EQ(ba.bytes_moved, ba.minimum_bytes);
+    ASSERT_EQ(reshard_bytes_moved(b.geometry(), back.geometry(), elem), ba.bytes_moved);
     testing::expect_shards_match(back, x);
     ASSERT_EQ(back.gather(), x);
   }

@@ -125,6 +125,27 @@ ReshardPlan plan_to_destinations(const ShardGeometry& src, const std::vector<Des
   return plan;
 }
 
+int64_t reshard_bytes_moved(const ShardGeometry& src, const ShardGeometry& dst,
+                            size_t element_size) {
+  if (src.shape() != dst.shape()) {
+    throw ValueError(fmt::format("cannot reshard a tensor of shape {} into shape {}",
+                                 shape_to_string(src.shape()), shape_to_string(dst.shape())));
+  }
+  int64_t moved = 0;
+  for (int64_t q = 0; q < dst.mesh().size(); ++q) {
+    const Box want = dst.box(q);
+    int64_t kept = 0;
+    const int64_t device = dst.mesh().device_ids()[static_cast<size_t>(q)];
+    if (std::optional<int64_t> p = src.mesh().position_of_device(device)) {
+      if (std::optional<Box> overlap = intersect(src.box(*p), want)) {
+        kept = overlap->num_elements();
+      }
+    }
+    moved += want.num_elements() - kept;
+  }
+  return moved * static_cast<int64_t>(element_size);
+}
+
 ReshardPlan plan_reshard(const ShardGeometry& src, const ShardGeometry& dst, size_t element_size,
                          int64_t local_device_count) {
   if (src.shape() != dst.shape()) {

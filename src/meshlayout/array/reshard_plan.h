@@ -64,6 +64,13 @@ struct ReshardPlan {
 ReshardPlan plan_reshard(const ShardGeometry& src, const ShardGeometry& dst, size_t element_size,
                          int64_t local_device_count);
 
+/// plan_reshard(src, dst, …).bytes_moved without building the transfers: the destination bytes
+/// not already on their device (NOTE [Reshard plan]: every missing byte moves exactly once), in
+/// O(devices). For planners pricing many candidate layouts on large meshes. ValueError as
+/// plan_reshard for different shapes.
+int64_t reshard_bytes_moved(const ShardGeometry& src, const ShardGeometry& dst,
+                            size_t element_size);
+
 /// The plan from `src` to arbitrary destinations (used by gather: one host box per process).
 ReshardPlan plan_to_destinations(const ShardGeometry& src, const std::vector<Destination>& dsts,
                                  size_t element_size, int64_t local_device_count);

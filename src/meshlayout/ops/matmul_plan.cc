@@ -77,10 +77,9 @@ void check_shapes(const Shape& x, const Shape& w) {
   }
 }
 
-int64_t reshard_bytes(const ShardGeometry& from, const TensorLayout& to, size_t elem,
-                      int64_t local_device_count) {
+int64_t reshard_bytes(const ShardGeometry& from, const TensorLayout& to, size_t elem) {
   if (from.layout() == to) return 0;
-  return plan_reshard(from, ShardGeometry(to, from.shape()), elem, local_device_count).bytes_moved;
+  return reshard_bytes_moved(from, ShardGeometry(to, from.shape()), elem);
 }
 
 int64_t product_of_sizes(const DeviceMesh& mesh, const Axes& axes) {
@@ -133,11 +132,11 @@ std::vector<Candidate> candidates(const TensorLayout& x, const TensorLayout& w) 
 /// an all-reduce over G devices receives 2 (G-1)/G of each block, a sum straight into another
 /// layout (G-1) × each target block; without partial sums, the reshard to the output layout.
 double completion_cost(const ShardGeometry& product, const Axes& k, const ShardGeometry& target,
-                       size_t elem, int64_t local_device_count) {
+                       size_t elem) {
   const int64_t g = product_of_sizes(product.mesh(), k);
   if (g == 1) {
     if (product.layout() == target.layout()) return 0;
-    return static_cast<double>(plan_reshard(product, target, elem, local_device_count).bytes_moved);
+    return static_cast<double>(reshard_bytes_moved(product, target, elem));
   }
   double bytes = 0;
   for (int64_t q = 0; q < target.mesh().size(); ++q) {
@@ -273,9 +272,8 @@ MatmulPlan plan_matmul(const ShardGeometry& x, const ShardGeometry& w, DType dty
     const ShardGeometry product(product_layout(c.x, c.w, mesh), plan.output_shape);
     const ShardGeometry target(requested ? *requested : product.layout(), plan.output_shape);
     const double cost =
-        static_cast<double>(reshard_bytes(x, c.x, elem, local_device_count) +
-                            reshard_bytes(w, c.w, elem, local_device_count)) +
-        completion_cost(product, c.x.axes().back().axes(), target, elem, local_device_count);
+        static_cast<double>(reshard_bytes(x, c.x, elem) + reshard_bytes(w, c.w, elem)) +
+        completion_cost(product, c.x.axes().back().axes(), target, elem);
     if (!best || cost < best_cost) {
       best = std::move(c);
       best_cost = cost;
@@ -285,8 +283,8 @@ MatmulPlan plan_matmul(const ShardGeometry& x, const ShardGeometry& w, DType dty
   plan.w_layout = best->w;
   plan.reshard_x = !(plan.x_layout == x.layout());
   plan.reshard_w = !(plan.w_layout == w.layout());
-  plan.x_reshard_bytes = reshard_bytes(x, plan.x_layout, elem, local_device_count);
-  plan.w_reshard_bytes = reshard_bytes(w, plan.w_layout, elem, local_device_count);
+  plan.x_reshard_bytes = reshard_bytes(x, plan.x_layout, elem);
+  plan.w_reshard_bytes = reshard_bytes(w, plan.w_layout, elem);
   plan.contracted_axes = plan.x_layout.axes().back().axes();
   plan.product_layout = product_layout(plan.x_layout, plan.w_layout, mesh);
   plan.output_layout = requested ? *requested : plan.product_layout;
@@ -296,8 +294,7 @@ MatmulPlan plan_matmul(const ShardGeometry& x, const ShardGeometry& w, DType dty
     plan.reduction = MatmulReduction::kNone;
     plan.reshard_output = !(plan.output_layout == plan.product_layout);
     if (plan.reshard_output) {
-      plan.output_reshard_bytes =
-          plan_reshard(product, output, elem, local_device_count).bytes_moved;
+      plan.output_reshard_bytes = reshard_bytes_moved(product, output, elem);
     }
   } else if (plan.output_layout == plan.product_layout) {
     plan.reduction = MatmulReduction::kAllReduce;
