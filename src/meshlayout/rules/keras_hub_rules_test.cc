@@ -18,7 +18,8 @@ TEST(RuleDialects, KerasHubAndMeshlayoutFilesRoundTrip) {
   ConvertOptions o;
   for (const char* name :
        {"llama_keras_hub.json", "llama_megatron.json", "qwen_keras_hub.json", "qwen_megatron.json",
-        "mistral_keras_hub.json", "gemma_keras_hub.json"}) {
+        "mistral_keras_hub.json", "gemma_keras_hub.json", "mixtral_keras_hub.json",
+        "mixtral_expert_parallel.json", "qwen3_moe_keras_hub.json", "qwen2_moe_keras_hub.json"}) {
     SCOPED_TRACE(name);
     std::string text = read_file(std::string(MESHLAYOUT_SOURCE_DIR "/examples/rules/") + name);
     std::string keras =
