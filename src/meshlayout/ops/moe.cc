@@ -21,20 +21,6 @@ namespace {
 
 using internal_ops::in_layout;
 
-// `layout`'s leading dimensions without the axes in `drop`, then `None` for the last one.
-TensorLayout leading_layout(const TensorLayout& layout, const std::set<std::string>& drop) {
-  std::vector<DimSharding> axes = layout.axes();
-  for (size_t i = 0; i + 1 < axes.size(); ++i) {
-    std::vector<std::string> kept;
-    for (const std::string& a : axes[i].axes()) {
-      if (!drop.contains(a)) kept.push_back(a);
-    }
-    axes[i] = DimSharding(std::move(kept));
-  }
-  axes.back() = DimSharding();
-  return TensorLayout(std::move(axes), *layout.device_mesh());
-}
-
 std::vector<int> axis_indices(const DeviceMesh& mesh, const std::vector<std::string>& names,
                               int64_t* extent) {
   std::vector<int> out;
@@ -126,7 +112,7 @@ MixturePlan plan_mixture(const Array& x, const Array& gate) {
   names.insert(names.end(), columns.axes().begin(), columns.axes().end());
   p.expert_axes = std::set<std::string>(names.begin(), names.end());
   p.k_axes = axis_indices(mesh, names, &p.k_extent);
-  p.tokens = leading_layout(x.layout(), p.expert_axes);
+  p.tokens = moe_rows_layout(x.layout(), p.expert_axes);
   p.rows_k = p.tokens;
   p.gate_c = TensorLayout({experts, None, columns}, mesh);
   p.down_c = TensorLayout({experts, columns, None}, mesh);
@@ -135,7 +121,7 @@ MixturePlan plan_mixture(const Array& x, const Array& gate) {
     for (const std::string& a : p.tokens->axes()[i].axes()) token_names.push_back(a);
   }
   p.token_axes = axis_indices(mesh, token_names, &p.token_extent);
-  p.source = leading_layout(x.layout(), {});
+  p.source = moe_rows_layout(x.layout(), {});
   std::set<int> split_tokens;
   for (size_t i = 0; i + 1 < p.source->axes().size(); ++i) {
     for (const std::string& a : p.source->axes()[i].axes())
@@ -232,6 +218,19 @@ struct Dispatched {
 
 }  // namespace
 
+TensorLayout moe_rows_layout(const TensorLayout& layout, const std::set<std::string>& drop) {
+  std::vector<DimSharding> axes = layout.axes();
+  for (size_t i = 0; i + 1 < axes.size(); ++i) {
+    std::vector<std::string> kept;
+    for (const std::string& a : axes[i].axes()) {
+      if (!drop.contains(a)) kept.push_back(a);
+    }
+    axes[i] = DimSharding(std::move(kept));
+  }
+  axes.back() = DimSharding();
+  return TensorLayout(std::move(axes), *layout.device_mesh());
+}
+
 ExpertRouting route_experts(const Array& logits, int64_t top_k, bool normalize) {
   const Shape& s = logits.shape();
   if (s.size() < 2 || (logits.dtype() != DType::kF32 && logits.dtype() != DType::kF64)) {
@@ -243,7 +242,7 @@ ExpertRouting route_experts(const Array& logits, int64_t top_k, bool normalize) 
     throw ValueError(fmt::format("route_experts: top_k must be in [1, {}] (the experts), got {}",
                                  experts, top_k));
   }
-  const TensorLayout layout = leading_layout(logits.layout(), {});
+  const TensorLayout layout = moe_rows_layout(logits.layout(), {});
   std::optional<Array> store;
   const Array& l = in_layout(logits, layout, store);
   ExpertRouting r{

@@ -34,6 +34,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "meshlayout/array/array.h"
@@ -43,6 +45,11 @@ namespace meshlayout {
 
 /// How tokens reach experts split over the tokens' own mesh axes (see the file comment).
 enum class MoeDispatch { kAllToAll, kAllGather };
+
+/// The layout the mixture computes rows in: `layout`'s leading dimensions without the mesh axes
+/// in `drop` (the experts' and F's, whose tokens are gathered), the last dimension whole. The
+/// memory plan (plan/moe_replay.cc) replays the op with it.
+TensorLayout moe_rows_layout(const TensorLayout& layout, const std::set<std::string>& drop);
 
 /// The router's choice (kernels/moe.h "Routing") for logits (…, E): ids (…, top_k) I32 and
 /// weights (…, top_k), probs (…, E) the softmax; all in logits' leading layout with the last

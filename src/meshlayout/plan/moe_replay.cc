@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "meshlayout/layout/shard_geometry.h"
+#include "meshlayout/ops/moe.h"
 
 namespace meshlayout::replay {
 namespace {
@@ -18,21 +19,6 @@ TensorLayout kernel_layout(const LayoutMap& map, const std::string& path, int ra
   const std::optional<TensorLayout> l = map.get(path);
   if (!l || l->rank() != rank) return TensorLayout::replicated(rank, mesh);
   return TensorLayout(l->axes(), mesh);
-}
-
-// ops/moe.cc's leading_layout: the leading dimensions without the axes in `drop`, the last one
-// whole.
-TensorLayout leading_without(const TensorLayout& layout, const std::set<std::string>& drop) {
-  std::vector<DimSharding> axes = layout.axes();
-  for (size_t i = 0; i + 1 < axes.size(); ++i) {
-    std::vector<std::string> kept;
-    for (const std::string& a : axes[i].axes()) {
-      if (!drop.contains(a)) kept.push_back(a);
-    }
-    axes[i] = DimSharding(std::move(kept));
-  }
-  axes.back() = DimSharding();
-  return TensorLayout(std::move(axes), *layout.device_mesh());
 }
 
 Shape last_replaced(Shape shape, int64_t last) {
@@ -58,8 +44,8 @@ Mixture mixture_of(const TensorLayout& x, const TensorLayout& gate) {
   names.insert(names.end(), columns.axes().begin(), columns.axes().end());
   p.expert_axes = std::set<std::string>(names.begin(), names.end());
   for (const std::string& a : names) p.k_axes.push_back(*mesh.axis_index(a));
-  p.tokens = leading_without(x, p.expert_axes);
-  p.source = leading_without(x, {});
+  p.tokens = moe_rows_layout(x, p.expert_axes);
+  p.source = moe_rows_layout(x, {});
   p.gate_c = TensorLayout({experts, None, columns}, mesh);
   p.down_c = TensorLayout({experts, columns, None}, mesh);
   std::set<int> split_tokens;
@@ -160,7 +146,7 @@ Sym moe_forward(Replay& r, const DecoderShapes& s, const MoeWeights& w, const Sy
                 MoeSaved& saved) {
   {  // route_experts(matmul(m, router)): the logits live until the choice is made
     const Sym logits = matmul(r, m, w.router, {}, w.router_path);
-    const TensorLayout rows = leading_without(logits.layout, {});
+    const TensorLayout rows = moe_rows_layout(logits.layout, {});
     const Sym l = r.reshard(logits, rows);
     saved.ids = r.alloc(rows, last_replaced(logits.shape, s.top_k));  // I32: 4 bytes
     saved.weights = r.alloc(rows, last_replaced(logits.shape, s.top_k));
