@@ -12,19 +12,7 @@ import meshlayout as keras
 from meshlayout import _metrics
 from meshlayout import layers as L
 
-
-@pytest.fixture(autouse=True)
-def fresh_session():
-    keras.clear_session()
-    yield
-
-
-def data(rows=16, width=4):
-    i = np.arange(rows)[:, None]
-    j = np.arange(width)[None, :]
-    x = (((31 * i + 17 * j) % 23) - 11).astype(np.float32) / 8
-    y = ((((13 * np.arange(rows)) % 7) - 3).astype(np.float32) / 4)[:, None]
-    return x, y
+from fit_data import data, fresh_session  # noqa: F401 (an autouse fixture)
 
 
 def model(learning_rate=0.05, metrics=("mae", "mse")):
